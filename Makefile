@@ -1,0 +1,43 @@
+# rlog: `make demo` runs the main job, `make test` installs everything and runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv proto lint typecheck unit test demo bench clean
+
+help:
+	@echo "make demo | test | lint | typecheck | unit | proto | bench | clean"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+proto: $(STAMP)
+	$(PY) -m rlog.proto.gen
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy replica_image/rlog operator/rlog_operator
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests
+
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(PY) -m rlog.demo
+
+bench: $(STAMP)
+	$(VENV)/bin/rlog bench --help
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

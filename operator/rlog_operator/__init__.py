@@ -1,0 +1,1 @@
+"""rlog_operator: the kopf operator that runs ReplicatedLogs on Kubernetes."""
