@@ -344,8 +344,9 @@ class LearnedRequest(_message.Message):
     proposal: _builtins.int
     """`ranges` are learned where performed == proposal"""
     leader: _builtins.int
-    """replica id of the sender when it leads, else 0"""
+    """replica id of the sender (ids start at 0)"""
     leader_address: _builtins.str
+    """H:P of the sender when it leads; empty otherwise"""
     leader_learned: _builtins.int
     """the leader's contiguous learned position"""
     log_id: _builtins.str

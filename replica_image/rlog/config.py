@@ -1,0 +1,103 @@
+"""Replica configuration and the validation of its command-line values.
+
+Every check raises `ConfigError` with a one-line message the CLI prints as is.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+ALLOWED_REPLICA_COUNTS = (1, 3, 5, 7)
+DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is shown to the user as is."""
+
+
+def parse_address(text: str, what: str = "address") -> str:
+    """Validate `H:P` (host name, IPv4, or [IPv6]) and return it normalized."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"invalid {what} {text!r}: expected HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"invalid {what} {text!r}: port {port_text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"invalid {what} {text!r}: port {port} is out of range 1-65535")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        if not all(part and part.replace("-", "").isalnum() for part in bare.split(".")):
+            raise ConfigError(f"invalid {what} {text!r}: bad host {host!r}") from None
+    return f"{host}:{port}"
+
+
+def parse_peers(text: str) -> list[str]:
+    """Parse `--peers H:P,H:P,...`: every replica including this one, in id order."""
+    if not text.strip():
+        raise ConfigError("--peers is empty: list every replica as HOST:PORT,HOST:PORT,...")
+    peers = [parse_address(item, "peer") for item in text.split(",")]
+    if len(set(peers)) != len(peers):
+        raise ConfigError(f"--peers lists an address twice: {text}")
+    check_replica_count(len(peers))
+    return peers
+
+
+def check_replica_count(count: int) -> None:
+    if count not in ALLOWED_REPLICA_COUNTS:
+        raise ConfigError(
+            f"a log has 1, 3, 5 or 7 replicas, not {count}: "
+            "an even count adds no fault tolerance and reconfiguration is not supported"
+        )
+
+
+def quorum(replicas: int) -> int:
+    return replicas // 2 + 1
+
+
+@dataclass
+class ReplicaConfig:
+    id: int                      # 0-based, the index of this replica in `peers`
+    peers: list[str]             # every replica including this one, in id order
+    data_dir: Path
+    listen: str = ""             # defaults to peers[id]
+    auto_initialize: bool = False
+    metrics_port: int | None = None
+    log_id: str = ""
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    storage_engine: str = "lmdb"
+    election_timeout: float = 1.0   # seconds; randomized in [T, 2T)
+    heartbeat_interval: float = 0.2
+    append_timeout: float = 10.0
+    retry_backoff: float = 0.1      # T of the random back-off in [T, 2T) after a rejection
+    max_batch_entries: int = 4096
+    max_batch_bytes: int = 8 * 1024 * 1024
+    max_inflight_batches: int = 4
+
+    def __post_init__(self) -> None:
+        check_replica_count(len(self.peers))
+        if not 0 <= self.id < len(self.peers):
+            raise ConfigError(
+                f"--id {self.id} is out of range: --peers lists {len(self.peers)} replicas "
+                f"(ids 0..{len(self.peers) - 1})"
+            )
+        if not self.listen:
+            self.listen = self.peers[self.id]
+        else:
+            self.listen = parse_address(self.listen, "--listen address")
+        if self.max_entry_size <= 0:
+            raise ConfigError("--max-entry-size must be positive")
+
+    @property
+    def address(self) -> str:
+        """The address peers and clients use to reach this replica."""
+        return self.peers[self.id]
+
+    @property
+    def quorum(self) -> int:
+        return quorum(len(self.peers))
