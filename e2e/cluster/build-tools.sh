@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build etcd, CoreDNS, helm and local-path-provisioner from the Go module proxy, plus
+# our own static pause program. Each lands in $CACHE/<component>-<version>/bin and is
+# skipped when already there. Builds run one at a time (2 cores).
+source "$(dirname "$0")/lib.sh"
+
+gobuild() { # name version bindir binary pkg@version
+  local name=$1 ver=$2 bin=$3 exe=$4 pkg=$5 t=$SECONDS
+  if [[ -x $bin/$exe ]]; then log "$name $ver: cached"; return; fi
+  log "$name $ver: building"
+  mkdir -p "$bin"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$pkg"
+  log "$name $ver: built in $((SECONDS - t))s"
+}
+
+# etcd: go.etcd.io/etcd/server/v3 is a main package but has replace lines (to its
+# sibling modules, which it also requires at the same version), so build it from a
+# wrapper module where those replace lines are ignored.
+if [[ ! -x $ETCD_BIN/etcd ]]; then
+  t=$SECONDS; log "etcd $ETCD_VERSION: building"
+  w=$CACHE/build/etcd-$ETCD_VERSION; mkdir -p "$w" "$ETCD_BIN"
+  ( cd "$w"
+    [[ -f go.mod ]] || go mod init rlog.local/etcdbuild >/dev/null 2>&1
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION"
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3 )
+  log "etcd $ETCD_VERSION: built in $((SECONDS - t))s"
+else log "etcd $ETCD_VERSION: cached"; fi
+
+gobuild coredns "$COREDNS_VERSION" "$COREDNS_BIN" coredns "github.com/coredns/coredns@$COREDNS_VERSION"
+gobuild helm "$HELM_VERSION" "$HELM_BIN" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+gobuild local-path-provisioner "$LPP_VERSION" "$LPP_BIN" local-path-provisioner \
+  "github.com/rancher/local-path-provisioner@$LPP_VERSION"
+
+# pause: our own tiny static program (the sandbox's "infra" process).
+PAUSE_SRC=$HERE/images/pause.c
+psum=$(sha256sum "$PAUSE_SRC" | cut -c1-12)
+PAUSE_BIN=$CACHE/pause-$psum/bin
+if [[ ! -x $PAUSE_BIN/pause ]]; then
+  mkdir -p "$PAUSE_BIN"
+  gcc -Os -static -o "$PAUSE_BIN/pause" "$PAUSE_SRC" && strip "$PAUSE_BIN/pause"
+  log "pause: built"
+fi

@@ -1,0 +1,33 @@
+# Local single-node Kubernetes for e2e tests (see e2e/cluster/README.md).
+# Included by the top-level Makefile:  include e2e/cluster/cluster.mk
+E2E_CLUSTER := e2e/cluster
+E2E_PYTEST ?= python3 -m pytest
+KIND ?= kind
+KIND_CLUSTER ?= rlog-e2e
+E2E_IMAGES := docker.io/rlog/e2e-smoke:dev docker.io/rlog/rlog-replica:dev docker.io/rlog/rlog-operator:dev
+
+.PHONY: cluster-up cluster-down cluster-status images e2e-smoke e2e-kind
+
+cluster-up:        ## build what is missing, start a local Kubernetes, context rlog-local
+	bash $(E2E_CLUSTER)/up.sh
+
+cluster-down:      ## stop the local Kubernetes and clean everything it made
+	bash $(E2E_CLUSTER)/down.sh
+
+cluster-status:    ## show the local Kubernetes' components, node and pods
+	bash $(E2E_CLUSTER)/status.sh
+
+images:            ## build the project's images (Dockerfiles) and load them into the local cluster
+	bash $(E2E_CLUSTER)/images.sh all
+
+e2e-smoke:         ## smoke suite against the current kubeconfig context
+	$(E2E_PYTEST) e2e/smoke -v
+
+e2e-kind:          ## laptop: kind cluster + docker-built images + the same e2e suite
+	$(KIND) get clusters | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s
+	docker build -t docker.io/rlog/e2e-smoke:dev e2e/smoke_image
+	docker build -t docker.io/rlog/rlog-replica:dev -f replica_image/Dockerfile .
+	docker build -t docker.io/rlog/rlog-operator:dev -f Dockerfile .
+	$(KIND) load docker-image --name $(KIND_CLUSTER) $(E2E_IMAGES)
+	kubectl config use-context kind-$(KIND_CLUSTER)
+	$(E2E_PYTEST) e2e -v

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Images without a registry.
+#   images.sh base      pause + busybox as hand-made OCI archives (no daemon needed)
+#   images.sh build     the project's images from the same Dockerfiles a laptop uses, with a
+#                       private dockerd (--bridge=none --iptables=false) that is stopped after;
+#                       the Dockerfiles' base image python:3.11-slim-bookworm is a debootstrap
+#                       rootfs (Debian bookworm + python3) imported under that name
+#   images.sh import    load every built archive into the cluster's containerd (k8s.io ns)
+# Archives are cached in $CACHE/images, keyed by the content hash of their inputs, so a warm
+# run builds nothing and never starts dockerd.
+source "$(dirname "$0")/lib.sh"
+
+IMG=$CACHE/images
+mkdir -p "$IMG"
+PAUSE_IMAGE=registry.k8s.io/pause:3.10
+BUSYBOX_IMAGE=docker.io/rlog/busybox:1.35
+BASE_IMAGE=python:3.11-slim-bookworm
+BASE_REV=1                       # bump to rebuild the debootstrap base
+BASE_TAR=$CACHE/debootstrap-bookworm-python3-$BASE_REV/rootfs.tar
+DOCKER_ROOT=$CACHE/docker
+DOCKER_RUN=/run/rlog-docker
+DOCKER_HOST_SOCK=unix://$DOCKER_RUN/docker.sock
+# name | Dockerfile | context (relative to the repo)
+PROJECT_IMAGES=(
+  "docker.io/rlog/e2e-smoke:dev|e2e/smoke_image/Dockerfile|e2e/smoke_image"
+  "docker.io/rlog/rlog-replica:dev|replica_image/Dockerfile|."
+  "docker.io/rlog/rlog-operator:dev|Dockerfile|."
+)
+
+base_images() {
+  local psum pbin
+  psum=$(sha256sum "$HERE/images/pause.c" | cut -c1-12)
+  pbin=$CACHE/pause-$psum/bin/pause
+  [[ -x $pbin ]] || "$HERE/build-tools.sh"
+  local out=$IMG/pause-$psum.tar
+  if [[ ! -f $out ]]; then
+    local r; r=$(mktemp -d); cp "$pbin" "$r/pause"
+    python3 "$HERE/ociarchive.py" "$r" "$PAUSE_IMAGE" "$out" --entrypoint /pause --user 65535:65535
+    rm -rf "$r"; log "image $PAUSE_IMAGE: built"
+  fi
+  ln -sf "$out" "$IMG/10-pause.tar"
+  local bb=/bin/busybox bsum; bsum=$(sha256sum $bb | cut -c1-12)
+  out=$IMG/busybox-$bsum.tar
+  if [[ ! -f $out ]]; then
+    local r; r=$(mktemp -d); mkdir -p "$r/bin" "$r/tmp" "$r/etc"; chmod 1777 "$r/tmp"
+    cp $bb "$r/bin/busybox"
+    for a in $($bb --list); do [[ $a == busybox ]] || ln -s busybox "$r/bin/$a"; done
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$r/etc/passwd"; echo 'root:x:0:' > "$r/etc/group"
+    python3 "$HERE/ociarchive.py" "$r" "$BUSYBOX_IMAGE" "$out" --cmd sh
+    rm -rf "$r"; log "image $BUSYBOX_IMAGE: built"
+  fi
+  ln -sf "$out" "$IMG/20-busybox.tar"
+}
+
+# Content hash of a build: Dockerfile + every non-ignored file of its context + base rev.
+context_hash() {
+  local dockerfile=$1 ctx=$2
+  ( cd "$REPO"
+    { echo "base=$BASE_REV"; sha256sum "$dockerfile"
+      git ls-files -co --exclude-standard -- "$ctx" | grep -v '^e2e/cluster/' | sort |
+        while read -r f; do [[ -f $f ]] && sha256sum "$f"; done
+    } | sha256sum | cut -c1-16 )
+}
+
+debootstrap_base() {
+  [[ -f $BASE_TAR ]] && return
+  local t=$SECONDS d; d=$(dirname "$BASE_TAR")/rootfs
+  log "base image: debootstrap bookworm + python3 (a few minutes)"
+  rm -rf "$d"; mkdir -p "$d"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    bookworm "$d" http://deb.debian.org/debian > "$(dirname "$BASE_TAR")/debootstrap.log" 2>&1 ||
+    die "debootstrap failed: see $(dirname "$BASE_TAR")/debootstrap.log"
+  ln -sf /usr/bin/python3 "$d/usr/local/bin/python3"; ln -sf /usr/bin/python3 "$d/usr/local/bin/python"
+  rm -rf "$d"/var/cache/apt/archives/*.deb "$d"/var/lib/apt/lists/*
+  tar -C "$d" --numeric-owner -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
+  rm -rf "$d"
+  log "base image: built in $((SECONDS - t))s"
+}
+
+DOCKERD_PID=
+dockerd_start() {
+  [[ -n $DOCKERD_PID ]] && return
+  if [[ -f $STATE/run/kubelet.pid ]] && kill -0 "$(cat "$STATE/run/kubelet.pid")" 2>/dev/null; then
+    die "the local cluster is up: run 'make cluster-down' before building images (dockerd must not run beside it)"
+  fi
+  mkdir -p "$DOCKER_RUN" "$DOCKER_ROOT"
+  dockerd --data-root "$DOCKER_ROOT" --exec-root "$DOCKER_RUN/exec" -H "$DOCKER_HOST_SOCK" \
+    --pidfile "$DOCKER_RUN/dockerd.pid" --bridge=none --iptables=false --ip6tables=false \
+    --ip-forward=false --ip-masq=false --userland-proxy=false --storage-driver=overlay2 \
+    > "$DOCKER_RUN/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  trap dockerd_stop EXIT
+  for _ in $(seq 60); do docker -H "$DOCKER_HOST_SOCK" version >/dev/null 2>&1 && return; sleep 0.5; done
+  die "dockerd did not start: $(tail -5 "$DOCKER_RUN/dockerd.log")"
+}
+dockerd_stop() {
+  [[ -n $DOCKERD_PID ]] || return 0
+  kill "$DOCKERD_PID" 2>/dev/null || true
+  for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$DOCKERD_PID" 2>/dev/null || true
+  DOCKERD_PID=
+  # its containerd and shims are its children and exit with it; leave no mounts behind
+  grep -o " $DOCKER_RUN[^ ]*\| $DOCKER_ROOT/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  log "dockerd stopped"
+}
+
+build_images() {
+  local strict=${1:-1} spec name df ctx h out failed=0
+  for spec in "${PROJECT_IMAGES[@]}"; do
+    IFS='|' read -r name df ctx <<<"$spec"
+    local short=${name##*/}; short=${short%%:*}
+    if [[ ! -f $REPO/$df ]] || { [[ $ctx == . ]] && [[ ! -f $REPO/pyproject.toml ]]; }; then
+      log "image $name: skipped ($df or pyproject.toml missing)"; rm -f "$IMG/50-$short.tar"; continue
+    fi
+    h=$(context_hash "$df" "$ctx"); out=$IMG/$short-$h.tar
+    if [[ ! -f $out ]]; then
+      debootstrap_base; dockerd_start
+      local D=(docker -H "$DOCKER_HOST_SOCK")
+      if ! "${D[@]}" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+        "${D[@]}" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+          --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+        log "base image $BASE_IMAGE imported into dockerd"
+      fi
+      local t=$SECONDS
+      log "image $name: docker build -f $df $ctx"
+      if DOCKER_BUILDKIT=0 "${D[@]}" build --network host -q -f "$REPO/$df" -t "$name" "$REPO/$ctx" \
+          > "$IMG/$short.build.log" 2>&1 && "${D[@]}" save -o "$out.tmp" "$name"; then
+        mv "$out.tmp" "$out"; log "image $name: built in $((SECONDS - t))s"
+      else
+        rm -f "$out.tmp"; failed=1; log "image $name: BUILD FAILED, see $IMG/$short.build.log"
+        tail -20 "$IMG/$short.build.log" >&2; continue
+      fi
+    fi
+    ln -sf "$out" "$IMG/50-$short.tar"
+  done
+  dockerd_stop
+  ((failed == 0 || strict == 0)) || die "some images failed to build"
+}
+
+import_images() {
+  local ctr=(ctr -a "$CTRD_SOCK" -n k8s.io) f
+  for f in "$IMG"/[0-9]*.tar; do
+    [[ -e $f ]] || continue
+    "${ctr[@]}" images import --no-unpack=false "$f" >/dev/null 2>&1 ||
+      "${ctr[@]}" images import "$f" >/dev/null || die "import of $f failed"
+  done
+  log "images imported: $("${ctr[@]}" images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
+}
+
+case ${1:-all} in
+  base) base_images ;;
+  build) base_images; build_images "${2:-1}" ;;
+  import) import_images ;;
+  all) base_images; build_images 1
+       if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
+  *) die "usage: images.sh base|build [strict]|import|all" ;;
+esac

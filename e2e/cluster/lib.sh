@@ -1,0 +1,43 @@
+# Shared settings for the local single-node Kubernetes (sourced, not run).
+# shellcheck shell=bash
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+HELM_VERSION=${HELM_VERSION:-v3.21.4}
+LPP_VERSION=${LPP_VERSION:-v0.0.30}
+
+CLUSTER_NAME=rlog-local
+CACHE=${RLOG_CLUSTER_CACHE:-$HOME/.cache/rlog-cluster}
+STATE=${RLOG_CLUSTER_STATE:-/var/lib/rlog-cluster}
+RUN=$STATE/run              # pid files and logs
+PKI=$STATE/pki
+KCFG=$STATE/kubeconfig
+CTRD_ROOT=$STATE/containerd
+CTRD_STATE=/run/rlog-cluster/containerd
+CTRD_SOCK=/run/rlog-cluster/containerd.sock
+KUBELET_ROOT=$STATE/kubelet
+CNI_CONF_DIR=$STATE/cni/net.d
+CNI_BIN_DIR=/usr/lib/cni
+LPP_DIR=$STATE/local-path      # where dynamically provisioned volumes live
+POD_CIDR=10.244.0.0/24
+CLUSTER_CIDR=10.244.0.0/16
+SERVICE_CIDR=10.96.0.0/16
+API_SVC_IP=10.96.0.1
+DNS_IP=169.254.20.10
+NODE_NAME=${NODE_NAME:-rlog-node}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+
+K8S_BIN=$CACHE/kubernetes-$K8S_VERSION/bin
+ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/bin
+COREDNS_BIN=$CACHE/coredns-$COREDNS_VERSION/bin
+HELM_BIN=$CACHE/helm-$HELM_VERSION/bin
+LPP_BIN=$CACHE/local-path-provisioner-$LPP_VERSION/bin
+
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
