@@ -87,4 +87,24 @@ def open_storage(path: str | Path, engine: str = "lmdb") -> Storage:
         from rlog.storage.lmdb_engine import LmdbStorage
 
         return LmdbStorage(Path(path))
-    raise StorageError(f"unknown storage engine {engine!r}")
+    if engine == "leveldb":
+        try:
+            from rlog.storage.leveldb_engine import LevelDbStorage
+        except ImportError as exc:
+            raise StorageError(
+                f"engine 'leveldb' needs plyvel (pip install rlog[dev]): {exc}"
+            ) from None
+        return LevelDbStorage(Path(path))
+    if engine == "rocksdb":
+        try:
+            from rlog.storage.rocksdb_engine import RocksDbStorage
+        except ImportError as exc:
+            raise StorageError(
+                f"engine 'rocksdb' needs rocksdict (pip install rlog[dev]): {exc}"
+            ) from None
+        return RocksDbStorage(Path(path))
+    raise StorageError(f"unknown storage engine {engine!r} (one of {', '.join(ENGINES)})")
+
+
+# Engines `open_storage` knows; the first one is the default (docs/storage-engines.md).
+ENGINES = ("lmdb", "leveldb", "rocksdb", "memory")
