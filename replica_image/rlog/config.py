@@ -62,19 +62,19 @@ def quorum(replicas: int) -> int:
 
 @dataclass
 class ReplicaConfig:
-    id: int                      # 0-based, the index of this replica in `peers`
-    peers: list[str]             # every replica including this one, in id order
+    id: int  # 0-based, the index of this replica in `peers`
+    peers: list[str]  # every replica including this one, in id order
     data_dir: Path
-    listen: str = ""             # defaults to peers[id]
+    listen: str = ""  # defaults to peers[id]
     auto_initialize: bool = False
     metrics_port: int | None = None
     log_id: str = ""
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     storage_engine: str = "lmdb"
-    election_timeout: float = 1.0   # seconds; randomized in [T, 2T)
+    election_timeout: float = 1.0  # seconds; randomized in [T, 2T)
     heartbeat_interval: float = 0.2
     append_timeout: float = 10.0
-    retry_backoff: float = 0.1      # T of the random back-off in [T, 2T) after a rejection
+    retry_backoff: float = 0.1  # T of the random back-off in [T, 2T) after a rejection
     max_batch_entries: int = 4096
     max_batch_bytes: int = 8 * 1024 * 1024
     max_inflight_batches: int = 4

@@ -139,7 +139,7 @@ class Metadata(_message.Message):
     PROMISED_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
-    LEARNED_UPTO_FIELD_NUMBER: _builtins.int
+    LEARNED_BELOW_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
     status: Global___Status.ValueType
     promised: _builtins.int
@@ -148,8 +148,8 @@ class Metadata(_message.Message):
     """identity of the log the data dir belongs to"""
     replica_id: _builtins.int
     """identity of the replica the data dir belongs to"""
-    learned_upto: _builtins.int
-    """every stored position <= this is learned (a hint; see storage)"""
+    learned_below: _builtins.int
+    """every position below this one is learned (or truncated)"""
     begin: _builtins.int
     """first position not truncated"""
     def __init__(
@@ -159,12 +159,12 @@ class Metadata(_message.Message):
         promised: _builtins.int = ...,
         log_id: _builtins.str = ...,
         replica_id: _builtins.int = ...,
-        learned_upto: _builtins.int = ...,
+        learned_below: _builtins.int = ...,
         begin: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "learned_upto", b"learned_upto", "log_id", b"log_id", "promised", b"promised", "replica_id", b"replica_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "learned_below", b"learned_below", "log_id", b"log_id", "promised", b"promised", "replica_id", b"replica_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,98 @@
+"""Paxos rounds as pure bookkeeping: tallying replies and choosing what a fill writes.
+
+A round (an implicit promise, an explicit promise for a batch of positions, or a write of a
+batch) is sent to every replica; `Tally` counts the distinct replies and says when the round
+is decided. The coordinator (coordinator.py) and catch-up drive rounds with it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from rlog.proto import rlog_pb2 as pb
+
+
+class Outcome(enum.Enum):
+    PENDING = "pending"
+    ACCEPTED = "accepted"  # a quorum accepted
+    REJECTED = "rejected"  # some replica holds a higher promise
+    IMPOSSIBLE = "impossible"  # too many IGNORED or failed replies for a quorum of accepts
+
+
+class Tally:
+    """Replies of one round, one per replica (duplicates are ignored)."""
+
+    def __init__(self, replicas: int, quorum: int) -> None:
+        self.replicas = replicas
+        self.quorum = quorum
+        self.accepts: dict[int, pb.PromiseResponse | pb.WriteResponse] = {}
+        self.unavailable: set[int] = set()  # IGNORED or transport failure
+        self.rejected_by = 0  # highest promise carried by a REJECT, 0 if none
+
+    def add(self, replica: int, response: pb.PromiseResponse | pb.WriteResponse) -> None:
+        if replica in self.accepts or replica in self.unavailable:
+            return
+        if response.verdict == pb.ACCEPT:
+            self.accepts[replica] = response
+        elif response.verdict == pb.REJECT:
+            # A replica that rejected will not accept this round: it counts as unavailable.
+            self.unavailable.add(replica)
+            self.rejected_by = max(self.rejected_by, response.proposal, 1)
+        else:
+            self.unavailable.add(replica)
+
+    def fail(self, replica: int) -> None:
+        if replica not in self.accepts:
+            self.unavailable.add(replica)
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.rejected_by:
+            return Outcome.REJECTED
+        if len(self.accepts) >= self.quorum:
+            return Outcome.ACCEPTED
+        if self.replicas - len(self.unavailable) < self.quorum:
+            return Outcome.IMPOSSIBLE
+        return Outcome.PENDING
+
+
+def choose_fill_value(position: int, replies: list[pb.Action]) -> tuple[pb.Action, bool]:
+    """Given a quorum's explicit-promise replies for `position` (each the record as it was
+    before the promise), return the action to settle the position with, and whether it is
+    already learned (then it is broadcast as learned, with no write).
+
+    Paxos: a learned value is final; otherwise the value accepted at the highest proposal
+    must be re-proposed; with none, the position gets a NOP."""
+    for action in replies:
+        if action.learned:
+            chosen = pb.Action()
+            chosen.CopyFrom(action)
+            chosen.position = position
+            return chosen, True
+    best: pb.Action | None = None
+    for action in replies:
+        if action.performed and (best is None or action.performed > best.performed):
+            best = action
+    if best is None:
+        return pb.Action(position=position, type=pb.NOP), False
+    return (
+        pb.Action(
+            position=position,
+            type=best.type,
+            value=best.value,
+            truncate_to=best.truncate_to,
+            tombstone=best.tombstone,
+        ),
+        False,
+    )
+
+
+def entry_of(action: pb.Action) -> pb.Action:
+    """The proposable part of an action (what a write carries)."""
+    return pb.Action(
+        position=action.position,
+        type=action.type,
+        value=action.value,
+        truncate_to=action.truncate_to,
+        tombstone=action.tombstone,
+    )

@@ -1,0 +1,480 @@
+"""The coordinator: elect, fill, append and truncate, as a pure state machine.
+
+Events go in through methods (`elect`, `on_reply`, `on_failure`, `on_timeout`, `propose`,
+`pump`, `step_down`); what the coordinator wants done comes out in `take()` as outputs:
+messages to send, timers to set, results for the callers. No I/O, no clocks: the server
+(server.py) and the simulations in tests drive it.
+
+Rules (shared/MESOS-LOG-NOTES.md, "Coordinator rules"):
+- elect: proposal = max(highest seen, local promise) + 1, implicit promise to every replica;
+  a quorum of ACCEPT elects; index = the highest `end` in those replies;
+- fill every position in [begin, index] the local replica has not learned: explicit promise
+  at proposal + 1 (a number no implicit promise of ours ever used for these positions), then
+  adopt a learned value, else the value with the highest `performed`, else a NOP;
+- lead: positions index+1... are written at `proposal`; appends arriving together become one
+  write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
+  then a learned message goes to every replica;
+- any REJECT, or a round that can no longer reach a quorum (IGNORED, failures) or times out,
+  demotes: in-flight appends end with an unknown outcome, queued ones with "not attempted";
+  the next election waits a random back-off in [T, 2T) and goes above the highest number seen.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rlog.consensus import Outcome, Tally, choose_fill_value, entry_of
+from rlog.proto import rlog_pb2 as pb
+
+
+class LocalReplica(Protocol):
+    """What the coordinator reads of its own replica (read-only)."""
+
+    @property
+    def begin(self) -> int: ...
+
+    @property
+    def promised(self) -> int: ...
+
+    def unlearned(self, first: int, last: int) -> Iterable[int]: ...
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"
+    ELECTING = "electing"
+    FILLING = "filling"
+    LEADING = "leading"
+
+
+class FailureKind(enum.Enum):
+    NOT_LEADER = "not_leader"  # never attempted: safe to retry elsewhere
+    UNKNOWN = "unknown"  # written to some replicas: may or may not be chosen
+    TIMEOUT = "timeout"  # no quorum answered in time: outcome unknown too
+
+
+# ---- outputs ---------------------------------------------------------------------------
+
+
+@dataclass
+class Send:
+    to: int
+    message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+    round: int = 0  # 0: one-way, no reply expected
+
+
+@dataclass
+class SetTimer:
+    round: int
+    delay: float
+
+
+@dataclass
+class Done:
+    token: Hashable
+    positions: list[int]
+
+
+@dataclass
+class Failed:
+    token: Hashable
+    kind: FailureKind
+    reason: str
+
+
+@dataclass
+class Elected:
+    proposal: int
+    index: int
+
+
+@dataclass
+class Leading:
+    proposal: int
+    next_position: int
+
+
+@dataclass
+class Demoted:
+    reason: str
+    retry_after: float
+
+
+Output = Send | SetTimer | Done | Failed | Elected | Leading | Demoted
+
+
+# ---- rounds ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Election:
+    tally: Tally
+
+
+@dataclass
+class _Fill:
+    positions: list[int]
+    tally: Tally
+    writing: list[pb.Action] = field(default_factory=list)  # set in the write stage
+
+
+@dataclass
+class _Write:
+    first: int
+    actions: list[pb.Action]
+    tokens: list[tuple[Hashable, list[int]]]
+    tally: Tally
+
+
+@dataclass
+class CoordinatorConfig:
+    election_timeout: float = 1.0
+    fill_timeout: float = 2.0
+    append_timeout: float = 10.0
+    retry_backoff: float = 0.1  # T of the back-off in [T, 2T)
+    max_batch_entries: int = 4096
+    max_batch_bytes: int = 8 * 1024 * 1024
+    max_inflight_batches: int = 4
+    fill_batch: int = 256  # positions per explicit-promise round
+
+
+class Coordinator:
+    def __init__(
+        self,
+        replica_id: int,
+        replicas: int,
+        local: LocalReplica,
+        config: CoordinatorConfig | None = None,
+        rng: random.Random | None = None,
+        log_id: str = "",
+    ) -> None:
+        self.id = replica_id
+        self.replicas = replicas
+        self.quorum = replicas // 2 + 1
+        self.local = local
+        self.config = config or CoordinatorConfig()
+        self.rng = rng or random.Random()
+        self.log_id = log_id
+        self.phase = Phase.IDLE
+        self.proposal = 0
+        self.highest_seen = 0
+        self.index = 0  # highest position known to hold a record at election
+        self.next_position = 0  # where the next append goes (when leading)
+        self._outbox: list[Output] = []
+        self._round_seq = 0
+        self._election: tuple[int, _Election] | None = None
+        self._fills: dict[int, _Fill] = {}
+        self._to_fill: deque[int] = deque()
+        self._writes: dict[int, _Write] = {}
+        self._queue: deque[tuple[Hashable, list[pb.Action]]] = deque()
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    def take(self) -> list[Output]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _new_round(self) -> int:
+        self._round_seq += 1
+        return self._round_seq
+
+    def _broadcast(
+        self, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest, round_id: int = 0
+    ) -> None:
+        for replica in range(self.replicas):
+            self._outbox.append(Send(replica, message, round_id))
+
+    @property
+    def leading(self) -> bool:
+        return self.phase == Phase.LEADING
+
+    @property
+    def busy(self) -> bool:
+        """Whether an election or fill is under way (the driver must not start another)."""
+        return self.phase in (Phase.ELECTING, Phase.FILLING)
+
+    def observe(self, proposal: int) -> None:
+        """Remember a proposal number seen elsewhere (e.g. in a rival's heartbeat)."""
+        self.highest_seen = max(self.highest_seen, proposal)
+
+    # ---- election ----------------------------------------------------------------------
+
+    def elect(self) -> None:
+        if self.phase != Phase.IDLE:
+            return
+        self.phase = Phase.ELECTING
+        self.proposal = max(self.highest_seen, self.local.promised, self.proposal) + 1
+        self.highest_seen = self.proposal
+        round_id = self._new_round()
+        self._election = (round_id, _Election(Tally(self.replicas, self.quorum)))
+        self._broadcast(
+            pb.PromiseRequest(proposal=self.proposal, candidate=self.id, log_id=self.log_id),
+            round_id,
+        )
+        self._outbox.append(SetTimer(round_id, self.config.election_timeout))
+
+    def _on_election_reply(
+        self, election: _Election, replica: int, response: pb.PromiseResponse | None
+    ) -> None:
+        if response is None:
+            election.tally.fail(replica)
+        else:
+            election.tally.add(replica, response)
+        outcome = election.tally.outcome
+        if outcome == Outcome.PENDING:
+            return
+        self._election = None
+        if outcome != Outcome.ACCEPTED:
+            self._demote(self._round_failure("election", election.tally))
+            return
+        self.index = max(
+            r.end for r in election.tally.accepts.values() if isinstance(r, pb.PromiseResponse)
+        )
+        self._outbox.append(Elected(self.proposal, self.index))
+        self.phase = Phase.FILLING
+        self._to_fill = deque(self.local.unlearned(0, self.index))
+        self._pump_fills()
+
+    # ---- fill --------------------------------------------------------------------------
+
+    @property
+    def fill_proposal(self) -> int:
+        return self.proposal + 1
+
+    def _pump_fills(self) -> None:
+        while self._to_fill and len(self._fills) < self.config.max_inflight_batches:
+            positions = [
+                self._to_fill.popleft()
+                for _ in range(min(self.config.fill_batch, len(self._to_fill)))
+            ]
+            round_id = self._new_round()
+            self._fills[round_id] = _Fill(positions, Tally(self.replicas, self.quorum))
+            self._broadcast(
+                pb.PromiseRequest(
+                    proposal=self.fill_proposal,
+                    positions=positions,
+                    candidate=self.id,
+                    log_id=self.log_id,
+                ),
+                round_id,
+            )
+            self._outbox.append(SetTimer(round_id, self.config.fill_timeout))
+        if not self._to_fill and not self._fills and self.phase == Phase.FILLING:
+            self.phase = Phase.LEADING
+            self.next_position = self.index + 1
+            self._outbox.append(Leading(self.proposal, self.next_position))
+            self.pump()
+
+    def _on_fill_reply(
+        self,
+        round_id: int,
+        fill: _Fill,
+        replica: int,
+        response: pb.PromiseResponse | pb.WriteResponse | None,
+    ) -> None:
+        if response is None:
+            fill.tally.fail(replica)
+        elif fill.writing:
+            if isinstance(response, pb.WriteResponse):
+                fill.tally.add(replica, response)
+        elif isinstance(response, pb.PromiseResponse):
+            fill.tally.add(replica, response)
+        outcome = fill.tally.outcome
+        if outcome == Outcome.PENDING:
+            return
+        if outcome != Outcome.ACCEPTED:
+            self._demote(self._round_failure("fill", fill.tally))
+            return
+        if fill.writing:
+            del self._fills[round_id]
+            self._broadcast(self._learned(actions=[_learned(a) for a in fill.writing]))
+            self._pump_fills()
+            return
+        # Promise stage done: decide each position.
+        replies: dict[int, list[pb.Action]] = {p: [] for p in fill.positions}
+        for reply in fill.tally.accepts.values():
+            if isinstance(reply, pb.PromiseResponse):
+                for action in reply.actions:
+                    if action.position in replies:
+                        replies[action.position].append(action)
+        learned: list[pb.Action] = []
+        writing: list[pb.Action] = []
+        for position in fill.positions:
+            chosen, is_learned = choose_fill_value(position, replies[position])
+            (learned if is_learned else writing).append(chosen)
+        if learned:
+            self._broadcast(self._learned(actions=[_learned(a) for a in learned]))
+        if not writing:
+            del self._fills[round_id]
+            self._pump_fills()
+            return
+        fill.writing = writing
+        fill.tally = Tally(self.replicas, self.quorum)
+        self._broadcast(
+            pb.WriteRequest(
+                proposal=self.fill_proposal,
+                actions=[entry_of(a) for a in writing],
+                leader=self.id,
+                log_id=self.log_id,
+            ),
+            round_id,
+        )
+
+    # ---- appends -----------------------------------------------------------------------
+
+    def propose(self, token: Hashable, actions: list[pb.Action]) -> None:
+        """Queue entries (positions are assigned when the batch is formed)."""
+        if self.phase != Phase.LEADING:
+            self._outbox.append(Failed(token, FailureKind.NOT_LEADER, "not the leader"))
+            return
+        self._queue.append((token, actions))
+
+    def pump(self) -> None:
+        """Form write batches from the queue while fewer than the maximum are in flight."""
+        if self.phase != Phase.LEADING:
+            return
+        while self._queue and len(self._writes) < self.config.max_inflight_batches:
+            batch: list[pb.Action] = []
+            tokens: list[tuple[Hashable, list[int]]] = []
+            size = 0
+            first = self.next_position
+            while self._queue:
+                token, actions = self._queue[0]
+                token_size = sum(len(a.value) for a in actions)
+                if batch and (
+                    len(batch) + len(actions) > self.config.max_batch_entries
+                    or size + token_size > self.config.max_batch_bytes
+                ):
+                    break
+                self._queue.popleft()
+                positions = []
+                for action in actions:
+                    entry = entry_of(action)
+                    entry.position = self.next_position
+                    positions.append(self.next_position)
+                    self.next_position += 1
+                    batch.append(entry)
+                tokens.append((token, positions))
+                size += token_size
+            round_id = self._new_round()
+            self._writes[round_id] = _Write(first, batch, tokens, Tally(self.replicas, self.quorum))
+            self._broadcast(
+                pb.WriteRequest(
+                    proposal=self.proposal, actions=batch, leader=self.id, log_id=self.log_id
+                ),
+                round_id,
+            )
+            self._outbox.append(SetTimer(round_id, self.config.append_timeout))
+
+    def _on_write_reply(
+        self, round_id: int, write: _Write, replica: int, response: pb.WriteResponse | None
+    ) -> None:
+        if response is None:
+            write.tally.fail(replica)
+        else:
+            write.tally.add(replica, response)
+        outcome = write.tally.outcome
+        if outcome == Outcome.PENDING:
+            return
+        if outcome != Outcome.ACCEPTED:
+            self._demote(self._round_failure("write", write.tally))
+            return
+        del self._writes[round_id]
+        last = write.first + len(write.actions) - 1
+        self._broadcast(self._learned(ranges=[pb.PositionRange(first=write.first, last=last)]))
+        for token, positions in write.tokens:
+            self._outbox.append(Done(token, positions))
+        self.pump()
+
+    def _learned(
+        self, ranges: list[pb.PositionRange] | None = None, actions: list[pb.Action] | None = None
+    ) -> pb.LearnedRequest:
+        return pb.LearnedRequest(
+            proposal=self.proposal,
+            ranges=ranges or [],
+            actions=actions or [],
+            leader=self.id,
+            log_id=self.log_id,
+        )
+
+    # ---- events ------------------------------------------------------------------------
+
+    def on_reply(
+        self, round_id: int, replica: int, response: pb.PromiseResponse | pb.WriteResponse
+    ) -> None:
+        if response.verdict == pb.REJECT:
+            self.highest_seen = max(self.highest_seen, response.proposal)
+        self._dispatch(round_id, replica, response)
+
+    def on_failure(self, round_id: int, replica: int) -> None:
+        """The request to `replica` for this round failed in transport (counts as no reply)."""
+        self._dispatch(round_id, replica, None)
+
+    def _dispatch(
+        self, round_id: int, replica: int, response: pb.PromiseResponse | pb.WriteResponse | None
+    ) -> None:
+        if self._election is not None and self._election[0] == round_id:
+            if response is None or isinstance(response, pb.PromiseResponse):
+                self._on_election_reply(self._election[1], replica, response)
+        elif round_id in self._fills:
+            self._on_fill_reply(round_id, self._fills[round_id], replica, response)
+        elif round_id in self._writes:
+            if response is None or isinstance(response, pb.WriteResponse):
+                self._on_write_reply(round_id, self._writes[round_id], replica, response)
+        # else: a late reply to a finished round
+
+    def on_timeout(self, round_id: int) -> None:
+        if self._election is not None and self._election[0] == round_id:
+            self._election = None
+            self._demote("election timed out without a quorum")
+        elif round_id in self._fills:
+            self._demote("fill timed out without a quorum")
+        elif round_id in self._writes:
+            self._demote("append timed out without a quorum", timed_out=True)
+
+    def step_down(self, reason: str = "asked to step down") -> None:
+        if self.phase != Phase.IDLE:
+            self._demote(reason)
+
+    # ---- demotion ----------------------------------------------------------------------
+
+    def _round_failure(self, what: str, tally: Tally) -> str:
+        if tally.rejected_by:
+            return f"{what} rejected: a replica promised proposal {tally.rejected_by}"
+        return (
+            f"{what} cannot reach a quorum: {len(tally.unavailable)} of {self.replicas} "
+            "replicas ignored it or failed"
+        )
+
+    def _demote(self, reason: str, timed_out: bool = False) -> None:
+        in_flight_kind = FailureKind.TIMEOUT if timed_out else FailureKind.UNKNOWN
+        for write in self._writes.values():
+            for token, _ in write.tokens:
+                self._outbox.append(
+                    Failed(token, in_flight_kind, f"leadership lost during the append: {reason}")
+                )
+        for token, _ in self._queue:
+            self._outbox.append(
+                Failed(token, FailureKind.NOT_LEADER, f"not attempted: leadership lost: {reason}")
+            )
+        self._writes.clear()
+        self._queue.clear()
+        self._fills.clear()
+        self._to_fill.clear()
+        self._election = None
+        self.phase = Phase.IDLE
+        lo = self.config.retry_backoff
+        self._outbox.append(Demoted(reason, self.rng.uniform(lo, 2 * lo)))
+
+
+def _learned(action: pb.Action) -> pb.Action:
+    learned = pb.Action()
+    learned.CopyFrom(action)
+    learned.learned = True
+    learned.promised = 0
+    learned.performed = 0
+    return learned

@@ -1,0 +1,5 @@
+import sys
+from pathlib import Path
+
+# tests/ holds shared helpers (e.g. paxos_sim) imported by several test modules.
+sys.path.insert(0, str(Path(__file__).parent))
