@@ -506,3 +506,56 @@ def test_sigkill_mid_batch_leaves_whole_batches(engine: str, tmp_path: Path) -> 
             acked = check_consistent(store, acked)
         finally:
             store.close()
+
+
+# -- segment engine specifics: rollover, reclaim, torn tail ------------------------------------
+
+
+def test_segment_rollover_reclaims_dead_segments(tmp_path: Path) -> None:
+    from rlog.storage.segment_engine import SegmentStorage
+
+    seg_dir = tmp_path / "data" / "segments"
+    store = SegmentStorage(tmp_path / "data", segment_bytes=16 << 10)
+    meta = pb.Metadata(status=pb.VOTING, log_id="L", promised=9)
+    store.apply(WriteBatch(metadata=meta))
+    for b in range(40):
+        store.apply(WriteBatch(actions=[action(b * 4 + i, b"v" * 1024) for i in range(4)]))
+    assert len(list(seg_dir.glob("*.seg"))) >= 8
+    store.apply(WriteBatch(delete_below=150))
+    segs = sorted(seg_dir.glob("*.seg"))
+    assert len(segs) <= 2  # every segment that held only positions < 150 is gone
+    store.close()
+    store = SegmentStorage(tmp_path / "data", segment_bytes=16 << 10)
+    try:
+        assert store.metadata() == meta  # carried by the checkpoint at each segment's head
+        assert positions(store) == list(range(150, 160))
+    finally:
+        store.close()
+
+
+def test_segment_torn_tail_is_cut_and_corruption_is_refused(tmp_path: Path) -> None:
+    from rlog.storage.segment_engine import SegmentStorage
+
+    store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
+    for b in range(12):
+        store.apply(WriteBatch(actions=[action(b * 2 + i, b"v" * 1024) for i in range(2)]))
+    store.close()
+    segs = sorted((tmp_path / "data" / "segments").glob("*.seg"))
+    newest = segs[-1]
+    size = newest.stat().st_size
+    with newest.open("r+b") as f:  # a torn last record: half of it reached the disk
+        f.truncate(size - 700)
+    store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
+    assert positions(store) == list(range(22))  # the last batch (22, 23) is wholly gone
+    store.apply(WriteBatch(actions=[action(22)]))  # appends after the cut
+    store.close()
+    store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
+    assert positions(store) == list(range(23))
+    store.close()
+    with segs[0].open("r+b") as f:  # a flipped byte in an older segment is corruption
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(StorageError, match="is corrupt at byte"):
+        SegmentStorage(tmp_path / "data")

@@ -103,8 +103,12 @@ def open_storage(path: str | Path, engine: str = "lmdb") -> Storage:
                 f"engine 'rocksdb' needs rocksdict (pip install rlog[dev]): {exc}"
             ) from None
         return RocksDbStorage(Path(path))
+    if engine == "segment":
+        from rlog.storage.segment_engine import SegmentStorage
+
+        return SegmentStorage(Path(path))
     raise StorageError(f"unknown storage engine {engine!r} (one of {', '.join(ENGINES)})")
 
 
 # Engines `open_storage` knows; the first one is the default (docs/storage-engines.md).
-ENGINES = ("lmdb", "leveldb", "rocksdb", "memory")
+ENGINES = ("lmdb", "leveldb", "rocksdb", "segment", "memory")

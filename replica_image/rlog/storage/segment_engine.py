@@ -1,0 +1,312 @@
+"""Segmented append-only file engine: one CRC'd record per batch, one fdatasync per batch.
+
+Layout: <data dir>/segments/<16 hex digits>.seg. A segment is a sequence of records
+`[u32 length][u32 crc32(payload)][payload]`, one record per `apply`, so a batch is atomic: on
+open, a record whose length or CRC does not check out ends the log (a torn tail, only
+possible at the end of the newest segment; it is cut off). Payload:
+
+    u8 flags (1 = metadata, 2 = delete_below) [u32 len, Metadata] [9-byte delete_below]
+    u32 count, count x (u64 position, u32 len, Action bytes)
+
+Every segment starts with a checkpoint record (the metadata and the begin as of its
+creation), written to a temp file, fsync'd and renamed into place, so any suffix of the
+segments replays to the full state. A segment that holds no live action any more (all
+overwritten or deleted below a truncation) is unlinked after the next synced batch: that is
+the compaction, and it is what deletion below a position amounts to on disk.
+
+The index (position -> segment, offset, length) lives in memory and is rebuilt at open by
+replaying the segments: memory is O(live positions) (~150 B each) and open time is
+O(live bytes). Segments that are only partly dead are not rewritten.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlog.proto import rlog_pb2 as pb
+from rlog.storage import Storage, StorageError, WriteBatch
+from rlog.storage._common import MAX_POSITION, open_data_dir
+
+SEGMENT_BYTES = 64 << 20
+_HEADER = struct.Struct(">II")
+_U32 = struct.Struct(">I")
+_ENTRY = struct.Struct(">QI")
+_HAS_META = 1
+_HAS_CUT = 2
+_SCAN_CHUNK = 1024
+
+
+def _encode(meta: bytes | None, cut: int | None, puts: list[tuple[int, bytes]]) -> bytes:
+    parts = [bytes([(_HAS_META if meta is not None else 0) | (_HAS_CUT if cut is not None else 0)])]
+    if meta is not None:
+        parts += [_U32.pack(len(meta)), meta]
+    if cut is not None:
+        parts.append(cut.to_bytes(9, "big"))
+    parts.append(_U32.pack(len(puts)))
+    for position, raw in puts:
+        parts += [_ENTRY.pack(position, len(raw)), raw]
+    payload = b"".join(parts)
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _seg_name(number: int) -> str:
+    return f"{number:016x}.seg"
+
+
+class SegmentStorage(Storage):
+    def __init__(self, path: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.path = Path(path)
+        self._dir, self._lock = open_data_dir(self.path, "segments")
+        self._segment_bytes = segment_bytes
+        self._fds: dict[int, int] = {}  # segment number -> read fd
+        self._live: dict[int, int] = {}  # segment number -> live index entries in it
+        self._index: dict[int, tuple[int, int, int]] = {}  # position -> (segment, off, len)
+        self._positions: list[int] = []  # sorted keys of _index
+        self._meta = b""
+        self._begin = 0
+        self._active = -1
+        self._wfd = -1
+        self._size = 0
+        self._closed = False
+        try:
+            self._dir.mkdir(exist_ok=True)
+            self._recover()
+        except OSError as exc:
+            self._close_fds()
+            self._lock.release()
+            raise StorageError(f"data dir {self.path}: cannot open segments: {exc}") from None
+        except StorageError:
+            self._close_fds()
+            self._lock.release()
+            raise
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        for stale in self._dir.glob("*.tmp"):
+            stale.unlink()
+        numbers = sorted(int(p.stem, 16) for p in self._dir.glob("*.seg"))
+        for i, number in enumerate(numbers):
+            fd = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
+            self._fds[number] = fd
+            self._live.setdefault(number, 0)
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            end = self._replay(number, data)
+            if end < len(data):
+                if i != len(numbers) - 1:
+                    raise StorageError(
+                        f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
+                        f"byte {end} (not the newest segment, so not a torn write)"
+                    )
+                # Torn tail of the newest segment: the batch never returned; cut it off.
+                wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(wfd, end)
+                    os.fsync(wfd)
+                finally:
+                    os.close(wfd)
+        if numbers:
+            self._active = numbers[-1]
+            self._wfd = os.open(self._dir / _seg_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
+            self._size = os.fstat(self._wfd).st_size
+        else:
+            self._roll()
+
+    def _replay(self, number: int, data: bytes) -> int:
+        """Apply the valid records of one segment to the index; return where they end."""
+        off = 0
+        while off + _HEADER.size <= len(data):
+            length, crc = _HEADER.unpack_from(data, off)
+            start = off + _HEADER.size
+            payload = data[start : start + length]
+            if len(payload) != length or zlib.crc32(payload) != crc:
+                return off
+            p = 0
+            flags = payload[p]
+            p += 1
+            meta = cut = None
+            if flags & _HAS_META:
+                (n,) = _U32.unpack_from(payload, p)
+                meta = payload[p + 4 : p + 4 + n]
+                p += 4 + n
+            if flags & _HAS_CUT:
+                cut = int.from_bytes(payload[p : p + 9], "big")
+                p += 9
+            (count,) = _U32.unpack_from(payload, p)
+            p += 4
+            puts = []
+            for _ in range(count):
+                position, n = _ENTRY.unpack_from(payload, p)
+                p += _ENTRY.size
+                puts.append((position, (number, start + p, n)))
+                p += n
+            self._install(meta, cut, puts)
+            off = start + length
+        return off
+
+    # -- in-memory state ---------------------------------------------------------------------
+
+    def _install(
+        self, meta: bytes | None, cut: int | None, puts: list[tuple[int, tuple[int, int, int]]]
+    ) -> None:
+        if meta is not None:
+            self._meta = meta
+        for position, loc in puts:
+            old = self._index.get(position)
+            if old is None:
+                if not self._positions or position > self._positions[-1]:
+                    self._positions.append(position)
+                else:
+                    bisect.insort(self._positions, position)
+            else:
+                self._live[old[0]] -= 1
+            self._index[position] = loc
+            self._live[loc[0]] = self._live.get(loc[0], 0) + 1
+        if cut is not None and cut > self._begin:
+            self._begin = cut
+        if cut is not None:
+            n = bisect.bisect_left(self._positions, cut)
+            for position in self._positions[:n]:
+                self._live[self._index.pop(position)[0]] -= 1
+            del self._positions[:n]
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def _fsync_dir(self) -> None:
+        dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _roll(self) -> None:
+        """Start a new segment that begins with a checkpoint of the current state."""
+        number = self._active + 1
+        if self._wfd >= 0:
+            os.fsync(self._wfd)  # everything before the new segment is durable first
+            os.close(self._wfd)
+            self._wfd = -1
+        record = _encode(self._meta, self._begin, [])
+        tmp = self._dir / (_seg_name(number) + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(fd, record)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, self._dir / _seg_name(number))
+        self._fsync_dir()
+        self._active = number
+        self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
+        self._size = len(record)
+        self._fds[number] = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
+        self._live.setdefault(number, 0)
+
+    def _reclaim(self) -> None:
+        dead = [n for n, live in self._live.items() if live == 0 and n != self._active]
+        for number in dead:
+            os.unlink(self._dir / _seg_name(number))
+            os.close(self._fds.pop(number))
+            del self._live[number]
+        if dead:
+            self._fsync_dir()
+
+    # -- the interface -----------------------------------------------------------------------
+
+    def metadata(self) -> pb.Metadata:
+        return pb.Metadata.FromString(self._meta)
+
+    def _read(self, loc: tuple[int, int, int]) -> bytes:
+        number, off, n = loc
+        return os.pread(self._fds[number], n, off)
+
+    def get(self, position: int) -> pb.Action | None:
+        loc = self._index.get(position)
+        return None if loc is None else pb.Action.FromString(self._read(loc))
+
+    def scan(self, first: int, last: int) -> Iterator[pb.Action]:
+        while first <= last:
+            lo = bisect.bisect_left(self._positions, first)
+            hi = bisect.bisect_right(
+                self._positions, last, lo, min(lo + _SCAN_CHUNK, len(self._positions))
+            )
+            chunk = [self._read(self._index[p]) for p in self._positions[lo:hi]]
+            if not chunk:
+                return
+            next_first = self._positions[hi - 1] + 1
+            for raw in chunk:  # read eagerly: a later apply may unlink a segment
+                yield pb.Action.FromString(raw)
+            first = next_first
+
+    def last_position(self) -> int | None:
+        return self._positions[-1] if self._positions else None
+
+    def first_position(self) -> int | None:
+        return self._positions[0] if self._positions else None
+
+    def apply(self, batch: WriteBatch) -> None:
+        cut = batch.delete_below
+        actions = batch.actions
+        if cut is not None:
+            actions = [a for a in actions if a.position >= cut]
+            cut = min(max(cut, 0), MAX_POSITION + 1)
+        for a in actions:
+            if not 0 <= a.position <= MAX_POSITION:
+                raise ValueError(f"position {a.position} is outside [0, 2**64-1]")
+        puts = [(a.position, a.SerializeToString()) for a in actions]
+        meta = None if batch.metadata is None else batch.metadata.SerializeToString()
+        record = _encode(meta, cut, puts)
+        try:
+            if self._size >= self._segment_bytes:
+                self._roll()
+            start = self._size
+            try:
+                os.lseek(self._wfd, start, os.SEEK_SET)
+                self._write_all(self._wfd, record)
+                if batch.sync:
+                    os.fdatasync(self._wfd)
+            except OSError:
+                os.ftruncate(self._wfd, start)  # never leave a half record behind
+                raise
+        except OSError as exc:
+            raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
+        self._size = start + len(record)
+        # Locations of each action's bytes inside the record just written.
+        p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
+        p += (9 if cut is not None else 0) + 4
+        locs = []
+        for position, raw in puts:
+            p += _ENTRY.size
+            locs.append((position, (self._active, p, len(raw))))
+            p += len(raw)
+        self._install(meta, cut, locs)
+        if batch.sync:
+            try:
+                self._reclaim()
+            except OSError as exc:
+                raise StorageError(f"data dir {self.path}: segment cleanup failed: {exc}") from exc
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        if self._wfd >= 0:
+            os.close(self._wfd)
+            self._wfd = -1
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close_fds()
+            self._lock.release()
