@@ -103,9 +103,9 @@ def scan_and_delete(engine: str, d: Path) -> dict[str, float]:
         store.apply(WriteBatch(delete_below=PREFIX, sync=True))
         delete = time.perf_counter() - t0
         t0 = time.perf_counter()
-        first = store.first_position()
+        begin = store.first_position()
         first_after = time.perf_counter() - t0
-        assert first == PREFIX, first
+        assert begin == PREFIX, begin
     finally:
         store.close()
     return {
