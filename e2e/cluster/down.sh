@@ -6,9 +6,6 @@ source "$(dirname "$0")/lib.sh"
 QUIET=0; [[ ${1:-} == --quiet ]] && QUIET=1
 say() { ((QUIET)) || log "$@"; }
 
-DAEMONS=(local-path-provisioner coredns kube-proxy kubelet containerd kube-scheduler
-         kube-controller-manager kube-apiserver etcd)
-
 # pids of our daemons: from the pid files, plus any whose binary lives in our cache or whose
 # command line names our state (covers a run killed before it wrote a pid file)
 daemon_pids() {

@@ -100,7 +100,8 @@ dockerd_stop() {
   kill -9 "$DOCKERD_PID" 2>/dev/null || true
   DOCKERD_PID=
   # its containerd and shims are its children and exit with it; leave no mounts behind
-  grep -o " $DOCKER_RUN[^ ]*\| $DOCKER_ROOT/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  awk -v a="$DOCKER_RUN" -v b="$DOCKER_ROOT/" 'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts |
+    sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   log "dockerd stopped"
 }
 
@@ -151,7 +152,8 @@ case ${1:-all} in
   base) base_images ;;
   build) base_images; build_images "${2:-1}" ;;
   import) import_images ;;
+  debootstrap) debootstrap_base ;;
   all) base_images; build_images 1
        if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
-  *) die "usage: images.sh base|build [strict]|import|all" ;;
+  *) die "usage: images.sh base|build [strict]|import|debootstrap|all" ;;
 esac
