@@ -1,0 +1,102 @@
+"""Prometheus metrics of one replica (each replica has its own registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from rlog.proto import rlog_pb2 as pb
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+class ReplicaMetrics:
+    def __init__(self, replica_id: int) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.status = Gauge(
+            "rlog_replica_status", "1 for the replica's current status", ["status"], registry=r
+        )
+        self.leader = Gauge("rlog_replica_is_leader", "1 if this replica leads", registry=r)
+        self.begin = Gauge("rlog_log_begin_position", "First position not truncated", registry=r)
+        self.end = Gauge("rlog_log_end_position", "Highest position holding a record", registry=r)
+        self.learned = Gauge(
+            "rlog_log_learned_position", "Highest position learned with no gap below", registry=r
+        )
+        self.promised = Gauge("rlog_replica_promised", "Highest implicit promise", registry=r)
+        self.proposal = Gauge("rlog_coordinator_proposal", "Proposal number in use", registry=r)
+        self.appends = Counter("rlog_appends", "Entries appended through this leader", registry=r)
+        self.append_bytes = Counter(
+            "rlog_append_bytes", "Bytes appended through this leader", registry=r
+        )
+        self.append_failures = Counter(
+            "rlog_append_failures", "Appends that failed", ["kind"], registry=r
+        )
+        self.append_latency = Histogram(
+            "rlog_append_latency_seconds",
+            "Client append latency at the leader",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fsync_latency = Histogram(
+            "rlog_fsync_latency_seconds",
+            "Duration of one group-commit disk write",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.flush_actions = Histogram(
+            "rlog_flush_actions",
+            "Actions persisted per group commit",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_entries = Histogram(
+            "rlog_write_batch_entries",
+            "Entries per write batch sent by the leader",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.elections = Counter(
+            "rlog_elections", "Elections this replica started, by result", ["result"], registry=r
+        )
+        self.rejects = Counter(
+            "rlog_rejects",
+            "Promise or write requests this replica rejected",
+            ["kind"],
+            registry=r,
+        )
+        self.catchup_remaining = Gauge(
+            "rlog_catchup_remaining_positions", "Positions left to catch up", registry=r
+        )
+        self._status = -1
+        for name in pb.Status.keys():
+            self.status.labels(name).set(0)
+
+    def observe_flush(self, seconds: float, actions: int) -> None:
+        self.fsync_latency.observe(seconds)
+        self.flush_actions.observe(actions)
+
+    def set_status(self, status: int) -> None:
+        if status == self._status:
+            return
+        self._status = status
+        for value, name in enumerate(pb.Status.keys()):
+            self.status.labels(name).set(1 if value == status else 0)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,631 @@
+"""A replica node: the pure core and coordinator wrapped with disk, network and timers.
+
+- acceptor/learner: requests run through `ReplicaCore`, their batches through the `Journal`
+  (group commit), and the reply leaves only after the batch is durable;
+- coordinator: the node drives `Coordinator`, sending its messages to peers over gRPC (to
+  itself directly), arming its timers and completing the callers' appends;
+- election: with no heartbeat heard for a random [T, 2T), a VOTING replica stands for
+  election; while a live leader is heard, rival implicit promises are refused (always safe);
+- followers pull learned entries they missed from the leader (`Fetch`), so every VOTING
+  replica ends up holding every chosen entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from rlog.config import ReplicaConfig
+from rlog.coordinator import (
+    Coordinator,
+    CoordinatorConfig,
+    Demoted,
+    Done,
+    Elected,
+    Failed,
+    FailureKind,
+    Leading,
+    Phase,
+    Send,
+    SetTimer,
+)
+from rlog.journal import Journal
+from rlog.metrics import ReplicaMetrics
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.replica import ReplicaCore, tombstone
+from rlog.storage import Storage
+
+log = logging.getLogger("rlog.node")
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+]
+FORWARDED = "rlog-forwarded"
+READ_CHUNK_POSITIONS = 1024
+READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+class RpcError(Exception):
+    """An error for the client, with the gRPC status code to send."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Peer:
+    id: int
+    address: str
+    replica: pbg.ReplicaStub
+    log: pbg.LogStub
+
+
+class Node:
+    def __init__(self, config: ReplicaConfig, storage: Storage) -> None:
+        self.config = config
+        self.storage = storage
+        self.core = ReplicaCore(storage)
+        self.metrics = ReplicaMetrics(config.id)
+        self.journal = Journal(storage, self.core, self.metrics)
+        self.coordinator = Coordinator(
+            config.id,
+            len(config.peers),
+            self.core,
+            CoordinatorConfig(
+                election_timeout=config.election_timeout,
+                fill_timeout=max(2.0, config.election_timeout * 2),
+                append_timeout=config.append_timeout,
+                retry_backoff=config.retry_backoff,
+                max_batch_entries=config.max_batch_entries,
+                max_batch_bytes=config.max_batch_bytes,
+                max_inflight_batches=config.max_inflight_batches,
+            ),
+            log_id=config.log_id,
+        )
+        self.peers: dict[int, Peer] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self.leader_id: int | None = None
+        self.leader_address = ""
+        self.last_heard = time.monotonic()
+        self._leader_learned = 0
+        self._prev_leader_learned = 0
+        self._fetching = False
+        self._retry_at = 0.0
+        self._waiters: dict[object, asyncio.Future[list[int]]] = {}
+        self._pump_scheduled = False
+        self._learned_changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        self.permit = config.auto_initialize
+        self.reason = ""
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        for peer_id, address in enumerate(self.config.peers):
+            if peer_id == self.config.id:
+                continue
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels.append(channel)
+            self.peers[peer_id] = Peer(
+                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
+            )
+        self.journal.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._election_loop(), name="election"))
+        self._tasks.append(loop.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self._update_metrics()
+        if self.core.status != pb.VOTING:
+            self.reason = (
+                "replica is EMPTY: initialize it (rlog initialize) or let it recover"
+                if self.core.status == pb.EMPTY
+                else f"replica is {pb.Status.Name(self.core.status)}"
+            )
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *self._background]:
+            task.cancel()
+        self._stopped = True
+        for future in self._waiters.values():
+            if not future.done():
+                future.set_exception(RpcError(grpc.StatusCode.UNAVAILABLE, "replica stopping"))
+        await self.journal.close()
+        for channel in self._channels:
+            await channel.close(grace=None)
+        self.storage.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a fire-and-forget task, keeping a reference so it is not collected."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.coordinator.leading
+
+    # ---- acceptor / learner ------------------------------------------------------------
+
+    async def handle_promise(self, request: pb.PromiseRequest) -> pb.PromiseResponse:
+        if not request.positions and self._refuse_rival(request.candidate):
+            self.metrics.rejects.labels("promise").inc()
+            return pb.PromiseResponse(
+                verdict=pb.REJECT,
+                proposal=self.core.promised,
+                begin=self.core.begin,
+                status=self.core.status,
+            )
+        reply = self.core.on_promise(request)
+        if reply.persist is not None:
+            await self.journal.persist(reply.persist)
+        assert isinstance(reply.response, pb.PromiseResponse)
+        if reply.response.verdict == pb.REJECT:
+            self.metrics.rejects.labels("promise").inc()
+        self.coordinator.observe(request.proposal)
+        self._update_metrics()
+        return reply.response
+
+    def _refuse_rival(self, candidate: int) -> bool:
+        """A VOTING replica that hears a live leader refuses other candidates' implicit
+        promises (without changing its promise): keeps the leader stable, always safe."""
+        if self.core.status != pb.VOTING or self.leader_id is None:
+            return False
+        if candidate == self.leader_id:
+            return False
+        if self.leader_id == self.config.id:
+            return self.coordinator.leading
+        return time.monotonic() - self.last_heard < self.config.election_timeout
+
+    async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        reply = self.core.on_write(request)
+        if reply.persist is not None:
+            await self.journal.persist(reply.persist)
+        assert isinstance(reply.response, pb.WriteResponse)
+        if reply.response.verdict == pb.REJECT:
+            self.metrics.rejects.labels("write").inc()
+        return reply.response
+
+    def handle_learned(self, request: pb.LearnedRequest) -> None:
+        if request.leader_address and request.leader != self.config.id:
+            self._on_heartbeat(request)
+        batch = self.core.on_learned(request)
+        if batch is not None:
+            self.journal.persist_nowait(batch)
+            self._learned_changed.set()
+            self._update_metrics()
+
+    def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
+        if self.coordinator.leading and request.proposal > self.coordinator.proposal:
+            # Someone was elected above us: our next write would be rejected anyway.
+            self.coordinator.step_down("a leader with a higher proposal is live")
+            self._dispatch()
+        self.coordinator.observe(request.proposal)
+        if not self.coordinator.leading:
+            self.leader_id = request.leader
+            self.leader_address = request.leader_address
+            self.last_heard = time.monotonic()
+        target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
+        self._leader_learned = request.leader_learned
+        # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
+        # since may still be arriving in ordinary learned messages.
+        if self.core.learned < target and not self._fetching:
+            self._fetching = True
+            self._spawn(self._pull_learned(request.leader, target))
+
+    async def _pull_learned(self, leader: int, target: int) -> None:
+        peer = self.peers.get(leader)
+        try:
+            if peer is None:
+                return
+            start = self.core.learned_next
+            stream = peer.replica.Fetch(
+                pb.FetchRequest(**{"from": start, "to": target, "max_actions": 4096}),
+                timeout=30,
+            )
+            async for chunk in stream:
+                actions = list(chunk.actions)
+                if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
+                    actions.insert(0, tombstone(chunk.begin - 1))  # the leader truncated
+                if actions:
+                    self.handle_learned(pb.LearnedRequest(actions=actions))
+        except grpc.aio.AioRpcError as exc:
+            log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
+        finally:
+            self._fetching = False
+
+    def fetch(self, request: pb.FetchRequest) -> list[pb.FetchResponse]:
+        """Learned actions in [from, to] held here, in chunks."""
+        first = max(getattr(request, "from"), self.core.begin)
+        last = min(request.to, self.core.end)
+        limit = request.max_actions or 4096
+        chunks: list[pb.FetchResponse] = []
+        sent = 0
+        while first <= last and sent < limit:
+            hi = min(last, first + READ_CHUNK_POSITIONS - 1)
+            actions = self.core.learned_actions(first, hi, limit - sent)
+            chunks.append(pb.FetchResponse(actions=actions, begin=self.core.begin))
+            sent += len(actions)
+            if len(actions) < hi - first + 1:
+                break  # a gap in what this replica has learned: stop there
+            first = hi + 1
+        if not chunks:
+            chunks.append(pb.FetchResponse(begin=self.core.begin))
+        return chunks
+
+    def recover_info(self) -> pb.RecoverResponse:
+        response = pb.RecoverResponse(status=self.core.status, log_id=self.config.log_id)
+        if self.core.status == pb.VOTING:
+            response.begin = self.core.begin
+            response.end = self.core.end
+            response.promised = self.core.promised
+        return response
+
+    # ---- coordinator driving -----------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        for output in self.coordinator.take():
+            if isinstance(output, Send):
+                self._spawn(self._send(output))
+            elif isinstance(output, SetTimer):
+                loop.call_later(output.delay, self._on_timer, output.round)
+            elif isinstance(output, Done):
+                future = self._waiters.pop(output.token, None)
+                if future is not None and not future.done():
+                    future.set_result(output.positions)
+            elif isinstance(output, Failed):
+                self.metrics.append_failures.labels(output.kind.value).inc()
+                future = self._waiters.pop(output.token, None)
+                if future is not None and not future.done():
+                    future.set_exception(_failure_error(output))
+            elif isinstance(output, Elected):
+                self.metrics.elections.labels("won").inc()
+                log.info(
+                    "elected with proposal %d, filling up to %d", output.proposal, output.index
+                )
+            elif isinstance(output, Leading):
+                self.leader_id = self.config.id
+                self.leader_address = self.config.address
+                self.reason = ""
+                log.info(
+                    "leading at proposal %d from position %d", output.proposal, output.next_position
+                )
+                self._spawn(self._send_heartbeats())
+            elif isinstance(output, Demoted):
+                if self.leader_id == self.config.id:
+                    self.leader_id = None
+                    self.leader_address = ""
+                    self.metrics.elections.labels("demoted").inc()
+                else:
+                    self.metrics.elections.labels("lost").inc()
+                log.info("not leading: %s", output.reason)
+                self._retry_at = time.monotonic() + output.retry_after
+        self._update_metrics()
+
+    def _on_timer(self, round_id: int) -> None:
+        if self._stopped:
+            return
+        self.coordinator.on_timeout(round_id)
+        self._dispatch()
+
+    async def _send(self, send: Send) -> None:
+        message = send.message
+        try:
+            if send.to == self.config.id:
+                response = await self._local(message)
+            else:
+                response = await self._remote(self.peers[send.to], message)
+        except (TimeoutError, grpc.aio.AioRpcError, RpcError):
+            if send.round:
+                self.coordinator.on_failure(send.round, send.to)
+                self._dispatch()
+            return
+        if send.round and response is not None:
+            self.coordinator.on_reply(send.round, send.to, response)
+            self._dispatch()
+
+    async def _local(
+        self, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+    ) -> pb.PromiseResponse | pb.WriteResponse | None:
+        if isinstance(message, pb.PromiseRequest):
+            return await self.handle_promise(message)
+        if isinstance(message, pb.WriteRequest):
+            return await self.handle_write(message)
+        self.handle_learned(message)
+        return None
+
+    async def _remote(
+        self, peer: Peer, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+    ) -> pb.PromiseResponse | pb.WriteResponse | None:
+        if isinstance(message, pb.PromiseRequest):
+            return await peer.replica.Promise(message, timeout=self.coordinator.config.fill_timeout)
+        if isinstance(message, pb.WriteRequest):
+            return await peer.replica.Write(message, timeout=self.config.append_timeout)
+        await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
+        return None
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        self.coordinator.pump()
+        self._dispatch()
+
+    # ---- election and heartbeats -------------------------------------------------------
+
+    def _election_timeout(self) -> float:
+        return random.uniform(self.config.election_timeout, 2 * self.config.election_timeout)
+
+    async def _election_loop(self) -> None:
+        timeout = self._election_timeout()
+        while True:
+            await asyncio.sleep(0.02)
+            if self.core.status != pb.VOTING or self.coordinator.phase != Phase.IDLE:
+                continue
+            now = time.monotonic()
+            if now < self._retry_at:
+                continue
+            if now - self.last_heard < timeout:
+                continue
+            self.leader_id = None
+            self.leader_address = ""
+            self.metrics.elections.labels("started").inc()
+            self.coordinator.elect()
+            self._dispatch()
+            timeout = self._election_timeout()
+            self.last_heard = now  # the next attempt waits a fresh timeout
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            if self.coordinator.leading:
+                await self._send_heartbeats()
+
+    async def _send_heartbeats(self) -> None:
+        heartbeat = pb.LearnedRequest(
+            proposal=self.coordinator.proposal,
+            leader=self.config.id,
+            leader_address=self.config.address,
+            leader_learned=self.core.learned,
+            log_id=self.config.log_id,
+        )
+        for peer in self.peers.values():
+            self._spawn(self._send(Send(peer.id, heartbeat)))
+
+    # ---- client API --------------------------------------------------------------------
+
+    async def append(self, actions: list[pb.Action], forwarded: bool) -> list[int]:
+        for action in actions:
+            if len(action.value) > self.config.max_entry_size:
+                raise RpcError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"entry of {len(action.value)} bytes exceeds the maximum entry size of "
+                    f"{self.config.max_entry_size} bytes",
+                )
+        if not actions:
+            return []
+        leader = await self._await_leader(forwarded)
+        if leader is not None:
+            return await self._forward_append(leader, actions)
+        started = time.perf_counter()
+        token = object()
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._waiters[token] = future
+        self.coordinator.propose(token, actions)
+        self._schedule_pump()
+        self._dispatch()
+        positions = await future
+        self.metrics.appends.inc(len(actions))
+        self.metrics.append_bytes.inc(sum(len(a.value) for a in actions))
+        self.metrics.append_latency.observe(time.perf_counter() - started)
+        return positions
+
+    async def _await_leader(self, forwarded: bool) -> Peer | None:
+        """None if this replica leads; else the leader's peer. Waits for an election."""
+        deadline = time.monotonic() + 3 * self.config.election_timeout + 1
+        while True:
+            if self.coordinator.leading:
+                return None
+            if self.core.status != pb.VOTING and not forwarded and self.leader_id is None:
+                raise RpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"no leader: this replica is {pb.Status.Name(self.core.status)}"
+                    + (f" ({self.reason})" if self.reason else ""),
+                )
+            if (
+                not forwarded
+                and self.leader_id is not None
+                and self.leader_id != self.config.id
+                and time.monotonic() - self.last_heard < 2 * self.config.election_timeout
+            ):
+                return self.peers[self.leader_id]
+            if time.monotonic() > deadline:
+                raise RpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    "this replica is not the leader"
+                    if forwarded
+                    else "no leader elected: a quorum of VOTING replicas may be unreachable",
+                )
+            await asyncio.sleep(0.02)
+
+    async def _forward_append(self, leader: Peer, actions: list[pb.Action]) -> list[int]:
+        values = [a.value for a in actions]
+        if any(a.type != pb.APPEND for a in actions):
+            (truncate,) = actions
+            response = await self._forwarded_call(
+                leader.log.Truncate(
+                    pb.TruncateRequest(to=truncate.truncate_to),
+                    metadata=((FORWARDED, "1"),),
+                    timeout=self.config.append_timeout + 5,
+                )
+            )
+            return [response.position]
+        result = await self._forwarded_call(
+            leader.log.Append(
+                pb.AppendRequest(values=values),
+                metadata=((FORWARDED, "1"),),
+                timeout=self.config.append_timeout + 5,
+            )
+        )
+        return list(result.positions)
+
+    @staticmethod
+    async def _forwarded_call(call):  # type: ignore[no-untyped-def]
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise RpcError(exc.code(), f"leader: {exc.details()}") from None
+
+    async def truncate(self, to: int, forwarded: bool) -> int:
+        leader = await self._await_leader(forwarded)
+        if leader is not None:
+            (position,) = await self._forward_append(
+                leader, [pb.Action(type=pb.TRUNCATE, truncate_to=to)]
+            )
+            return position
+        if to > self.coordinator.next_position:
+            raise RpcError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"cannot truncate to {to}: past the end of the log "
+                f"(next position {self.coordinator.next_position})",
+            )
+        if to <= self.core.begin:
+            raise RpcError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"cannot truncate to {to}: the log already begins at {self.core.begin}",
+            )
+        token = object()
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._waiters[token] = future
+        self.coordinator.propose(token, [pb.Action(type=pb.TRUNCATE, truncate_to=to)])
+        self._schedule_pump()
+        self._dispatch()
+        (position,) = await future
+        return position
+
+    async def read_range(
+        self, first: int | None, last: int | None, stale: bool
+    ) -> AsyncIterator[list[pb.Entry]]:
+        """Validated learned APPEND entries in [first, last] held here, in chunks."""
+        begin = self.core.begin
+        first = begin if first is None else first
+        learned_end = self.core.learned
+        if last is not None and last > learned_end and not stale:
+            learned_end = await self._await_learned(last)
+        end = learned_end if last is None else last
+        if first < begin:
+            raise RpcError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"position {first} is truncated: the log begins at {begin}",
+            )
+        if last is not None and last > learned_end:
+            raise RpcError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"position {last} is past the end of the log (end {learned_end})",
+            )
+        if first > end:
+            if last is not None:
+                raise RpcError(grpc.StatusCode.INVALID_ARGUMENT, f"from {first} is after to {last}")
+            if first > learned_end + 1:
+                raise RpcError(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"position {first} is past the end of the log (end {learned_end})",
+                )
+            return
+        position = first
+        while position <= end:
+            hi = min(end, position + READ_CHUNK_POSITIONS - 1)
+            actions = self.core.learned_actions(position, hi, hi - position + 1)
+            if position < self.core.begin:
+                raise RpcError(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"position {position} was truncated during the read "
+                    f"(the log begins at {self.core.begin})",
+                )
+            entries = [
+                pb.Entry(position=a.position, value=a.value) for a in actions if a.type == pb.APPEND
+            ]
+            if entries:
+                yield entries
+            position = hi + 1
+
+    async def _await_learned(self, position: int) -> int:
+        """Wait briefly for in-flight positions up to `position` to be learned."""
+        deadline = time.monotonic() + 1.0
+        while self.core.learned < position and time.monotonic() < deadline:
+            if not self.coordinator.leading or position >= self.coordinator.next_position:
+                break
+            self._learned_changed.clear()
+            try:
+                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
+            except TimeoutError:
+                pass
+        return self.core.learned
+
+    async def wait_learned_past(self, position: int) -> None:
+        while self.core.learned < position:
+            self._learned_changed.clear()
+            try:
+                await asyncio.wait_for(self._learned_changed.wait(), 0.5)
+            except TimeoutError:
+                pass
+
+    def status(self) -> pb.StatusResponse:
+        leading = self.coordinator.leading
+        return pb.StatusResponse(
+            id=self.config.id,
+            status=self.core.status,
+            role="leader" if leading else "follower",
+            leader=self.leader_address if self.leader_id is not None else "",
+            begin=self.core.begin,
+            end=self.core.end,
+            learned=self.core.learned,
+            promised=self.core.promised,
+            proposal=self.coordinator.proposal if leading else 0,
+            log_id=self.config.log_id,
+            replicas=len(self.config.peers),
+            address=self.config.address,
+            permit=self.permit,
+            reason=self.reason,
+        )
+
+    def step_down(self) -> None:
+        if self.coordinator.leading:
+            self.coordinator.step_down("asked to step down")
+            self._dispatch()
+            # Give another replica the chance: wait out a full election timeout first.
+            self._retry_at = time.monotonic() + 2 * self.config.election_timeout
+
+    def _update_metrics(self) -> None:
+        m = self.metrics
+        m.set_status(self.core.status)
+        m.leader.set(1 if self.coordinator.leading else 0)
+        m.begin.set(self.core.begin)
+        m.end.set(self.core.end)
+        m.learned.set(self.core.learned)
+        m.promised.set(self.core.promised)
+        m.proposal.set(self.coordinator.proposal)
+
+
+def _failure_error(failed: Failed) -> RpcError:
+    if failed.kind == FailureKind.NOT_LEADER:
+        return RpcError(grpc.StatusCode.UNAVAILABLE, failed.reason)
+    if failed.kind == FailureKind.TIMEOUT:
+        return RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, failed.reason + " (outcome unknown)")
+    return RpcError(grpc.StatusCode.ABORTED, failed.reason + " (outcome unknown)")

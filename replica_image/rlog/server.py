@@ -1,0 +1,239 @@
+"""The replica server: gRPC services over a `Node`, and `serve(config)` for `rlog replica`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+import grpc
+
+from rlog.config import ConfigError, ReplicaConfig
+from rlog.node import CHANNEL_OPTIONS, FORWARDED, Node, RpcError
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.storage import StorageError, open_storage
+
+log = logging.getLogger("rlog.server")
+
+
+def _forwarded(context: grpc.aio.ServicerContext) -> bool:
+    return any(key == FORWARDED for key, _ in (context.invocation_metadata() or ()))
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: RpcError) -> None:
+    await context.abort(error.code, error.message)
+
+
+class ReplicaService(pbg.ReplicaServicer):
+    """The peer protocol (promise, write, learned, recover, fetch)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def Promise(
+        self, request: pb.PromiseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PromiseResponse:
+        return await self.node.handle_promise(request)
+
+    async def Write(
+        self, request: pb.WriteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteResponse:
+        return await self.node.handle_write(request)
+
+    async def Learned(
+        self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        self.node.handle_learned(request)
+        return pb.Empty()
+
+    async def Recover(
+        self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecoverResponse:
+        return self.node.recover_info()
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FetchResponse]:
+        for chunk in self.node.fetch(request):
+            yield chunk
+
+
+class LogService(pbg.LogServicer):
+    """The client API. Appends, truncations and consistent reads go to the leader."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def Append(
+        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendResponse:
+        actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
+        try:
+            positions = await self.node.append(actions, _forwarded(context))
+        except RpcError as error:
+            await _abort(context, error)
+        return pb.AppendResponse(positions=positions)
+
+    async def Truncate(
+        self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TruncateResponse:
+        try:
+            position = await self.node.truncate(request.to, _forwarded(context))
+        except RpcError as error:
+            await _abort(context, error)
+        return pb.TruncateResponse(position=position)
+
+    async def Read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadResponse]:
+        first = getattr(request, "from") if request.HasField("from") else None
+        last = request.to if request.HasField("to") else None
+        node = self.node
+        try:
+            if not request.stale and not node.is_leader and not _forwarded(context):
+                async for response in self._forward_read(request):
+                    yield response
+                return
+            if not request.stale and not node.is_leader:
+                raise RpcError(grpc.StatusCode.UNAVAILABLE, "this replica is not the leader")
+            if request.stale and node.core.status != pb.VOTING:
+                raise RpcError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"replica is {pb.Status.Name(node.core.status)}, not VOTING: "
+                    "it cannot serve reads",
+                )
+            async for entries in node.read_range(first, last, request.stale):
+                yield pb.ReadResponse(entries=entries)
+        except RpcError as error:
+            await _abort(context, error)
+
+    async def _forward_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
+        leader = await self.node._await_leader(forwarded=False)
+        if leader is None:  # became the leader meanwhile
+            first = getattr(request, "from") if request.HasField("from") else None
+            last = request.to if request.HasField("to") else None
+            async for entries in self.node.read_range(first, last, False):
+                yield pb.ReadResponse(entries=entries)
+            return
+        try:
+            async for response in leader.log.Read(request, metadata=((FORWARDED, "1"),)):
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            raise RpcError(exc.code(), f"leader: {exc.details()}") from None
+
+    async def Tail(
+        self, request: pb.TailRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadResponse]:
+        node = self.node
+        position = getattr(request, "from")
+        try:
+            if position < node.core.begin:
+                raise RpcError(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"position {position} is truncated: the log begins at {node.core.begin}",
+                )
+            while True:
+                learned = node.core.learned
+                if position <= learned:
+                    async for entries in node.read_range(position, learned, True):
+                        yield pb.ReadResponse(entries=entries)
+                    position = learned + 1
+                await node.wait_learned_past(position)
+        except RpcError as error:
+            await _abort(context, error)
+
+    async def Status(
+        self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatusResponse:
+        return self.node.status()
+
+
+class AdminService(pbg.AdminServicer):
+    """Calls for the operator: the initialization permit and leader step-down."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def _check_identity(
+        self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        if self.node.config.log_id and request.log_id != self.node.config.log_id:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"log id mismatch: this replica belongs to log {self.node.config.log_id!r}, "
+                f"not {request.log_id!r}",
+            )
+
+    async def GrantPermit(
+        self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatusResponse:
+        await self._check_identity(request, context)
+        self.node.permit = True
+        return self.node.status()
+
+    async def RevokePermit(
+        self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatusResponse:
+        await self._check_identity(request, context)
+        self.node.permit = False
+        return self.node.status()
+
+    async def StepDown(
+        self, request: pb.StepDownRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatusResponse:
+        self.node.step_down()
+        return self.node.status()
+
+
+async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
+    """Open the storage, bind the port and start the node; errors are one-line messages."""
+    storage = open_storage(config.data_dir, config.storage_engine)
+    node = Node(config, storage)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
+    pbg.add_LogServicer_to_server(LogService(node), server)
+    pbg.add_AdminServicer_to_server(AdminService(node), server)
+    try:
+        server.add_insecure_port(config.listen)
+    except RuntimeError:
+        storage.close()
+        raise ConfigError(f"cannot listen on {config.listen}: address in use or invalid") from None
+    await server.start()
+    node.start()
+    if config.metrics_port:
+        host = config.listen.rpartition(":")[0].strip("[]")
+        node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
+    return server, node
+
+
+async def _serve(config: ReplicaConfig) -> None:
+    server, node = await start_server(config)
+    log.info(
+        "replica %d of %d listening on %s (data dir %s, status %s)",
+        config.id,
+        len(config.peers),
+        config.listen,
+        config.data_dir,
+        pb.Status.Name(node.core.status),
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("stopping")
+    await server.stop(grace=1.0)
+    await node.stop()
+
+
+def serve(config: ReplicaConfig) -> None:
+    """Run a replica until SIGTERM or SIGINT. Raises ConfigError/StorageError on bad setup."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        asyncio.run(_serve(config))
+    except StorageError:
+        raise
