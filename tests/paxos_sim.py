@@ -41,6 +41,7 @@ class Sim:
     chosen: dict[int, tuple] = field(default_factory=dict)  # position -> entry
     acknowledged: dict[int, tuple] = field(default_factory=dict)  # position -> entry
     values_sent: int = 0
+    failed: list[Failed] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.storages = [MemoryStorage() for _ in range(self.replicas)]
@@ -147,6 +148,7 @@ class Sim:
                 self.acknowledged[position] = value
             elif isinstance(output, Failed):
                 self.pending.pop(output.token, None)
+                self.failed.append(output)
             elif isinstance(output, Demoted):
                 pass
 
@@ -205,3 +207,17 @@ class Sim:
 
 def entry(action: pb.Action) -> tuple:
     return (action.type, action.value, action.truncate_to, action.tombstone)
+
+
+def run(sim: Sim, keep=lambda m: True) -> None:
+    """Deliver every message (and every reply they cause) in order; drop those `keep`
+    refuses."""
+    while sim.network:
+        if keep(sim.network[0]):
+            sim.deliver(0)
+        else:
+            sim.drop(0)
+
+
+def is_learned_message(message: Message) -> bool:
+    return isinstance(message.request, pb.LearnedRequest)

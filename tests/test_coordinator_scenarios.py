@@ -1,0 +1,145 @@
+"""The Mesos log's coordinator scenarios (shared/MESOS-LOG-NOTES.md), on the pure core."""
+
+from __future__ import annotations
+
+from paxos_sim import Sim, is_learned_message, run
+from rlog.coordinator import FailureKind, Phase
+from rlog.proto import rlog_pb2 as pb
+
+
+def elected(sim: Sim, c: int) -> None:
+    sim.elect(c)
+    run(sim)
+    assert sim.coords[c].leading
+
+
+def test_first_election_fills_position_zero_with_nop():
+    sim = Sim(3, 1)
+    elected(sim, 0)
+    for core in sim.cores:
+        action = core.get(0)
+        assert action.type == pb.NOP and core.is_learned(0)
+    assert sim.coords[0].next_position == 1
+
+
+def test_failover_to_a_second_coordinator_keeps_every_append():
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    sim.propose(0, 5)
+    run(sim)
+    assert sorted(sim.acknowledged) == [1, 2, 3, 4, 5]
+    elected(sim, 1)  # the second coordinator takes over above the first one's proposal
+    assert sim.coords[1].proposal > sim.coords[0].proposal
+    assert sim.coords[1].next_position == 6
+    sim.propose(1, 2)
+    run(sim)
+    assert sorted(sim.acknowledged) == [1, 2, 3, 4, 5, 6, 7]
+    sim.check_acknowledged()
+
+
+def test_a_demoted_coordinators_append_fails():
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    elected(sim, 1)
+    assert sim.coords[0].leading  # it does not know it was superseded yet
+    sim.propose(0, 1)
+    run(sim)
+    assert sim.coords[0].phase == Phase.IDLE
+    assert not sim.acknowledged  # never reported as appended
+    (failure,) = sim.failed
+    assert failure.kind == FailureKind.UNKNOWN and "rejected" in failure.reason
+
+
+def test_append_without_quorum_fails_on_timeout():
+    sim = Sim(3, 1)
+    elected(sim, 0)
+    sim.propose(0, 1)
+    # Only the coordinator's own replica answers: the other two are unreachable.
+    run(sim, keep=lambda m: m.replica == 0)
+    assert not sim.acknowledged and not sim.failed
+    while sim.timers:
+        sim.fire_timer(0)
+    (failure,) = sim.failed
+    assert failure.kind == FailureKind.TIMEOUT and "timed out" in failure.reason
+    assert sim.coords[0].phase == Phase.IDLE
+
+
+def test_fill_after_lost_learned_messages():
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    sim.propose(0, 4)
+    run(sim, keep=lambda m: not is_learned_message(m))  # every learned message is lost
+    assert sorted(sim.acknowledged) == [1, 2, 3, 4]
+    assert not sim.cores[1].is_learned(1)
+    elected(sim, 1)  # the new coordinator fills what its replica has not learned
+    for core in sim.cores:
+        assert all(core.is_learned(p) for p in range(0, 5))
+    sim.check_acknowledged()
+
+
+def test_many_appends_then_new_coordinator_fills_them():
+    sim = Sim(5, 2)
+    elected(sim, 0)
+    sim.propose(0, 40)
+    run(sim, keep=lambda m: not (is_learned_message(m) and m.replica == 1))
+    elected(sim, 1)
+    assert sim.cores[1].learned == 40
+    sim.check_acknowledged()
+
+
+def test_truncate_then_reads_below_begin_are_gone():
+    sim = Sim(3, 1)
+    elected(sim, 0)
+    sim.propose(0, 5)
+    run(sim)
+    sim.truncate(0, 4)
+    run(sim)
+    for core in sim.cores:
+        assert core.begin == 4
+        assert core.storage.get(1) is None and core.storage.get(3) is None
+        assert core.get(4).value.startswith(b"c0-")
+
+
+def test_truncate_with_lost_learned_messages_then_fill():
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    sim.propose(0, 5)
+    run(sim)
+    sim.truncate(0, 3)
+    run(sim, keep=lambda m: not is_learned_message(m))
+    assert sim.cores[1].begin == 0
+    elected(sim, 1)  # the fill learns the TRUNCATE and applies it
+    assert sim.cores[1].begin == 3
+    assert all(core.begin == 3 for core in sim.cores)
+
+
+def test_truncate_with_tombstones():
+    """A replica that missed a truncation fills positions below another's begin: the
+    promise replies carry learned tombstones and the filler adopts them."""
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    sim.propose(0, 6)
+    run(sim, keep=lambda m: not (m.replica == 1 and m.response is None))  # replica 1 misses all
+    sim.truncate(0, 5)
+    run(sim, keep=lambda m: not (m.replica == 1 and m.response is None))
+    assert sim.cores[1].end == 0 and sim.cores[0].begin == 5
+    elected(sim, 1)
+    assert sim.cores[1].begin >= 5
+    assert sim.cores[1].get(5).value.startswith(b"c0-")
+    sim.check_acknowledged()
+
+
+def test_racing_elections_converge_to_one_leader():
+    sim = Sim(5, 3)
+    for c in range(3):
+        sim.coords[c].elect()
+        sim._drain(c)
+    run(sim)
+    leading = [c for c in range(3) if sim.coords[c].leading]
+    assert len(leading) <= 1
+    for _ in range(10):
+        if any(c.leading for c in sim.coords):
+            break
+        sim.elect(0)
+        run(sim)
+    assert sum(c.leading for c in sim.coords) == 1
