@@ -96,3 +96,69 @@ def entry_of(action: pb.Action) -> pb.Action:
         truncate_to=action.truncate_to,
         tombstone=action.tombstone,
     )
+
+
+class FillRound:
+    """Settle a batch of positions by Paxos (the Mesos fill): an explicit promise for all of
+    them, then a write of each position that no reply showed learned (the value accepted at
+    the highest proposal, or a NOP). Used by the coordinator after its election and by
+    catch-up. Pure: the caller sends the requests and feeds the replies back."""
+
+    def __init__(self, positions: list[int], proposal: int, replicas: int, quorum: int) -> None:
+        self.positions = positions
+        self.proposal = proposal
+        self.replicas = replicas
+        self.quorum = quorum
+        self.tally = Tally(replicas, quorum)
+        self.adopted: list[pb.Action] = []  # learned somewhere already: no write
+        self.writing: list[pb.Action] | None = None  # None until the promise stage is decided
+
+    def promise_request(self, candidate: int, log_id: str) -> pb.PromiseRequest:
+        return pb.PromiseRequest(
+            proposal=self.proposal, positions=self.positions, candidate=candidate, log_id=log_id
+        )
+
+    def add(self, replica: int, response: pb.PromiseResponse | pb.WriteResponse | None) -> Outcome:
+        """Count a reply (None: the request failed) of the current stage."""
+        if response is None:
+            self.tally.fail(replica)
+        elif isinstance(response, pb.WriteResponse) == (self.writing is not None):
+            self.tally.add(replica, response)
+        return self.tally.outcome
+
+    def decide(self, leader: int, log_id: str) -> pb.WriteRequest | None:
+        """After a quorum of promises: choose each position's value. Returns the write to
+        send (same proposal), or None when every position was already learned."""
+        replies: dict[int, list[pb.Action]] = {p: [] for p in self.positions}
+        for reply in self.tally.accepts.values():
+            if isinstance(reply, pb.PromiseResponse):
+                for action in reply.actions:
+                    if action.position in replies:
+                        replies[action.position].append(action)
+        self.writing = []
+        for position in self.positions:
+            chosen, is_learned = choose_fill_value(position, replies[position])
+            (self.adopted if is_learned else self.writing).append(chosen)
+        self.tally = Tally(self.replicas, self.quorum)
+        if not self.writing:
+            return None
+        return pb.WriteRequest(
+            proposal=self.proposal,
+            actions=[entry_of(a) for a in self.writing],
+            leader=leader,
+            log_id=log_id,
+        )
+
+    def chosen(self) -> list[pb.Action]:
+        """Every position's settled value, as learned actions (after a successful write)."""
+        return [learned(a) for a in self.adopted + (self.writing or [])]
+
+
+def learned(action: pb.Action) -> pb.Action:
+    """A copy of `action` marked learned, without Paxos bookkeeping (for learned messages)."""
+    copy = pb.Action()
+    copy.CopyFrom(action)
+    copy.learned = True
+    copy.promised = 0
+    copy.performed = 0
+    return copy

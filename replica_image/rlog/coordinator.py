@@ -25,10 +25,10 @@ import enum
 import random
 from collections import deque
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from rlog.consensus import Outcome, Tally, choose_fill_value, entry_of
+from rlog.consensus import FillRound, Outcome, Tally, entry_of, learned
 from rlog.proto import rlog_pb2 as pb
 
 
@@ -116,13 +116,6 @@ class _Election:
 
 
 @dataclass
-class _Fill:
-    positions: list[int]
-    tally: Tally
-    writing: list[pb.Action] = field(default_factory=list)  # set in the write stage
-
-
-@dataclass
 class _Write:
     first: int
     actions: list[pb.Action]
@@ -167,7 +160,7 @@ class Coordinator:
         self._outbox: list[Output] = []
         self._round_seq = 0
         self._election: tuple[int, _Election] | None = None
-        self._fills: dict[int, _Fill] = {}
+        self._fills: dict[int, FillRound] = {}
         self._to_fill: deque[int] = deque()
         self._writes: dict[int, _Write] = {}
         self._queue: deque[tuple[Hashable, list[pb.Action]]] = deque()
@@ -252,16 +245,9 @@ class Coordinator:
                 for _ in range(min(self.config.fill_batch, len(self._to_fill)))
             ]
             round_id = self._new_round()
-            self._fills[round_id] = _Fill(positions, Tally(self.replicas, self.quorum))
-            self._broadcast(
-                pb.PromiseRequest(
-                    proposal=self.fill_proposal,
-                    positions=positions,
-                    candidate=self.id,
-                    log_id=self.log_id,
-                ),
-                round_id,
-            )
+            fill = FillRound(positions, self.fill_proposal, self.replicas, self.quorum)
+            self._fills[round_id] = fill
+            self._broadcast(fill.promise_request(self.id, self.log_id), round_id)
             self._outbox.append(SetTimer(round_id, self.config.fill_timeout))
         if not self._to_fill and not self._fills and self.phase == Phase.FILLING:
             self.phase = Phase.LEADING
@@ -272,57 +258,27 @@ class Coordinator:
     def _on_fill_reply(
         self,
         round_id: int,
-        fill: _Fill,
+        fill: FillRound,
         replica: int,
         response: pb.PromiseResponse | pb.WriteResponse | None,
     ) -> None:
-        if response is None:
-            fill.tally.fail(replica)
-        elif fill.writing:
-            if isinstance(response, pb.WriteResponse):
-                fill.tally.add(replica, response)
-        elif isinstance(response, pb.PromiseResponse):
-            fill.tally.add(replica, response)
-        outcome = fill.tally.outcome
+        outcome = fill.add(replica, response)
         if outcome == Outcome.PENDING:
             return
         if outcome != Outcome.ACCEPTED:
             self._demote(self._round_failure("fill", fill.tally))
             return
-        if fill.writing:
-            del self._fills[round_id]
-            self._broadcast(self._learned(actions=[_learned(a) for a in fill.writing]))
-            self._pump_fills()
-            return
-        # Promise stage done: decide each position.
-        replies: dict[int, list[pb.Action]] = {p: [] for p in fill.positions}
-        for reply in fill.tally.accepts.values():
-            if isinstance(reply, pb.PromiseResponse):
-                for action in reply.actions:
-                    if action.position in replies:
-                        replies[action.position].append(action)
-        learned: list[pb.Action] = []
-        writing: list[pb.Action] = []
-        for position in fill.positions:
-            chosen, is_learned = choose_fill_value(position, replies[position])
-            (learned if is_learned else writing).append(chosen)
-        if learned:
-            self._broadcast(self._learned(actions=[_learned(a) for a in learned]))
-        if not writing:
-            del self._fills[round_id]
-            self._pump_fills()
-            return
-        fill.writing = writing
-        fill.tally = Tally(self.replicas, self.quorum)
-        self._broadcast(
-            pb.WriteRequest(
-                proposal=self.fill_proposal,
-                actions=[entry_of(a) for a in writing],
-                leader=self.id,
-                log_id=self.log_id,
-            ),
-            round_id,
-        )
+        if fill.writing is None:
+            write = fill.decide(self.id, self.log_id)
+            if fill.adopted:
+                self._broadcast(self._learned(actions=[learned(a) for a in fill.adopted]))
+            if write is not None:
+                self._broadcast(write, round_id)
+                return
+        else:
+            self._broadcast(self._learned(actions=[learned(a) for a in fill.writing]))
+        del self._fills[round_id]
+        self._pump_fills()
 
     # ---- appends -----------------------------------------------------------------------
 
@@ -469,12 +425,3 @@ class Coordinator:
         self.phase = Phase.IDLE
         lo = self.config.retry_backoff
         self._outbox.append(Demoted(reason, self.rng.uniform(lo, 2 * lo)))
-
-
-def _learned(action: pb.Action) -> pb.Action:
-    learned = pb.Action()
-    learned.CopyFrom(action)
-    learned.learned = True
-    learned.promised = 0
-    learned.performed = 0
-    return learned
