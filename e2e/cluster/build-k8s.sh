@@ -50,7 +50,8 @@ import (
 GO
   go get "k8s.io/kubernetes@$K8S_VERSION" >/dev/null 2>&1 || true
   go mod tidy -e >/dev/null 2>&1 || true
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" \
+    > "$LOGS/kubernetes-get.log" 2>&1 || { tail -20 "$LOGS/kubernetes-get.log" >&2; die "go get failed"; }
 fi
 
 ver=${K8S_VERSION#v}

@@ -9,7 +9,8 @@ gobuild() { # name version bindir binary pkg@version
   if [[ -x $bin/$exe ]]; then log "$name $ver: cached"; return; fi
   log "$name $ver: building"
   mkdir -p "$bin"
-  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$pkg"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$pkg" > "$LOGS/$name.log" 2>&1 ||
+    { tail -20 "$LOGS/$name.log" >&2; die "$name build failed (log: $LOGS/$name.log)"; }
   log "$name $ver: built in $((SECONDS - t))s"
 }
 
@@ -20,10 +21,11 @@ if [[ ! -x $ETCD_BIN/etcd ]]; then
   t=$SECONDS; log "etcd $ETCD_VERSION: building"
   w=$CACHE/build/etcd-$ETCD_VERSION; mkdir -p "$w" "$ETCD_BIN"
   ( cd "$w"
-    [[ -f go.mod ]] || go mod init rlog.local/etcdbuild >/dev/null 2>&1
+    [[ -f go.mod ]] || go mod init rlog.local/etcdbuild
     go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION"
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3 )
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcdctl" go.etcd.io/etcd/etcdctl/v3
+  ) > "$LOGS/etcd.log" 2>&1 || { tail -20 "$LOGS/etcd.log" >&2; die "etcd build failed (log: $LOGS/etcd.log)"; }
   log "etcd $ETCD_VERSION: built in $((SECONDS - t))s"
 else log "etcd $ETCD_VERSION: cached"; fi
 

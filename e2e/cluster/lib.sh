@@ -35,6 +35,8 @@ ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/bin
 COREDNS_BIN=$CACHE/coredns-$COREDNS_VERSION/bin
 HELM_BIN=$CACHE/helm-$HELM_VERSION/bin
 LPP_BIN=$CACHE/local-path-provisioner-$LPP_VERSION/bin
+LOGS=$CACHE/logs
+mkdir -p "$LOGS"
 
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
