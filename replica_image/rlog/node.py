@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -22,7 +23,8 @@ from typing import Any
 
 import grpc
 
-from rlog.config import ReplicaConfig
+from rlog.catchup import CatchUp
+from rlog.config import ConfigError, ReplicaConfig
 from rlog.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -40,6 +42,7 @@ from rlog.journal import Journal
 from rlog.metrics import ReplicaMetrics
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.recover import Decision, Next, RecoverRound
 from rlog.replica import ReplicaCore, tombstone
 from rlog.storage import Storage
 
@@ -49,6 +52,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10_000),
+    # A restarted peer must be reachable again within an election timeout, not after gRPC's
+    # default reconnect back-off (up to 120 s): a replica that hears no heartbeat stands for
+    # election.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 FORWARDED = "rlog-forwarded"
 READ_CHUNK_POSITIONS = 1024
@@ -111,8 +120,27 @@ class Node:
         self._stopped = False
         self.permit = config.auto_initialize
         self.reason = ""
+        self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
+        self._check_identity()
 
     # ---- lifecycle ---------------------------------------------------------------------
+
+    def _check_identity(self) -> None:
+        """Refuse a data dir stamped for another log or another replica: a log deleted and
+        recreated, or a volume attached to the wrong pod, must never reuse old data."""
+        meta = self.core.meta
+        if not meta.stamped:
+            return
+        if meta.log_id != self.config.log_id:
+            raise ConfigError(
+                f"data dir {self.config.data_dir} belongs to log {meta.log_id or '(no id)'!r}, "
+                f"not {self.config.log_id or '(no id)'!r}: refusing to start on another log's data"
+            )
+        if meta.replica_id != self.config.id:
+            raise ConfigError(
+                f"data dir {self.config.data_dir} belongs to replica {meta.replica_id}, "
+                f"not {self.config.id}: refusing to start on another replica's data"
+            )
 
     def start(self) -> None:
         for peer_id, address in enumerate(self.config.peers):
@@ -124,16 +152,15 @@ class Node:
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
             )
         self.journal.start()
+        if not self.core.meta.stamped:
+            self.journal.persist_nowait(self.core.stamp(self.config.log_id, self.config.id))
         loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._recovery_loop(), name="recovery"))
         self._tasks.append(loop.create_task(self._election_loop(), name="election"))
         self._tasks.append(loop.create_task(self._heartbeat_loop(), name="heartbeat"))
         self._update_metrics()
         if self.core.status != pb.VOTING:
-            self.reason = (
-                "replica is EMPTY: initialize it (rlog initialize) or let it recover"
-                if self.core.status == pb.EMPTY
-                else f"replica is {pb.Status.Name(self.core.status)}"
-            )
+            self.reason = "running the recover protocol"
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
@@ -147,7 +174,7 @@ class Node:
             await channel.close(grace=None)
         self.storage.close()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a fire-and-forget task, keeping a reference so it is not collected."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
@@ -223,7 +250,7 @@ class Node:
         # since may still be arriving in ordinary learned messages.
         if self.core.learned < target and not self._fetching:
             self._fetching = True
-            self._spawn(self._pull_learned(request.leader, target))
+            self.spawn(self._pull_learned(request.leader, target))
 
     async def _pull_learned(self, leader: int, target: int) -> None:
         peer = self.peers.get(leader)
@@ -265,6 +292,66 @@ class Node:
             chunks.append(pb.FetchResponse(begin=self.core.begin))
         return chunks
 
+    # ---- recovery ----------------------------------------------------------------------
+
+    async def _recovery_loop(self) -> None:
+        """While not VOTING: recover rounds until one decides, then act on the decision."""
+        while self.core.status != pb.VOTING:
+            decision = await self._recover_round()
+            if decision is None:
+                await asyncio.sleep(random.uniform(0.5, 1.0))
+                continue
+            if decision.next == Next.STARTING:
+                log.info("auto-initialization: EMPTY -> STARTING")
+                await self.journal.persist(self.core.set_status(pb.STARTING))
+            elif decision.next == Next.VOTING:
+                log.info("auto-initialization: STARTING -> VOTING")
+                await self.journal.persist(self.core.set_status(pb.VOTING))
+            else:
+                await self._catch_up(decision)
+            self._update_metrics()
+        self.reason = ""
+        self.catchup = (0, 0, 0)
+        self.last_heard = time.monotonic()  # a new voter first listens for a leader
+        self.metrics.catchup_remaining.set(0)
+        self._update_metrics()
+
+    async def _recover_round(self) -> Decision | None:
+        round_ = RecoverRound(
+            len(self.config.peers), self.core.status, self.permit, self.config.log_id
+        )
+        decision = round_.add(self.config.id, self.recover_info())
+        if decision is not None:
+            return decision
+        request = pb.RecoverRequest(log_id=self.config.log_id)
+
+        async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
+            try:
+                return peer.id, await peer.replica.Recover(request, timeout=2.0)
+            except grpc.aio.AioRpcError:
+                return peer.id, None
+
+        for next_reply in asyncio.as_completed([ask(p) for p in self.peers.values()]):
+            replica, response = await next_reply
+            if response is not None:
+                decision = round_.add(replica, response)
+                if decision is not None:
+                    return decision
+        self.reason = round_.reason()
+        log.info("recover round undecided (%s): %s", pb.Status.Name(self.core.status), self.reason)
+        return None
+
+    async def _catch_up(self, decision: Decision) -> None:
+        if self.core.status != pb.RECOVERING:
+            await self.journal.persist(self.core.set_status(pb.RECOVERING))
+        self.reason = f"catching up [{decision.begin}, {decision.end}]"
+        self._update_metrics()
+        await CatchUp(self, decision).run()
+        await self.journal.persist(self.core.finish_recovery(decision.promised))
+        log.info(
+            "caught up to %d: RECOVERING -> VOTING (promised %d)", decision.end, self.core.promised
+        )
+
     def recover_info(self) -> pb.RecoverResponse:
         response = pb.RecoverResponse(status=self.core.status, log_id=self.config.log_id)
         if self.core.status == pb.VOTING:
@@ -279,7 +366,7 @@ class Node:
         loop = asyncio.get_running_loop()
         for output in self.coordinator.take():
             if isinstance(output, Send):
-                self._spawn(self._send(output))
+                self.spawn(self._send(output))
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
             elif isinstance(output, Done):
@@ -303,7 +390,7 @@ class Node:
                 log.info(
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
-                self._spawn(self._send_heartbeats())
+                self.spawn(self._send_heartbeats())
             elif isinstance(output, Demoted):
                 if self.leader_id == self.config.id:
                     self.leader_id = None
@@ -320,6 +407,10 @@ class Node:
             return
         self.coordinator.on_timeout(round_id)
         self._dispatch()
+
+    async def send_one_way(self, peer: Peer, message: pb.LearnedRequest) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
+            await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
 
     async def _send(self, send: Send) -> None:
         message = send.message
@@ -383,6 +474,10 @@ class Node:
                 continue
             if now - self.last_heard < timeout:
                 continue
+            if await self._peers_follow_a_leader():
+                self.last_heard = time.monotonic()
+                timeout = self._election_timeout()
+                continue
             self.leader_id = None
             self.leader_address = ""
             self.metrics.elections.labels("started").inc()
@@ -390,6 +485,31 @@ class Node:
             self._dispatch()
             timeout = self._election_timeout()
             self.last_heard = now  # the next attempt waits a fresh timeout
+
+    async def _peers_follow_a_leader(self) -> bool:
+        """Pre-vote: before raising its promise, a candidate asks its peers whom they
+        follow. If enough of them still follow another live leader that this replica's own
+        vote could not change the outcome, it stays a follower: a replica that merely cannot
+        hear the leader (restarted, reconnecting, partitioned) must not keep raising its
+        promise and then reject the healthy leader's writes."""
+
+        async def status_of(peer: Peer) -> pb.StatusResponse | None:
+            try:
+                return await peer.log.Status(pb.StatusRequest(), timeout=0.5)
+            except grpc.aio.AioRpcError:
+                return None
+
+        statuses = await asyncio.gather(*(status_of(p) for p in self.peers.values()))
+        followers: dict[str, int] = {}
+        for status in statuses:
+            if status is None or status.status != pb.VOTING:
+                continue
+            if status.role == "leader":
+                return True  # alive and reachable: its heartbeats will reach us too
+            if status.leader and status.leader != self.config.address:
+                followers[status.leader] = followers.get(status.leader, 0) + 1
+        # A leader followed by quorum - 1 peers commits without us: let it be.
+        return any(count + 1 >= self.config.quorum for count in followers.values())
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -406,7 +526,7 @@ class Node:
             log_id=self.config.log_id,
         )
         for peer in self.peers.values():
-            self._spawn(self._send(Send(peer.id, heartbeat)))
+            self.spawn(self._send(Send(peer.id, heartbeat)))
 
     # ---- client API --------------------------------------------------------------------
 
@@ -592,7 +712,7 @@ class Node:
             id=self.config.id,
             status=self.core.status,
             role="leader" if leading else "follower",
-            leader=self.leader_address if self.leader_id is not None else "",
+            leader=self.live_leader,
             begin=self.core.begin,
             end=self.core.end,
             learned=self.core.learned,
@@ -603,7 +723,22 @@ class Node:
             address=self.config.address,
             permit=self.permit,
             reason=self.reason,
+            catchup_begin=self.catchup[0],
+            catchup_end=self.catchup[1],
+            catchup_done=self.catchup[2],
         )
+
+    @property
+    def live_leader(self) -> str:
+        """The leader's address if this replica leads or heard it within an election
+        timeout; empty otherwise (a stale leader must not look alive to a pre-vote)."""
+        if self.coordinator.leading:
+            return self.config.address
+        if self.leader_id is None:
+            return ""
+        if time.monotonic() - self.last_heard >= self.config.election_timeout:
+            return ""
+        return self.leader_address
 
     def step_down(self) -> None:
         if self.coordinator.leading:

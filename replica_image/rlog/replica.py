@@ -317,6 +317,20 @@ class ReplicaCore:
 
     # ---- status ------------------------------------------------------------------------
 
+    def finish_recovery(self, promised: int) -> WriteBatch:
+        """Turn VOTING after catch-up, adopting the highest promise of the VOTING replicas
+        recovered from: a replica that lost its disk must not vote with promised = 0 for a
+        proposal lower than one the log already promised (a Mesos hazard)."""
+        self.meta.promised = max(self.meta.promised, promised)
+        return self.set_status(pb.VOTING)
+
+    def stamp(self, log_id: str, replica_id: int) -> WriteBatch:
+        """Mark the data dir as belonging to this log and replica."""
+        self.meta.log_id = log_id
+        self.meta.replica_id = replica_id
+        self.meta.stamped = True
+        return WriteBatch(metadata=self._meta_copy())
+
     def set_status(self, status: pb.Status.ValueType) -> WriteBatch:
         self.meta.status = status
         return WriteBatch(metadata=self._meta_copy())

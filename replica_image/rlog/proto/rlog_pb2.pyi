@@ -141,6 +141,7 @@ class Metadata(_message.Message):
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     LEARNED_BELOW_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
+    STAMPED_FIELD_NUMBER: _builtins.int
     status: Global___Status.ValueType
     promised: _builtins.int
     """highest implicit promise ever given"""
@@ -152,6 +153,8 @@ class Metadata(_message.Message):
     """every position below this one is learned (or truncated)"""
     begin: _builtins.int
     """first position not truncated"""
+    stamped: _builtins.bool
+    """log_id and replica_id are set (the data dir has an owner)"""
     def __init__(
         self,
         *,
@@ -161,10 +164,11 @@ class Metadata(_message.Message):
         replica_id: _builtins.int = ...,
         learned_below: _builtins.int = ...,
         begin: _builtins.int = ...,
+        stamped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "learned_below", b"learned_below", "log_id", b"log_id", "promised", b"promised", "replica_id", b"replica_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "learned_below", b"learned_below", "log_id", b"log_id", "promised", b"promised", "replica_id", b"replica_id", "stamped", b"stamped", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
