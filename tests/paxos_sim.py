@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from rlog.coordinator import Coordinator, CoordinatorConfig, Demoted, Done, Failed, Send, SetTimer
 from rlog.proto import rlog_pb2 as pb
+from rlog.recover import Next, RecoverRound
 from rlog.replica import ReplicaCore
 from rlog.storage.memory import MemoryStorage
 
@@ -127,6 +128,30 @@ class Sim:
             self.timers = [t for t in self.timers if t[0] != replica]
             for token in [t for t in self.pending if t[0] == replica]:
                 del self.pending[token]
+        self.check()
+
+    def wipe_and_recover(self, replica: int) -> None:
+        """The replica loses its disk and recovers as rlog does: a recover round among the
+        others, a copy of their learned entries (Fetch), then VOTING with the adopted
+        promise. The others must form a VOTING quorum."""
+        self.storages[replica] = MemoryStorage()
+        core = ReplicaCore(self.storages[replica])
+        self.cores[replica] = core
+        round_ = RecoverRound(self.replicas, core.status, permit=False)
+        decision = None
+        for other, peer in enumerate(self.cores):
+            response = pb.RecoverResponse(status=peer.status)
+            if peer.status == pb.VOTING:
+                response.begin, response.end = peer.begin, peer.end
+                response.promised = peer.promised
+            decision = round_.add(other, response) or decision
+        assert decision is not None and decision.next == Next.RECOVER, round_.reason()
+        self._persist(replica, core.set_status(pb.RECOVERING))
+        source = self.cores[decision.sources[0]]
+        actions = source.learned_actions(decision.begin, decision.end, 1 << 30)
+        self._persist(replica, core.on_learned(pb.LearnedRequest(actions=actions)))
+        assert core.learned >= min(decision.end, source.learned)
+        self._persist(replica, core.finish_recovery(decision.promised))
         self.check()
 
     def _persist(self, replica: int, batch) -> None:
