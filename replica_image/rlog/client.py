@@ -1,0 +1,598 @@
+"""The rlog client library: `AsyncClient` (grpc.aio) and `Client` (blocking).
+
+    with Client("10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000") as log:
+        first, second = log.append([b"a", "b"])
+        for entry in log.read(from_=first):
+            print(entry.position, entry.value)
+
+Any replica serves any request (appends, truncations and consistent reads are forwarded to
+the leader), so several endpoints are only for availability. The client sticks to the
+endpoint that last answered and moves to the next one when
+
+- the request certainly reached no server (the connection could not be made), for every
+  call, including appends;
+- the server answered UNAVAILABLE or the call timed out, for calls that change nothing
+  (status, read, tail, permits): those are safe to repeat. A read or tail broken mid-stream
+  resumes after the last entry it yielded.
+
+An append is never re-sent once it may have reached a server: a lost connection, a timeout
+or a leadership change during an append raises an `rlog.errors.OutcomeUnknown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+)
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from rlog.config import ConfigError, parse_address
+from rlog.errors import (
+    RlogError,
+    Timeout,
+    Unavailable,
+    from_rpc_error,
+    is_connect_failure,
+)
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+
+T = TypeVar("T")
+
+MAX_MESSAGE_LENGTH = 64 * 1024 * 1024
+DEFAULT_TIMEOUT = 30.0
+# Longer than the server's append timeout plus forwarding, so the server's own verdict
+# (DEADLINE_EXCEEDED with its message, or ABORTED) normally arrives first.
+DEFAULT_APPEND_TIMEOUT = 60.0
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # Never let gRPC re-send a call on its own: appends are not idempotent.
+    ("grpc.enable_retries", 0),
+]
+
+Value = bytes | bytearray | memoryview | str
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One APPEND entry of the log."""
+
+    position: int
+    value: bytes
+
+    @property
+    def text(self) -> str:
+        """The value decoded as UTF-8 (undecodable bytes as backslash escapes)."""
+        return self.value.decode("utf-8", errors="backslashreplace")
+
+
+def parse_endpoints(endpoints: str | Iterable[str]) -> list[str]:
+    """`H:P`, `H:P,H:P`, or a list of those -> validated `H:P` strings (ConfigError if bad)."""
+    items = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+    result: list[str] = []
+    for item in items:
+        for part in item.split(","):
+            if part.strip():
+                address = parse_address(part, "endpoint")
+                if address not in result:
+                    result.append(address)
+    if not result:
+        raise ConfigError("no endpoint given: expected HOST:PORT[,HOST:PORT...]")
+    return result
+
+
+def encode_value(value: Value) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"a value is bytes or str, not {type(value).__name__}")
+
+
+def status_name(status: int) -> str:
+    return pb.Status.Name(status)  # type: ignore[arg-type]
+
+
+def status_to_dict(status: pb.StatusResponse) -> dict[str, Any]:
+    """A StatusResponse as the JSON object `rlog status --json` prints."""
+    return {
+        "id": status.id,
+        "status": status_name(status.status),
+        "role": status.role or "follower",
+        "leader": status.leader or None,
+        "begin": status.begin,
+        "end": status.end,
+        "learned": status.learned,
+        "promised": status.promised,
+        "proposal": status.proposal,
+        "log_id": status.log_id,
+        "replicas": status.replicas,
+        "address": status.address,
+        "permit": status.permit,
+        "reason": status.reason,
+        "catchup_begin": status.catchup_begin,
+        "catchup_end": status.catchup_end,
+        "catchup_done": status.catchup_done,
+    }
+
+
+class _Endpoint:
+    def __init__(self, address: str, options: list[tuple[str, Any]]) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address, options=options)
+        self.log = pbg.LogStub(self.channel)
+        self.admin = pbg.AdminStub(self.channel)
+
+
+def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
+    """May this failed call be sent to another endpoint?"""
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        details = exc.details() or ""
+        if is_connect_failure(details) and not details.startswith("leader: "):
+            return True  # no connection was made: the request reached no server
+        return not mutating
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return not mutating
+    return False
+
+
+class AsyncClient:
+    """An asyncio client of an rlog log. Use it within one event loop.
+
+    `endpoints`: "H:P", "H:P,H:P,..." or a list of those. `timeout` bounds unary calls
+    (status, admin), `append_timeout` appends and truncations, `read_timeout` a whole read
+    (None: no deadline). Tails have no deadline.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        append_timeout: float | None = DEFAULT_APPEND_TIMEOUT,
+        read_timeout: float | None = None,
+        channel_options: Iterable[tuple[str, Any]] = (),
+    ) -> None:
+        self._addresses = parse_endpoints(endpoints)
+        self.timeout = timeout
+        self.append_timeout = append_timeout
+        self.read_timeout = read_timeout
+        extra = list(channel_options)
+        keys = {key for key, _ in extra}
+        self._options = [opt for opt in CHANNEL_OPTIONS if opt[0] not in keys] + extra
+        self._endpoints: list[_Endpoint | None] = [None] * len(self._addresses)
+        self._current = 0
+        self._closed = False
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self._addresses)
+
+    @property
+    def current_endpoint(self) -> str:
+        """The endpoint the next request goes to first."""
+        return self._addresses[self._current]
+
+    def _endpoint(self, index: int) -> _Endpoint:
+        if self._closed:
+            raise RlogError("the client is closed")
+        endpoint = self._endpoints[index]
+        if endpoint is None:
+            endpoint = _Endpoint(self._addresses[index], self._options)
+            self._endpoints[index] = endpoint
+        return endpoint
+
+    def _order(self) -> list[int]:
+        n = len(self._addresses)
+        return [(self._current + i) % n for i in range(n)]
+
+    async def _call(
+        self,
+        invoke: Callable[[_Endpoint], Awaitable[T]],
+        *,
+        mutating: bool,
+        endpoint: str | None = None,
+    ) -> T:
+        """Run a unary call, moving to the next endpoint only when that is safe."""
+        order = self._order() if endpoint is None else [self._index_of(endpoint)]
+        errors: list[RlogError] = []
+        for index in order:
+            target = self._endpoint(index)
+            try:
+                result = await invoke(target)
+            except grpc.aio.AioRpcError as exc:
+                error = from_rpc_error(exc, target.address, mutating)
+                if _safe_to_move_on(exc, mutating):
+                    errors.append(error)
+                    continue
+                raise error from None
+            self._current = index
+            return result
+        raise _all_failed(errors)
+
+    def _index_of(self, endpoint: str) -> int:
+        address = parse_address(endpoint, "endpoint")
+        if address not in self._addresses:
+            self._addresses.append(address)
+            self._endpoints.append(None)
+        return self._addresses.index(address)
+
+    # ---- the log -----------------------------------------------------------------------
+
+    async def append(self, values: Iterable[Value] | Value) -> list[int]:
+        """Append values (bytes, or str encoded as UTF-8) as consecutive entries; returns
+        their positions. Raises `OutcomeUnknown` if the append may or may not be in the log."""
+        if isinstance(values, str | bytes | bytearray | memoryview):
+            values = [values]
+        request = pb.AppendRequest(values=[encode_value(v) for v in values])
+        if not request.values:
+            return []
+        response = await self._call(
+            lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
+        )
+        positions = list(response.positions)
+        if len(positions) != len(request.values):
+            raise RlogError(
+                f"the server returned {len(positions)} positions for {len(request.values)} values"
+            )
+        return positions
+
+    async def append_one(self, value: Value) -> int:
+        """Append one value; returns its position."""
+        (position,) = await self.append([value])
+        return position
+
+    async def truncate(self, to: int) -> int:
+        """Truncate every position below `to`; returns the position of the TRUNCATE entry."""
+        request = pb.TruncateRequest(to=to)
+        response = await self._call(
+            lambda e: e.log.Truncate(request, timeout=self.append_timeout), mutating=True
+        )
+        return int(response.position)
+
+    async def status(self, endpoint: str | None = None) -> pb.StatusResponse:
+        """The status of a replica: the current endpoint's (moving on if it is down), or
+        exactly `endpoint`'s if given."""
+        return await self._call(
+            lambda e: e.log.Status(pb.StatusRequest(), timeout=self.timeout),
+            mutating=False,
+            endpoint=endpoint,
+        )
+
+    async def statuses(self) -> dict[str, pb.StatusResponse | RlogError]:
+        """Every endpoint's status (or the error asking it), concurrently."""
+
+        async def one(address: str) -> pb.StatusResponse | RlogError:
+            try:
+                return await self.status(address)
+            except RlogError as error:
+                return error
+
+        results = await asyncio.gather(*(one(a) for a in self._addresses))
+        return dict(zip(self._addresses, results, strict=True))
+
+    async def read_batches(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+    ) -> AsyncGenerator[list[Entry], None]:
+        """Like `read`, in the batches the server sends."""
+        next_from = from_
+        order = self._order()
+        attempt = 0
+        errors: list[RlogError] = []
+        while True:
+            if to is not None and next_from is not None and next_from > to:
+                return
+            index = order[attempt % len(order)]
+            target = self._endpoint(index)
+            request = pb.ReadRequest(stale=stale, max_batch=max_batch)
+            if next_from is not None:
+                setattr(request, "from", next_from)
+            if to is not None:
+                request.to = to
+            call = target.log.Read(request, timeout=self.read_timeout)
+            try:
+                async for response in call:
+                    if not response.entries:
+                        continue
+                    batch = [Entry(e.position, e.value) for e in response.entries]
+                    self._current = index
+                    errors.clear()
+                    next_from = batch[-1].position + 1
+                    yield batch
+            except grpc.aio.AioRpcError as exc:
+                error = from_rpc_error(exc, target.address)
+                attempt += 1
+                if _safe_to_move_on(exc, mutating=False) and len(errors) + 1 < len(order):
+                    errors.append(error)
+                    continue
+                if errors:
+                    errors.append(error)
+                    raise _all_failed(errors) from None
+                raise error from None
+            finally:
+                call.cancel()
+            self._current = index
+            return
+
+    async def read(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+    ) -> AsyncIterator[Entry]:
+        """The APPEND entries in [from_, to] (inclusive; defaults: the beginning and the
+        last learned position), in position order. `stale=True` reads the contacted
+        replica's own learned entries instead of going through the leader.
+        Raises `Truncated` below the beginning, `PastEnd` past the end."""
+        batches = self.read_batches(from_, to, stale, max_batch)
+        try:
+            async for batch in batches:
+                for entry in batch:
+                    yield entry
+        finally:
+            await batches.aclose()
+
+    async def tail_batches(self, from_: int = 0) -> AsyncGenerator[list[Entry], None]:
+        """Like `tail`, in the batches the server sends."""
+        next_from = from_
+        order = self._order()
+        attempt = 0
+        errors: list[RlogError] = []
+        while True:
+            index = order[attempt % len(order)]
+            target = self._endpoint(index)
+            call = target.log.Tail(pb.TailRequest(**{"from": next_from}))
+            try:
+                async for response in call:
+                    if not response.entries:
+                        continue
+                    batch = [Entry(e.position, e.value) for e in response.entries]
+                    self._current = index
+                    errors.clear()
+                    next_from = batch[-1].position + 1
+                    yield batch
+            except grpc.aio.AioRpcError as exc:
+                error = from_rpc_error(exc, target.address)
+                attempt += 1
+                if _safe_to_move_on(exc, mutating=False) and len(errors) + 1 < len(order):
+                    errors.append(error)
+                    continue
+                if errors:
+                    errors.append(error)
+                    raise _all_failed(errors) from None
+                raise error from None
+            finally:
+                call.cancel()
+            raise Unavailable(f"the tail from {target.address} ended", endpoint=target.address)
+
+    async def tail(self, from_: int = 0) -> AsyncIterator[Entry]:
+        """Every APPEND entry from `from_` on, waiting for new ones forever (served from
+        the contacted replica's learned entries)."""
+        batches = self.tail_batches(from_)
+        try:
+            async for batch in batches:
+                for entry in batch:
+                    yield entry
+        finally:
+            await batches.aclose()
+
+    # ---- admin -------------------------------------------------------------------------
+
+    async def grant_permit(
+        self, log_id: str = "", endpoint: str | None = None
+    ) -> pb.StatusResponse:
+        """Grant the initialization permit (to `endpoint`, or the current endpoint)."""
+        request = pb.PermitRequest(log_id=log_id)
+        return await self._call(
+            lambda e: e.admin.GrantPermit(request, timeout=self.timeout),
+            mutating=False,
+            endpoint=endpoint,
+        )
+
+    async def revoke_permit(
+        self, log_id: str = "", endpoint: str | None = None
+    ) -> pb.StatusResponse:
+        """Revoke the initialization permit (of `endpoint`, or the current endpoint)."""
+        request = pb.PermitRequest(log_id=log_id)
+        return await self._call(
+            lambda e: e.admin.RevokePermit(request, timeout=self.timeout),
+            mutating=False,
+            endpoint=endpoint,
+        )
+
+    async def step_down(self, endpoint: str | None = None) -> pb.StatusResponse:
+        """Ask a replica (`endpoint`, or the current endpoint) to stop leading."""
+        return await self._call(
+            lambda e: e.admin.StepDown(pb.StepDownRequest(), timeout=self.timeout),
+            mutating=False,
+            endpoint=endpoint,
+        )
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        self._closed = True
+        endpoints, self._endpoints = self._endpoints, [None] * len(self._addresses)
+        for endpoint in endpoints:
+            if endpoint is not None:
+                await endpoint.channel.close(grace=None)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _all_failed(errors: list[RlogError]) -> RlogError:
+    if len(errors) == 1:
+        return errors[0]
+    if all(isinstance(e, Timeout) for e in errors):
+        return Timeout("every endpoint timed out: " + "; ".join(str(e) for e in errors))
+    return Unavailable("no endpoint could serve the request: " + "; ".join(str(e) for e in errors))
+
+
+async def _next(batches: AsyncGenerator[list[Entry], None]) -> list[Entry]:
+    return await batches.__anext__()
+
+
+class Client:
+    """A blocking client with the API of `AsyncClient`; it runs one on a private event-loop
+    thread. Safe to share between threads."""
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        append_timeout: float | None = DEFAULT_APPEND_TIMEOUT,
+        read_timeout: float | None = None,
+        channel_options: Iterable[tuple[str, Any]] = (),
+    ) -> None:
+        self._async = AsyncClient(
+            endpoints,
+            timeout=timeout,
+            append_timeout=append_timeout,
+            read_timeout=read_timeout,
+            channel_options=channel_options,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="rlog-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self._async.endpoints
+
+    @property
+    def current_endpoint(self) -> str:
+        return self._async.current_endpoint
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RlogError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _iterate(self, batches: AsyncGenerator[list[Entry], None]) -> Iterator[Entry]:
+        try:
+            while True:
+                try:
+                    batch = self._run(_next(batches))
+                except StopAsyncIteration:
+                    return
+                yield from batch
+        finally:
+            if not self._closed:
+                self._run(batches.aclose())
+
+    def append(self, values: Iterable[Value] | Value) -> list[int]:
+        return self._run(self._async.append(values))
+
+    def append_one(self, value: Value) -> int:
+        return self._run(self._async.append_one(value))
+
+    def truncate(self, to: int) -> int:
+        return self._run(self._async.truncate(to))
+
+    def status(self, endpoint: str | None = None) -> pb.StatusResponse:
+        return self._run(self._async.status(endpoint))
+
+    def statuses(self) -> dict[str, pb.StatusResponse | RlogError]:
+        return self._run(self._async.statuses())
+
+    def read(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+    ) -> Iterator[Entry]:
+        return self._iterate(self._async.read_batches(from_, to, stale, max_batch))
+
+    def read_batches(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+    ) -> Iterator[list[Entry]]:
+        batches = self._async.read_batches(from_, to, stale, max_batch)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(batches))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                self._run(batches.aclose())
+
+    def tail(self, from_: int = 0) -> Iterator[Entry]:
+        return self._iterate(self._async.tail_batches(from_))
+
+    def grant_permit(self, log_id: str = "", endpoint: str | None = None) -> pb.StatusResponse:
+        return self._run(self._async.grant_permit(log_id, endpoint))
+
+    def revoke_permit(self, log_id: str = "", endpoint: str | None = None) -> pb.StatusResponse:
+        return self._run(self._async.revoke_permit(log_id, endpoint))
+
+    def step_down(self, endpoint: str | None = None) -> pb.StatusResponse:
+        return self._run(self._async.step_down(endpoint))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._async.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Entry",
+    "parse_endpoints",
+    "status_to_dict",
+]
