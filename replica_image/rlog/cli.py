@@ -1,0 +1,457 @@
+"""The `rlog` command line (shared/DESIGN.md section 5).
+
+Every failure is one line on stderr, `rlog: error: ...`, and no traceback (set RLOG_DEBUG=1
+for one). Exit codes: 0 ok, 1 runtime error, 2 usage error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rlog.config import DEFAULT_MAX_ENTRY_SIZE, ConfigError, ReplicaConfig, parse_peers
+from rlog.errors import RlogError
+from rlog.proto import rlog_pb2 as pb
+from rlog.storage import ENGINES, StorageError, WriteBatch, open_storage
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# Values sent per Append request by `rlog append --stdin` (positions stay in input order).
+STDIN_BATCH_VALUES = 1000
+STDIN_BATCH_BYTES = 8 * 1024 * 1024
+
+
+class UsageError(Exception):
+    """A bad command line: exit 2."""
+
+    def __init__(self, message: str, prog: str = "rlog") -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (no usage dump, no SystemExit)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoint",
+        "-e",
+        default=os.environ.get("RLOG_ENDPOINT"),
+        metavar="H:P[,H:P...]",
+        help="replica(s) to talk to; any replica serves any request (default $RLOG_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="deadline of each call (default 30)",
+    )
+
+
+def _endpoint(args: argparse.Namespace) -> str:
+    if not args.endpoint:
+        raise UsageError("the following arguments are required: --endpoint", args.prog)
+    return str(args.endpoint)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from rlog.client import Client
+
+    return Client(
+        _endpoint(args),
+        timeout=args.timeout,
+        append_timeout=max(args.timeout, 1.0),
+        read_timeout=args.timeout if args.command == "read" else None,
+    )
+
+
+# ---- commands ----------------------------------------------------------------------------
+
+
+def cmd_replica(args: argparse.Namespace) -> int:
+    config = ReplicaConfig(
+        id=args.id,
+        peers=parse_peers(args.peers),
+        data_dir=Path(args.data_dir),
+        listen=args.listen or "",
+        auto_initialize=args.auto_initialize,
+        metrics_port=args.metrics_port,
+        log_id=args.log_id,
+        max_entry_size=args.max_entry_size,
+        storage_engine=args.storage_engine,
+        election_timeout=args.election_timeout,
+        **{
+            key: getattr(args, key)
+            for key in ("heartbeat_interval", "append_timeout")
+            if getattr(args, key) is not None
+        },
+    )
+    try:
+        from rlog.server import serve
+    except ImportError as exc:
+        raise RlogError(f"the replica server is not available: {exc}") from None
+    serve(config)
+    return EXIT_OK
+
+
+def _stdin_values(binary: bool) -> Iterator[bytes]:
+    for line in sys.stdin.buffer:
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        yield _decode_b64(line) if binary else line
+
+
+def _decode_b64(text: bytes | str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise UsageError(f"value {_one_line(str(text))[:40]!r} is not valid base64") from None
+
+
+def _batches(values: Iterator[bytes]) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    size = 0
+    for value in values:
+        if batch and (len(batch) >= STDIN_BATCH_VALUES or size + len(value) > STDIN_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(value)
+        size += len(value)
+    if batch:
+        yield batch
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    if args.stdin and args.values:
+        raise UsageError("give values as arguments or --stdin, not both", args.prog)
+    if not args.stdin and not args.values:
+        raise UsageError("nothing to append: give VALUE... or --stdin", args.prog)
+    _endpoint(args)
+    if args.stdin:
+        values: Iterator[bytes] = _stdin_values(args.base64)
+    else:
+        values = iter(
+            [
+                _decode_b64(v) if args.base64 else v.encode("utf-8", "surrogateescape")
+                for v in args.values
+            ]
+        )
+    with _client(args) as client:
+        for batch in _batches(values):
+            positions = client.append(batch)
+            sys.stdout.write("".join(f"{p}\n" for p in positions))
+            sys.stdout.flush()
+    return EXIT_OK
+
+
+def _print_entries(entries: Iterator[Any], as_json: bool) -> None:
+    out = sys.stdout
+    for entry in entries:
+        if as_json:
+            value = base64.b64encode(entry.value).decode("ascii")
+            out.write(f'{{"position": {entry.position}, "value": "{value}"}}\n')
+        else:
+            text = entry.value.decode("utf-8", errors="backslashreplace")
+            out.write(f"{entry.position}\t{text}\n")
+    out.flush()
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    if args.from_ is not None and args.to is not None and args.from_ > args.to:
+        raise UsageError(f"--from {args.from_} is after --to {args.to}", args.prog)
+    with _client(args) as client:
+        _print_entries(client.read(args.from_, args.to, stale=args.stale), args.json)
+    return EXIT_OK
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        _print_entries(_flushing(client.tail(args.from_)), args.json)
+    return EXIT_OK
+
+
+def _flushing(entries: Iterator[Any]) -> Iterator[Any]:
+    for entry in entries:
+        yield entry
+        sys.stdout.flush()
+
+
+def print_status(status: dict[str, Any]) -> None:
+    width = max(len(key) for key in status) + 2
+    for key, value in status.items():
+        if value is None:
+            value = "-"
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        print(f"{key + ':':<{width}}{value}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rlog.client import status_to_dict
+
+    with _client(args) as client:
+        if args.all:
+            failed = False
+            for endpoint, result in client.statuses().items():
+                if isinstance(result, RlogError):
+                    failed = True
+                    row: dict[str, Any] = {"endpoint": endpoint, "error": str(result)}
+                else:
+                    row = {"endpoint": endpoint, **status_to_dict(result)}
+                if args.json:
+                    print(json.dumps(row))
+                else:
+                    print_status(row)
+                    print()
+            return EXIT_ERROR if failed else EXIT_OK
+        status = status_to_dict(client.status())
+    if args.json:
+        print(json.dumps(status))
+    else:
+        print_status(status)
+    return EXIT_OK
+
+
+def cmd_truncate(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(client.truncate(args.to))
+    return EXIT_OK
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    from rlog.client import status_to_dict
+
+    with _client(args) as client:
+        if args.action == "grant-permit":
+            status = client.grant_permit(args.log_id)
+        elif args.action == "revoke-permit":
+            status = client.revoke_permit(args.log_id)
+        else:
+            status = client.step_down()
+    if args.json:
+        print(json.dumps(status_to_dict(status)))
+    else:
+        print_status(status_to_dict(status))
+    return EXIT_OK
+
+
+def initialize(data_dir: str | Path, storage_engine: str = "lmdb") -> None:
+    """Set a fresh data dir VOTING offline (like `mesos-log initialize`). Raises
+    StorageError if it cannot be opened and RlogError if the log in it is not empty."""
+    storage = open_storage(Path(data_dir), storage_engine)
+    try:
+        meta = storage.metadata()
+        if meta.status != pb.EMPTY or storage.first_position() is not None:
+            raise RlogError(f"the log at {data_dir} is not empty")
+        meta.status = pb.VOTING
+        storage.apply(WriteBatch(metadata=meta, sync=True))
+    finally:
+        storage.close()
+
+
+def cmd_initialize(args: argparse.Namespace) -> int:
+    initialize(args.data_dir, args.storage_engine)
+    print(f"initialized the log at {args.data_dir}: replica status VOTING")
+    return EXIT_OK
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from rlog import dev
+
+    return dev.run(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rlog import bench
+
+    _endpoint(args)
+    return bench.run(args)
+
+
+# ---- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="rlog",
+        description="rlog: a Paxos replicated log (Mesos replicated-log design)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("replica", help="run a replica")
+    p.add_argument("--id", type=_nonnegative, required=True, help="this replica's id (0-based)")
+    p.add_argument(
+        "--peers", required=True, metavar="H:P,H:P,...", help="every replica, in id order"
+    )
+    p.add_argument("--data-dir", required=True, metavar="DIR")
+    p.add_argument("--listen", metavar="H:P", help="bind address (default: the --id'th peer)")
+    p.add_argument(
+        "--auto-initialize",
+        action="store_true",
+        help="hold the initialization permit from the start (local use)",
+    )
+    p.add_argument("--metrics-port", type=_nonnegative, metavar="P")
+    p.add_argument("--log-id", default="", metavar="ID", help="identity of the log")
+    p.add_argument(
+        "--max-entry-size", type=_nonnegative, default=DEFAULT_MAX_ENTRY_SIZE, metavar="BYTES"
+    )
+    p.add_argument("--storage-engine", choices=ENGINES, default=ENGINES[0])
+    p.add_argument(
+        "--election-timeout",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="randomized in [T, 2T) (default 1)",
+    )
+    p.add_argument("--heartbeat-interval", type=_positive_float, metavar="SECONDS")
+    p.add_argument("--append-timeout", type=_positive_float, metavar="SECONDS")
+    p.set_defaults(func=cmd_replica)
+
+    from rlog import dev
+
+    p = sub.add_parser("dev", help="run a local N-replica log as processes")
+    dev.add_arguments(p)
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("append", help="append values; prints their positions")
+    add_endpoint_arguments(p)
+    p.add_argument("values", nargs="*", metavar="VALUE")
+    p.add_argument("--stdin", action="store_true", help="append each line of stdin")
+    p.add_argument("--base64", action="store_true", help="values are base64-encoded")
+    p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("read", help="print the entries in [--from, --to]")
+    add_endpoint_arguments(p)
+    p.add_argument("--from", dest="from_", type=_nonnegative, metavar="P")
+    p.add_argument("--to", type=_nonnegative, metavar="P", help="inclusive")
+    p.add_argument("--json", action="store_true", help='{"position": P, "value": "<base64>"}')
+    p.add_argument("--stale", action="store_true", help="read the contacted replica's entries")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("tail", help="print entries from --from on, following new ones")
+    add_endpoint_arguments(p)
+    p.add_argument("--from", dest="from_", type=_nonnegative, default=0, metavar="P")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("status", help="print a replica's status")
+    add_endpoint_arguments(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help="every endpoint's status, one each")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("truncate", help="drop every entry below --to")
+    add_endpoint_arguments(p)
+    p.add_argument("--to", type=_nonnegative, required=True, metavar="P")
+    p.set_defaults(func=cmd_truncate)
+
+    p = sub.add_parser("initialize", help="set a fresh data dir VOTING (offline)")
+    p.add_argument("--data-dir", required=True, metavar="DIR")
+    p.add_argument("--storage-engine", choices=ENGINES, default=ENGINES[0])
+    p.set_defaults(func=cmd_initialize)
+
+    p = sub.add_parser("admin", help="operator calls: permits and step-down")
+    add_endpoint_arguments(p)
+    p.add_argument("action", choices=["grant-permit", "revoke-permit", "step-down"])
+    p.add_argument("--log-id", default="", metavar="ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_admin)
+
+    from rlog import bench
+
+    p = sub.add_parser("bench", help="append benchmark (serial like mesos-log, or concurrent)")
+    add_endpoint_arguments(p)
+    bench.add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.prog = f"rlog {args.command}"
+        return int(args.func(args))
+    except UsageError as exc:
+        _fail(f"{exc.prog}: error: {exc}")
+        return EXIT_USAGE
+    except ConfigError as exc:
+        _fail(f"rlog: error: {exc}")
+        return EXIT_USAGE
+    except (RlogError, StorageError) as exc:
+        _fail(f"rlog: error: {exc}")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _fail("rlog: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`rlog read | head`): not an error of ours.
+        _silence_stdout()
+        return EXIT_OK
+    except OSError as exc:
+        _fail(f"rlog: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_ERROR
+    except Exception as exc:
+        _fail(f"rlog: internal error: {type(exc).__name__}: {exc}")
+        return EXIT_ERROR
+
+
+def _fail(message: str) -> None:
+    if os.environ.get("RLOG_DEBUG"):
+        traceback.print_exc()
+    try:
+        print(_one_line(message), file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
