@@ -1,0 +1,541 @@
+"""A local N-replica log as real processes: `rlog dev` and the `DevCluster` test harness.
+
+    with DevCluster(replicas=3) as cluster:      # initializes fresh dirs, starts, elects
+        client = cluster.client()
+        client.append([b"x"])
+        cluster.kill(0)                          # SIGKILL replica 0 (its process group)
+        cluster.restart(0)                       # same port, same data dir
+        cluster.wipe(1)                          # stop it, empty its data dir (volume loss)
+
+Layout of the cluster dir: `replica-<i>/data` (the data dir), `replica-<i>/replica.log`
+(the replica's stdout and stderr, appended across restarts), `cluster.json` (addresses).
+Each replica runs in its own process group; `stop()` and `kill()` signal the whole group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlog.client import Client
+from rlog.config import ConfigError, check_replica_count
+from rlog.errors import RlogError
+from rlog.proto import rlog_pb2 as pb
+from rlog.storage import ENGINES, open_storage
+
+STOP_GRACE = 5.0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILLed if the parent dies (Linux), so a crashed test
+    run leaves no replicas behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _is_fresh(data_dir: Path, storage_engine: str) -> bool:
+    if not data_dir.exists() or not any(data_dir.iterdir()):
+        return True
+    storage = open_storage(data_dir, storage_engine)
+    try:
+        return storage.metadata().status == pb.EMPTY and storage.first_position() is None
+    finally:
+        storage.close()
+
+
+class DevCluster:
+    """N `rlog replica` processes on loopback sharing one log.
+
+    - `dir`: the cluster dir (default: a new dir under ~/.cache/rlog-dev, or the temp dir);
+      an existing cluster dir is reused (same addresses, from cluster.json).
+    - `initialize`: run `rlog initialize` on every data dir when ALL are fresh (a brand-new
+      log), so the replicas start VOTING. Never done to a single wiped dir: that replica
+      must recover through the protocol. With `initialize=False` use `auto_initialize`.
+    - `distinct_hosts`: bind replica i to 127.0.0.(i+1) instead of sharing `host`.
+    - `base_port`: replica i listens on base_port + i (default: free ports chosen at
+      `start()`, kept across restarts).
+    - `replica_args`: extra `rlog replica` arguments for every replica.
+    - `die_with_parent`: replicas are SIGKILLed if the process that started them dies
+      (PR_SET_PDEATHSIG; tied to the starting *thread*).
+    """
+
+    def __init__(
+        self,
+        replicas: int = 3,
+        dir: str | Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        base_port: int | None = None,
+        distinct_hosts: bool = False,
+        initialize: bool = True,
+        auto_initialize: bool = False,
+        log_id: str = "dev",
+        storage_engine: str = "lmdb",
+        election_timeout: float | None = None,
+        max_entry_size: int | None = None,
+        metrics: bool = False,
+        replica_args: Sequence[str] = (),
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        check_replica_count(replicas)
+        self.replicas = replicas
+        self._dir_given = dir is not None
+        self.dir = Path(dir) if dir is not None else _default_dir()
+        self.host = host
+        self.base_port = base_port
+        self.distinct_hosts = distinct_hosts
+        self.initialize = initialize
+        self.auto_initialize = auto_initialize
+        self.log_id = log_id
+        self.storage_engine = storage_engine
+        self.election_timeout = election_timeout
+        self.max_entry_size = max_entry_size
+        self.metrics = metrics
+        self.replica_args = list(replica_args)
+        self.python = python
+        self.env = env
+        self.die_with_parent = die_with_parent
+        self.addresses: list[str] = []
+        self.metrics_ports: list[int | None] = [None] * replicas
+        self.processes: list[subprocess.Popen[bytes] | None] = [None] * replicas
+        self._clients: dict[int, Client] = {}
+        self._lock = threading.Lock()
+
+    # ---- layout ------------------------------------------------------------------------
+
+    def replica_dir(self, i: int) -> Path:
+        return self.dir / f"replica-{i}"
+
+    def data_dir(self, i: int) -> Path:
+        return self.replica_dir(i) / "data"
+
+    def log_file(self, i: int) -> Path:
+        return self.replica_dir(i) / "replica.log"
+
+    @property
+    def data_dirs(self) -> list[Path]:
+        return [self.data_dir(i) for i in range(self.replicas)]
+
+    @property
+    def log_files(self) -> list[Path]:
+        return [self.log_file(i) for i in range(self.replicas)]
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The replicas' H:P addresses, in id order."""
+        return list(self.addresses)
+
+    @property
+    def endpoint(self) -> str:
+        """Every address, comma-separated (for `--endpoint`)."""
+        return ",".join(self.addresses)
+
+    def host_of(self, i: int) -> str:
+        return f"127.0.0.{i + 1}" if self.distinct_hosts else self.host
+
+    def _choose_addresses(self) -> None:
+        saved = self.dir / "cluster.json"
+        if not self.addresses and saved.exists() and self.base_port is None:
+            try:
+                addresses = json.loads(saved.read_text())["addresses"]
+            except (ValueError, KeyError, OSError):
+                addresses = []
+            if len(addresses) == self.replicas and all(
+                _port_free(a.rpartition(":")[0], int(a.rpartition(":")[2])) for a in addresses
+            ):
+                self.addresses = list(addresses)
+        if not self.addresses:
+            addresses = []
+            for i in range(self.replicas):
+                host = self.host_of(i)
+                if self.base_port is not None:
+                    port = self.base_port + i
+                    if not _port_free(host, port):
+                        raise RlogError(f"port {host}:{port} is in use")
+                else:
+                    port = _free_port(host)
+                    while f"{host}:{port}" in addresses:
+                        port = _free_port(host)
+                addresses.append(f"{host}:{port}")
+            self.addresses = addresses
+        if self.metrics:
+            self.metrics_ports = [
+                p if p is not None else _free_port(self.host_of(i))
+                for i, p in enumerate(self.metrics_ports)
+            ]
+        saved.write_text(json.dumps({"addresses": self.addresses, "log_id": self.log_id}) + "\n")
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self, wait: bool = True, timeout: float = 30.0) -> DevCluster:
+        """Create the dirs, initialize a brand-new log, start every replica, and (with
+        `wait`) wait until a leader is elected."""
+        for i in range(self.replicas):
+            self.replica_dir(i).mkdir(parents=True, exist_ok=True)
+        self._choose_addresses()
+        if self.initialize and all(_is_fresh(d, self.storage_engine) for d in self.data_dirs):
+            from rlog.cli import initialize
+
+            for data_dir in self.data_dirs:
+                initialize(data_dir, self.storage_engine)
+        for i in range(self.replicas):
+            self.start_replica(i)
+        if wait:
+            self.wait_for_leader(timeout)
+        return self
+
+    def command(self, i: int) -> list[str]:
+        """The `rlog replica` command line of replica i."""
+        cmd = [
+            self.python,
+            "-m",
+            "rlog.cli",
+            "replica",
+            "--id",
+            str(i),
+            "--peers",
+            self.endpoint,
+            "--data-dir",
+            str(self.data_dir(i)),
+            "--log-id",
+            self.log_id,
+            "--storage-engine",
+            self.storage_engine,
+        ]
+        if self.auto_initialize:
+            cmd.append("--auto-initialize")
+        if self.election_timeout is not None:
+            cmd += ["--election-timeout", str(self.election_timeout)]
+        if self.max_entry_size is not None:
+            cmd += ["--max-entry-size", str(self.max_entry_size)]
+        port = self.metrics_ports[i]
+        if port is not None:
+            cmd += ["--metrics-port", str(port)]
+        return cmd + self.replica_args
+
+    def start_replica(self, i: int) -> None:
+        """Start replica i (no-op if it runs)."""
+        with self._lock:
+            process = self.processes[i]
+            if process is not None and process.poll() is None:
+                return
+            self.data_dir(i).mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ if self.env is None else self.env)
+            env.setdefault("PYTHONUNBUFFERED", "1")
+            with open(self.log_file(i), "ab") as log:
+                log.write(f"---- {time.strftime('%H:%M:%S')} starting replica {i}\n".encode())
+                log.flush()
+                self.processes[i] = subprocess.Popen(
+                    self.command(i),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group
+                    env=env,
+                    preexec_fn=_die_with_parent if self.die_with_parent else None,
+                )
+
+    def running(self, i: int) -> bool:
+        process = self.processes[i]
+        return process is not None and process.poll() is None
+
+    def pid(self, i: int) -> int | None:
+        process = self.processes[i]
+        return process.pid if process is not None and process.poll() is None else None
+
+    def kill(self, i: int, sig: int = signal.SIGKILL, wait: bool = True) -> None:
+        """Send `sig` to replica i's process group (default SIGKILL). With a terminating
+        signal and `wait`, wait for it to exit. SIGSTOP pauses it; `resume(i)` continues."""
+        process = self.processes[i]
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGTSTP) or not wait:
+            return
+        if sig == signal.SIGKILL:
+            # A stopped process still dies on SIGKILL.
+            process.wait(timeout=30)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGCONT)  # a paused replica cannot exit
+            try:
+                process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+
+    def pause(self, i: int) -> None:
+        """SIGSTOP replica i (it keeps its sockets: peers see a hung replica)."""
+        self.kill(i, signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        """SIGCONT replica i."""
+        self.kill(i, signal.SIGCONT)
+
+    def stop_replica(self, i: int) -> None:
+        """SIGTERM replica i, SIGKILL after a grace period; wait for it."""
+        self.kill(i, signal.SIGTERM)
+        self._drop_client(i)
+
+    def restart(self, i: int, sig: int = signal.SIGTERM) -> None:
+        """Stop replica i (with `sig`) and start it again on the same address and data dir."""
+        self.kill(i, sig)
+        self._drop_client(i)
+        self.start_replica(i)
+
+    def wipe(self, i: int) -> None:
+        """Stop replica i (SIGKILL) and empty its data dir, as if its volume were lost. It
+        is not restarted: call `start_replica(i)` or `restart(i)`."""
+        self.kill(i, signal.SIGKILL)
+        self._drop_client(i)
+        shutil.rmtree(self.data_dir(i), ignore_errors=True)
+        self.data_dir(i).mkdir(parents=True, exist_ok=True)
+
+    def stop(self) -> None:
+        """Stop every replica: SIGTERM to each group, SIGKILL after a grace period."""
+        for process in self.processes:
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGCONT)
+                    os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for process in self.processes:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+            # Anything left in the group (the replica is its leader, it forks nothing).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for i in list(self._clients):
+            self._drop_client(i)
+
+    def __enter__(self) -> DevCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ---- observing ---------------------------------------------------------------------
+
+    def client(self, i: int | None = None, **kwargs: Any) -> Client:
+        """A new blocking client of every replica (or only replica i). Close it yourself."""
+        return Client(self.addresses if i is None else [self.addresses[i]], **kwargs)
+
+    def _status_client(self, i: int) -> Client:
+        client = self._clients.get(i)
+        if client is None:
+            client = Client(self.addresses[i], timeout=1.0)
+            self._clients[i] = client
+        return client
+
+    def _drop_client(self, i: int) -> None:
+        client = self._clients.pop(i, None)
+        if client is not None:
+            client.close()
+
+    def status(self, i: int, timeout: float = 1.0) -> pb.StatusResponse:
+        """Replica i's status (raises RlogError if it does not answer in time)."""
+        client = self._status_client(i)
+        client._async.timeout = timeout
+        return client.status()
+
+    def statuses(self, timeout: float = 1.0) -> list[pb.StatusResponse | None]:
+        """Every replica's status, None for those that do not answer (asked concurrently)."""
+        results: list[pb.StatusResponse | None] = [None] * self.replicas
+
+        def ask(i: int) -> None:
+            if self.running(i):
+                with contextlib.suppress(RlogError):
+                    results[i] = self.status(i, timeout)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(self.replicas)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
+
+    def leader(self, timeout: float = 1.0) -> int | None:
+        """The id of the replica that says it leads (None if none does, or several do)."""
+        leaders = [
+            i
+            for i, s in enumerate(self.statuses(timeout))
+            if s is not None and s.role == "leader" and s.status == pb.VOTING
+        ]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def wait_for_leader(self, timeout: float = 30.0, exclude: Sequence[int] = ()) -> int:
+        """Wait until exactly one replica leads (optionally not one of `exclude`); returns its
+        id. Raises RlogError with the replicas' logs' tails on timeout, or when every
+        replica process has exited."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leader = self.leader()
+            if leader is not None and leader not in exclude:
+                return leader
+            if not any(self.running(i) for i in range(self.replicas)):
+                raise RlogError(f"every replica exited; see {self.dir}/replica-*/replica.log")
+            if time.monotonic() > deadline:
+                raise RlogError(
+                    f"no leader elected within {timeout:g} s; see {self.dir}/replica-*/replica.log"
+                )
+            time.sleep(0.05)
+
+    def wait_for(self, predicate: Any, timeout: float = 30.0, what: str = "the condition") -> None:
+        """Poll `predicate(statuses)` (a list as `statuses()` returns) until true."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.statuses()):
+            if time.monotonic() > deadline:
+                raise RlogError(f"timed out after {timeout:g} s waiting for {what}")
+            time.sleep(0.05)
+
+    def log_tail(self, i: int, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file(i).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _default_dir() -> Path:
+    base = Path.home() / ".cache" / "rlog-dev"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="log-", dir=base))
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="rlog-dev-"))
+
+
+# ---- `rlog dev` ------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--replicas", type=int, default=3, help="1, 3, 5 or 7 (default 3)")
+    parser.add_argument("--dir", metavar="DIR", help="cluster dir (default: a new one)")
+    parser.add_argument("--base-port", type=int, metavar="P", help="replica i listens on P+i")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--distinct-hosts", action="store_true", help="bind replica i to 127.0.0.(i+1)"
+    )
+    parser.add_argument(
+        "--auto-initialize",
+        action="store_true",
+        help="let the replicas initialize the log themselves instead of `rlog initialize`",
+    )
+    parser.add_argument("--storage-engine", choices=ENGINES, default=ENGINES[0])
+    parser.add_argument("--election-timeout", type=float, metavar="SECONDS")
+    parser.add_argument("--log-id", default="dev")
+    parser.add_argument(
+        "--metrics", action="store_true", help="serve Prometheus metrics on free ports"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="leader election wait")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.base_port is not None and not 0 < args.base_port < 65536 - args.replicas:
+        raise ConfigError(f"--base-port {args.base_port} is out of range")
+    cluster = DevCluster(
+        args.replicas,
+        args.dir,
+        host=args.host,
+        base_port=args.base_port,
+        distinct_hosts=args.distinct_hosts,
+        initialize=not args.auto_initialize,
+        auto_initialize=args.auto_initialize,
+        log_id=args.log_id,
+        storage_engine=args.storage_engine,
+        election_timeout=args.election_timeout,
+        metrics=args.metrics,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        print(f"rlog dev: cluster dir {cluster.dir}", flush=True)
+        cluster.start(wait=False)
+        for i, address in enumerate(cluster.addresses):
+            metrics = cluster.metrics_ports[i]
+            extra = f"  metrics http://{cluster.host_of(i)}:{metrics}/metrics" if metrics else ""
+            print(f"replica {i}: {address}  log {cluster.log_file(i)}{extra}", flush=True)
+        try:
+            leader = cluster.wait_for_leader(args.timeout)
+        except RlogError:
+            for i in range(cluster.replicas):
+                tail = cluster.log_tail(i, 5)
+                if tail:
+                    print(f"--- replica {i} log tail:\n{tail}", file=sys.stderr)
+            raise
+        print(f"leader: replica {leader} ({cluster.addresses[leader]})", flush=True)
+        print(
+            f"try: rlog append --endpoint {cluster.endpoint} hello && "
+            f"rlog read --endpoint {cluster.endpoint}    (Ctrl-C stops the log)",
+            flush=True,
+        )
+        while not stop.is_set():
+            for i in range(cluster.replicas):
+                process = cluster.processes[i]
+                if process is not None and process.poll() is not None:
+                    print(
+                        f"replica {i} exited with {process.returncode}; see {cluster.log_file(i)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    cluster.processes[i] = None
+            stop.wait(0.5)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print("rlog dev: stopping the replicas", file=sys.stderr, flush=True)
+        cluster.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print(f"rlog dev: stopped; data kept in {cluster.dir}", file=sys.stderr, flush=True)
