@@ -1,0 +1,207 @@
+"""`rlog bench`: append benchmarks against a running log.
+
+- serial (like `mesos-log benchmark`): one writer, one append at a time; with --trace FILE
+  every append writes a line `<unix timestamp> <bytes> <milliseconds>`;
+- concurrent: C writers (asyncio tasks sharing one AsyncClient), each appending B values per
+  call, for --count values in all or for --duration seconds.
+
+Both report acknowledged appends/s (calls), entries/s, MB/s (payload, 10^6 bytes) and the
+latency percentiles of the calls. A progress bar goes to stderr unless --json or stderr is
+not a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+from typing import IO, Any
+
+from tqdm import tqdm
+
+from rlog.client import AsyncClient
+from rlog.config import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=["serial", "concurrent"], default="serial")
+    parser.add_argument(
+        "--count", type=int, help="values to append in all (default 1000 without --duration)"
+    )
+    parser.add_argument("--size", type=int, default=1024, metavar="BYTES", help="value size")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, metavar="C", help="concurrent writers"
+    )
+    parser.add_argument("--batch", type=int, default=1, metavar="B", help="values per append")
+    parser.add_argument("--duration", type=float, metavar="S", help="run for S seconds")
+    parser.add_argument("--trace", metavar="FILE", help="per-append lines: timestamp bytes ms")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed appends first")
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (0 if empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def summarize(
+    mode: str,
+    latencies: list[float],
+    entries: int,
+    size: int,
+    elapsed: float,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    ordered = sorted(latencies)
+    elapsed = max(elapsed, 1e-9)
+    return {
+        "mode": mode,
+        **extra,
+        "size": size,
+        "appends": len(latencies),
+        "entries": entries,
+        "bytes": entries * size,
+        "seconds": round(elapsed, 6),
+        "appends_per_s": round(len(latencies) / elapsed, 2),
+        "entries_per_s": round(entries / elapsed, 2),
+        "mb_per_s": round(entries * size / elapsed / 1e6, 3),
+        "latency_ms": {
+            "mean": round(sum(ordered) / len(ordered) * 1000, 3) if ordered else 0.0,
+            "p50": round(percentile(ordered, 50) * 1000, 3),
+            "p90": round(percentile(ordered, 90) * 1000, 3),
+            "p99": round(percentile(ordered, 99) * 1000, 3),
+            "max": round(ordered[-1] * 1000, 3) if ordered else 0.0,
+        },
+    }
+
+
+def _progress(total: int | None, args: argparse.Namespace, unit: str) -> tqdm[Any]:
+    disable = args.json or not sys.stderr.isatty()
+    return tqdm(total=total, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True)
+
+
+async def _serial(
+    client: AsyncClient, args: argparse.Namespace, trace: IO[str] | None
+) -> dict[str, Any]:
+    value = os.urandom(args.size)
+    limit = args.count if args.count is not None else (None if args.duration else 1000)
+    latencies: list[float] = []
+    for _ in range(args.warmup):
+        await client.append([value])
+    bar = _progress(limit, args, "append")
+    try:
+        started = time.perf_counter()
+        stop_at = started + args.duration if args.duration else math.inf
+        while (limit is None or len(latencies) < limit) and time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            await client.append([value])
+            latency = time.perf_counter() - t0
+            latencies.append(latency)
+            if trace is not None:
+                trace.write(f"{time.time():.6f} {args.size} {latency * 1000:.3f}\n")
+            bar.update(1)
+        elapsed = time.perf_counter() - started
+    finally:
+        bar.close()
+    return summarize("serial", latencies, len(latencies), args.size, elapsed, {})
+
+
+async def _concurrent(
+    client: AsyncClient, args: argparse.Namespace, trace: IO[str] | None
+) -> dict[str, Any]:
+    value = os.urandom(args.size)
+    batch = [value] * args.batch
+    limit = args.count if args.count is not None else (None if args.duration else 10_000)
+    latencies: list[float] = []
+    claimed = 0
+    entries = 0
+    for _ in range(args.warmup):
+        await client.append(batch)
+    bar = _progress(limit, args, "entry")
+    started = time.perf_counter()
+    stop_at = started + args.duration if args.duration else math.inf
+
+    async def writer() -> None:
+        nonlocal claimed, entries
+        while time.perf_counter() < stop_at:
+            if limit is not None:
+                n = min(args.batch, limit - claimed)
+                if n <= 0:
+                    return
+            else:
+                n = args.batch
+            claimed += n
+            t0 = time.perf_counter()
+            await client.append(batch if n == args.batch else batch[:n])
+            latency = time.perf_counter() - t0
+            latencies.append(latency)
+            entries += n
+            if trace is not None:
+                trace.write(f"{time.time():.6f} {n * args.size} {latency * 1000:.3f}\n")
+            bar.update(n)
+
+    try:
+        await asyncio.gather(*(writer() for _ in range(args.concurrency)))
+    finally:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    return summarize(
+        "concurrent",
+        latencies,
+        entries,
+        args.size,
+        elapsed,
+        {"concurrency": args.concurrency, "batch": args.batch},
+    )
+
+
+async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
+    async with AsyncClient(args.endpoint, timeout=args.timeout) as client:
+        if args.mode == "serial":
+            return await _serial(client, args, trace)
+        return await _concurrent(client, args, trace)
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    lat = result["latency_ms"]
+    head = f"{result['mode']}: {result['entries']} entries of {result['size']} bytes"
+    if result["mode"] == "concurrent":
+        head += f", {result['concurrency']} writers x {result['batch']} values per append"
+    return "\n".join(
+        [
+            head + f" in {result['seconds']:.2f} s",
+            f"  {result['appends_per_s']:.1f} appends/s  {result['entries_per_s']:.1f} entries/s"
+            f"  {result['mb_per_s']:.2f} MB/s",
+            f"  latency ms: p50 {lat['p50']:.2f}  p90 {lat['p90']:.2f}  p99 {lat['p99']:.2f}"
+            f"  max {lat['max']:.2f}  mean {lat['mean']:.2f}",
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("size", "concurrency", "batch"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} must be at least 1")
+    if args.count is not None and args.count < 1:
+        raise ConfigError("--count must be at least 1")
+    if args.duration is not None and not args.duration > 0:
+        raise ConfigError("--duration must be positive")
+    if args.warmup < 0:
+        raise ConfigError("--warmup must not be negative")
+    if args.trace:
+        with open(args.trace, "w") as trace:
+            result = asyncio.run(_run(args, trace))
+    else:
+        result = asyncio.run(_run(args, None))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(format_summary(result))
+    return 0
