@@ -19,7 +19,15 @@ from rlog.storage import Storage, WriteBatch
 
 
 class Journal:
-    def __init__(self, storage: Storage, core: ReplicaCore, metrics: ReplicaMetrics) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        core: ReplicaCore,
+        metrics: ReplicaMetrics,
+        lazy_delay: float = 0.05,
+    ) -> None:
+        self.lazy_delay = lazy_delay
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self.storage = storage
         self.core = core
         self.metrics = metrics
@@ -43,7 +51,15 @@ class Journal:
 
     def persist_nowait(self, batch: WriteBatch) -> None:
         self._pending.append((batch, None))
-        self._wakeup.set()
+        if self._lazy_timer is None:
+            self._lazy_timer = asyncio.get_running_loop().call_later(
+                self.lazy_delay, self._lazy_flush
+            )
+
+    def _lazy_flush(self) -> None:
+        self._lazy_timer = None
+        if self._pending:
+            self._wakeup.set()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -62,6 +62,17 @@ CHANNEL_OPTIONS = [
 FORWARDED = "rlog-forwarded"
 READ_CHUNK_POSITIONS = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
+LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
+
+
+def _piggybackable(message: object) -> bool:
+    """Learned ranges of the leader's own batches (not heartbeats, not full actions)."""
+    return (
+        isinstance(message, pb.LearnedRequest)
+        and not message.actions
+        and not message.leader_address
+        and len(message.ranges) > 0
+    )
 
 
 class RpcError(Exception):
@@ -118,6 +129,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self._held_learned: dict[int, pb.LearnedRequest] = {}
         self.permit = config.auto_initialize
         self.reason = ""
         self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
@@ -217,6 +229,8 @@ class Node:
         return time.monotonic() - self.last_heard < self.config.election_timeout
 
     async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        if request.HasField("learned"):
+            self.handle_learned(request.learned)
         reply = self.core.on_write(request)
         if reply.persist is not None:
             await self.journal.persist(reply.persist)
@@ -366,6 +380,17 @@ class Node:
         loop = asyncio.get_running_loop()
         for output in self.coordinator.take():
             if isinstance(output, Send):
+                message = output.message
+                if output.to != self.config.id:
+                    if _piggybackable(message):
+                        self._hold_learned(output.to, message)  # type: ignore[arg-type]
+                        continue
+                    if isinstance(message, pb.WriteRequest):
+                        output = Send(
+                            output.to, self._attach_learned(output.to, message), output.round
+                        )
+                elif isinstance(message, pb.WriteRequest):
+                    self.metrics.batch_entries.observe(len(message.actions))
                 self.spawn(self._send(output))
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
@@ -401,6 +426,37 @@ class Node:
                 log.info("not leading: %s", output.reason)
                 self._retry_at = time.monotonic() + output.retry_after
         self._update_metrics()
+
+    def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
+        """Keep learned ranges for a peer until the next write to it (one RPC instead of
+        two), or until `LEARNED_LINGER` passes with no write."""
+        held = self._held_learned.get(peer)
+        if held is not None and held.proposal != message.proposal:
+            self._flush_learned(peer)
+            held = None
+        if held is None:
+            held = pb.LearnedRequest(
+                proposal=message.proposal, leader=message.leader, log_id=message.log_id
+            )
+            self._held_learned[peer] = held
+            asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
+        held.ranges.extend(message.ranges)
+
+    def _attach_learned(self, peer: int, write: pb.WriteRequest) -> pb.WriteRequest:
+        held = self._held_learned.pop(peer, None)
+        if held is None or held.proposal != write.proposal:
+            if held is not None:
+                self.spawn(self._send(Send(peer, held)))
+            return write
+        copy = pb.WriteRequest()
+        copy.CopyFrom(write)
+        copy.learned.CopyFrom(held)
+        return copy
+
+    def _flush_learned(self, peer: int) -> None:
+        held = self._held_learned.pop(peer, None)
+        if held is not None and not self._stopped:
+            self.spawn(self._send(Send(peer, held)))
 
     def _on_timer(self, round_id: int) -> None:
         if self._stopped:

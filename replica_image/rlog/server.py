@@ -76,6 +76,45 @@ class LogService(pbg.LogServicer):
             await _abort(context, error)
         return pb.AppendResponse(positions=positions)
 
+    async def AppendStream(
+        self,
+        requests: AsyncIterator[pb.AppendRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.AppendResponse]:
+        """Appends multiplexed on one stream; each response carries its request's id and
+        status. Requests run concurrently, so their entries share write batches."""
+        forwarded = _forwarded(context)
+        responses: asyncio.Queue[pb.AppendResponse | None] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def one(request: pb.AppendRequest) -> None:
+            actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
+            try:
+                positions = await self.node.append(actions, forwarded)
+                responses.put_nowait(pb.AppendResponse(id=request.id, positions=positions))
+            except RpcError as error:
+                responses.put_nowait(
+                    pb.AppendResponse(id=request.id, code=error.code.value[0], error=error.message)
+                )
+
+        async def read_all() -> None:
+            async for request in requests:
+                task = asyncio.get_running_loop().create_task(one(request))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            while pending:
+                await asyncio.wait(set(pending))
+            responses.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_all())
+        try:
+            while (response := await responses.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in pending:
+                task.cancel()
+
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext
     ) -> pb.TruncateResponse:

@@ -260,12 +260,17 @@ class WriteRequest(_message.Message):
     ACTIONS_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
+    LEARNED_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     leader: _builtins.int
     log_id: _builtins.str
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """position, type, value, truncate_to, tombstone"""
+
+    @_builtins.property
+    def learned(self) -> Global___LearnedRequest:
+        """learned ranges of earlier batches, piggybacked (optional)"""
 
     def __init__(
         self,
@@ -274,10 +279,11 @@ class WriteRequest(_message.Message):
         actions: _abc.Iterable[Global___Action] | None = ...,
         leader: _builtins.int = ...,
         log_id: _builtins.str = ...,
+        learned: Global___LearnedRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "log_id", b"log_id", "proposal", b"proposal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "proposal", b"proposal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -525,16 +531,20 @@ class AppendRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VALUES_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """AppendStream: echoed in the response (responses may be reordered)"""
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
         values: _abc.Iterable[_builtins.bytes] | None = ...,
+        id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -545,16 +555,28 @@ class AppendResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITIONS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """AppendStream: the request's id"""
+    code: _builtins.int
+    """AppendStream: a grpc.StatusCode value; 0 (OK) on success"""
+    error: _builtins.str
+    """AppendStream: the error message when code != 0"""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         positions: _abc.Iterable[_builtins.int] | None = ...,
+        id: _builtins.int = ...,
+        code: _builtins.int = ...,
+        error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "error", b"error", "id", b"id", "positions", b"positions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
