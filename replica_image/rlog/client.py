@@ -302,8 +302,8 @@ class AsyncClient:
         attempt = 0
         errors: list[RlogError] = []
         while True:
-            if to is not None and next_from is not None and next_from > to:
-                return
+            if to is not None and next_from is not None and next_from > to and next_from != from_:
+                return  # resumed after the last entry of the range
             index = order[attempt % len(order)]
             target = self._endpoint(index)
             request = pb.ReadRequest(stale=stale, max_batch=max_batch)
