@@ -110,11 +110,19 @@ async def check(
     target = max(acknowledged, default=0)
     deadline = time.monotonic() + settle_timeout
     while True:
-        views = await asyncio.gather(*(read_replica(e) for e in endpoints))
-        problems = compare(list(views), acknowledged)
+        results = await asyncio.gather(
+            *(read_replica(e) for e in endpoints), return_exceptions=True
+        )
+        views = [r for r in results if isinstance(r, ReplicaView)]
+        problems = compare(views, acknowledged)
+        problems += [
+            f"{endpoint} unreachable: {result}"
+            for endpoint, result in zip(endpoints, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
         settled = all(v.learned >= target for v in views if v.status == pb.VOTING)
         if (not problems and settled) or time.monotonic() > deadline:
-            return Report(list(views), problems)
+            return Report(views, problems)
         await asyncio.sleep(0.5)
 
 

@@ -1,0 +1,174 @@
+"""A real 3-replica log: `rlog replica` processes on 127.0.0.x, real disks, real faults
+(SIGKILL, SIGSTOP, full restarts). Every acknowledged append is checked on every replica with
+the consistency checker."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+
+import pytest
+
+from rlog import consistency
+from rlog.client import AsyncClient, Client
+from rlog.dev import DevCluster
+from rlog.errors import OutcomeUnknown, RlogError, Timeout, Unavailable
+
+pytestmark = pytest.mark.slow
+
+
+class Writers:
+    """Concurrent clients appending unique values through every replica; records what was
+    acknowledged (position -> value). Appends with an unknown outcome are not counted as
+    acknowledged, and never retried."""
+
+    def __init__(self, endpoints: list[str], clients: int = 8, per_call: int = 5) -> None:
+        self.endpoints = endpoints
+        self.clients = clients
+        self.per_call = per_call
+        self.acknowledged: dict[int, bytes] = {}
+        self.unknown = 0
+        self.failures = 0
+        self._seq = itertools.count()
+        self._stop = asyncio.Event()
+
+    async def _writer(self, i: int, limit: int | None) -> None:
+        # Each writer talks to its "own" replica first (any replica forwards to the leader).
+        order = (
+            self.endpoints[i % len(self.endpoints) :] + self.endpoints[: i % len(self.endpoints)]
+        )
+        async with AsyncClient(order, append_timeout=15) as client:
+            while not self._stop.is_set():
+                if limit is not None and len(self.acknowledged) >= limit:
+                    return
+                values = [f"w{i}-{next(self._seq)}".encode() for _ in range(self.per_call)]
+                try:
+                    positions = await client.append(values)
+                except OutcomeUnknown:
+                    self.unknown += 1
+                    continue
+                except (Unavailable, Timeout, RlogError):
+                    self.failures += 1
+                    await asyncio.sleep(0.1)
+                    continue
+                for position, value in zip(positions, values, strict=True):
+                    assert position not in self.acknowledged, f"{position} acknowledged twice"
+                    self.acknowledged[position] = value
+
+    async def run(self, limit: int | None = None) -> None:
+        await asyncio.gather(*(self._writer(i, limit) for i in range(self.clients)))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def check(cluster: DevCluster, acknowledged: dict[int, bytes]) -> consistency.Report:
+    report = consistency.check_sync(cluster.endpoints, acknowledged, settle_timeout=60)
+    assert report.ok, str(report)
+    return report
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with DevCluster(3, tmp_path, distinct_hosts=True, election_timeout=0.5) as c:
+        yield c
+
+
+def test_eight_clients_twenty_thousand_entries_identical_everywhere(cluster):
+    writers = Writers(cluster.endpoints, clients=8, per_call=5)
+    asyncio.run(writers.run(limit=20_000))
+    assert len(writers.acknowledged) >= 20_000
+    report = check(cluster, writers.acknowledged)
+    # Identical entries in identical order on every replica.
+    first = report.replicas[0].entries
+    assert all(view.entries == first for view in report.replicas)
+    assert len(first) >= 20_000
+
+
+def test_leader_sigkill_mid_stream_loses_nothing(cluster):
+    writers = Writers(cluster.endpoints, clients=8, per_call=2)
+
+    async def scenario() -> tuple[int, int]:
+        task = asyncio.create_task(writers.run())
+        await asyncio.sleep(2.0)
+        old_leader = cluster.leader()
+        assert old_leader is not None
+        before = len(writers.acknowledged)
+        cluster.kill(old_leader, signal.SIGKILL)
+        new_leader = await asyncio.to_thread(cluster.wait_for_leader, 30, [old_leader])
+        assert new_leader != old_leader
+        target = len(writers.acknowledged) + 500
+        deadline = time.monotonic() + 60
+        while len(writers.acknowledged) < target and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        writers.stop()
+        await task
+        return old_leader, before
+
+    old_leader, before = asyncio.run(scenario())
+    assert len(writers.acknowledged) >= before + 500, "the new leader must serve appends"
+    cluster.start_replica(old_leader)
+    check(cluster, writers.acknowledged)
+
+
+def test_paused_follower_does_not_stop_appends(cluster):
+    writers = Writers(cluster.endpoints, clients=4, per_call=2)
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in range(3) if i != leader)
+    # Writers avoid the paused replica as their first endpoint.
+    writers.endpoints = [cluster.endpoints[i] for i in range(3) if i != follower]
+
+    async def scenario() -> int:
+        task = asyncio.create_task(writers.run())
+        await asyncio.sleep(1.0)
+        cluster.pause(follower)
+        during_start = len(writers.acknowledged)
+        await asyncio.sleep(5.0)
+        during = len(writers.acknowledged) - during_start
+        cluster.resume(follower)
+        await asyncio.sleep(1.0)
+        writers.stop()
+        await task
+        return during
+
+    acknowledged_while_paused = asyncio.run(scenario())
+    assert acknowledged_while_paused > 100
+    check(cluster, writers.acknowledged)
+
+
+def test_restart_all_three_keeps_everything(cluster):
+    writers = Writers(cluster.endpoints, clients=4, per_call=10)
+    asyncio.run(writers.run(limit=3_000))
+    before = check(cluster, writers.acknowledged)
+    for i in range(3):
+        cluster.kill(i, signal.SIGKILL)
+    for i in range(3):
+        cluster.start_replica(i)
+    cluster.wait_for_leader()
+    after = check(cluster, writers.acknowledged)
+    assert [v.entries for v in after.replicas] == [v.entries for v in before.replicas]
+    # And the log still takes appends after the restart.
+    with Client(cluster.endpoints) as client:
+        (position,) = client.append([b"after restart"])
+        assert position > max(writers.acknowledged)
+
+
+def test_append_without_quorum_fails_after_its_timeout(tmp_path):
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, replica_args=["--append-timeout", "2"]
+    ) as cluster:
+        leader = cluster.wait_for_leader()
+        with Client(cluster.endpoints[leader]) as client:
+            client.append([b"with quorum"])
+            for i in range(3):
+                if i != leader:
+                    cluster.kill(i, signal.SIGKILL)
+            started = time.monotonic()
+            with pytest.raises(RlogError) as failure:
+                client.append([b"no quorum"])
+            elapsed = time.monotonic() - started
+        assert elapsed < 20
+        message = str(failure.value)
+        assert "quorum" in message or "timed out" in message or "leader" in message, message
