@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from paxos_sim import Sim, is_learned_message, run
+
 from rlog.coordinator import FailureKind, Phase
 from rlog.proto import rlog_pb2 as pb
 

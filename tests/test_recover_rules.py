@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from paxos_sim import Sim, Violation, is_learned_message, run
+
 from rlog.proto import rlog_pb2 as pb
 from rlog.recover import Next, RecoverRound
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rlog.proto import rlog_pb2 as pb
 from rlog.replica import ReplicaCore
 from rlog.storage.memory import MemoryStorage
