@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rlog.bench import percentile
 from rlog.client import AsyncClient, Client, parse_endpoints
 from rlog.config import ConfigError
@@ -264,3 +265,16 @@ def test_percentile():
     assert percentile(values, 99) == 99
     assert percentile(values, 100) == 100
     assert percentile([], 50) == 0
+
+
+def test_replica_port_in_use(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = rlog(
+            "replica", "--id", "0", "--peers", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)
+        )
+    assert_one_line_error(result, 1, f"cannot listen on 127.0.0.1:{port}")

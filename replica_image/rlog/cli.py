@@ -10,11 +10,19 @@ import argparse
 import base64
 import json
 import os
+import socket
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+# gRPC core prints its own multi-line errors to stderr (e.g. on connection failures); the
+# client commands report every error in one line themselves. Must precede `import grpc`.
+# A replica keeps gRPC's default logging (it goes to its log).
+if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
+    os.environ["GRPC_VERBOSITY"] = "NONE"
+    os.environ["RLOG_QUIETED_GRPC"] = "1"
 
 from rlog.config import DEFAULT_MAX_ENTRY_SIZE, ConfigError, ReplicaConfig, parse_peers
 from rlog.errors import RlogError
@@ -125,12 +133,33 @@ def cmd_replica(args: argparse.Namespace) -> int:
             if getattr(args, key) is not None
         },
     )
+    _check_listen(config.listen)
     try:
         from rlog.server import serve
     except ImportError as exc:
         raise RlogError(f"the replica server is not available: {exc}") from None
-    serve(config)
+    try:
+        serve(config)
+    except ConfigError as exc:  # e.g. the port is in use: a runtime error, not usage
+        raise RlogError(str(exc)) from None
     return EXIT_OK
+
+
+def _check_listen(address: str) -> None:
+    """Fail in one line if the listen address is taken (gRPC's own bind error is verbose)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return  # let the server report it
+    for family, kind, proto, _, sockaddr in infos[:1]:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(sockaddr)
+            except OSError as exc:
+                raise RlogError(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
 
 def _stdin_values(binary: bool) -> Iterator[bytes]:

@@ -25,7 +25,6 @@ import asyncio
 import threading
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
@@ -342,7 +341,7 @@ class AsyncClient:
         to: int | None = None,
         stale: bool = False,
         max_batch: int = 0,
-    ) -> AsyncIterator[Entry]:
+    ) -> AsyncGenerator[Entry, None]:
         """The APPEND entries in [from_, to] (inclusive; defaults: the beginning and the
         last learned position), in position order. `stale=True` reads the contacted
         replica's own learned entries instead of going through the leader.
@@ -388,7 +387,7 @@ class AsyncClient:
                 call.cancel()
             raise Unavailable(f"the tail from {target.address} ended", endpoint=target.address)
 
-    async def tail(self, from_: int = 0) -> AsyncIterator[Entry]:
+    async def tail(self, from_: int = 0) -> AsyncGenerator[Entry, None]:
         """Every APPEND entry from `from_` on, waiting for new ones forever (served from
         the contacted replica's learned entries)."""
         batches = self.tail_batches(from_)

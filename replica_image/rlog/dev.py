@@ -256,6 +256,8 @@ class DevCluster:
                 return
             self.data_dir(i).mkdir(parents=True, exist_ok=True)
             env = dict(os.environ if self.env is None else self.env)
+            if env.pop("RLOG_QUIETED_GRPC", None):  # set by the `rlog` CLI, not the user
+                env.pop("GRPC_VERBOSITY", None)
             env.setdefault("PYTHONUNBUFFERED", "1")
             with open(self.log_file(i), "ab") as log:
                 log.write(f"---- {time.strftime('%H:%M:%S')} starting replica {i}\n".encode())
