@@ -14,11 +14,19 @@ import pytest
 
 pytest.importorskip("rlog.server")
 
+from test_cli import RLOG, assert_one_line_error, rlog
+
 from rlog.client import AsyncClient, Client
 from rlog.dev import DevCluster
-from rlog.errors import EntryTooLarge, InvalidArgument, PastEnd, Truncated
+from rlog.errors import (
+    EntryTooLarge,
+    InvalidArgument,
+    OutcomeUnknown,
+    PastEnd,
+    Truncated,
+    Unavailable,
+)
 from rlog.proto import rlog_pb2 as pb
-from test_cli import RLOG, assert_one_line_error, rlog
 
 MAX_ENTRY = 64 * 1024
 
@@ -256,3 +264,20 @@ def test_rlog_dev_stops_its_replicas(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def test_no_quorum_is_one_line_and_never_retried(tmp_path):
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, replica_args=["--append-timeout", "2"]
+    ) as cluster:
+        leader = cluster.wait_for_leader()
+        for i in range(3):
+            if i != leader:
+                cluster.kill(i)
+        with Client(cluster.endpoints, append_timeout=30) as client:
+            with pytest.raises((OutcomeUnknown, Unavailable)) as info:
+                client.append([b"no quorum"])
+            # The error comes from the leader: the append was not sent anywhere else.
+            assert info.value.endpoint == cluster.addresses[leader]
+        result = rlog("append", "-e", cluster.addresses[leader], "still no quorum")
+        assert_one_line_error(result, 1)

@@ -37,6 +37,7 @@ EXIT_INTERRUPTED = 130
 # Values sent per Append request by `rlog append --stdin` (positions stay in input order).
 STDIN_BATCH_VALUES = 1000
 STDIN_BATCH_BYTES = 8 * 1024 * 1024
+STDIN_MAX_LINE = 64 * 1024 * 1024  # a longer line cannot be sent in one gRPC message anyway
 
 
 class UsageError(Exception):
@@ -163,7 +164,14 @@ def _check_listen(address: str) -> None:
 
 
 def _stdin_values(binary: bool) -> Iterator[bytes]:
-    for line in sys.stdin.buffer:
+    number = 0
+    while True:
+        line = sys.stdin.buffer.readline(STDIN_MAX_LINE + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > STDIN_MAX_LINE:
+            raise RlogError(f"input line {number} is longer than {STDIN_MAX_LINE} bytes")
         if line.endswith(b"\n"):
             line = line[:-1]
         yield _decode_b64(line) if binary else line
