@@ -64,6 +64,20 @@ class Writers:
         self._stop.set()
 
 
+def append_acked(client: Client, values: list[bytes], attempts: int = 10) -> list[int]:
+    """Append, retrying an unknown outcome or an unavailable leader (e.g. an election duel
+    right after start-up). A retried value may end up in the log twice; callers check only
+    the positions finally acknowledged."""
+    for attempt in range(attempts):
+        try:
+            return client.append(values)
+        except (OutcomeUnknown, Unavailable):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
 def check(cluster: DevCluster, acknowledged: dict[int, bytes]) -> consistency.Report:
     report = consistency.check_sync(cluster.endpoints, acknowledged, settle_timeout=60)
     assert report.ok, str(report)
@@ -151,7 +165,7 @@ def test_restart_all_three_keeps_everything(cluster):
     assert [v.entries for v in after.replicas] == [v.entries for v in before.replicas]
     # And the log still takes appends after the restart.
     with Client(cluster.endpoints) as client:
-        (position,) = client.append([b"after restart"])
+        (position,) = append_acked(client, [b"after restart"])
         assert position > max(writers.acknowledged)
 
 
@@ -161,7 +175,7 @@ def test_append_without_quorum_fails_after_its_timeout(tmp_path):
     ) as cluster:
         leader = cluster.wait_for_leader()
         with Client(cluster.endpoints[leader]) as client:
-            client.append([b"with quorum"])
+            append_acked(client, [b"with quorum"])
             for i in range(3):
                 if i != leader:
                     cluster.kill(i, signal.SIGKILL)

@@ -202,9 +202,9 @@ class DevCluster:
 
     # ---- lifecycle ---------------------------------------------------------------------
 
-    def start(self, wait: bool = True, timeout: float = 30.0) -> DevCluster:
-        """Create the dirs, initialize a brand-new log, start every replica, and (with
-        `wait`) wait until a leader is elected."""
+    def prepare(self) -> DevCluster:
+        """Create the dirs, choose the addresses and initialize a brand-new log, without
+        starting anything (then `start_replica(i)` starts replicas one by one)."""
         for i in range(self.replicas):
             self.replica_dir(i).mkdir(parents=True, exist_ok=True)
         self._choose_addresses()
@@ -213,6 +213,12 @@ class DevCluster:
 
             for data_dir in self.data_dirs:
                 initialize(data_dir, self.storage_engine)
+        return self
+
+    def start(self, wait: bool = True, timeout: float = 30.0) -> DevCluster:
+        """Prepare, start every replica, and (with `wait`) wait until a leader is
+        elected."""
+        self.prepare()
         for i in range(self.replicas):
             self.start_replica(i)
         if wait:
