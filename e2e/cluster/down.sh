@@ -10,16 +10,16 @@ say() { ((QUIET)) || log "$@"; }
 # command line names our state (covers a run killed before it wrote a pid file)
 daemon_pids() {
   local name=$1 f=$RUN/$1.pid p exe
-  if [[ -f $f ]]; then p=$(cat "$f"); [[ -d /proc/$p ]] && echo "$p"; fi
+  { if [[ -f $f ]]; then p=$(cat "$f"); [[ -d /proc/$p ]] && echo "$p"; fi
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     case $exe in
       "$CACHE"/*/bin/"$name") echo "$p" ;;
-      */containerd) [[ $name == containerd ]] && tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null |
+      */containerd) [[ $name == containerd ]] && tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" |
                       grep -q -- "$STATE/containerd.toml" && echo "$p" ;;
     esac
-  done | sort -u
+  done; } | sort -u
 }
 stop_pids() { # SIGNAL-ESCALATING stop of the given pids
   local pids=("$@") p
@@ -39,6 +39,28 @@ descendants() { # PID -> all descendant pids
 }
 
 did=0
+# 0. builders of an earlier, killed up.sh (images.sh, build-*.sh, their go/docker children)
+#    and our private dockerd, which must never outlive an image build
+ancestors=" $$ "; a=$$
+while a=$(ps -o ppid= -p "$a" 2>/dev/null | tr -d ' ') && [[ -n $a && $a != 0 ]]; do ancestors+="$a "; done
+for p in /proc/[0-9]*; do
+  p=${p#/proc/}; [[ $ancestors == *" $p "* ]] && continue
+  mapfile -d '' -t argv 2>/dev/null < "/proc/$p/cmdline" || continue
+  [[ ${argv[0]:-} == bash || ${argv[0]:-} == */bash ]] || continue
+  script=${argv[1]:-}
+  case $script in up.sh|images.sh|build-k8s.sh|build-tools.sh|*/up.sh|*/images.sh|*/build-k8s.sh|*/build-tools.sh) ;; *) continue ;; esac
+  [[ $script == /* ]] || script=$(readlink "/proc/$p/cwd" 2>/dev/null)/$script
+  [[ $(cd "$(dirname "$script")" 2>/dev/null && pwd -P) == "$(cd "$HERE" && pwd -P)" ]] || continue
+  mapfile -t kids < <(descendants "$p")
+  say "stopping a stale builder ($p: ${argv[*]:0:3})"
+  kill -KILL "$p" "${kids[@]}" 2>/dev/null || true; did=1
+done
+mapfile -t dpids < <({ cat /run/rlog-docker/dockerd.pid 2>/dev/null; for p in /proc/[0-9]*; do
+  tr '\0' ' ' 2>/dev/null < "$p/cmdline" | grep -q -- "^dockerd --data-root $CACHE/docker " && echo "${p#/proc/}"; done; } | sort -u)
+for p in "${dpids[@]}"; do [[ -d /proc/$p ]] || continue; say "stopping our dockerd ($p)"; stop_pids "$p"; did=1; done
+awk '$2 ~ "^/run/rlog-docker" || index($2, "'"$CACHE"'/docker/") == 1 {print $2}' /proc/mounts | sort -r |
+  xargs -r -n1 umount -l 2>/dev/null || true
+
 # 1. node agents first, so nothing restarts containers
 for d in local-path-provisioner coredns kube-proxy kubelet; do
   mapfile -t pids < <(daemon_pids "$d")
@@ -46,7 +68,7 @@ for d in local-path-provisioner coredns kube-proxy kubelet; do
 done
 # 2. pod containers: every containerd shim of our socket, and what runs under it
 mapfile -t shims < <(for p in /proc/[0-9]*; do
-  tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q -- "-address $CTRD_SOCK" && echo "${p#/proc/}"; done)
+  tr '\0' ' ' 2>/dev/null < "$p/cmdline" | grep -q -- "-address $CTRD_SOCK" && echo "${p#/proc/}"; done)
 if ((${#shims[@]})); then
   say "killing pod containers (${#shims[@]} shims)"
   for s in "${shims[@]}"; do mapfile -t kids < <(descendants "$s"); ((${#kids[@]})) && kill -KILL "${kids[@]}" 2>/dev/null; done
@@ -92,7 +114,10 @@ for ctl in /sys/fs/cgroup/*/; do
   done
 done
 
-# 7. state (caches stay), runc state, kubeconfig context
+# 7. state (caches stay; the last run's logs go to $LOGS/last-run), kubeconfig context
+if [[ -d $RUN ]]; then
+  rm -rf "$LOGS/last-run"; mkdir -p "$LOGS/last-run"; cp "$RUN"/*.log "$LOGS/last-run/" 2>/dev/null || true
+fi
 if [[ -d $STATE || -d /run/rlog-cluster ]]; then
   rm -rf "$STATE" /run/rlog-cluster 2>/dev/null || { sleep 1; rm -rf "$STATE" /run/rlog-cluster; }
   did=1

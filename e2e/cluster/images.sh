@@ -52,12 +52,17 @@ base_images() {
   ln -sf "$out" "$IMG/20-busybox.tar"
 }
 
-# Content hash of a build: Dockerfile + every non-ignored file of its context + base rev.
+# Content hash of a build: the Dockerfile, the base, the CA bundle, and the files its COPY/ADD
+# lines take from the context (non-ignored files only; `COPY .` means the whole context).
 context_hash() {
   local dockerfile=$1 ctx=$2
-  ( cd "$REPO"
-    { echo "base=$BASE_REV"; sha256sum "$dockerfile"
-      git ls-files -co --exclude-standard -- "$ctx" | grep -v '^e2e/cluster/' | sort |
+  ( cd "$REPO" || exit 1
+    mapfile -t srcs < <(awk 'toupper($1) ~ /^(COPY|ADD)$/ && $0 !~ /--from=/ {
+        for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' "$dockerfile" |
+      while read -r s; do echo "$ctx/$s"; done)
+    ((${#srcs[@]})) || srcs=("$ctx")
+    { echo "base=$BASE_REV"; sha256sum "$dockerfile" /etc/ssl/certs/ca-certificates.crt
+      git ls-files -co --exclude-standard -- "${srcs[@]}" | sort -u |
         while read -r f; do [[ -f $f ]] && sha256sum "$f"; done
     } | sha256sum | cut -c1-16 )
 }
@@ -75,6 +80,32 @@ debootstrap_base() {
   tar -C "$d" --numeric-owner -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
   rm -rf "$d"
   log "base image: built in $((SECONDS - t))s"
+}
+
+# The Dockerfiles' base, python:3.11-slim-bookworm, inside our dockerd: the debootstrap
+# rootfs, plus this machine's CA bundle (PyPI may be reached through a TLS-inspecting
+# proxy whose CA only the host trusts), labelled so that a change of either rebuilds it.
+ensure_base_image() {
+  local D=(docker -H "$DOCKER_HOST_SOCK") raw=rlog-local/debootstrap-bookworm-python3:$BASE_REV
+  local ca=/etc/ssl/certs/ca-certificates.crt want have
+  want="$BASE_REV-$(sha256sum "$ca" | cut -c1-12)"
+  have=$("${D[@]}" image inspect -f '{{ index .Config.Labels "rlog.base" }}' "$BASE_IMAGE" 2>/dev/null || true)
+  [[ $have == "$want" ]] && return
+  "${D[@]}" image inspect "$raw" >/dev/null 2>&1 ||
+    "${D[@]}" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' "$BASE_TAR" "$raw" >/dev/null
+  local ctx; ctx=$(mktemp -d)
+  cp "$ca" "$ctx/ca-certificates.crt"
+  cat > "$ctx/Dockerfile" <<DF
+FROM $raw
+COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+LABEL rlog.base=$want
+DF
+  DOCKER_BUILDKIT=0 "${D[@]}" build -q -t "$BASE_IMAGE" "$ctx" > "$LOGS/base-image.log" 2>&1 ||
+    die "base image build failed: $(tail -5 "$LOGS/base-image.log")"
+  rm -rf "$ctx"
+  log "base image $BASE_IMAGE ready in dockerd ($want)"
 }
 
 DOCKERD_PID=
@@ -117,18 +148,16 @@ build_images() {
     if [[ ! -f $out ]]; then
       debootstrap_base; dockerd_start
       local D=(docker -H "$DOCKER_HOST_SOCK")
-      if ! "${D[@]}" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-        "${D[@]}" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-          --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
-        log "base image $BASE_IMAGE imported into dockerd"
-      fi
+      ensure_base_image
       local t=$SECONDS
       log "image $name: docker build -f $df $ctx"
       if DOCKER_BUILDKIT=0 "${D[@]}" build --network host -q -f "$REPO/$df" -t "$name" "$REPO/$ctx" \
-          > "$IMG/$short.build.log" 2>&1 && "${D[@]}" save -o "$out.tmp" "$name"; then
+          > "$IMG/$short.build.log" 2>&1 && "${D[@]}" save -o "$out.tmp" "$name" 2>> "$IMG/$short.build.log"; then
         mv "$out.tmp" "$out"; log "image $name: built in $((SECONDS - t))s"
+        find "$IMG" -maxdepth 1 -name "$short-*.tar" ! -path "$out" -delete   # keep the newest only
       else
-        rm -f "$out.tmp"; failed=1; log "image $name: BUILD FAILED, see $IMG/$short.build.log"
+        rm -f "$out.tmp" "$IMG/50-$short.tar"; failed=1
+        log "image $name: BUILD FAILED, see $IMG/$short.build.log"
         tail -20 "$IMG/$short.build.log" >&2; continue
       fi
     fi
@@ -142,8 +171,7 @@ import_images() {
   local ctr=(ctr -a "$CTRD_SOCK" -n k8s.io) f
   for f in "$IMG"/[0-9]*.tar; do
     [[ -e $f ]] || continue
-    "${ctr[@]}" images import --no-unpack=false "$f" >/dev/null 2>&1 ||
-      "${ctr[@]}" images import "$f" >/dev/null || die "import of $f failed"
+    "${ctr[@]}" images import "$f" >/dev/null || die "import of $f failed"
   done
   log "images imported: $("${ctr[@]}" images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 }
