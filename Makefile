@@ -4,6 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+E2E_PYTEST := $(VENV)/bin/python -m pytest
+
+include e2e/cluster/cluster.mk
 
 .PHONY: help venv proto lint typecheck unit test demo bench clean
 
@@ -34,7 +37,7 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 demo: $(STAMP)
-	$(PY) -m rlog.demo
+	examples/local_demo.sh $(VENV)/bin/rlog
 
 bench: $(STAMP)
 	$(VENV)/bin/rlog bench --help
