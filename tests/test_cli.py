@@ -278,3 +278,10 @@ def test_replica_port_in_use(tmp_path):
             "replica", "--id", "0", "--peers", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)
         )
     assert_one_line_error(result, 1, f"cannot listen on 127.0.0.1:{port}")
+
+
+async def test_stream_append_unreachable():
+    async with AsyncClient("127.0.0.1:1,127.0.0.1:2", stream=True) as client:
+        with pytest.raises(Unavailable) as info:
+            await client.append([b"x"])
+        assert not isinstance(info.value, OutcomeUnknown)

@@ -3,6 +3,7 @@ replica` processes on loopback). Skipped until `rlog.server` exists."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -281,3 +282,47 @@ def test_no_quorum_is_one_line_and_never_retried(tmp_path):
             assert info.value.endpoint == cluster.addresses[leader]
         result = rlog("append", "-e", cluster.addresses[leader], "still no quorum")
         assert_one_line_error(result, 1)
+
+
+async def test_stream_appends(cluster):
+    dead = "127.0.0.1:1"  # connection refused: the stream moves on to the next endpoint
+    async with AsyncClient([dead, *cluster.endpoints], stream=True) as client:
+        values = [f"s{i}".encode() for i in range(300)]
+        outcomes = await asyncio.gather(
+            *(client.append([v, v + b"'"]) for v in values), return_exceptions=True
+        )
+        # A leader change under load may leave some outcomes unknown; nothing else fails.
+        assert all(isinstance(o, list | OutcomeUnknown) for o in outcomes), outcomes
+        acked = [(v, o) for v, o in zip(values, outcomes, strict=True) if isinstance(o, list)]
+        assert len(acked) >= len(values) // 2
+        positions = [p for _, pair in acked for p in pair]
+        assert len(set(positions)) == len(positions)
+        assert all(b == a + 1 for _, (a, b) in acked)
+        assert client.current_endpoint != dead
+        with pytest.raises(EntryTooLarge):
+            await client.append([b"z" * (MAX_ENTRY + 1)])
+        got = {e.position: e.value async for e in client.read(min(positions), max(positions))}
+        for value, (a, b) in acked:
+            assert got[a] == value and got[b] == value + b"'"
+        # The stream survives an error of one of its appends.
+        assert await client.append_one("after") > max(positions)
+
+
+def test_bench_stream(cluster):
+    out = ok(
+        rlog(
+            "bench",
+            "-e",
+            cluster.endpoint,
+            "--mode",
+            "concurrent",
+            "--stream",
+            "--count",
+            "40",
+            "--concurrency",
+            "8",
+            "--json",
+        )
+    )
+    result = json.loads(out)
+    assert result["entries"] == 40 and result["stream"] is True

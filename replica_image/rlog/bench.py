@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", metavar="FILE", help="per-append lines: timestamp bytes ms")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--warmup", type=int, default=0, help="untimed appends first")
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="multiplex the appends on one AppendStream call (instead of one call each)",
+    )
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -158,12 +163,12 @@ async def _concurrent(
         entries,
         args.size,
         elapsed,
-        {"concurrency": args.concurrency, "batch": args.batch},
+        {"concurrency": args.concurrency, "batch": args.batch, "stream": args.stream},
     )
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
-    async with AsyncClient(args.endpoint, timeout=args.timeout) as client:
+    async with AsyncClient(args.endpoint, timeout=args.timeout, stream=args.stream) as client:
         if args.mode == "serial":
             return await _serial(client, args, trace)
         return await _concurrent(client, args, trace)

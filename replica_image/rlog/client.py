@@ -22,6 +22,7 @@ or a leadership change during an append raises an `rlog.errors.OutcomeUnknown`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import (
     AsyncGenerator,
@@ -38,9 +39,13 @@ import grpc
 
 from rlog.config import ConfigError, parse_address
 from rlog.errors import (
+    OutcomeUnknownTimeout,
+    OutcomeUnknownUnavailable,
     RlogError,
     Timeout,
     Unavailable,
+    code_from_int,
+    error_for,
     from_rpc_error,
     is_connect_failure,
 )
@@ -140,6 +145,103 @@ class _Endpoint:
         self.admin = pbg.AdminStub(self.channel)
 
 
+class _NotSent(Exception):
+    """The append stream never connected: nothing on it reached a server."""
+
+    def __init__(self, error: RlogError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _AppendStream:
+    """Appends multiplexed on one `AppendStream` call to one endpoint. Each request carries
+    an id; the response with that id completes its future. If the stream breaks, every
+    append still pending on it has an unknown outcome (unless the stream never connected)."""
+
+    def __init__(self, endpoint: _Endpoint) -> None:
+        self.address = endpoint.address
+        self._queue: asyncio.Queue[pb.AppendRequest | None] = asyncio.Queue()
+        self._futures: dict[int, asyncio.Future[list[int]]] = {}
+        self._next_id = 1
+        self._connected = False
+        self.broken = False
+        self._call = endpoint.log.AppendStream(self._requests())
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _requests(self) -> AsyncGenerator[pb.AppendRequest, None]:
+        while (request := await self._queue.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        try:
+            async for response in self._call:
+                self._connected = True
+                future = self._futures.pop(response.id, None)
+                if future is None or future.done():
+                    continue
+                if response.code == 0:
+                    future.set_result(list(response.positions))
+                else:
+                    code = code_from_int(response.code)
+                    future.set_exception(error_for(code, response.error, self.address, True))
+            self._fail(
+                OutcomeUnknownUnavailable(
+                    f"the append stream to {self.address} closed with appends in flight: "
+                    "outcome unknown",
+                    endpoint=self.address,
+                )
+            )
+        except grpc.aio.AioRpcError as exc:
+            details = exc.details() or ""
+            error = from_rpc_error(exc, self.address, mutating=True)
+            if (
+                not self._connected
+                and exc.code() == grpc.StatusCode.UNAVAILABLE
+                and is_connect_failure(details)
+            ):
+                self._fail(_NotSent(error))
+            else:
+                self._fail(error)
+        except asyncio.CancelledError:
+            self._fail(RlogError("the client is closed", endpoint=self.address))
+            raise
+
+    def _fail(self, error: BaseException) -> None:
+        self.broken = True
+        futures, self._futures = self._futures, {}
+        for future in futures.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def append(self, values: list[bytes], deadline_s: float | None) -> list[int]:
+        if self.broken:
+            raise _NotSent(Unavailable(f"the append stream to {self.address} is closed"))
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._futures[request_id] = future
+        self._queue.put_nowait(pb.AppendRequest(values=values, id=request_id))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline_s)
+        except TimeoutError:
+            self._futures.pop(request_id, None)
+            raise OutcomeUnknownTimeout(
+                f"the append was not acknowledged within {deadline_s:g} s ({self.address}): "
+                "outcome unknown",
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                self.address,
+            ) from None
+
+    async def close(self) -> None:
+        self._queue.put_nowait(None)
+        self._call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+
+
 def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
     """May this failed call be sent to another endpoint?"""
     code = exc.code()
@@ -158,7 +260,9 @@ class AsyncClient:
 
     `endpoints`: "H:P", "H:P,H:P,..." or a list of those. `timeout` bounds unary calls
     (status, admin), `append_timeout` appends and truncations, `read_timeout` a whole read
-    (None: no deadline). Tails have no deadline.
+    (None: no deadline). Tails have no deadline. `stream=True` sends appends multiplexed on
+    one `AppendStream` call per endpoint (cheaper per append for many concurrent writers);
+    every append still gets its own result, and the same errors.
     """
 
     def __init__(
@@ -169,8 +273,11 @@ class AsyncClient:
         append_timeout: float | None = DEFAULT_APPEND_TIMEOUT,
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
+        stream: bool = False,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
+        self.stream = stream
+        self._streams: dict[int, _AppendStream] = {}
         self.timeout = timeout
         self.append_timeout = append_timeout
         self.read_timeout = read_timeout
@@ -244,15 +351,34 @@ class AsyncClient:
         request = pb.AppendRequest(values=[encode_value(v) for v in values])
         if not request.values:
             return []
-        response = await self._call(
-            lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
-        )
-        positions = list(response.positions)
+        if self.stream:
+            positions = await self._stream_append(list(request.values))
+        else:
+            response = await self._call(
+                lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
+            )
+            positions = list(response.positions)
         if len(positions) != len(request.values):
             raise RlogError(
                 f"the server returned {len(positions)} positions for {len(request.values)} values"
             )
         return positions
+
+    async def _stream_append(self, values: list[bytes]) -> list[int]:
+        errors: list[RlogError] = []
+        for index in self._order():
+            stream = self._streams.get(index)
+            if stream is None or stream.broken:
+                stream = _AppendStream(self._endpoint(index))
+                self._streams[index] = stream
+            try:
+                positions = await stream.append(values, self.append_timeout)
+            except _NotSent as not_sent:
+                errors.append(not_sent.error)
+                continue
+            self._current = index
+            return positions
+        raise _all_failed(errors)
 
     async def append_one(self, value: Value) -> int:
         """Append one value; returns its position."""
@@ -434,6 +560,9 @@ class AsyncClient:
 
     async def close(self) -> None:
         self._closed = True
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            await stream.close()
         endpoints, self._endpoints = self._endpoints, [None] * len(self._addresses)
         for endpoint in endpoints:
             if endpoint is not None:
@@ -470,6 +599,7 @@ class Client:
         append_timeout: float | None = DEFAULT_APPEND_TIMEOUT,
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
+        stream: bool = False,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -477,6 +607,7 @@ class Client:
             append_timeout=append_timeout,
             read_timeout=read_timeout,
             channel_options=channel_options,
+            stream=stream,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

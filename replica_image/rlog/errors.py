@@ -176,6 +176,24 @@ def from_rpc_error(
     whose broken or timed-out calls have an unknown outcome."""
     code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else None) or str(code or exc)
+    return error_for(code, details, endpoint, mutating)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def code_from_int(value: int) -> grpc.StatusCode:
+    """The grpc.StatusCode of a numeric code (as AppendStream responses carry it)."""
+    return _CODES.get(value, grpc.StatusCode.UNKNOWN)
+
+
+def error_for(
+    code: grpc.StatusCode | None,
+    details: str,
+    endpoint: str | None = None,
+    mutating: bool = False,
+) -> RlogError:
+    """The typed error for a gRPC status code and its details (see `from_rpc_error`)."""
     details = " ".join(str(details).split())
     where = f" ({endpoint})" if endpoint else ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -236,6 +254,8 @@ __all__ = [
     "Timeout",
     "Truncated",
     "Unavailable",
+    "code_from_int",
+    "error_for",
     "from_rpc_error",
     "is_connect_failure",
 ]
