@@ -186,3 +186,45 @@ def test_append_without_quorum_fails_after_its_timeout(tmp_path):
         assert elapsed < 20
         message = str(failure.value)
         assert "quorum" in message or "timed out" in message or "leader" in message, message
+
+
+def test_replicas_expose_prometheus_metrics(tmp_path):
+    import urllib.request
+
+    with DevCluster(3, tmp_path, metrics=True, election_timeout=0.5) as cluster:
+        leader = cluster.wait_for_leader()
+        with Client(cluster.endpoints) as client:
+            append_acked(client, [b"m"] * 10)
+        scraped = {}
+        for i, port in enumerate(cluster.metrics_ports):
+            assert port is not None
+            url = f"http://{cluster.host_of(i)}:{port}/metrics"
+            scraped[i] = urllib.request.urlopen(url, timeout=10).read().decode()
+    names = (
+        "rlog_replica_status",
+        "rlog_replica_is_leader",
+        "rlog_log_begin_position",
+        "rlog_log_end_position",
+        "rlog_log_learned_position",
+        "rlog_replica_promised",
+        "rlog_coordinator_proposal",
+        "rlog_appends_total",
+        "rlog_append_bytes_total",
+        "rlog_append_latency_seconds_bucket",
+        "rlog_fsync_latency_seconds_bucket",
+        "rlog_write_batch_entries_bucket",
+        "rlog_elections_total",
+        "rlog_rejects_total",
+        "rlog_catchup_remaining_positions",
+    )
+    for text in scraped.values():
+        missing = [name for name in names if name not in text]
+        assert not missing, missing
+        assert 'rlog_replica_status{status="VOTING"} 1.0' in text
+    assert "rlog_replica_is_leader 1.0" in scraped[leader]
+    appended = next(
+        float(line.split()[1])
+        for line in scraped[leader].splitlines()
+        if line.startswith("rlog_appends_total ")
+    )
+    assert appended >= 10  # a retried unknown outcome may have appended twice
