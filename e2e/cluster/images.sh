@@ -163,6 +163,7 @@ build_images() {
     fi
     ln -sf "$out" "$IMG/50-$short.tar"
   done
+  [[ -n $DOCKERD_PID ]] && docker -H "$DOCKER_HOST_SOCK" image prune -f >/dev/null 2>&1 || true
   dockerd_stop
   ((failed == 0 || strict == 0)) || die "some images failed to build"
 }
