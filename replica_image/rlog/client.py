@@ -249,6 +249,9 @@ def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
         details = exc.details() or ""
         if is_connect_failure(details) and not details.startswith("leader: "):
             return True  # no connection was made: the request reached no server
+        trailers = exc.trailing_metadata()
+        if trailers is not None and "rlog-not-attempted" in trailers:
+            return True  # the server said exactly that it changed nothing
         return not mutating
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return not mutating

@@ -38,6 +38,7 @@ from rlog.coordinator import (
     Send,
     SetTimer,
 )
+from rlog.errors import is_connect_failure
 from rlog.journal import Journal
 from rlog.metrics import ReplicaMetrics
 from rlog.proto import rlog_pb2 as pb
@@ -73,6 +74,15 @@ def _piggybackable(message: object) -> bool:
         and not message.leader_address
         and len(message.ranges) > 0
     )
+
+
+NOT_ATTEMPTED = "rlog-not-attempted"  # trailing metadata: the request changed nothing
+
+
+def not_attempted(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether an rlog server said (exactly, by trailing metadata) that it did nothing."""
+    trailers = exc.trailing_metadata()
+    return trailers is not None and NOT_ATTEMPTED in trailers
 
 
 class RpcError(Exception):
@@ -666,7 +676,14 @@ class Node:
         try:
             return await call
         except grpc.aio.AioRpcError as exc:
-            raise RpcError(exc.code(), f"leader: {exc.details()}") from None
+            code, details = exc.code(), exc.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE and not (
+                not_attempted(exc) or is_connect_failure(details)
+            ):
+                # The call broke after it may have reached the leader: outcome unknown.
+                code = grpc.StatusCode.ABORTED
+                details = f"{details} (outcome unknown)"
+            raise RpcError(code, f"leader: {details}") from None
 
     async def truncate(self, to: int, forwarded: bool) -> int:
         leader = await self._await_leader(forwarded)

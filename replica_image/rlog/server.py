@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rlog.config import ConfigError, ReplicaConfig
-from rlog.node import CHANNEL_OPTIONS, FORWARDED, Node, RpcError
+from rlog.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.storage import StorageError, open_storage
@@ -23,7 +23,12 @@ def _forwarded(context: grpc.aio.ServicerContext) -> bool:
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: RpcError) -> None:
-    await context.abort(error.code, error.message)
+    trailers: tuple[tuple[str, str], ...] = ()
+    if error.code == grpc.StatusCode.UNAVAILABLE:
+        # Every UNAVAILABLE rlog itself answers means the request changed nothing (no
+        # leader, not attempted): say so exactly, so clients and forwarders may retry.
+        trailers = ((NOT_ATTEMPTED, "1"),)
+    await context.abort(error.code, error.message, trailing_metadata=trailers)
 
 
 class ReplicaService(pbg.ReplicaServicer):
