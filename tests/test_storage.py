@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES, Storage, StorageError, WriteBatch, open_storage
 
