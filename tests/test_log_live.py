@@ -216,6 +216,7 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         "rlog_elections_total",
         "rlog_rejects_total",
         "rlog_catchup_remaining_positions",
+        "rlog_initialization_permit",
     )
     for text in scraped.values():
         missing = [name for name in names if name not in text]

@@ -15,7 +15,7 @@ from test_log_live import Writers, append_acked, check
 from rlog.cli import initialize
 from rlog.client import Client
 from rlog.dev import DevCluster
-from rlog.errors import RlogError, Unavailable
+from rlog.errors import LogIdMismatch, RlogError, Unavailable
 from rlog.proto import rlog_pb2 as pb
 
 pytestmark = pytest.mark.slow
@@ -216,3 +216,35 @@ def test_append_to_a_lone_replica_fails_clearly(tmp_path):
                     cluster.kill(i, signal.SIGKILL)
             with pytest.raises(RlogError):
                 client.append([b"x"])
+
+
+def test_the_permit_granted_at_run_time_initializes_the_log(tmp_path):
+    cluster = DevCluster(
+        3,
+        tmp_path,
+        initialize=False,
+        auto_initialize=False,
+        election_timeout=0.5,
+        log_id="orders-uid",
+    )
+    try:
+        cluster.start(wait=False)
+        time.sleep(2)
+        assert statuses(cluster) == ["EMPTY"] * 3
+        with Client(cluster.endpoints) as client:
+            for endpoint in cluster.endpoints:
+                with pytest.raises(LogIdMismatch):
+                    client.grant_permit("another-log", endpoint=endpoint)
+            time.sleep(1.5)
+            assert statuses(cluster) == ["EMPTY"] * 3  # a wrong identity grants nothing
+            for endpoint in cluster.endpoints:
+                assert client.grant_permit("orders-uid", endpoint=endpoint).permit
+        wait_all_voting(cluster)
+        cluster.wait_for_leader()
+        with Client(cluster.endpoints) as client:
+            for endpoint in cluster.endpoints:
+                assert not client.revoke_permit("orders-uid", endpoint=endpoint).permit
+            (position,) = append_acked(client, [b"initialized by permit"])
+        check(cluster, {position: b"initialized by permit"})
+    finally:
+        cluster.stop()

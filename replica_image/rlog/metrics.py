@@ -80,6 +80,12 @@ class ReplicaMetrics:
             ["kind"],
             registry=r,
         )
+        self.permit = Gauge(
+            "rlog_initialization_permit",
+            "1 while the replica holds the initialization permit (may auto-initialize an "
+            "all-EMPTY log)",
+            registry=r,
+        )
         self.catchup_remaining = Gauge(
             "rlog_catchup_remaining_positions", "Positions left to catch up", registry=r
         )

@@ -801,6 +801,13 @@ class Node:
             catchup_done=self.catchup[2],
         )
 
+    def set_permit(self, permit: bool) -> None:
+        """Grant or revoke the initialization permit (the operator's admin call)."""
+        if permit != self.permit:
+            log.info("initialization permit %s", "granted" if permit else "revoked")
+        self.permit = permit
+        self._update_metrics()
+
     @property
     def live_leader(self) -> str:
         """The leader's address if this replica leads or heard it within an election
@@ -829,6 +836,7 @@ class Node:
         m.learned.set(self.core.learned)
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
+        m.permit.set(1 if self.permit else 0)
 
 
 def _failure_error(failed: Failed) -> RpcError:

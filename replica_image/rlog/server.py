@@ -214,14 +214,14 @@ class AdminService(pbg.AdminServicer):
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
         await self._check_identity(request, context)
-        self.node.permit = True
+        self.node.set_permit(True)
         return self.node.status()
 
     async def RevokePermit(
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
         await self._check_identity(request, context)
-        self.node.permit = False
+        self.node.set_permit(False)
         return self.node.status()
 
     async def StepDown(
