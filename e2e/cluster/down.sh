@@ -60,6 +60,9 @@ mapfile -t dpids < <({ cat /run/rlog-docker/dockerd.pid 2>/dev/null; for p in /p
 for p in "${dpids[@]}"; do [[ -d /proc/$p ]] || continue; say "stopping our dockerd ($p)"; stop_pids "$p"; did=1; done
 awk '$2 ~ "^/run/rlog-docker" || index($2, "'"$CACHE"'/docker/") == 1 {print $2}' /proc/mounts | sort -r |
   xargs -r -n1 umount -l 2>/dev/null || true
+if ((${#dpids[@]})); then
+  for d in /sys/fs/cgroup/*/docker; do [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+fi
 
 # 1. node agents first, so nothing restarts containers
 for d in local-path-provisioner coredns kube-proxy kubelet; do

@@ -133,6 +133,7 @@ dockerd_stop() {
   # its containerd and shims are its children and exit with it; leave no mounts behind
   awk -v a="$DOCKER_RUN" -v b="$DOCKER_ROOT/" 'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts |
     sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  for d in /sys/fs/cgroup/*/docker; do [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
   log "dockerd stopped"
 }
 

@@ -46,10 +46,18 @@ NODE_IP=$(ip -4 -o addr show dev "$NODE_IF" | awk '{split($4,a,"/"); print a[1];
 mkdir -p "$RUN" "$STATE" "$LPP_DIR" "$CNI_CONF_DIR" "$STATE/cni/ipam" "$(dirname "$CTRD_SOCK")"
 echo "$NODE_IP" > "$STATE/node-ip"
 ip addr add "$DNS_IP/32" dev lo 2>/dev/null || true
-# Pods may talk to each other, to Services and to this machine, never off it.
-iptables -N RLOG-EGRESS 2>/dev/null || iptables -F RLOG-EGRESS
-iptables -A RLOG-EGRESS -s "$CLUSTER_CIDR" -o "$NODE_IF" -j REJECT
-iptables -C FORWARD -j RLOG-EGRESS 2>/dev/null || iptables -I FORWARD 1 -j RLOG-EGRESS
+# Pods may talk to each other, to Services and to this machine, never off it. The guard sits
+# in mangle/FORWARD, which nobody else uses, so no ACCEPT of the CNI firewall plugin or of
+# kube-proxy in filter/FORWARD can come before it.
+iptables -t mangle -N RLOG-EGRESS 2>/dev/null || iptables -t mangle -F RLOG-EGRESS
+iptables -t mangle -A RLOG-EGRESS -s "$CLUSTER_CIDR" -o "$NODE_IF" -j DROP
+iptables -t mangle -C FORWARD -j RLOG-EGRESS 2>/dev/null || iptables -t mangle -I FORWARD 1 -j RLOG-EGRESS
+# The CNI firewall plugin creates these on first use; concurrent sandboxes race on that
+# ("CHAIN_USER_ADD failed (File exists)"), so create them up front.
+iptables -N CNI-FORWARD 2>/dev/null || true
+iptables -N CNI-ADMIN 2>/dev/null || true
+iptables -C CNI-FORWARD -j CNI-ADMIN 2>/dev/null || iptables -A CNI-FORWARD -j CNI-ADMIN
+iptables -C FORWARD -j CNI-FORWARD 2>/dev/null || iptables -I FORWARD 1 -j CNI-FORWARD
 
 start() { # NAME CMD... : start a process in its own session, remember its pid
   local name=$1; shift
@@ -207,6 +215,7 @@ clusterCIDR: "$CLUSTER_CIDR"
 hostnameOverride: "$NODE_NAME"
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: [primary]
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
 start kube-proxy "$K8S_BIN/kube-proxy" --config="$STATE/kube-proxy.yaml" --v=1
