@@ -1,0 +1,75 @@
+"""A fault-injecting TCP proxy on loopback: forwards connections to a target and cuts them at
+random (each forwarded chunk may close both sides), so messages in flight are lost on real
+sockets. Runs its own event loop in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import threading
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class FaultProxy:
+    def __init__(self, target: str, cut: float, seed: int, host: str = "127.0.0.1") -> None:
+        self.target_host, _, port = target.rpartition(":")
+        self.target_port = int(port)
+        self.cut = cut
+        self.rng = random.Random(seed)
+        self.host = host
+        self.port = free_port(host)
+        self.cuts = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, self.host, self.port)
+        )
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while chunk := await src.read(65536):
+                    if self.rng.random() < self.cut:
+                        self.cuts += 1
+                        break  # the chunk is lost and the connection cut
+                    dst.write(chunk)
+                    await dst.drain()
+            for w in (writer, up_writer):
+                w.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))

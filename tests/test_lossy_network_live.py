@@ -1,0 +1,124 @@
+"""Recovery with lost messages: replicas reach each other only through fault-injecting
+proxies that cut connections at random (real sockets, real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from faultproxy import FaultProxy, free_port
+from test_log_live import append_acked
+
+from rlog import consistency
+from rlog.cli import initialize
+from rlog.client import Client
+from rlog.proto import rlog_pb2 as pb
+
+pytestmark = pytest.mark.slow
+
+
+class LossyCluster:
+    def __init__(self, root, replicas: int = 3, cut: float = 0.1) -> None:
+        self.root = root
+        self.listen = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
+        self.proxies = [FaultProxy(a, cut, seed=i).start() for i, a in enumerate(self.listen)]
+        self.peers = ",".join(p.address for p in self.proxies)
+        self.processes: list[subprocess.Popen[bytes] | None] = [None] * replicas
+        for i in range(replicas):
+            self.data_dir(i).mkdir(parents=True)
+            initialize(self.data_dir(i), "lmdb")
+
+    def data_dir(self, i: int):
+        return self.root / f"replica-{i}"
+
+    def start(self, i: int) -> None:
+        log = open(self.root / f"replica-{i}.log", "ab")
+        self.processes[i] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rlog.cli",
+                "replica",
+                "--id",
+                str(i),
+                "--peers",
+                self.peers,
+                "--listen",
+                self.listen[i],
+                "--data-dir",
+                str(self.data_dir(i)),
+                "--log-id",
+                "lossy",
+                "--election-timeout",
+                "0.5",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, i: int) -> None:
+        process = self.processes[i]
+        if process is not None:
+            process.kill()
+            process.wait(30)
+
+    def stop(self) -> None:
+        for i in range(len(self.processes)):
+            self.kill(i)
+        for proxy in self.proxies:
+            proxy.stop()
+
+    def status(self, i: int) -> pb.StatusResponse | None:
+        try:
+            with Client(self.listen[i], timeout=2) as client:
+                return client.status()
+        except Exception:
+            return None
+
+    def wait(self, predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.2)
+
+
+def test_wiped_replica_recovers_while_peer_messages_are_lost(tmp_path):
+    cluster = LossyCluster(tmp_path)
+    try:
+        for i in range(3):
+            cluster.start(i)
+
+        def has_leader() -> bool:
+            return any((s := cluster.status(i)) and s.role == "leader" for i in range(3))
+
+        cluster.wait(has_leader, 60, "a leader despite lost messages")
+        acknowledged: dict[int, bytes] = {}
+        with Client(cluster.listen, append_timeout=30) as client:
+            for n in range(30):
+                values = [f"lossy-{n}-{k}".encode() for k in range(50)]
+                acknowledged.update(
+                    zip(append_acked(client, values, attempts=30), values, strict=True)
+                )
+        victim = 2
+        cluster.kill(victim)
+        for path in cluster.data_dir(victim).iterdir():
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        cluster.start(victim)
+
+        def recovered() -> bool:
+            status = cluster.status(victim)
+            return status is not None and status.status == pb.VOTING
+
+        cluster.wait(recovered, 120, "the wiped replica to recover through lossy links")
+        cuts = sum(p.cuts for p in cluster.proxies)
+        print(f"connections cut: {cuts}")
+        assert cuts >= 5, "the proxies must have cut connections"
+        log = (tmp_path / f"replica-{victim}.log").read_text()
+        assert "catching up" in log and "RECOVERING -> VOTING" in log
+        report = consistency.check_sync(cluster.listen, acknowledged, settle_timeout=60)
+        assert report.ok, str(report)
+    finally:
+        cluster.stop()
