@@ -229,3 +229,34 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         if line.startswith("rlog_appends_total ")
     )
     assert appended >= 10  # a retried unknown outcome may have appended twice
+
+
+def test_coalesced_stream_appends_split_positions_and_isolate_a_bad_value(tmp_path):
+    from rlog.errors import EntryTooLarge
+
+    with DevCluster(3, tmp_path, max_entry_size=1024, election_timeout=0.5) as cluster:
+        leader = cluster.wait_for_leader()
+
+        async def scenario() -> tuple[dict[int, bytes], list[BaseException]]:
+            acknowledged: dict[int, bytes] = {}
+            errors: list[BaseException] = []
+            async with AsyncClient(cluster.endpoints[leader], stream=True) as client:
+
+                async def writer(w: int) -> None:
+                    for n in range(50):
+                        value = b"x" * 2000 if (w, n) == (7, 25) else f"{w}-{n}".encode()
+                        try:
+                            (position,) = await client.append([value])
+                        except EntryTooLarge as error:
+                            errors.append(error)
+                            continue
+                        assert position not in acknowledged
+                        acknowledged[position] = value
+
+                await asyncio.gather(*(writer(w) for w in range(64)))
+            return acknowledged, errors
+
+        acknowledged, errors = asyncio.run(scenario())
+        assert len(errors) == 1 and "exceeds the maximum entry size" in str(errors[0])
+        assert len(acknowledged) == 64 * 50 - 1
+        check(cluster, acknowledged)

@@ -154,36 +154,90 @@ class _NotSent(Exception):
 
 
 class _AppendStream:
-    """Appends multiplexed on one `AppendStream` call to one endpoint. Each request carries
-    an id; the response with that id completes its future. If the stream breaks, every
-    append still pending on it has an unknown outcome (unless the stream never connected)."""
+    """Appends multiplexed on one `AppendStream` call to one endpoint. Appends queued while
+    the stream is busy are coalesced into one request (a producer's batching: many writers'
+    single-entry appends cost the leader one message); the response's positions are split
+    back to each append in order. If the stream breaks, every append still pending on it has
+    an unknown outcome (unless the stream never connected). A coalesced request refused as
+    invalid (nothing appended) is re-sent part by part, so one caller's bad value never
+    fails another's append."""
+
+    MAX_COALESCED_VALUES = 4096
+    MAX_COALESCED_BYTES = 4 * 1024 * 1024
 
     def __init__(self, endpoint: _Endpoint) -> None:
         self.address = endpoint.address
-        self._queue: asyncio.Queue[pb.AppendRequest | None] = asyncio.Queue()
+        # (append id, values, alone): `alone` appends are never coalesced (a re-send)
+        self._queue: asyncio.Queue[tuple[int, list[bytes], bool] | None] = asyncio.Queue()
         self._futures: dict[int, asyncio.Future[list[int]]] = {}
+        # request id on the wire -> the appends it carries: (append id, values)
+        self._requests_sent: dict[int, list[tuple[int, list[bytes]]]] = {}
         self._next_id = 1
         self._connected = False
         self.broken = False
         self._call = endpoint.log.AppendStream(self._requests())
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
     async def _requests(self) -> AsyncGenerator[pb.AppendRequest, None]:
-        while (request := await self._queue.get()) is not None:
-            yield request
+        held: tuple[int, list[bytes], bool] | None = None
+        while True:
+            item = held if held is not None else await self._queue.get()
+            held = None
+            if item is None:
+                return
+            parts = [(item[0], item[1])]
+            count, size = len(item[1]), sum(len(v) for v in item[1])
+            while (
+                not item[2]
+                and not self._queue.empty()
+                and count < self.MAX_COALESCED_VALUES
+                and size < self.MAX_COALESCED_BYTES
+            ):
+                following = self._queue.get_nowait()
+                if following is None or following[2]:
+                    held = following  # send it (or close) after this request
+                    break
+                parts.append((following[0], following[1]))
+                count += len(following[1])
+                size += sum(len(v) for v in following[1])
+            request_id = self._new_id()
+            self._requests_sent[request_id] = parts
+            yield pb.AppendRequest(
+                values=[value for _, values in parts for value in values], id=request_id
+            )
+
+    def _settle(self, response: pb.AppendResponse) -> None:
+        parts = self._requests_sent.pop(response.id, None)
+        if parts is None:
+            return
+        if response.code == 0:
+            positions = list(response.positions)
+            for append_id, values in parts:
+                future = self._futures.pop(append_id, None)
+                taken, positions = positions[: len(values)], positions[len(values) :]
+                if future is not None and not future.done():
+                    future.set_result(taken)
+            return
+        code = code_from_int(response.code)
+        if code == grpc.StatusCode.INVALID_ARGUMENT and len(parts) > 1:
+            for append_id, values in parts:  # nothing was appended: send each alone
+                self._queue.put_nowait((append_id, values, True))
+            return
+        error = error_for(code, response.error, self.address, True)
+        for append_id, _ in parts:
+            future = self._futures.pop(append_id, None)
+            if future is not None and not future.done():
+                future.set_exception(error)
 
     async def _read(self) -> None:
         try:
             async for response in self._call:
                 self._connected = True
-                future = self._futures.pop(response.id, None)
-                if future is None or future.done():
-                    continue
-                if response.code == 0:
-                    future.set_result(list(response.positions))
-                else:
-                    code = code_from_int(response.code)
-                    future.set_exception(error_for(code, response.error, self.address, True))
+                self._settle(response)
             self._fail(
                 OutcomeUnknownUnavailable(
                     f"the append stream to {self.address} closed with appends in flight: "
@@ -208,6 +262,7 @@ class _AppendStream:
 
     def _fail(self, error: BaseException) -> None:
         self.broken = True
+        self._requests_sent.clear()
         futures, self._futures = self._futures, {}
         for future in futures.values():
             if not future.done():
@@ -216,13 +271,12 @@ class _AppendStream:
     async def append(self, values: list[bytes], deadline_s: float | None) -> list[int]:
         if self.broken:
             raise _NotSent(Unavailable(f"the append stream to {self.address} is closed"))
-        request_id = self._next_id
-        self._next_id += 1
+        request_id = self._new_id()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._futures[request_id] = future
-        self._queue.put_nowait(pb.AppendRequest(values=values, id=request_id))
+        self._queue.put_nowait((request_id, values, False))
         try:
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
