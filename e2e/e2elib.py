@@ -6,14 +6,15 @@ Environment:
   E2E_KEEP_NAMESPACE=1   keep the test namespace after the run (for debugging)
   E2E_SMOKE_IMAGE        image of the smoke pods (default docker.io/rlog/e2e-smoke:dev)
 """
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import time
-from typing import Any, Callable
-
+from collections.abc import Callable
+from typing import Any
 
 SMOKE_IMAGE = os.environ.get("E2E_SMOKE_IMAGE", "docker.io/rlog/e2e-smoke:dev")
 
@@ -24,8 +25,14 @@ class Kubectl:
     def __init__(self, namespace: str | None = None) -> None:
         self.namespace = namespace
 
-    def run(self, *args: str, input: str | None = None, check: bool = True,
-            timeout: float = 120, namespaced: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120,
+        namespaced: bool = True,
+    ) -> subprocess.CompletedProcess:
         cmd = ["kubectl"]
         if namespaced and self.namespace:
             cmd += ["-n", self.namespace]
@@ -46,10 +53,14 @@ class Kubectl:
 
     def exec_py(self, pod: str, code: str, check: bool = True, timeout: float = 60) -> str:
         """Run a Python snippet inside a pod (its image has python3)."""
-        return self.run("exec", pod, "--", "python3", "-c", code, check=check, timeout=timeout).stdout
+        return self.run(
+            "exec", pod, "--", "python3", "-c", code, check=check, timeout=timeout
+        ).stdout
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 120, interval: float = 1.0) -> Any:
+def wait_until(
+    what: str, fn: Callable[[], Any], timeout: float = 120, interval: float = 1.0
+) -> Any:
     """Poll fn until it returns something truthy; fail with `what` after timeout seconds."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
@@ -58,8 +69,10 @@ def wait_until(what: str, fn: Callable[[], Any], timeout: float = 120, interval:
             v = fn()
             if v:
                 return v
-        except Exception as e:  # noqa: BLE001 - keep polling, report the last error
+        except Exception as e:
             last_exc = e
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" +
-                         (f" (last error: {last_exc})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_exc})" if last_exc else "")
+    )

@@ -7,6 +7,7 @@ busybox) need neither a registry nor a Docker daemon.
 
     ociarchive.py ROOTFS NAME OUT.tar --entrypoint /pause [--cmd sh] [--user 65535]
 """
+
 import argparse
 import hashlib
 import io
@@ -52,7 +53,11 @@ def main() -> None:
     ap.add_argument("--entrypoint", nargs="*", default=[])
     ap.add_argument("--cmd", nargs="*", default=[])
     ap.add_argument("--user", default="")
-    ap.add_argument("--env", action="append", default=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    )
     a = ap.parse_args()
 
     layer = layer_tar(a.rootfs)
@@ -60,22 +65,39 @@ def main() -> None:
         "architecture": "amd64",
         "os": "linux",
         "created": "1970-01-01T00:00:00Z",
-        "config": {"Env": a.env, "Entrypoint": a.entrypoint or None, "Cmd": a.cmd or None,
-                   "User": a.user, "WorkingDir": "/"},
+        "config": {
+            "Env": a.env,
+            "Entrypoint": a.entrypoint or None,
+            "Cmd": a.cmd or None,
+            "User": a.user,
+            "WorkingDir": "/",
+        },
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "e2e/cluster/ociarchive.py"}],
     }
     tmp = a.out + ".tmp"
     with tarfile.open(tmp, "w") as tar:
         layer_desc = blob(tar, layer, "application/vnd.oci.image.layer.v1.tar")
-        config_desc = blob(tar, json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
-        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "config": config_desc, "layers": [layer_desc]}
-        man_desc = blob(tar, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
-        man_desc["annotations"] = {"io.containerd.image.name": a.name,
-                                   "org.opencontainers.image.ref.name": a.name.rsplit(":", 1)[-1]}
-        for fname, data in (("oci-layout", {"imageLayoutVersion": "1.0.0"}),
-                            ("index.json", {"schemaVersion": 2, "manifests": [man_desc]})):
+        config_desc = blob(
+            tar, json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"
+        )
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": config_desc,
+            "layers": [layer_desc],
+        }
+        man_desc = blob(
+            tar, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json"
+        )
+        man_desc["annotations"] = {
+            "io.containerd.image.name": a.name,
+            "org.opencontainers.image.ref.name": a.name.rsplit(":", 1)[-1],
+        }
+        for fname, data in (
+            ("oci-layout", {"imageLayoutVersion": "1.0.0"}),
+            ("index.json", {"schemaVersion": 2, "manifests": [man_desc]}),
+        ):
             raw = json.dumps(data).encode()
             info = tarfile.TarInfo(fname)
             info.size = len(raw)

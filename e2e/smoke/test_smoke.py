@@ -4,15 +4,17 @@ A 3-pod StatefulSet from a locally built image with one PVC each, headless-Servi
 not-ready pods, pod-to-pod TCP, PVC data surviving a pod's deletion, a fresh volume after a
 PVC is deleted, the API server through the `kubernetes` Service, RBAC, and helm.
 """
+
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
-
 from e2elib import SMOKE_IMAGE, Kubectl, wait_until
 
 STS = "smoke"
@@ -145,8 +147,12 @@ def test_node_ready(cluster: Kubectl) -> None:
 
 def test_default_storage_class(cluster: Kubectl) -> None:
     scs = cluster.json("get", "storageclass", namespaced=False)["items"]
-    default = [s["metadata"]["name"] for s in scs
-               if s["metadata"].get("annotations", {}).get("storageclass.kubernetes.io/is-default-class") == "true"]
+    default = [
+        s["metadata"]["name"]
+        for s in scs
+        if s["metadata"].get("annotations", {}).get("storageclass.kubernetes.io/is-default-class")
+        == "true"
+    ]
     assert len(default) == 1, f"want exactly one default StorageClass, got {default}"
 
 
@@ -157,7 +163,11 @@ def test_statefulset_one_bound_pvc_per_pod(sts: Kubectl) -> None:
         assert pvc["status"]["phase"] == "Bound", pvc["status"]
         volumes.add(pvc["spec"]["volumeName"])
         # non-root (uid 10001) can write its volume
-        out = sts.exec_py(pod, "import os; open('/data/w','w').write('ok'); print(os.getuid(), open('/data/w').read())")
+        out = sts.exec_py(
+            pod,
+            "import os; open('/data/w', 'w').write('ok'); "
+            "print(os.getuid(), open('/data/w').read())",
+        )
         assert out.split() == ["10001", "ok"]
     assert len(volumes) == REPLICAS, f"PVCs share volumes: {volumes}"
 
@@ -169,12 +179,20 @@ def test_headless_service_dns(sts: Kubectl, namespace: str) -> None:
         import json, socket
         print(json.dumps({{p: socket.gethostbyname(n) for p, n in {names!r}.items()}}))
     """)
+
+    def lookup(pod: str) -> dict[str, str]:
+        return dict(json.loads(sts.exec_py(pod, code)))
+
     for pod in pod_names():
-        resolved = wait_until("headless DNS records", lambda: json.loads(sts.exec_py(pod, code)), 60, 2)
+        resolved = wait_until("headless DNS records", functools.partial(lookup, pod), 60, 2)
         assert resolved == ips, f"from {pod}: {resolved} != {ips}"
     # short names through the pod's search path, too
-    assert sts.exec_py(pod_names()[0], f"import socket; print(socket.gethostbyname('{pod_names()[1]}.{STS}'))").strip() \
+    assert (
+        sts.exec_py(
+            pod_names()[0], f"import socket; print(socket.gethostbyname('{pod_names()[1]}.{STS}'))"
+        ).strip()
         == ips[pod_names()[1]]
+    )
 
 
 def test_pod_to_pod_tcp(sts: Kubectl) -> None:
@@ -213,8 +231,12 @@ def test_deleted_pvc_and_pod_give_a_fresh_empty_volume(sts: Kubectl, cluster: Ku
     assert new_volume != old_volume
     assert sts.exec_py(pod, "import os; print(sorted(os.listdir('/data')))").strip() == "[]"
     # reclaimPolicy Delete: the old volume is really deleted by the provisioner
-    wait_until(f"PV {old_volume} deleted", lambda: cluster.run(
-        "get", "pv", old_volume, check=False, namespaced=False).returncode != 0, 120, 2)
+    wait_until(
+        f"PV {old_volume} deleted",
+        lambda: cluster.run("get", "pv", old_volume, check=False, namespaced=False).returncode != 0,
+        120,
+        2,
+    )
 
 
 API_CODE = textwrap.dedent("""
@@ -249,19 +271,26 @@ def test_rbac_refuses_a_service_account_without_role(sts: Kubectl, namespace: st
     token = sts("create", "token", "no-role", "--duration=10m").strip()
     r = api_get(sts, pod_names()[0], "/api/v1/namespaces/NS/pods", token)
     assert r["code"] == 403
-    can = sts.run("auth", "can-i", "list", "pods", f"--as=system:serviceaccount:{namespace}:no-role",
-                  check=False).stdout.strip()
+    can = sts.run(
+        "auth",
+        "can-i",
+        "list",
+        "pods",
+        f"--as=system:serviceaccount:{namespace}:no-role",
+        check=False,
+    ).stdout.strip()
     assert can == "no"
     # the bound service account may read pods but not secrets
     assert api_get(sts, pod_names()[0], "/api/v1/namespaces/NS/secrets")["code"] == 403
 
 
-def test_helm_install_small_chart(kube: Kubectl, namespace: str, tmp_path) -> None:
+def test_helm_install_small_chart(kube: Kubectl, namespace: str, tmp_path: Path) -> None:
     chart = tmp_path / "smoke-chart"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: smoke-chart\nversion: 0.1.0\n")
     (chart / "values.yaml").write_text(f"image: {SMOKE_IMAGE}\ngreeting: hello\n")
-    (chart / "templates" / "all.yaml").write_text(textwrap.dedent("""\
+    (chart / "templates" / "all.yaml").write_text(
+        textwrap.dedent("""\
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: "{{ .Release.Name }}-config"}
@@ -282,15 +311,24 @@ def test_helm_install_small_chart(kube: Kubectl, namespace: str, tmp_path) -> No
                 image: "{{ .Values.image }}"
                 imagePullPolicy: IfNotPresent
                 readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 2}
-        """))
+        """)
+    )
     helm = ["helm", "--namespace", namespace]
-    p = subprocess.run(helm + ["install", "smoke", str(chart), "--wait", "--timeout", "3m"],
-                       capture_output=True, text=True, timeout=240)
+    p = subprocess.run(
+        [*helm, "install", "smoke", str(chart), "--wait", "--timeout", "3m"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr
     try:
-        assert kube("get", "configmap", "smoke-config", "-o", "jsonpath={.data.greeting}") == "hello"
+        assert (
+            kube("get", "configmap", "smoke-config", "-o", "jsonpath={.data.greeting}") == "hello"
+        )
         assert kube.json("get", "deployment", "smoke")["status"].get("readyReplicas") == 1
-        ls = subprocess.run(helm + ["list", "-o", "json"], capture_output=True, text=True, check=True)
+        ls = subprocess.run(
+            [*helm, "list", "-o", "json"], capture_output=True, text=True, check=True
+        )
         assert [r["status"] for r in json.loads(ls.stdout) if r["name"] == "smoke"] == ["deployed"]
     finally:
-        subprocess.run(helm + ["uninstall", "smoke", "--wait"], capture_output=True, timeout=120)
+        subprocess.run([*helm, "uninstall", "smoke", "--wait"], capture_output=True, timeout=120)

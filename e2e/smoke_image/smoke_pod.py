@@ -5,6 +5,7 @@
 Each connection gets one line: "<hostname>\n". The suite drives everything else through
 `kubectl exec ... python3 -c` with the standard library only.
 """
+
 import socket
 import socketserver
 import sys
