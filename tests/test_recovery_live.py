@@ -248,3 +248,29 @@ def test_the_permit_granted_at_run_time_initializes_the_log(tmp_path):
         check(cluster, {position: b"initialized by permit"})
     finally:
         cluster.stop()
+
+
+def test_a_lagging_follower_catches_up_and_serves_stale_reads_across_a_truncation(tmp_path):
+    from rlog.errors import Truncated
+
+    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+        leader = cluster.wait_for_leader()
+        follower = next(i for i in range(3) if i != leader)
+        with Client(cluster.endpoints[leader]) as client:
+            early = append_acked(client, [f"early-{n}".encode() for n in range(100)])
+            cluster.pause(follower)  # misses the next writes and the truncation
+            late = append_acked(client, [f"late-{n}".encode() for n in range(100)])
+            client.truncate(late[50])
+        cluster.resume(follower)
+        with Client(cluster.endpoints[follower]) as stale:
+
+            def caught_up(found: list[pb.StatusResponse | None]) -> bool:
+                status = found[follower]
+                return status is not None and status.learned >= late[-1]
+
+            cluster.wait_for(caught_up, 30, "the follower to catch up")
+            assert stale.status().begin >= late[50]
+            entries = list(stale.read(from_=late[50], to=late[-1], stale=True))
+            assert [e.value for e in entries] == [f"late-{n}".encode() for n in range(50, 100)]
+            with pytest.raises(Truncated):
+                list(stale.read(from_=early[0], stale=True))
