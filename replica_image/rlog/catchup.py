@@ -25,7 +25,6 @@ import grpc
 from rlog.consensus import FillRound, Outcome
 from rlog.proto import rlog_pb2 as pb
 from rlog.recover import Decision
-from rlog.replica import tombstone
 
 if TYPE_CHECKING:
     from rlog.node import Node
@@ -87,21 +86,9 @@ class CatchUp:
             while node.core.learned_next <= self.decision.end:
                 start = node.core.learned_next
                 try:
-                    progressed = False
-                    stream = peer.replica.Fetch(
-                        pb.FetchRequest(
-                            **{"from": start, "to": self.decision.end, "max_actions": FETCH_CHUNK}
-                        ),
-                        timeout=60,
+                    progressed = await node.copy_learned(
+                        peer, self.decision.end, FETCH_CHUNK, self._progress
                     )
-                    async for chunk in stream:
-                        actions = list(chunk.actions)
-                        if chunk.begin > node.core.begin and chunk.begin > node.core.learned_next:
-                            actions.insert(0, tombstone(chunk.begin - 1))  # skip a truncation
-                        if actions:
-                            node.handle_learned(pb.LearnedRequest(actions=actions))
-                            progressed = True
-                        self._progress()
                 except grpc.aio.AioRpcError as exc:
                     log.info("fetch from replica %d failed: %s", source, exc.code().name)
                     break

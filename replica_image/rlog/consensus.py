@@ -45,6 +45,16 @@ class Tally:
         if replica not in self.accepts:
             self.unavailable.add(replica)
 
+    def record(
+        self, replica: int, response: pb.PromiseResponse | pb.WriteResponse | None
+    ) -> Outcome:
+        """Count a reply, or a failed request (None); return the round's outcome."""
+        if response is None:
+            self.fail(replica)
+        else:
+            self.add(replica, response)
+        return self.outcome
+
     @property
     def outcome(self) -> Outcome:
         if self.rejected_by:
@@ -120,11 +130,11 @@ class FillRound:
 
     def add(self, replica: int, response: pb.PromiseResponse | pb.WriteResponse | None) -> Outcome:
         """Count a reply (None: the request failed) of the current stage."""
-        if response is None:
-            self.tally.fail(replica)
-        elif isinstance(response, pb.WriteResponse) == (self.writing is not None):
-            self.tally.add(replica, response)
-        return self.tally.outcome
+        if response is not None and isinstance(response, pb.WriteResponse) != (
+            self.writing is not None
+        ):
+            return self.tally.outcome  # a reply of the other stage
+        return self.tally.record(replica, response)
 
     def decide(self, leader: int, log_id: str) -> pb.WriteRequest | None:
         """After a quorum of promises: choose each position's value. Returns the write to

@@ -213,11 +213,7 @@ class Coordinator:
     def _on_election_reply(
         self, election: _Election, replica: int, response: pb.PromiseResponse | None
     ) -> None:
-        if response is None:
-            election.tally.fail(replica)
-        else:
-            election.tally.add(replica, response)
-        outcome = election.tally.outcome
+        outcome = election.tally.record(replica, response)
         if outcome == Outcome.PENDING:
             return
         self._election = None
@@ -329,11 +325,7 @@ class Coordinator:
     def _on_write_reply(
         self, round_id: int, write: _Write, replica: int, response: pb.WriteResponse | None
     ) -> None:
-        if response is None:
-            write.tally.fail(replica)
-        else:
-            write.tally.add(replica, response)
-        outcome = write.tally.outcome
+        outcome = write.tally.record(replica, response)
         if outcome == Outcome.PENDING:
             return
         if outcome != Outcome.ACCEPTED:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,23 +279,37 @@ class Node:
     async def _pull_learned(self, leader: int, target: int) -> None:
         peer = self.peers.get(leader)
         try:
-            if peer is None:
-                return
-            start = self.core.learned_next
-            stream = peer.replica.Fetch(
-                pb.FetchRequest(**{"from": start, "to": target, "max_actions": 4096}),
-                timeout=30,
-            )
-            async for chunk in stream:
-                actions = list(chunk.actions)
-                if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
-                    actions.insert(0, tombstone(chunk.begin - 1))  # the leader truncated
-                if actions:
-                    self.handle_learned(pb.LearnedRequest(actions=actions))
+            if peer is not None:
+                await self.copy_learned(peer, target, 4096)
         except grpc.aio.AioRpcError as exc:
             log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
         finally:
             self._fetching = False
+
+    async def copy_learned(
+        self, peer: Peer, last: int, chunk_size: int, on_chunk: Callable[[], None] | None = None
+    ) -> bool:
+        """Copy the learned actions a peer holds from our first unlearned position up to
+        `last` (safe: a learned action is chosen). A peer whose begin is past ours truncated
+        that prefix: a tombstone below its begin skips it in one step. Returns whether
+        anything was applied; gRPC errors propagate."""
+        progressed = False
+        stream = peer.replica.Fetch(
+            pb.FetchRequest(
+                **{"from": self.core.learned_next, "to": last, "max_actions": chunk_size}
+            ),
+            timeout=60,
+        )
+        async for chunk in stream:
+            actions = list(chunk.actions)
+            if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
+                actions.insert(0, tombstone(chunk.begin - 1))
+            if actions:
+                self.handle_learned(pb.LearnedRequest(actions=actions))
+                progressed = True
+            if on_chunk is not None:
+                on_chunk()
+        return progressed
 
     def fetch(self, request: pb.FetchRequest) -> list[pb.FetchResponse]:
         """Learned actions in [from, to] held here, in chunks."""
