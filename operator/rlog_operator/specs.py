@@ -1,0 +1,427 @@
+"""Desired Kubernetes objects of a ReplicatedLog, built by pure functions (no I/O).
+
+Like CloudNativePG's `pkg/specs`, every builder takes the custom resource (its `metadata`
+and `spec`, as the API server returns it) and the operator's configuration and returns a
+plain manifest dict; the kopf handlers add owner references (`kopf.adopt`) and apply them.
+
+Design choices (see also the module docs of status.py and rolling.py):
+
+* Replica id = StatefulSet ordinal, read from the downward API label
+  `apps.kubernetes.io/pod-index` into `$(RLOG_REPLICA_ID)` and expanded by the kubelet in the
+  container's args. No shell wrapper: `rlog replica` is PID 1 and gets SIGTERM directly. The
+  label is set by the StatefulSet controller since Kubernetes 1.28 (beta, on by default) and
+  GA in 1.32; on an older cluster the variable is empty and the replica exits with a one-line
+  usage error instead of guessing.
+* `--peers` lists the stable DNS names `<sts>-<i>.<headless>.<ns>.svc[.<domain>]` in ordinal
+  order; the headless Service publishes not-ready addresses so that replicas find each other
+  before any of them is VOTING (auto-initialization needs every replica to answer). The
+  replica binds `0.0.0.0:<port>` (`--listen`), so it starts before its DNS record exists and
+  the probes reach it on 127.0.0.1.
+* Readiness = "this replica is VOTING": an exec probe running `rlog status --json` against
+  127.0.0.1 and matching `"status": "VOTING"`. A catching-up (RECOVERING/EMPTY) replica is
+  alive but not ready, so the client Service only routes to voting replicas and the
+  PodDisruptionBudget counts only voting replicas as healthy. Liveness only asks that the
+  replica *answer* Status (any status), with a long failure budget: a long catch-up never
+  gets the pod killed. The startup probe gives a slow start (a big store to open) 10 minutes.
+  The exec costs ~0.3 s of CPU; readiness runs every 10 s, liveness every 30 s.
+* Restricted pod security: non-root uid 10001 (the image's user), fsGroup for the volume,
+  seccomp RuntimeDefault, no capabilities, no privilege escalation, read-only root
+  filesystem (an emptyDir on /tmp), no service-account token (replicas never call the API).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlog_operator import constants as c
+
+Manifest = dict[str, Any]
+Body = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """What the operator's deployment decides for every log (env vars of the operator)."""
+
+    replica_image: str = "docker.io/rlog/rlog-replica:dev"
+    image_pull_policy: str = "IfNotPresent"
+    grpc_port: int = c.GRPC_PORT
+    metrics_port: int = c.METRICS_PORT
+    # "" -> peers are `<pod>.<svc>.<ns>.svc` (resolved through the pod's search path);
+    # e.g. "cluster.local" -> fully qualified names.
+    cluster_domain: str = ""
+    listen_host: str = "0.0.0.0"
+    termination_grace_seconds: int = 30
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
+        """Read RLOG_REPLICA_IMAGE, RLOG_IMAGE_PULL_POLICY, RLOG_GRPC_PORT, RLOG_METRICS_PORT,
+        RLOG_CLUSTER_DOMAIN from a mapping (pass os.environ)."""
+        d = cls()
+        return cls(
+            replica_image=env.get("RLOG_REPLICA_IMAGE", d.replica_image),
+            image_pull_policy=env.get("RLOG_IMAGE_PULL_POLICY", d.image_pull_policy),
+            grpc_port=int(env.get("RLOG_GRPC_PORT", d.grpc_port)),
+            metrics_port=int(env.get("RLOG_METRICS_PORT", d.metrics_port)),
+            cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
+        )
+
+
+# ---- names ----------------------------------------------------------------------------------
+
+
+def name_of(body: Body) -> str:
+    return str(body["metadata"]["name"])
+
+
+def namespace_of(body: Body) -> str:
+    return str(body["metadata"].get("namespace") or "default")
+
+
+def uid_of(body: Body) -> str:
+    return str(body["metadata"].get("uid") or "")
+
+
+def statefulset_name(body: Body) -> str:
+    return name_of(body)
+
+
+def headless_service_name(body: Body) -> str:
+    return f"{name_of(body)}-headless"
+
+
+def client_service_name(body: Body) -> str:
+    return name_of(body)
+
+
+def pdb_name(body: Body) -> str:
+    return name_of(body)
+
+
+def pod_name(body: Body, ordinal: int) -> str:
+    return f"{statefulset_name(body)}-{ordinal}"
+
+
+def pvc_name(body: Body, ordinal: int) -> str:
+    """The StatefulSet controller names claims `<template>-<sts>-<ordinal>`."""
+    return f"{c.DATA_VOLUME}-{statefulset_name(body)}-{ordinal}"
+
+
+def replicas_of(body: Body) -> int:
+    return int(body.get("spec", {}).get("replicas", c.DEFAULT_REPLICAS))
+
+
+def peer_host(body: Body, ordinal: int, config: OperatorConfig) -> str:
+    host = f"{pod_name(body, ordinal)}.{headless_service_name(body)}.{namespace_of(body)}.svc"
+    return f"{host}.{config.cluster_domain}" if config.cluster_domain else host
+
+
+def peers(body: Body, config: OperatorConfig) -> list[str]:
+    """Every replica's address, in replica-id (= ordinal) order, as `--peers` wants them."""
+    return [f"{peer_host(body, i, config)}:{config.grpc_port}" for i in range(replicas_of(body))]
+
+
+def ordinal_of(pod: str) -> int | None:
+    """The StatefulSet ordinal at the end of a pod name, or None."""
+    head, sep, tail = pod.rpartition("-")
+    return int(tail) if sep and head and tail.isdigit() else None
+
+
+# ---- labels ---------------------------------------------------------------------------------
+
+
+def selector_labels(body: Body) -> dict[str, str]:
+    """The (immutable) StatefulSet selector: the subset of labels that identifies replicas."""
+    return {
+        c.LABEL_NAME: c.APP_NAME,
+        c.LABEL_INSTANCE: name_of(body),
+        c.LABEL_COMPONENT: c.COMPONENT_REPLICA,
+    }
+
+
+def labels(body: Body) -> dict[str, str]:
+    return {**selector_labels(body), c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def _metadata(body: Body, name: str) -> Manifest:
+    return {"name": name, "namespace": namespace_of(body), "labels": labels(body)}
+
+
+# ---- the StatefulSet ------------------------------------------------------------------------
+
+
+def replica_args(body: Body, config: OperatorConfig) -> list[str]:
+    """Arguments of `rlog replica` (the id is expanded by the kubelet from the env)."""
+    return [
+        "--id",
+        "$(RLOG_REPLICA_ID)",
+        "--peers",
+        ",".join(peers(body, config)),
+        "--data-dir",
+        c.DATA_DIR,
+        "--listen",
+        f"{config.listen_host}:{config.grpc_port}",
+        "--metrics-port",
+        str(config.metrics_port),
+        "--log-id",
+        uid_of(body),
+    ]
+
+
+def readiness_command(config: OperatorConfig) -> list[str]:
+    """Ready iff the local replica answers Status within 4 s and reports VOTING."""
+    return [
+        "sh",
+        "-c",
+        f"rlog status --endpoint 127.0.0.1:{config.grpc_port} --timeout 4 --json"
+        ' | grep -Eq \'"status": *"VOTING"\'',
+    ]
+
+
+def liveness_command(config: OperatorConfig) -> list[str]:
+    """Alive iff the local replica answers Status at all (EMPTY/RECOVERING included)."""
+    return ["rlog", "status", "--endpoint", f"127.0.0.1:{config.grpc_port}", "--timeout", "8"]
+
+
+def probes(config: OperatorConfig) -> dict[str, Manifest]:
+    alive = {"exec": {"command": liveness_command(config)}}
+    return {
+        "startupProbe": {
+            **alive,
+            "periodSeconds": 5,
+            "timeoutSeconds": 10,
+            "failureThreshold": 120,  # 10 minutes to open the store and serve
+        },
+        "livenessProbe": {
+            **alive,
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 6,  # 3 minutes of not answering at all
+        },
+        "readinessProbe": {
+            "exec": {"command": readiness_command(config)},
+            "periodSeconds": 10,
+            "timeoutSeconds": 6,
+            "failureThreshold": 2,
+            "successThreshold": 1,
+        },
+    }
+
+
+def container_security_context() -> Manifest:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": c.REPLICA_UID,
+        "runAsGroup": c.REPLICA_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security_context() -> Manifest:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": c.REPLICA_UID,
+        "runAsGroup": c.REPLICA_UID,
+        "fsGroup": c.REPLICA_UID,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def replica_container(body: Body, config: OperatorConfig) -> Manifest:
+    spec = body.get("spec", {})
+    env: list[Manifest] = [
+        {
+            "name": "RLOG_REPLICA_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{c.LABEL_POD_INDEX}']"}},
+        },
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # `kubectl exec <pod> -- rlog status` works with no flags
+        {"name": "RLOG_ENDPOINT", "value": f"127.0.0.1:{config.grpc_port}"},
+    ]
+    return {
+        "name": c.CONTAINER_NAME,
+        "image": spec.get("image") or config.replica_image,
+        "imagePullPolicy": spec.get("imagePullPolicy") or config.image_pull_policy,
+        "command": ["rlog", "replica"],
+        "args": replica_args(body, config),
+        "env": env,
+        "ports": [
+            {"name": "grpc", "containerPort": config.grpc_port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"},
+        ],
+        **probes(config),
+        "resources": copy.deepcopy(spec.get("resources") or {}),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": c.DATA_VOLUME, "mountPath": c.DATA_MOUNT},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def default_affinity(body: Body) -> Manifest:
+    """Spread replicas over nodes when possible (preferred: a 1-node cluster still works)."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": selector_labels(body)},
+                    },
+                }
+            ]
+        }
+    }
+
+
+def pod_template(body: Body, config: OperatorConfig) -> Manifest:
+    spec = body.get("spec", {})
+    pod_labels = {**dict(spec.get("podLabels") or {}), **labels(body)}
+    annotations = {
+        **dict(spec.get("podAnnotations") or {}),
+        "kubectl.kubernetes.io/default-container": c.CONTAINER_NAME,
+        c.ANNOTATION_LOG_ID: uid_of(body),
+    }
+    pod_spec: Manifest = {
+        "containers": [replica_container(body, config)],
+        "securityContext": pod_security_context(),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": config.termination_grace_seconds,
+        "affinity": copy.deepcopy(spec.get("affinity") or default_affinity(body)),
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+    }
+    for key in ("nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets"):
+        if spec.get(key):
+            pod_spec[key] = copy.deepcopy(spec[key])
+    return {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
+
+
+def volume_claim_template(body: Body) -> Manifest:
+    storage = body["spec"]["storage"]
+    claim: Manifest = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": str(storage["size"])}},
+    }
+    if storage.get("storageClassName"):
+        claim["storageClassName"] = storage["storageClassName"]
+    return {"metadata": {"name": c.DATA_VOLUME, "labels": labels(body)}, "spec": claim}
+
+
+def statefulset(body: Body, config: OperatorConfig) -> Manifest:
+    meta = _metadata(body, statefulset_name(body))
+    meta["annotations"] = {c.ANNOTATION_LOG_ID: uid_of(body)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas_of(body),
+            "serviceName": headless_service_name(body),
+            # all replicas must run at once to auto-initialize
+            "podManagementPolicy": "Parallel",
+            # the operator, not the StatefulSet controller, decides when a pod goes
+            "updateStrategy": {"type": "OnDelete"},
+            # a replica's volume is its vote: never let Kubernetes delete it
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain",
+                "whenScaled": "Retain",
+            },
+            "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": selector_labels(body)},
+            "template": pod_template(body, config),
+            "volumeClaimTemplates": [volume_claim_template(body)],
+        },
+    }
+
+
+# ---- Services and the PodDisruptionBudget --------------------------------------------------
+
+
+def _ports(config: OperatorConfig, metrics: bool) -> list[Manifest]:
+    ports: list[Manifest] = [
+        {
+            "name": "grpc",
+            "port": config.grpc_port,
+            "targetPort": "grpc",
+            "protocol": "TCP",
+            "appProtocol": "kubernetes.io/h2c",
+        }
+    ]
+    if metrics:
+        ports.append(
+            {
+                "name": "metrics",
+                "port": config.metrics_port,
+                "targetPort": "metrics",
+                "protocol": "TCP",
+                "appProtocol": "http",
+            }
+        )
+    return ports
+
+
+def headless_service(body: Body, config: OperatorConfig) -> Manifest:
+    """Stable per-replica DNS names for `--peers` (and metrics scraping), ready or not."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(body, headless_service_name(body)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(body),
+            "ports": _ports(config, metrics=True),
+        },
+    }
+
+
+def client_service(body: Body, config: OperatorConfig) -> Manifest:
+    """What clients use: any ready (VOTING) replica serves any request and forwards appends
+    to the leader, so a plain ClusterIP over the ready replicas is enough."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(body, client_service_name(body)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(body),
+            "ports": _ports(config, metrics=False),
+        },
+    }
+
+
+def pod_disruption_budget(body: Body) -> Manifest:
+    """At most one replica voluntarily down at a time. Unready (non-VOTING) pods may always
+    be evicted: they hold no vote, and a drain must not hang on a crash-looping pod."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(body, pdb_name(body)),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(body)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def desired_objects(body: Body, config: OperatorConfig) -> list[Manifest]:
+    """Everything a ReplicatedLog owns, in the order to create it."""
+    return [
+        headless_service(body, config),
+        client_service(body, config),
+        pod_disruption_budget(body),
+        statefulset(body, config),
+    ]

@@ -1,0 +1,254 @@
+"""The manifests a ReplicatedLog becomes (rlog_operator.specs): pure, so golden-ish."""
+
+import re
+
+import pytest
+
+from rlog_operator import constants as c
+from rlog_operator import specs
+from rlog_operator.specs import OperatorConfig
+
+CONFIG = OperatorConfig()
+UID = "0b6f3c2e-1111-2222-3333-444455556666"
+
+
+def body(replicas=3, **spec):
+    return {
+        "apiVersion": "rlog.io/v1alpha1",
+        "kind": "ReplicatedLog",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": UID, "generation": 1},
+        "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, **spec},
+    }
+
+
+def container(sts):
+    (ctr,) = sts["spec"]["template"]["spec"]["containers"]
+    return ctr
+
+
+def arg(ctr, flag):
+    args = ctr["args"]
+    return args[args.index(flag) + 1]
+
+
+EXPECTED_LABELS = {
+    "app.kubernetes.io/name": "rlog",
+    "app.kubernetes.io/instance": "orders",
+    "app.kubernetes.io/component": "replica",
+    "app.kubernetes.io/managed-by": "rlog-operator",
+}
+
+
+def test_labels_on_everything():
+    for obj in specs.desired_objects(body(), CONFIG):
+        assert obj["metadata"]["labels"] == EXPECTED_LABELS, obj["kind"]
+        assert obj["metadata"]["namespace"] == "shop"
+        assert "ownerReferences" not in obj["metadata"]  # kopf.adopt adds them
+    sts = specs.statefulset(body(), CONFIG)
+    template_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert EXPECTED_LABELS.items() <= template_labels.items()
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["metadata"]["labels"] == EXPECTED_LABELS
+
+
+def test_selector_is_a_subset_of_pod_labels_and_stable():
+    sts = specs.statefulset(body(), CONFIG)
+    selector = sts["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert c.LABEL_MANAGED_BY not in selector  # a selector is immutable: identity only
+    # user pod labels cannot override the operator's
+    sts = specs.statefulset(
+        body(podLabels={"app.kubernetes.io/instance": "x", "team": "a"}), CONFIG
+    )
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == "orders" and labels["team"] == "a"
+
+
+def test_statefulset_shape():
+    sts = specs.statefulset(body(), CONFIG)
+    assert (sts["apiVersion"], sts["kind"]) == ("apps/v1", "StatefulSet")
+    assert sts["metadata"]["name"] == "orders"
+    s = sts["spec"]
+    assert s["replicas"] == 3
+    assert s["podManagementPolicy"] == "Parallel"
+    assert s["updateStrategy"] == {"type": "OnDelete"}
+    assert s["serviceName"] == specs.headless_service(body(), CONFIG)["metadata"]["name"]
+    assert s["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+    (claim,) = s["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "storageClassName" not in claim["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in container(sts)["volumeMounts"]}
+    assert mounts["data"] == "/data"
+
+
+def test_storage_class_passes_through():
+    sts = specs.statefulset(body(storage={"size": "5Gi", "storageClassName": "fast"}), CONFIG)
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast"
+    assert claim["resources"]["requests"]["storage"] == "5Gi"
+
+
+@pytest.mark.parametrize("replicas", [1, 3, 5, 7])
+def test_peers_in_ordinal_order(replicas):
+    ctr = container(specs.statefulset(body(replicas), CONFIG))
+    peers = arg(ctr, "--peers").split(",")
+    assert peers == [f"orders-{i}.orders-headless.shop.svc:{c.GRPC_PORT}" for i in range(replicas)]
+
+
+def test_peers_with_cluster_domain():
+    config = OperatorConfig(cluster_domain="cluster.local", grpc_port=7100)
+    assert specs.peers(body(1), config) == ["orders-0.orders-headless.shop.svc.cluster.local:7100"]
+
+
+def test_replica_command_line():
+    ctr = container(specs.statefulset(body(), CONFIG))
+    assert ctr["command"] == ["rlog", "replica"]
+    assert arg(ctr, "--id") == "$(RLOG_REPLICA_ID)"
+    assert arg(ctr, "--data-dir") == c.DATA_DIR and c.DATA_DIR.startswith("/data/")
+    assert arg(ctr, "--log-id") == UID
+    assert arg(ctr, "--metrics-port") == str(c.METRICS_PORT)
+    assert arg(ctr, "--listen") == f"0.0.0.0:{c.GRPC_PORT}"
+    assert "--auto-initialize" not in ctr["args"]  # the operator grants the permit
+    env = {e["name"]: e for e in ctr["env"]}
+    # the ordinal from the downward API (k8s >= 1.28), expanded by the kubelet: no shell
+    assert env["RLOG_REPLICA_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    )
+    # every $(VAR) in args is defined before use
+    for var in re.findall(r"\$\((\w+)\)", " ".join(ctr["args"])):
+        assert var in env
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert ports == {"grpc": c.GRPC_PORT, "metrics": c.METRICS_PORT}
+
+
+def test_image_override_and_default():
+    assert container(specs.statefulset(body(), CONFIG))["image"] == CONFIG.replica_image
+    sts = specs.statefulset(body(image="reg/rlog:2"), CONFIG)
+    assert container(sts)["image"] == "reg/rlog:2"
+
+
+def test_probes():
+    ctr = container(specs.statefulset(body(), CONFIG))
+    ready = ctr["readinessProbe"]["exec"]["command"]
+    assert ready[:2] == ["sh", "-c"]
+    assert f"rlog status --endpoint 127.0.0.1:{c.GRPC_PORT}" in ready[2]
+    assert "--json" in ready[2] and "VOTING" in ready[2]
+    # the pattern matches what `rlog status --json` prints (json.dumps)
+    import json
+
+    pattern = re.search(r"grep -Eq '(.*)'", ready[2]).group(1)
+    assert re.search(pattern, json.dumps({"id": 0, "status": "VOTING", "role": "leader"}))
+    assert not re.search(pattern, json.dumps({"id": 0, "status": "RECOVERING"}))
+    # liveness and startup only need an answer: a catching-up replica is alive
+    live = ctr["livenessProbe"]
+    assert "VOTING" not in " ".join(live["exec"]["command"])
+    assert live["exec"]["command"][:2] == ["rlog", "status"]
+    assert live["periodSeconds"] * live["failureThreshold"] >= 120
+    start = ctr["startupProbe"]
+    assert start["periodSeconds"] * start["failureThreshold"] >= 300
+    # a probe's own deadline is shorter than the kubelet's timeout
+    assert "--timeout 4" in ready[2] and ctr["readinessProbe"]["timeoutSeconds"] > 4
+
+
+def test_security_context_is_restricted():
+    sts = specs.statefulset(body(), CONFIG)
+    pod = sts["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 10001
+    assert psc["fsGroup"] == 10001
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    csc = container(sts)["securityContext"]
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    assert csc["readOnlyRootFilesystem"] is True
+    assert pod["automountServiceAccountToken"] is False
+    # a writable /tmp for a read-only root filesystem
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(sts)["volumeMounts"]
+
+
+def test_pod_settings_from_spec():
+    resources = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}
+    b = body(
+        resources=resources,
+        nodeSelector={"disk": "ssd"},
+        tolerations=[{"key": "k", "operator": "Exists"}],
+        podAnnotations={"a": "b"},
+        priorityClassName="high",
+    )
+    sts = specs.statefulset(b, CONFIG)
+    pod = sts["spec"]["template"]
+    assert container(sts)["resources"] == resources
+    assert container(sts)["resources"] is not resources  # copies, never aliases
+    assert pod["spec"]["nodeSelector"] == {"disk": "ssd"}
+    assert pod["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert pod["spec"]["priorityClassName"] == "high"
+    assert pod["metadata"]["annotations"]["a"] == "b"
+    assert pod["metadata"]["annotations"][c.ANNOTATION_LOG_ID] == UID
+
+
+def test_default_affinity_spreads_replicas():
+    pod = specs.statefulset(body(), CONFIG)["spec"]["template"]["spec"]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    custom = {"nodeAffinity": {"x": 1}}
+    pod = specs.statefulset(body(affinity=custom), CONFIG)["spec"]["template"]["spec"]
+    assert pod["affinity"] == custom
+
+
+def test_services():
+    headless = specs.headless_service(body(), CONFIG)
+    assert headless["metadata"]["name"] == "orders-headless"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert {p["name"] for p in headless["spec"]["ports"]} == {"grpc", "metrics"}
+    client = specs.client_service(body(), CONFIG)
+    assert client["metadata"]["name"] == "orders"
+    assert client["spec"]["type"] == "ClusterIP"
+    assert not client["spec"].get("publishNotReadyAddresses")  # only VOTING replicas
+    assert [p["port"] for p in client["spec"]["ports"]] == [c.GRPC_PORT]
+    for svc in (headless, client):
+        assert svc["spec"]["selector"] == specs.selector_labels(body())
+
+
+def test_pdb():
+    pdb = specs.pod_disruption_budget(body())
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == specs.selector_labels(body())
+
+
+def test_template_is_deterministic():
+    """Same CR and config -> same template, so no spurious revisions (and rollings)."""
+    assert specs.statefulset(body(), CONFIG) == specs.statefulset(body(), CONFIG)
+    a = specs.statefulset(body(), CONFIG)["spec"]["template"]
+    b = specs.statefulset(body(podAnnotations={"x": "y"}), CONFIG)["spec"]["template"]
+    assert a != b
+
+
+def test_names_and_ordinals():
+    assert specs.pod_name(body(), 2) == "orders-2"
+    assert specs.pvc_name(body(), 2) == "data-orders-2"
+    assert specs.ordinal_of("orders-12") == 12
+    assert specs.ordinal_of("my-log-0") == 0
+    assert specs.ordinal_of("orders") is None
+
+
+def test_defaults_when_spec_fields_missing():
+    b = body()
+    del b["spec"]["replicas"]
+    assert specs.statefulset(b, CONFIG)["spec"]["replicas"] == 3
+
+
+def test_config_from_env():
+    config = OperatorConfig.from_env(
+        {"RLOG_REPLICA_IMAGE": "r/i:1", "RLOG_GRPC_PORT": "7001", "RLOG_CLUSTER_DOMAIN": "c.l."}
+    )
+    assert config.replica_image == "r/i:1"
+    assert config.grpc_port == 7001
+    assert config.cluster_domain == "c.l"
+    assert OperatorConfig.from_env({}) == OperatorConfig()
