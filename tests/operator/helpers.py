@@ -1,0 +1,59 @@
+"""Builders of observed pods and replica statuses for the operator's pure-function tests."""
+
+UID = "11111111-2222-3333-4444-555555555555"
+REV_OLD = "orders-5d4f"
+REV_NEW = "orders-7c9a"
+NOW = "2026-01-01T00:00:00Z"
+LATER = "2026-01-01T00:05:00Z"
+
+
+def cr(replicas=3, auto=True, annotations=None, generation=1):
+    return {
+        "metadata": {
+            "name": "orders",
+            "namespace": "shop",
+            "uid": UID,
+            "generation": generation,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, "autoInitialize": auto},
+    }
+
+
+def pod(i, *, ready=True, revision=REV_NEW, uid=None, phase="Running", terminating=False, **extra):
+    p = {
+        "name": f"orders-{i}",
+        "uid": uid or f"uid-{i}",
+        "phase": phase,
+        "ready": ready,
+        "labels": {"controller-revision-hash": revision},
+        "annotations": {},
+        "deletionTimestamp": "2026-01-01T00:00:00Z" if terminating else None,
+        "stuck": "",
+        "unschedulable": "",
+        "pvc": f"data-orders-{i}",
+    }
+    p.update(extra)
+    return p
+
+
+def rs(i, status="VOTING", *, leader=0, learned=100, end=None, permit=False, log_id=UID, **extra):
+    s = {
+        "id": i,
+        "status": status,
+        "role": "leader" if (status == "VOTING" and i == leader) else "follower",
+        "leader": f"orders-{leader}.orders-headless.shop.svc:7000" if leader is not None else None,
+        "begin": 0,
+        "end": learned if end is None else end,
+        "learned": learned,
+        "promised": 1,
+        "log_id": log_id,
+        "replicas": 3,
+        "permit": permit,
+        "reason": "",
+        "catchup_begin": 0,
+        "catchup_end": 0,
+        "catchup_done": 0,
+    }
+    s.update(extra)
+    return s
