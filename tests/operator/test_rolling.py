@@ -319,3 +319,34 @@ def test_never_below_a_voting_quorum(c):
     if target_voting and target["role"] == "leader":
         raise AssertionError(f"deleted the leader {a.pod}")
     assert len(a.queue) == 1  # one at a time
+
+
+@settings(max_examples=200, deadline=None)
+@given(hs.data())
+def test_volume_replacement_never_below_a_voting_quorum(data):
+    """Mostly-VOTING clusters where volumes are lost or replacement is asked for."""
+    n = data.draw(hs.sampled_from([3, 5, 7]))
+    pods, statuses, claims = [], {}, {}
+    for i in range(n):
+        state = data.draw(hs.sampled_from(["VOTING"] * 4 + ["EMPTY", None]))
+        ask = data.draw(hs.integers(0, 3)) == 0
+        pods.append(
+            pod(
+                i,
+                ready=state == "VOTING",
+                annotations={"rlog.io/replace-volume": "y"} if ask else {},
+            )
+        )
+        statuses[f"orders-{i}"] = None if state is None else rs(i, state, leader=0)
+        claims[f"data-orders-{i}"] = {
+            "name": f"data-orders-{i}",
+            "uid": f"pvc-{i}",
+            "phase": data.draw(hs.sampled_from(["Bound", "Bound", "Lost"])),
+        }
+    a = step(n, pods, statuses, pvcs=claims)
+    if a.kind == "delete-pvc-and-pod":
+        rest = voting_after(n, pods, statuses, a.pod)
+        assert rest >= quorum(n)
+        target = statuses[a.pod]
+        if target is not None and target["status"] == "VOTING":
+            assert rest == n - 1 and target["role"] != "leader"
