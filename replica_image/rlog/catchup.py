@@ -73,6 +73,13 @@ class CatchUp:
                 break
             if attempt < REFETCH_ROUNDS - 1:
                 await asyncio.sleep(self.node.config.heartbeat_interval * 2)
+        remaining = self.remaining
+        if remaining:
+            log.info(
+                "copied up to %d; %d positions left to fill by Paxos",
+                self.node.core.learned,
+                remaining,
+            )
         await self._fill()
         self._progress()
 

@@ -438,9 +438,21 @@ class DevCluster:
     def wait_for(self, predicate: Any, timeout: float = 30.0, what: str = "the condition") -> None:
         """Poll `predicate(statuses)` (a list as `statuses()` returns) until true."""
         deadline = time.monotonic() + timeout
-        while not predicate(self.statuses()):
+        while not predicate(found := self.statuses()):
             if time.monotonic() > deadline:
-                raise RlogError(f"timed out after {timeout:g} s waiting for {what}")
+                states = ", ".join(
+                    "down"
+                    if st is None
+                    else f"{pb.Status.Name(st.status)}/{st.role}/learned={st.learned}"
+                    for st in found
+                )
+                tails = "\n".join(
+                    f"--- replica {i} log tail:\n{self.log_tail(i, 15)}"
+                    for i in range(self.replicas)
+                )
+                raise RlogError(
+                    f"timed out after {timeout:g} s waiting for {what} ({states})\n{tails}"
+                )
             time.sleep(0.05)
 
     def log_tail(self, i: int, lines: int = 20) -> str:

@@ -177,9 +177,11 @@ class Node:
         if not self.core.meta.stamped:
             self.journal.persist_nowait(self.core.stamp(self.config.log_id, self.config.id))
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._recovery_loop(), name="recovery"))
-        self._tasks.append(loop.create_task(self._election_loop(), name="election"))
-        self._tasks.append(loop.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self._tasks.append(loop.create_task(self._supervise(self._recovery_loop), name="recovery"))
+        self._tasks.append(loop.create_task(self._supervise(self._election_loop), name="election"))
+        self._tasks.append(
+            loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
+        )
         self._update_metrics()
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
@@ -195,6 +197,20 @@ class Node:
         for channel in self._channels:
             await channel.close(grace=None)
         self.storage.close()
+
+    async def _supervise(self, loop_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run a background loop; if it fails, log why and start it again: a replica whose
+        recovery or election loop died silently would stay stuck for ever."""
+        while True:
+            try:
+                await loop_fn()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
+                self.reason = f"{loop_fn.__name__} failed (see the log); retrying"
+                await asyncio.sleep(1.0)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a fire-and-forget task, keeping a reference so it is not collected."""
