@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Throughput of rlog.spark: the batch source reading N entries of 100 B from a real
+3-replica log (`rlog replica` processes) into the `noop` sink and into Parquet, next to
+Spark's own JVM-only baseline in the same session (`spark.range(N)` with a 100 B binary
+column, into the same sinks); and the sink (df.write.format("rlog")).
+
+    .venv/bin/python bench/spark_source.py [--entries 1000000] [--repeat 2] [--sink-rows 200000]
+
+Prints one line per measurement and a Markdown table (bench/README.md, "Spark source").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--sink-rows", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="work dir (default: a temp dir)")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from rlog.client import Client
+    from rlog.dev import DevCluster
+    from rlog.spark import observe, register, wait_learned
+
+    work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    n = args.entries
+    results: list[tuple[str, float, int]] = []
+
+    def record(what: str, seconds: float, rows: int) -> None:
+        results.append((what, seconds, rows))
+        print(f"{what:55s} {rows:>9d} rows {seconds:7.2f} s {rows / seconds:>12,.0f} rows/s")
+
+    with DevCluster(3, work / "log", election_timeout=0.5) as log:
+        log.wait_for_leader()
+        value = bytes(range(100))
+        t = time.perf_counter()
+        with Client(log.endpoint) as client:
+            last = 0
+            for start in range(0, n, 16384):
+                last = client.append([value] * min(16384, n - start))[-1]
+        wait_learned(log.endpoints, last)
+        print(f"loaded {n} entries of 100 B in {time.perf_counter() - t:.1f} s")
+        view = observe(log.endpoints)
+
+        def rlog_df():
+            return (
+                spark.read.format("rlog")
+                .option("endpoints", log.endpoint)
+                .option("partitions", str(args.partitions))
+                .load()
+            )
+
+        def jvm_df():
+            return spark.range(0, n, 1, args.partitions).select(
+                F.col("id").alias("position"), F.lit(value).alias("value")
+            )
+
+        rlog_df().write.format("noop").mode("overwrite").save()  # warm up the workers
+        parquet = work / "out.parquet"
+        for name, make in (("JVM spark.range + 100 B binary", jvm_df), ("rlog source", rlog_df)):
+            seconds = best(
+                lambda make=make: make().write.format("noop").mode("overwrite").save(), args.repeat
+            )
+            record(f"{name} -> noop", seconds, n)
+            seconds = best(
+                lambda make=make: make().write.mode("overwrite").parquet(str(parquet)), args.repeat
+            )
+            record(f"{name} -> parquet", seconds, n)
+        assert spark.read.parquet(str(parquet)).count() == n
+
+        rows = args.sink_rows
+        src = spark.range(0, rows, 1, 2).select(F.lit(value).alias("value")).cache()
+        src.count()
+        before = observe(log.endpoints).learned
+        t = time.perf_counter()
+        src.write.format("rlog").option("endpoints", log.endpoint).mode("append").save()
+        record("sink: df.write.format('rlog') (2 tasks)", time.perf_counter() - t, rows)
+        after = observe(log.endpoints).learned
+        assert after - before >= rows
+        del view
+
+    by = {what: rows / s for what, s, rows in results}
+    print()
+    print("| path | rows/s | ratio to JVM baseline |")
+    print("| --- | ---: | ---: |")
+    for sink in ("noop", "parquet"):
+        jvm = by[f"JVM spark.range + 100 B binary -> {sink}"]
+        ours = by[f"rlog source -> {sink}"]
+        print(f"| JVM baseline -> {sink} | {jvm:,.0f} | 1 |")
+        print(f"| rlog source (3 replicas) -> {sink} | {ours:,.0f} | {ours / jvm:.2f} |")
+    sink_key = "sink: df.write.format('rlog') (2 tasks)"
+    print(f"| rlog sink (append through the leader) | {by[sink_key]:,.0f} | |")
+    spark.stop()
+    if args.dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
