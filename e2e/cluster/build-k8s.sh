@@ -16,7 +16,7 @@ t0=$SECONDS
 staging=v0.${K8S_VERSION#v1.}         # v1.34.4 -> v0.34.4
 work=$CACHE/build/kubernetes-$K8S_VERSION
 mkdir -p "$work" "$out"
-cd "$work"
+cd "$work" || exit 1
 if [[ ! -f go.mod ]] || ! grep -q "k8s.io/kubernetes $K8S_VERSION" go.mod; then
   log "kubernetes $K8S_VERSION: preparing wrapper module"
   rm -f go.mod go.sum

@@ -3,7 +3,7 @@
 source "$(dirname "$0")/lib.sh"
 NODE_IP=$1
 mkdir -p "$PKI" "$KCFG"
-cd "$PKI"
+cd "$PKI" || exit 1
 umask 077
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=rlog-local-ca" \

@@ -5,6 +5,19 @@ T0=$SECONDS
 step() { log "== $* (t=$((SECONDS - T0))s)"; }
 
 [[ $(id -u) == 0 ]] || die "run as root"
+on_exit() {
+  local rc=$?
+  ((rc == 0)) && return
+  log "cluster-up FAILED (exit $rc) after $((SECONDS - T0))s; what runs is left for debugging:"
+  for f in "$RUN"/*.pid; do
+    [[ -e $f ]] || continue
+    local n; n=$(basename "$f" .pid)
+    kill -0 "$(cat "$f")" 2>/dev/null && continue
+    log "  $n is not running; last lines of $RUN/$n.log:"; tail -15 "$RUN/$n.log" >&2
+  done
+  log "logs: $RUN/*.log; clean up with: make cluster-down"
+}
+trap on_exit EXIT
 
 # ---------------------------------------------------------------- host packages
 PKGS=(containerd runc containernetworking-plugins iptables conntrack busybox-static debootstrap
