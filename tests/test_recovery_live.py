@@ -260,13 +260,13 @@ def test_a_lagging_follower_catches_up_and_serves_stale_reads_across_a_truncatio
             early = append_acked(client, [f"early-{n}".encode() for n in range(100)])
             cluster.pause(follower)  # misses the next writes and the truncation
             late = append_acked(client, [f"late-{n}".encode() for n in range(100)])
-            client.truncate(late[50])
+            truncated_at = client.truncate(late[50])
         cluster.resume(follower)
         with Client(cluster.endpoints[follower]) as stale:
 
             def caught_up(found: list[pb.StatusResponse | None]) -> bool:
                 status = found[follower]
-                return status is not None and status.learned >= late[-1]
+                return status is not None and status.learned >= truncated_at
 
             cluster.wait_for(caught_up, 30, "the follower to catch up")
             assert stale.status().begin >= late[50]
