@@ -45,6 +45,7 @@ def main() -> int:
 
     from rlog.client import Client
     from rlog.dev import DevCluster
+    from rlog.errors import OutcomeUnknown
     from rlog.spark import observe, register, wait_learned
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
@@ -65,14 +66,19 @@ def main() -> int:
         results.append((what, seconds, rows))
         print(f"{what:55s} {rows:>9d} rows {seconds:7.2f} s {rows / seconds:>12,.0f} rows/s")
 
-    with DevCluster(3, work / "log", election_timeout=0.5) as log:
+    with DevCluster(3, work / "log", election_timeout=3.0) as log:
         log.wait_for_leader()
         value = bytes(range(100))
         t = time.perf_counter()
         with Client(log.endpoint) as client:
             last = 0
             for start in range(0, n, 16384):
-                last = client.append([value] * min(16384, n - start))[-1]
+                for _ in range(5):  # a leader change under load: retry (a duplicate is harmless)
+                    try:
+                        last = client.append([value] * min(16384, n - start))[-1]
+                        break
+                    except OutcomeUnknown:
+                        time.sleep(1)
         wait_learned(log.endpoints, last)
         print(f"loaded {n} entries of 100 B in {time.perf_counter() - t:.1f} s")
         view = observe(log.endpoints)
@@ -90,7 +96,7 @@ def main() -> int:
                 F.col("id").alias("position"), F.lit(value).alias("value")
             )
 
-        rlog_df().write.format("noop").mode("overwrite").save()  # warm up the workers
+        n = rlog_df().count()  # also warms up the workers
         parquet = work / "out.parquet"
         for name, make in (("JVM spark.range + 100 B binary", jvm_df), ("rlog source", rlog_df)):
             seconds = best(
