@@ -19,7 +19,9 @@ daemon_pids() {
       */containerd) [[ $name == containerd ]] && tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" |
                       grep -q -- "$STATE/containerd.toml" && echo "$p" ;;
     esac
-  done; } | sort -u
+  done; } | sort -u | while read -r p; do
+    grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null || echo "$p"   # zombies are dead already
+  done
 }
 stop_pids() { # SIGNAL-ESCALATING stop of the given pids
   local pids=("$@") p
@@ -77,6 +79,16 @@ if ((${#shims[@]})); then
   for s in "${shims[@]}"; do mapfile -t kids < <(descendants "$s"); ((${#kids[@]})) && kill -KILL "${kids[@]}" 2>/dev/null; done
   sleep 0.5; stop_pids "${shims[@]}"; did=1
 fi
+# ... and whatever still runs in the kubelet's pod cgroups (a shim killed earlier leaves its
+# containers behind, reparented to init)
+for round in 1 2 3; do
+  mapfile -t orphans < <(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
+    /sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+  ((${#orphans[@]})) || break
+  ((round == 1)) && say "killing ${#orphans[@]} leftover pod processes"
+  kill -KILL "${orphans[@]}" 2>/dev/null || true; did=1; sleep 0.5
+done
+
 # 3. containerd and the control plane
 for d in containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do
   mapfile -t pids < <(daemon_pids "$d")
