@@ -146,6 +146,7 @@ build_images() {
       log "image $name: skipped ($df or pyproject.toml missing)"; rm -f "$IMG/50-$short.tar"; continue
     fi
     h=$(context_hash "$df" "$ctx"); out=$IMG/$short-$h.tar
+    [[ -f $out ]] && log "image $name: cached ($h)"
     if [[ ! -f $out ]]; then
       debootstrap_base; dockerd_start
       local D=(docker -H "$DOCKER_HOST_SOCK")
