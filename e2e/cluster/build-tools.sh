@@ -4,12 +4,12 @@
 # skipped when already there. Builds run one at a time (2 cores).
 source "$(dirname "$0")/lib.sh"
 
-gobuild() { # name version bindir binary pkg@version
-  local name=$1 ver=$2 bin=$3 exe=$4 pkg=$5 t=$SECONDS
+gobuild() { # name version bindir binary pkg@version [extra ldflags]
+  local name=$1 ver=$2 bin=$3 exe=$4 pkg=$5 ld="-s -w ${6:-}" t=$SECONDS
   if [[ -x $bin/$exe ]]; then log "$name $ver: cached"; return; fi
   log "$name $ver: building"
   mkdir -p "$bin"
-  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$pkg" > "$LOGS/$name.log" 2>&1 ||
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "$ld" "$pkg" > "$LOGS/$name.log" 2>&1 ||
     { tail -20 "$LOGS/$name.log" >&2; die "$name build failed (log: $LOGS/$name.log)"; }
   log "$name $ver: built in $((SECONDS - t))s"
 }
@@ -30,7 +30,8 @@ if [[ ! -x $ETCD_BIN/etcd ]]; then
 else log "etcd $ETCD_VERSION: cached"; fi
 
 gobuild coredns "$COREDNS_VERSION" "$COREDNS_BIN" coredns "github.com/coredns/coredns@$COREDNS_VERSION"
-gobuild helm "$HELM_VERSION" "$HELM_BIN" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+gobuild helm "$HELM_VERSION" "$HELM_BIN" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 gobuild local-path-provisioner "$LPP_VERSION" "$LPP_BIN" local-path-provisioner \
   "github.com/rancher/local-path-provisioner@$LPP_VERSION"
 
