@@ -443,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rlog.dev import die_with_parent_if_asked
+
+    die_with_parent_if_asked()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -56,14 +56,24 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILLed if the parent dies (Linux), so a crashed test
-    run leaves no replicas behind."""
+DIE_WITH_PARENT_ENV = "RLOG_DIE_WITH_PARENT"  # value: the parent's pid
+
+
+def die_with_parent_if_asked() -> None:
+    """Called first thing by `rlog` itself: with RLOG_DIE_WITH_PARENT=<pid>, get SIGKILLed
+    when the process that started us dies (Linux), so a crashed test run leaves no replicas
+    behind. Done in the child after exec, not in a preexec_fn: Python code between fork and
+    exec can deadlock when the parent has threads (gRPC's), and did here."""
+    parent = os.environ.get(DIE_WITH_PARENT_ENV)
+    if not parent:
+        return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != int(parent):
+        os._exit(1)  # the parent died before the signal was armed
 
 
 def _is_fresh(data_dir: Path, storage_engine: str) -> bool:
@@ -265,6 +275,10 @@ class DevCluster:
             if env.pop("RLOG_QUIETED_GRPC", None):  # set by the `rlog` CLI, not the user
                 env.pop("GRPC_VERBOSITY", None)
             env.setdefault("PYTHONUNBUFFERED", "1")
+            if self.die_with_parent:
+                env[DIE_WITH_PARENT_ENV] = str(os.getpid())
+            else:
+                env.pop(DIE_WITH_PARENT_ENV, None)
             with open(self.log_file(i), "ab") as log:
                 log.write(f"---- {time.strftime('%H:%M:%S')} starting replica {i}\n".encode())
                 log.flush()
@@ -275,7 +289,6 @@ class DevCluster:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group
                     env=env,
-                    preexec_fn=_die_with_parent if self.die_with_parent else None,
                 )
 
     def running(self, i: int) -> bool:
