@@ -12,11 +12,12 @@ include e2e/cluster/cluster.mk
 
 help:
 	@echo "make demo | test | lint | typecheck | unit | proto | bench | clean"
+	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-kind"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -34,7 +35,12 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests
 
-test: lint typecheck unit
+# Everything: static checks, unit/live/Spark tests, then a real local Kubernetes (built and
+# cached under ~/.cache/rlog-cluster on first use) and the e2e smoke suite on it.
+test: lint typecheck unit e2e-local
+
+e2e-smoke: $(STAMP)
+e2e-kind: $(STAMP)
 
 demo: $(STAMP)
 	examples/local_demo.sh $(VENV)/bin/rlog
