@@ -471,29 +471,27 @@ class AsyncClient:
         results = await asyncio.gather(*(one(a) for a in self._addresses))
         return dict(zip(self._addresses, results, strict=True))
 
-    async def read_batches(
+    async def _resumable(
         self,
-        from_: int | None = None,
-        to: int | None = None,
-        stale: bool = False,
-        max_batch: int = 0,
+        open_call: Callable[[_Endpoint, int | None], Any],
+        from_: int | None,
+        done: Callable[[int | None], bool],
+        ended: Callable[[str], RlogError | None],
     ) -> AsyncGenerator[list[Entry], None]:
-        """Like `read`, in the batches the server sends."""
+        """Stream entry batches from the endpoints in turn: a stream broken where moving on
+        is safe resumes on the next endpoint after the last entry it yielded. `done(next)`
+        says the wanted range is complete; `ended(address)` is raised when a stream ends
+        normally (None: a normal end is the end)."""
         next_from = from_
         order = self._order()
         attempt = 0
         errors: list[RlogError] = []
         while True:
-            if to is not None and next_from is not None and next_from > to and next_from != from_:
-                return  # resumed after the last entry of the range
+            if done(next_from):
+                return
             index = order[attempt % len(order)]
             target = self._endpoint(index)
-            request = pb.ReadRequest(stale=stale, max_batch=max_batch)
-            if next_from is not None:
-                setattr(request, "from", next_from)
-            if to is not None:
-                request.to = to
-            call = target.log.Read(request, timeout=self.read_timeout)
+            call = open_call(target, next_from)
             try:
                 async for response in call:
                     if not response.entries:
@@ -516,7 +514,36 @@ class AsyncClient:
             finally:
                 call.cancel()
             self._current = index
+            end_error = ended(target.address)
+            if end_error is not None:
+                raise end_error
             return
+
+    async def read_batches(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+    ) -> AsyncGenerator[list[Entry], None]:
+        """Like `read`, in the batches the server sends."""
+
+        def open_read(target: _Endpoint, next_from: int | None) -> Any:
+            request = pb.ReadRequest(stale=stale, max_batch=max_batch)
+            if next_from is not None:
+                setattr(request, "from", next_from)
+            if to is not None:
+                request.to = to
+            return target.log.Read(request, timeout=self.read_timeout)
+
+        def done(next_from: int | None) -> bool:
+            # Resumed after the last entry of the range (not: an empty range asked for).
+            return (
+                to is not None and next_from is not None and next_from > to and (next_from != from_)
+            )
+
+        async for batch in self._resumable(open_read, from_, done, lambda _: None):
+            yield batch
 
     async def read(
         self,
@@ -539,36 +566,15 @@ class AsyncClient:
 
     async def tail_batches(self, from_: int = 0) -> AsyncGenerator[list[Entry], None]:
         """Like `tail`, in the batches the server sends."""
-        next_from = from_
-        order = self._order()
-        attempt = 0
-        errors: list[RlogError] = []
-        while True:
-            index = order[attempt % len(order)]
-            target = self._endpoint(index)
-            call = target.log.Tail(pb.TailRequest(**{"from": next_from}))
-            try:
-                async for response in call:
-                    if not response.entries:
-                        continue
-                    batch = [Entry(e.position, e.value) for e in response.entries]
-                    self._current = index
-                    errors.clear()
-                    next_from = batch[-1].position + 1
-                    yield batch
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc, target.address)
-                attempt += 1
-                if _safe_to_move_on(exc, mutating=False) and len(errors) + 1 < len(order):
-                    errors.append(error)
-                    continue
-                if errors:
-                    errors.append(error)
-                    raise _all_failed(errors) from None
-                raise error from None
-            finally:
-                call.cancel()
-            raise Unavailable(f"the tail from {target.address} ended", endpoint=target.address)
+
+        def open_tail(target: _Endpoint, next_from: int | None) -> Any:
+            return target.log.Tail(pb.TailRequest(**{"from": next_from or 0}))
+
+        def ended(address: str) -> RlogError:
+            return Unavailable(f"the tail from {address} ended", endpoint=address)
+
+        async for batch in self._resumable(open_tail, from_, lambda _: False, ended):
+            yield batch
 
     async def tail(self, from_: int = 0) -> AsyncGenerator[Entry, None]:
         """Every APPEND entry from `from_` on, waiting for new ones forever (served from
