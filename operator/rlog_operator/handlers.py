@@ -1,0 +1,384 @@
+"""kopf handlers of the rlog operator: thin I/O around the pure modules.
+
+* create/update/resume: apply `specs.desired_objects` (create, or patch what exists), each
+  object adopted by the ReplicatedLog (`kopf.adopt(..., strict=True)`), refusing a change of
+  `spec.replicas` that slipped past the CRD's CEL rule (condition + PermanentError).
+* a 5 s timer per ReplicatedLog: observe the log's pods and claims (one list call each, by
+  label selector, never per replica), ask every replica its Status through the headless
+  Service's DNS names (short timeouts, concurrently), then `status.compute_status` and
+  `rolling.next_step`; patch the status, emit Events, grant/revoke initialization permits (the
+  CR's uid is the log id) and perform the one rolling action (deletes with UID
+  preconditions; step-down of the leader).
+
+Operator settings (startup): one active operator. The chart runs a single Deployment replica
+with the `Recreate` strategy and kopf runs `--standalone` (no peering objects, no peering
+RBAC): two operators never run at once, short of a node partition, and even then every
+destructive action is a delete with a UID precondition decided from fresh observations and
+`rolling.next_step` never takes a log below quorum, so a stale twin cannot do harm.
+
+The Kubernetes client is the synchronous `kubernetes` package, run in threads
+(`asyncio.to_thread`) so kopf's event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from rlog_operator import constants as c
+from rlog_operator import metrics, rolling, specs
+from rlog_operator import status as st
+
+STATUS_TIMEOUT = 2.0  # seconds per replica Status call
+ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
+TIMER_INTERVAL = 5.0
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+CONFIG = specs.OperatorConfig.from_env(os.environ)
+
+
+# ---- startup --------------------------------------------------------------------------------
+
+
+@kopf.on.startup()
+def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> None:
+    # Watches: the server ends a watch after server_timeout (kopf re-lists and re-watches), the
+    # client gives up a bit later, so a silently dead connection is noticed within ~1.5 min.
+    settings.watching.server_timeout = 60
+    settings.watching.client_timeout = 90
+    settings.watching.connect_timeout = 10
+    # Only Normal events and up become Kubernetes Events (kopf's debug chatter stays in logs).
+    settings.posting.level = logging.INFO
+    # A single active operator (module docs): standalone, no peering.
+    settings.peering.standalone = True
+    # Retry a failed handler after a short, bounded delay.
+    settings.execution.max_workers = 8
+    settings.persistence.finalizer = f"{c.GROUP}/operator"
+    _load_kube_config()
+    port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
+    if port:
+        metrics.serve(port)
+        logger.info("operator metrics on :%d/metrics", port)
+
+
+def _load_kube_config() -> None:
+    try:
+        k8s_config.load_incluster_config()
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()
+
+
+# ---- applying the desired objects -----------------------------------------------------------
+
+
+def _api_for(kind: str) -> tuple[Any, str]:
+    """(the API object, the method suffix) of a kind `desired_objects` builds."""
+    if kind == "StatefulSet":
+        return k8s.AppsV1Api(), "namespaced_stateful_set"
+    if kind == "Service":
+        return k8s.CoreV1Api(), "namespaced_service"
+    if kind == "PodDisruptionBudget":
+        return k8s.PolicyV1Api(), "namespaced_pod_disruption_budget"
+    raise kopf.PermanentError(f"the operator cannot apply a {kind}")
+
+
+def _apply_one(obj: Mapping[str, Any]) -> str:
+    """Create `obj`, or patch it if it exists; returns "created" or "patched"."""
+    api, suffix = _api_for(obj["kind"])
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    try:
+        getattr(api, f"create_{suffix}")(namespace, obj)
+        return "created"
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    getattr(api, f"patch_{suffix}")(name, namespace, obj)
+    return "patched"
+
+
+def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
+    try:
+        sts = k8s.AppsV1Api().read_namespaced_stateful_set(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(sts)
+    return result
+
+
+def _temporary(e: ApiException, what: str) -> kopf.TemporaryError:
+    return kopf.TemporaryError(f"{what}: HTTP {e.status} {e.reason}", delay=10)
+
+
+@kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
+@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL)
+@kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
+async def reconcile(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: Logger,
+    **_: Any,
+) -> None:
+    metrics.RECONCILES.labels(handler="apply").inc()
+    objects = specs.desired_objects(body, CONFIG)
+    sts_name = specs.statefulset_name(body)
+    namespace = specs.namespace_of(body)
+    try:
+        existing = await asyncio.to_thread(_read_statefulset, sts_name, namespace)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="apply").inc()
+        raise _temporary(e, f"reading StatefulSet {sts_name}") from e
+    wanted = specs.replicas_of(body)
+    if existing is not None:
+        have = int((existing.get("spec") or {}).get("replicas") or 0)
+        if have and have != wanted:
+            message = (
+                f"spec.replicas cannot change ({have} -> {wanted}): rlog has no reconfiguration;"
+                f" create a new ReplicatedLog instead, or set spec.replicas back to {have}"
+            )
+            now = _now()
+            previous = list((body.get("status") or {}).get("conditions") or [])
+            patch.status["conditions"] = _with_condition(
+                previous,
+                st.condition(
+                    "Ready", False, "ReplicasChanged", message, previous, now, _generation(body)
+                ),
+            )
+            patch.status["phase"] = "Failed"
+            patch.status["message"] = message
+            kopf.warn(body, reason="ReplicasChanged", message=message)
+            metrics.ERRORS.labels(handler="apply").inc()
+            raise kopf.PermanentError(message)
+    for obj in objects:
+        kopf.adopt(obj, owner=body, strict=True)
+        try:
+            what = await asyncio.to_thread(_apply_one, obj)
+        except ApiException as e:
+            metrics.ERRORS.labels(handler="apply").inc()
+            if e.status in (400, 403, 422):
+                message = f"{obj['kind']} {obj['metadata']['name']}: {e.reason}: {e.body}"
+                kopf.warn(body, reason="ApplyFailed", message=message[:1000])
+                raise kopf.PermanentError(message) from e
+            raise _temporary(e, f"applying {obj['kind']} {obj['metadata']['name']}") from e
+        logger.info("%s %s %s", what, obj["kind"], obj["metadata"]["name"])
+
+
+def _with_condition(
+    previous: list[Mapping[str, Any]], new: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    return [cond for cond in previous if cond.get("type") != new.get("type")] + [new]
+
+
+def _generation(body: Mapping[str, Any]) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- observing ------------------------------------------------------------------------------
+
+
+def _observe(body: Mapping[str, Any]) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], str]:
+    """The log's pods, its claims (by name) and the StatefulSet's updateRevision: one list
+    of pods, one list of claims, one read of the StatefulSet, a read of a PV only for a bound
+    claim (to notice a deleted volume)."""
+    namespace = specs.namespace_of(body)
+    selector = ",".join(f"{k}={v}" for k, v in specs.selector_labels(body).items())
+    core = k8s.CoreV1Api()
+    serialize = k8s.ApiClient().sanitize_for_serialization
+    pods = [
+        st.pod_info(serialize(p))
+        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+    ]
+    pvcs: dict[str, rolling.PvcInfo] = {}
+    for claim in core.list_namespaced_persistent_volume_claim(
+        namespace, label_selector=selector
+    ).items:
+        meta, spec, status = claim.metadata, claim.spec, claim.status
+        if meta is None or not meta.name:
+            continue
+        lost = False
+        if spec is not None and spec.volume_name and (status and status.phase == "Bound"):
+            try:
+                core.read_persistent_volume(spec.volume_name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                lost = True
+        pvcs[meta.name] = rolling.PvcInfo(
+            name=meta.name,
+            uid=meta.uid or "",
+            phase=(status.phase if status else "") or "",
+            deletionTimestamp=(
+                meta.deletion_timestamp.isoformat() if meta.deletion_timestamp else None
+            ),
+            volumeLost=lost,
+        )
+    sts = _read_statefulset(specs.statefulset_name(body), namespace)
+    update_revision = str(((sts or {}).get("status") or {}).get("updateRevision") or "")
+    return pods, pvcs, update_revision
+
+
+def _endpoint(body: Mapping[str, Any], pod: str) -> str:
+    ordinal = specs.ordinal_of(pod)
+    return f"{specs.peer_host(body, ordinal or 0, CONFIG)}:{CONFIG.grpc_port}"
+
+
+async def _replica_status(endpoint: str) -> dict[str, Any] | None:
+    from rlog.client import AsyncClient, status_to_dict
+
+    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT)
+    try:
+        response = await asyncio.wait_for(client.status(endpoint), STATUS_TIMEOUT + 1)
+        return status_to_dict(response)
+    except Exception:  # unreachable, refusing, timing out: all mean "no answer"
+        return None
+    finally:
+        await client.close()
+
+
+async def _replica_call(endpoint: str, what: str, log_id: str = "") -> None:
+    from rlog.client import AsyncClient
+
+    client = AsyncClient(endpoint, timeout=ACTION_TIMEOUT)
+    try:
+        if what == "grant":
+            await client.grant_permit(log_id, endpoint=endpoint)
+        elif what == "revoke":
+            await client.revoke_permit(log_id, endpoint=endpoint)
+        else:
+            await client.step_down(endpoint=endpoint)
+    finally:
+        await client.close()
+
+
+# ---- acting ---------------------------------------------------------------------------------
+
+
+def _delete_pod(name: str, namespace: str, uid: str) -> None:
+    try:
+        k8s.CoreV1Api().delete_namespaced_pod(
+            name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+        )
+    except ApiException as e:
+        if e.status not in (404, 409):  # gone already / another pod by that name now
+            raise
+
+
+def _delete_pvc(name: str, namespace: str, uid: str) -> None:
+    try:
+        k8s.CoreV1Api().delete_namespaced_persistent_volume_claim(
+            name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+        )
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=TIMER_INTERVAL, initial_delay=2.0)
+async def observe(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: Logger,
+    **_: Any,
+) -> None:
+    metrics.RECONCILES.labels(handler="observe").inc()
+    namespace = specs.namespace_of(body)
+    uid = specs.uid_of(body)
+    try:
+        pods, pvcs, update_revision = await asyncio.to_thread(_observe, body)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="observe").inc()
+        raise _temporary(e, "observing pods and claims") from e
+
+    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
+    answers = await asyncio.gather(*(_replica_status(_endpoint(body, n)) for n in names))
+    statuses: dict[str, st.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
+
+    previous = dict(body.get("status") or {})
+    queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
+    now = _now()
+    action = rolling.next_step(body, pods, statuses, update_revision, queue, pvcs, now=now)
+    result = st.compute_status(
+        body,
+        pods,
+        statuses,
+        update_revision,
+        previous,
+        now,
+        rolling_update=action.as_status(),
+    )
+
+    # Persist the status (and the rolling queue) before acting: a restart resumes from it.
+    for key, value in result.status.items():
+        if previous.get(key) != value:
+            patch.status[key] = value
+    for key in result.remove_annotations:
+        patch.metadata.annotations[key] = None
+    for event in result.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    metrics.observe_status(namespace, specs.name_of(body), result.status)
+
+    for name in result.permit.grant:
+        await _act(body, "grant", name, uid, logger)
+    for name in result.permit.revoke:
+        await _act(body, "revoke", name, uid, logger)
+
+    if action.kind in ("none", "wait"):
+        return
+    if action.queue != queue:
+        # The queue must be stored before the delete; kopf patches after the handler, so
+        # write it now and act on the next tick.
+        patch.status["rollingUpdate"] = action.as_status()
+        return
+    await _roll(body, action, namespace, logger)
+
+
+async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
+    try:
+        await _replica_call(_endpoint(body, pod), what, uid)
+        logger.info("%s initialization permit: %s", what, pod)
+    except Exception as e:  # the next tick retries
+        metrics.ERRORS.labels(handler=f"permit-{what}").inc()
+        logger.warning("%s permit of %s failed: %s", what, pod, e)
+
+
+async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger: Any) -> None:
+    metrics.ROLLING_ACTIONS.labels(action=action.kind).inc()
+    try:
+        if action.kind == "step-down":
+            await _replica_call(_endpoint(body, action.pod), "step-down")
+            kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
+        elif action.kind == "delete-pod":
+            await asyncio.to_thread(_delete_pod, action.pod, namespace, action.uid)
+            kopf.info(body, reason="ReplacingPod", message=f"deleted {action.pod}: {action.reason}")
+        elif action.kind == "delete-pvc-and-pod":
+            await asyncio.to_thread(_delete_pvc, action.pvc, namespace, action.pvc_uid)
+            await asyncio.to_thread(_delete_pod, action.pod, namespace, action.uid)
+            kopf.warn(
+                body,
+                reason="ReplacingVolume",
+                message=f"deleted claim {action.pvc} and pod {action.pod}: {action.reason}",
+            )
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="rolling").inc()
+        raise _temporary(e, f"{action.kind} {action.pod}") from e
+    except Exception as e:
+        metrics.ERRORS.labels(handler="rolling").inc()
+        raise kopf.TemporaryError(f"{action.kind} {action.pod}: {e}", delay=5) from e
+    logger.info("rolling: %s %s (%s)", action.kind, action.pod, action.reason)

@@ -1,0 +1,58 @@
+"""The operator's entry point and handler registration, without a cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from prometheus_client import REGISTRY
+
+
+def test_help_works_without_a_cluster() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from rlog_operator.main import main; main(['--help'])"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "rlog-operator" in out.stdout
+
+
+def test_importing_main_is_cheap() -> None:
+    code = "import sys, rlog_operator.main; print('kopf' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_handlers_register_for_replicatedlogs() -> None:
+    import kopf
+
+    from rlog_operator import handlers
+
+    registry = kopf.get_default_registry()
+    names = {h.id for h in registry._changing.get_all_handlers()}
+    assert any("reconcile" in n for n in names)
+    timers = list(registry._spawning.get_all_handlers())
+    assert any("observe" in t.id for t in timers)
+    assert handlers.TIMER_INTERVAL == 5.0
+
+
+def test_metrics_count_replicas_by_status() -> None:
+    from rlog_operator import metrics
+
+    status = {
+        "phase": "Degraded",
+        "replicas": [{"status": "VOTING"}, {"status": "VOTING"}, {"status": None}],
+    }
+    metrics.observe_status("ns", "log", status)
+
+    def value(st: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "rlog_operator_replicas", {"namespace": "ns", "name": "log", "status": st}
+        )
+
+    assert value("VOTING") == 2
+    assert value("Unknown") == 1
+    phase = {"namespace": "ns", "name": "log", "phase": "Degraded"}
+    assert REGISTRY.get_sample_value("rlog_operator_log_phase", phase) == 1
