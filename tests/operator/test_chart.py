@@ -1,0 +1,166 @@
+"""The Helm chart: lints, renders, ships the same CRD as crds/, and its RBAC covers what the
+handlers call."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "rlog-operator"
+HANDLERS = ROOT / "operator" / "rlog_operator" / "handlers.py"
+HELM = shutil.which("helm")
+needs_helm = pytest.mark.skipif(
+    HELM is None, reason="helm is not on PATH (make cluster-up installs it)"
+)
+
+ALL_ON = [
+    "--set", "prometheusRule.enabled=true",
+    "--set", "metrics.serviceMonitor.enabled=true",
+    "--set", "metrics.podMonitor.enabled=true",
+]  # fmt: skip
+
+# kubernetes-client method stem -> (api group, resource); verbs: read->get, others as named.
+RESOURCES = {
+    "pod": ("", "pods"),
+    "persistent_volume_claim": ("", "persistentvolumeclaims"),
+    "persistent_volume": ("", "persistentvolumes"),
+    "stateful_set": ("apps", "statefulsets"),
+    "service": ("", "services"),
+    "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
+}
+# what kopf itself needs: watch the CRs, patch them and their status, post Events
+KOPF_NEEDS = [
+    ("rlog.io", "replicatedlogs", "list"),
+    ("rlog.io", "replicatedlogs", "watch"),
+    ("rlog.io", "replicatedlogs", "patch"),
+    ("rlog.io", "replicatedlogs/status", "patch"),
+    ("", "events", "create"),
+]
+# _apply_one creates or patches every kind desired_objects builds
+APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
+
+
+def _render(*args: str) -> list[dict[str, Any]]:
+    assert HELM is not None
+    out = subprocess.run(
+        [HELM, "template", "t", str(CHART), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@needs_helm
+def test_helm_lint_is_clean() -> None:
+    assert HELM is not None
+    for extra in ([], ALL_ON):
+        out = subprocess.run(
+            [HELM, "lint", str(CHART), *extra], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout, out.stdout
+
+
+def test_chart_crd_is_the_repository_crd() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").iterdir())
+    repo_crds = sorted(p.name for p in (ROOT / "crds").iterdir())
+    assert chart_crds == repo_crds
+    for name in repo_crds:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
+            f"helm/rlog-operator/crds/{name} differs from crds/{name}: copy it again"
+        )
+
+
+@needs_helm
+def test_toggles_render_the_monitoring_objects() -> None:
+    kinds = {d["kind"] for d in _render()}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
+    assert not kinds & {"PrometheusRule", "ServiceMonitor", "PodMonitor"}
+    docs = _render(*ALL_ON)
+    kinds = {d["kind"] for d in docs}
+    assert {"PrometheusRule", "ServiceMonitor", "PodMonitor", "ConfigMap", "Service"} <= kinds
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    for name in ("NoQuorum", "NoLeader", "ReplicaNotVoting", "DataLoss", "RollingUpdateStuck"):
+        assert any(a.endswith(name) for a in alerts), name
+    not_voting = next(
+        r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"].endswith("NotVoting")
+    )
+    assert not_voting["for"] == "10m"
+
+
+@needs_helm
+def test_deployment_is_restricted_with_a_liveness_probe() -> None:
+    dep = next(d for d in _render() if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+@needs_helm
+def test_dashboard_is_json_on_the_replica_metrics() -> None:
+    import json
+
+    cm = next(d for d in _render() if d["kind"] == "ConfigMap")
+    board = json.loads(cm["data"]["rlog.json"])
+    exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
+    for metric in (
+        "rlog_replica_status",
+        "rlog_replica_is_leader",
+        "rlog_log_learned_position",
+        "rlog_appends_total",
+        "rlog_append_latency_seconds",
+        "rlog_fsync_latency_seconds",
+        "rlog_catchup_remaining_positions",
+        "rlog_elections_total",
+    ):
+        assert metric in exprs, metric
+
+
+def _handler_calls() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every kubernetes-client call in handlers.py."""
+    source = HANDLERS.read_text()
+    needed: set[tuple[str, str, str]] = set()
+    for verb, stem in re.findall(
+        r"\.(read|list|delete|create|patch)_(?:namespaced_)?(\w+)\(", source
+    ):
+        assert stem in RESOURCES, f"handlers.py calls {verb}_{stem}: add it to RESOURCES"
+        group, resource = RESOURCES[stem]
+        needed.add((group, resource, "get" if verb == "read" else verb))
+    for stem in APPLIED:
+        group, resource = RESOURCES[stem]
+        needed |= {(group, resource, "create"), (group, resource, "patch")}
+    needed |= set(KOPF_NEEDS)
+    return needed
+
+
+@needs_helm
+def test_rbac_covers_what_the_handlers_call() -> None:
+    role = next(d for d in _render() if d["kind"] == "ClusterRole")
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    missing = _handler_calls() - granted
+    assert not missing, f"the ClusterRole lacks {sorted(missing)}"
+    assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
+    # least privilege: the operator never deletes what it does not replace
+    deletable = {r for g, r, v in granted if v == "delete"}
+    assert deletable == {"pods", "persistentvolumeclaims"}
