@@ -260,3 +260,21 @@ def test_coalesced_stream_appends_split_positions_and_isolate_a_bad_value(tmp_pa
         assert len(errors) == 1 and "exceeds the maximum entry size" in str(errors[0])
         assert len(acknowledged) == 64 * 50 - 1
         check(cluster, acknowledged)
+
+
+def test_big_entries_are_read_and_caught_up_in_bounded_messages(tmp_path):
+    """30 entries of 3 MiB (90 MiB, over gRPC's 64 MiB message limit if sent at once): a
+    read and a wiped replica's catch-up must split them into bounded messages."""
+    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+        leader = cluster.wait_for_leader()
+        acknowledged: dict[int, bytes] = {}
+        with Client(cluster.endpoints[leader], append_timeout=60) as client:
+            for call in range(6):
+                values = [bytes([call * 5 + k]) * (3 << 20) for k in range(5)]
+                acknowledged.update(zip(append_acked(client, values), values, strict=True))
+            read = {e.position: e.value for e in client.read(from_=min(acknowledged))}
+        assert read == acknowledged
+        victim = next(i for i in range(3) if i != leader)
+        cluster.wipe(victim)
+        cluster.start_replica(victim)
+        check(cluster, acknowledged)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +129,6 @@ class Node:
         self.leader_id: int | None = None
         self.leader_address = ""
         self.last_heard = time.monotonic()
-        self._leader_learned = 0
         self._prev_leader_learned = 0
         self._fetching = False
         self._retry_at = 0.0
@@ -285,7 +284,6 @@ class Node:
             self.leader_address = request.leader_address
             self.last_heard = time.monotonic()
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
-        self._leader_learned = request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
         if self.core.learned < target and not self._fetching:
@@ -327,24 +325,24 @@ class Node:
                 on_chunk()
         return progressed
 
-    def fetch(self, request: pb.FetchRequest) -> list[pb.FetchResponse]:
-        """Learned actions in [from, to] held here, in chunks."""
+    def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
+        """Learned actions from `from` to `to` held here, in chunks bounded in count and
+        bytes, up to the first position this replica has not learned."""
         first = max(getattr(request, "from"), self.core.begin)
         last = min(request.to, self.core.end)
         limit = request.max_actions or 4096
-        chunks: list[pb.FetchResponse] = []
         sent = 0
         while first <= last and sent < limit:
-            hi = min(last, first + READ_CHUNK_POSITIONS - 1)
-            actions = self.core.learned_actions(first, hi, limit - sent)
-            chunks.append(pb.FetchResponse(actions=actions, begin=self.core.begin))
+            actions = self.core.learned_actions(
+                first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
+            )
+            if not actions:
+                break
+            yield pb.FetchResponse(actions=actions, begin=self.core.begin)
             sent += len(actions)
-            if len(actions) < hi - first + 1:
-                break  # a gap in what this replica has learned: stop there
-            first = hi + 1
-        if not chunks:
-            chunks.append(pb.FetchResponse(begin=self.core.begin))
-        return chunks
+            first = actions[-1].position + 1
+        if sent == 0:
+            yield pb.FetchResponse(begin=self.core.begin)
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -773,20 +771,26 @@ class Node:
             return
         position = first
         while position <= end:
-            hi = min(end, position + READ_CHUNK_POSITIONS - 1)
-            actions = self.core.learned_actions(position, hi, hi - position + 1)
+            actions = self.core.learned_actions(
+                position, end, READ_CHUNK_POSITIONS, READ_CHUNK_BYTES
+            )
             if position < self.core.begin:
                 raise RpcError(
                     grpc.StatusCode.OUT_OF_RANGE,
                     f"position {position} was truncated during the read "
                     f"(the log begins at {self.core.begin})",
                 )
+            if not actions:
+                raise RpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"position {position} is not learned on this replica yet",
+                )
             entries = [
                 pb.Entry(position=a.position, value=a.value) for a in actions if a.type == pb.APPEND
             ]
             if entries:
                 yield entries
-            position = hi + 1
+            position = actions[-1].position + 1
 
     async def _await_learned(self, position: int) -> int:
         """Wait briefly for in-flight positions up to `position` to be learned."""

@@ -111,29 +111,40 @@ class ReplicaCore:
             if position not in self.learned_above:
                 yield position
 
-    def learned_actions(self, first: int, last: int, limit: int) -> list[pb.Action]:
-        """Learned actions in [first, last] held here, at most `limit` of them, in order."""
+    def learned_actions(
+        self, first: int, last: int, limit: int, max_bytes: int = 1 << 62
+    ) -> list[pb.Action]:
+        """Consecutive learned actions from `first` (or begin) on, in order, stopping at
+        `last`, at `limit` actions, once `max_bytes` of values are collected (always at least
+        one action), or at the first position this replica has not learned. Reads storage
+        lazily, merged with what is decided but not yet on disk."""
         out: list[pb.Action] = []
         first = max(first, self.begin)
         if last < first:
             return out
-        merged: dict[int, pb.Action] = {}
-        for action in self.storage.scan(first, last):
-            merged[action.position] = action
-        for position, action in self._overlay.items():
-            if first <= position <= last:
-                merged[position] = action
-        for position in sorted(merged):
-            if self.is_learned(position):
-                action = merged[position]
-                if not action.learned:
-                    copy = pb.Action()
-                    copy.CopyFrom(action)
-                    copy.learned = True
-                    action = copy
-                out.append(action)
-                if len(out) >= limit:
+        pending = sorted(p for p in self._overlay if first <= p <= last)
+        stored = iter(self.storage.scan(first, last))
+        next_stored = next(stored, None)
+        size = 0
+        for position in range(first, last + 1):
+            if not self.is_learned(position):
+                break  # a gap: the caller continues from here later
+            while next_stored is not None and next_stored.position < position:
+                next_stored = next(stored, None)
+            action = self._overlay.get(position) if pending else None
+            if action is None:
+                if next_stored is None or next_stored.position != position:
                     break
+                action = next_stored
+            if not action.learned:
+                copy = pb.Action()
+                copy.CopyFrom(action)
+                copy.learned = True
+                action = copy
+            out.append(action)
+            size += len(action.value)
+            if len(out) >= limit or size >= max_bytes:
+                break
         return out
 
     def persisted(self, batch: WriteBatch) -> None:

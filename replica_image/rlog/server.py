@@ -13,7 +13,7 @@ from rlog.config import ConfigError, ReplicaConfig
 from rlog.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.storage import StorageError, open_storage
+from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
 
@@ -277,7 +277,4 @@ def serve(config: ReplicaConfig) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:
-        asyncio.run(_serve(config))
-    except StorageError:
-        raise
+    asyncio.run(_serve(config))
