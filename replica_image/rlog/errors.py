@@ -202,6 +202,9 @@ def error_for(
         return InvalidArgument(details, code, endpoint)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if "message" in details.lower() and "larger than max" in details.lower():
+            if details.startswith("SERVER:"):
+                # The server's answer was too big for the channel: not the caller's entry.
+                return RlogError(f"response too large: {details}", code, endpoint)
             return EntryTooLarge(f"request too large: {details}", code, endpoint)
         return Unavailable(details, code, endpoint)
     if code == grpc.StatusCode.OUT_OF_RANGE:
