@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, cast
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,7 +42,12 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    import socket
+
     kopf.run(
+        # kopf's default identity asks getpass.getuser(), which fails for a uid without a
+        # passwd entry (the image runs as 65532): name it after the pod instead.
+        identity=cast(Any, f"rlog-operator@{socket.gethostname()}"),  # kopf's Identity NewType
         standalone=True,  # a single active operator: see rlog_operator.handlers
         clusterwide=not args.namespace,
         namespaces=args.namespace or (),
