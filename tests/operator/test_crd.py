@@ -189,3 +189,15 @@ def test_status_builder_fields_exist_in_schema(schema):
     assert set(st.STATUS_FIELDS) <= set(status_props)
     replica_props = status_props["replicas"]["items"]["properties"]
     assert set(st.REPLICA_FIELDS) <= set(replica_props)
+
+
+def test_rolling_queue_fields_exist_in_schema(schema):
+    """Every key of a rolling queue entry survives the API server's pruning (a pruned
+    `participating` was seen on a real cluster)."""
+    from rlog_operator import rolling
+
+    status_props = schema["properties"]["status"]["properties"]
+    rolling_props = status_props["rollingUpdate"]["properties"]
+    queue_props = rolling_props["queue"]["items"]["properties"]
+    assert set(rolling.QueueEntry.__annotations__) <= set(queue_props)
+    assert set(rolling.Action("none").as_status()) <= set(rolling_props)
