@@ -1,0 +1,65 @@
+"""Fixtures of the operator e2e suite: the rlog-operator chart installed once per session
+into its own namespace with the locally built images (IfNotPresent), uninstalled afterwards.
+
+Environment:
+  E2E_OPERATOR_IMAGE   operator image repository:tag (default docker.io/rlog/rlog-operator:dev)
+  E2E_REPLICA_IMAGE    replica image repository:tag (default docker.io/rlog/rlog-replica:dev)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from e2elib import Kubectl, wait_until
+
+CHART = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "helm",
+    "rlog-operator",
+)
+OPERATOR_IMAGE = os.environ.get("E2E_OPERATOR_IMAGE", "docker.io/rlog/rlog-operator:dev")
+REPLICA_IMAGE = os.environ.get("E2E_REPLICA_IMAGE", "docker.io/rlog/rlog-replica:dev")
+
+
+def _helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    p = subprocess.run(["helm", *args], capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Kubectl) -> Iterator[str]:
+    """Install the chart into a fresh namespace; yields that namespace."""
+    if shutil.which("helm") is None:
+        pytest.fail("helm is not on the PATH (make cluster-up puts it in /usr/local/bin)")
+    ns = f"rlog-op-{uuid.uuid4().hex[:6]}"
+    release = "rlog-operator"
+    op_repo, op_tag = OPERATOR_IMAGE.rsplit(":", 1)
+    rep_repo, rep_tag = REPLICA_IMAGE.rsplit(":", 1)
+    _helm(
+        "install", release, CHART, "-n", ns, "--create-namespace",
+        "--set", f"image.repository={op_repo}", "--set", f"image.tag={op_tag}",
+        "--set", "image.pullPolicy=IfNotPresent",
+        "--set", f"replicaImage.repository={rep_repo}", "--set", f"replicaImage.tag={rep_tag}",
+        "--set", "replicaImage.pullPolicy=IfNotPresent",
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    k = Kubectl(ns)
+    wait_until(
+        "the operator deployment to be available",
+        lambda: k.run(
+            "wait", "deployment", "--all", "--for=condition=Available", "--timeout=5s",
+            check=False,
+        ).returncode == 0,
+        180,
+    )  # fmt: skip
+    yield ns
+    if os.environ.get("E2E_KEEP_NAMESPACE") != "1":
+        subprocess.run(["helm", "uninstall", release, "-n", ns, "--wait"], timeout=180)
+        cluster.run("delete", "namespace", ns, "--wait=false", check=False, namespaced=False)

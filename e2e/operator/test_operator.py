@@ -1,0 +1,94 @@
+"""End-to-end tests of the rlog operator on a real Kubernetes (current kubeconfig context).
+
+Run (not part of `make test`):  .venv/bin/python -m pytest e2e/operator -v
+
+The chart is helm-installed once per session (conftest.py) with the locally built images
+(`make images`); each test drives kubectl as a subprocess. Tests run in file order and
+share one ReplicatedLog.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from e2elib import Kubectl, wait_until
+
+NAME = "e2e-log"
+REPLICAS = 3
+PORT = 7000
+
+MANIFEST = f"""
+apiVersion: rlog.io/v1alpha1
+kind: ReplicatedLog
+metadata:
+  name: {NAME}
+spec:
+  replicas: {REPLICAS}
+  storage:
+    size: 64Mi
+  autoInitialize: true
+"""
+
+
+@pytest.fixture(scope="module")
+def k(operator: str, namespace: str) -> Iterator[Kubectl]:
+    """kubectl bound to the test namespace; deletes every ReplicatedLog before the operator
+    goes (so its finalizer is still served)."""
+    kube = Kubectl(namespace)
+    yield kube
+    kube.run("delete", "replicatedlogs", "--all", "--wait=true", check=False, timeout=180)
+
+
+def pods() -> list[str]:
+    return [f"{NAME}-{i}" for i in range(REPLICAS)]
+
+
+def rlog_status(k: Kubectl) -> dict:
+    return k.json("get", "replicatedlog", NAME).get("status") or {}
+
+
+def replica(k: Kubectl, pod: str, *args: str, timeout: float = 60) -> str:
+    return k("exec", pod, "-c", "replica", "--", "rlog", *args, timeout=timeout)
+
+
+def entries(k: Kubectl, pod: str, endpoint: str = f"127.0.0.1:{PORT}", stale: bool = True):
+    args = ["read", "--endpoint", endpoint, "--json"] + (["--stale"] if stale else [])
+    out = replica(k, pod, *args)
+    return [
+        (e["position"], base64.b64decode(e["value"]).decode())
+        for e in (json.loads(line) for line in out.splitlines() if line.strip())
+    ]
+
+
+def all_voting(k: Kubectl) -> bool:
+    st = rlog_status(k)
+    reps = st.get("replicas") or []
+    return (
+        st.get("phase") == "Ready"
+        and len(reps) == REPLICAS
+        and all(r.get("status") == "VOTING" for r in reps)
+    )
+
+
+def test_create_ready(k: Kubectl) -> None:
+    t0 = time.monotonic()
+    k.apply(MANIFEST)
+    wait_until("phase Ready with every replica VOTING", lambda: all_voting(k), 300, 2)
+    st = rlog_status(k)
+    assert st.get("initialized") is True, st
+    assert st.get("votingReplicas") == REPLICAS, st
+    out = k("get", "rlog", NAME)
+    header = out.splitlines()[0].split()
+    for col in ("NAME", "REPLICAS", "VOTING", "LEADER", "PHASE", "AGE"):
+        assert col in header, out
+    row = out.splitlines()[1].split()
+    assert row[0] == NAME and row[1] == str(REPLICAS) and row[2] == str(REPLICAS), out
+    assert "Ready" in row, out
+    for pod in pods():
+        s = json.loads(replica(k, pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json"))
+        assert s.get("status") == "VOTING", (pod, s)
+    print(f"Ready after {time.monotonic() - t0:.1f}s")
