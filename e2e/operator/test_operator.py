@@ -92,3 +92,18 @@ def test_create_ready(k: Kubectl) -> None:
         s = json.loads(replica(k, pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json"))
         assert s.get("status") == "VOTING", (pod, s)
     print(f"Ready after {time.monotonic() - t0:.1f}s")
+
+
+def test_append_and_read_through_client_service(k: Kubectl) -> None:
+    values = [f"e2e-{i}-{time.time_ns()}" for i in range(5)]
+    endpoint = f"{NAME}:{PORT}"  # the client Service
+    replica(k, pods()[0], "append", "--endpoint", endpoint, *values)
+    got = [v for _, v in entries(k, pods()[1], endpoint=endpoint, stale=False)]
+    assert got[-len(values) :] == values, got
+    # every replica holds them (a stale read of each one's own entries)
+    for pod in pods():
+        wait_until(
+            f"{pod} to hold the appended values",
+            lambda pod=pod: [v for _, v in entries(k, pod)][-len(values) :] == values,
+            60,
+        )
