@@ -107,3 +107,61 @@ def test_append_and_read_through_client_service(k: Kubectl) -> None:
             lambda pod=pod: [v for _, v in entries(k, pod)][-len(values) :] == values,
             60,
         )
+
+
+def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
+    t0 = time.monotonic()
+    leader = rlog_status(k).get("leader")
+    victim = next(p for p in pods() if p != leader)
+    pvc = f"data-{victim}"
+    old_pvc_uid = k.json("get", "pvc", pvc)["metadata"]["uid"]
+    old_pod_uid = k.json("get", "pod", victim)["metadata"]["uid"]
+    before = {p: entries(k, p) for p in pods()}
+    assert before[victim], before
+
+    k("delete", "pvc", pvc, "--wait=false")
+    k("delete", "pod", victim, "--wait=true", timeout=180)
+
+    seen: set[str] = set()
+
+    def back_voting() -> bool:
+        st = rlog_status(k)
+        for r in st.get("replicas") or []:
+            if r.get("name") == victim:
+                seen.add(str(r.get("status")))
+        if not _exists(k, "pod", victim):
+            return False
+        pod = k.json("get", "pod", victim)
+        if pod["metadata"]["uid"] == old_pod_uid or not _pod_ready(pod):
+            return False
+        s = json.loads(replica(k, victim, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json"))
+        seen.add(f"pod:{s.get('status')}")
+        return s.get("status") == "VOTING" and all_voting(k)
+
+    wait_until(f"{victim} back VOTING on a new volume", back_voting, 300, 1)
+    assert k.json("get", "pvc", pvc)["metadata"]["uid"] != old_pvc_uid
+    # every replica, the new one included, holds identical entries
+    after = {p: entries(k, p) for p in pods()}
+    assert after[victim] == after[pods()[0]] == after[pods()[1]] == after[pods()[2]], after
+    assert after[victim][: len(before[victim])] == before[victim]
+    print(f"replica statuses seen for {victim}: {sorted(seen)}; ")
+    print(f"back VOTING after {time.monotonic() - t0:.1f}s")
+
+
+def _pod_ready(pod: dict) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _exists(k: Kubectl, kind: str, name: str) -> bool:
+    return k.run("get", kind, name, check=False).returncode == 0
+
+
+def test_replicas_is_immutable(k: Kubectl) -> None:
+    p = k.run(
+        "patch", "replicatedlog", NAME, "--type=merge", "-p", '{"spec":{"replicas":5}}',
+        check=False,
+    )  # fmt: skip
+    assert p.returncode != 0, p.stdout
+    assert "reconfiguration is not supported" in p.stderr, p.stderr
+    assert k.json("get", "replicatedlog", NAME)["spec"]["replicas"] == REPLICAS
