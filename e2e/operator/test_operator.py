@@ -165,3 +165,49 @@ def test_replicas_is_immutable(k: Kubectl) -> None:
     assert p.returncode != 0, p.stdout
     assert "reconfiguration is not supported" in p.stderr, p.stderr
     assert k.json("get", "replicatedlog", NAME)["spec"]["replicas"] == REPLICAS
+
+
+MANUAL = "e2e-manual"
+
+
+def test_auto_initialize_false_waits_for_the_annotation(k: Kubectl) -> None:
+    k.apply(MANIFEST.replace(f"name: {NAME}", f"name: {MANUAL}").replace("true", "false"))
+    manual_pods = [f"{MANUAL}-{i}" for i in range(REPLICAS)]
+
+    def st() -> dict:
+        return k.json("get", "replicatedlog", MANUAL).get("status") or {}
+
+    def all_empty() -> bool:
+        reps = st().get("replicas") or []
+        return len(reps) == REPLICAS and all(r.get("status") == "EMPTY" for r in reps)
+
+    wait_until("every replica of the manual log EMPTY", all_empty, 300, 2)
+    # it stays so: no initialization without the annotation
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        s = st()
+        assert s.get("phase") != "Ready", s
+        assert not s.get("initialized"), s
+        assert all_empty(), s
+        time.sleep(2)
+    for pod in manual_pods:
+        out = replica(k, pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json")
+        assert json.loads(out).get("status") == "EMPTY", (pod, out)
+
+    uid = k.json("get", "replicatedlog", MANUAL)["metadata"]["uid"]
+    t0 = time.monotonic()
+    k("annotate", "replicatedlog", MANUAL, f"rlog.io/initialize={uid}")
+
+    def ready() -> bool:
+        s = st()
+        reps = s.get("replicas") or []
+        return (
+            s.get("phase") == "Ready"
+            and s.get("initialized") is True
+            and len(reps) == REPLICAS
+            and all(r.get("status") == "VOTING" for r in reps)
+        )
+
+    wait_until("the manual log Ready after the annotation", ready, 300, 2)
+    print(f"Ready {time.monotonic() - t0:.1f}s after the annotation")
+    k("delete", "replicatedlog", MANUAL, "--wait=true", timeout=180)
