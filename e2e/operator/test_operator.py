@@ -140,6 +140,9 @@ def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
 
     wait_until(f"{victim} back VOTING on a new volume", back_voting, 300, 1)
     assert k.json("get", "pvc", pvc)["metadata"]["uid"] != old_pvc_uid
+    # it started on the new, EMPTY volume and recovered (EMPTY -> RECOVERING -> VOTING)
+    logs = k("logs", victim, "-c", "replica")
+    assert "RECOVERING -> VOTING" in logs, logs[-3000:]
     # every replica, the new one included, holds identical entries
     after = {p: entries(k, p) for p in pods()}
     assert after[victim] == after[pods()[0]] == after[pods()[1]] == after[pods()[2]], after
