@@ -8,7 +8,7 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo bench clean
+.PHONY: help venv proto lint typecheck unit test demo bench clean e2e-operator
 
 help:
 	@echo "make demo | test | lint | typecheck | unit | proto | bench | clean"
@@ -36,8 +36,12 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests
 
 # Everything: static checks, unit/live/Spark tests, then a real local Kubernetes (built and
-# cached under ~/.cache/rlog-cluster on first use) and the e2e smoke suite on it.
-test: lint typecheck unit e2e-local
+# cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
+# e2e suite (helm install, ReplicatedLogs created, broken and checked) on it.
+test: lint typecheck unit e2e-local e2e-operator
+
+e2e-operator: $(STAMP)
+	$(E2E_PYTEST) e2e/operator -v
 
 e2e-smoke: $(STAMP)
 e2e-kind: $(STAMP)
