@@ -7,7 +7,9 @@ import fcntl
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
+from rlog.proto import rlog_pb2 as pb
 from rlog.storage import StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
@@ -111,3 +113,31 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
             f"(not {engine!r})"
         )
     return path / engine, lock
+
+
+# ---- the layout shared by the sorted key-value engines (LevelDB, RocksDB) ----------------
+# Actions under b"a" + 8-byte big-endian position (so they sort by position), everything up
+# to b"b" being actions; the metadata under b"m".
+ACTION_PREFIX = b"a"
+ACTION_END = b"b"
+META_KEY = b"m"
+
+
+def action_key(position: int) -> bytes:
+    return ACTION_PREFIX + encode_position(position)
+
+
+class KeyValueReads:
+    """`metadata()` and `get()` for an engine whose `_db.get(key)` returns bytes or None."""
+
+    _db: Any
+
+    def metadata(self) -> pb.Metadata:
+        raw = self._db.get(META_KEY)
+        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
+
+    def get(self, position: int) -> pb.Action | None:
+        if not 0 <= position < 2**64:
+            return None
+        raw = self._db.get(action_key(position))
+        return None if raw is None else pb.Action.FromString(raw)

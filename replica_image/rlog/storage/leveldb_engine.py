@@ -22,20 +22,21 @@ import plyvel
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import Storage, StorageError, WriteBatch
-from rlog.storage._common import decode_position, encode_position, open_data_dir
+from rlog.storage._common import (
+    ACTION_END,
+    ACTION_PREFIX,
+    META_KEY,
+    KeyValueReads,
+    action_key,
+    decode_position,
+    open_data_dir,
+)
 
-_ACTION = b"a"
-_ACTION_END = b"b"
-_META_KEY = b"m"
 _SCAN_CHUNK = 1024
 COMPACT_AFTER_DELETES = 4096  # compact the deleted prefix when a batch deletes this many
 
 
-def _key(position: int) -> bytes:
-    return _ACTION + encode_position(position)
-
-
-class LevelDbStorage(Storage):
+class LevelDbStorage(KeyValueReads, Storage):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         engine_dir, self._lock = open_data_dir(self.path, "leveldb")
@@ -51,16 +52,6 @@ class LevelDbStorage(Storage):
             raise StorageError(f"data dir {self.path}: cannot open LevelDB: {exc}") from None
         self._closed = False
 
-    def metadata(self) -> pb.Metadata:
-        raw = self._db.get(_META_KEY)
-        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
-
-    def get(self, position: int) -> pb.Action | None:
-        if not 0 <= position < 2**64:
-            return None
-        raw = self._db.get(_key(position))
-        return None if raw is None else pb.Action.FromString(raw)
-
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         first = max(first, 0)
         last = min(last, 2**64 - 1)
@@ -68,7 +59,7 @@ class LevelDbStorage(Storage):
         while first <= last:
             chunk: list[bytes] = []
             next_first: int | None = None
-            with self._db.iterator(start=_key(first), stop=_ACTION_END) as it:
+            with self._db.iterator(start=action_key(first), stop=ACTION_END) as it:
                 for key, value in it:
                     position = decode_position(key[1:])
                     if position > last:
@@ -85,7 +76,7 @@ class LevelDbStorage(Storage):
 
     def _edge(self, reverse: bool) -> int | None:
         with self._db.iterator(
-            start=_ACTION, stop=_ACTION_END, reverse=reverse, include_value=False
+            start=ACTION_PREFIX, stop=ACTION_END, reverse=reverse, include_value=False
         ) as it:
             for key in it:
                 return decode_position(key[1:])
@@ -102,15 +93,15 @@ class LevelDbStorage(Storage):
         actions = batch.actions
         if cut is not None:
             actions = [a for a in actions if a.position >= cut]
-        puts = [(_key(a.position), a.SerializeToString()) for a in actions]
+        puts = [(action_key(a.position), a.SerializeToString()) for a in actions]
         deleted = 0
         try:
             wb = self._db.write_batch(sync=batch.sync)
             if batch.metadata is not None:
-                wb.put(_META_KEY, batch.metadata.SerializeToString())
+                wb.put(META_KEY, batch.metadata.SerializeToString())
             if cut is not None and cut > 0:
-                stop = _key(cut) if cut < 2**64 else _ACTION_END
-                with self._db.iterator(start=_ACTION, stop=stop, include_value=False) as it:
+                stop = action_key(cut) if cut < 2**64 else ACTION_END
+                with self._db.iterator(start=ACTION_PREFIX, stop=stop, include_value=False) as it:
                     for key in it:
                         wb.delete(key)
                         deleted += 1
@@ -120,7 +111,7 @@ class LevelDbStorage(Storage):
         except plyvel.Error as exc:
             raise StorageError(f"data dir {self.path}: LevelDB write failed: {exc}") from exc
         if deleted >= COMPACT_AFTER_DELETES and cut is not None:
-            self._db.compact_range(start=_ACTION, stop=_key(min(cut, 2**64 - 1)))
+            self._db.compact_range(start=ACTION_PREFIX, stop=action_key(min(cut, 2**64 - 1)))
 
     def close(self) -> None:
         if not self._closed:

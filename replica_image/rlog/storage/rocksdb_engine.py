@@ -20,19 +20,20 @@ import rocksdict
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import Storage, StorageError, WriteBatch
-from rlog.storage._common import decode_position, encode_position, open_data_dir
+from rlog.storage._common import (
+    ACTION_END,
+    ACTION_PREFIX,
+    META_KEY,
+    KeyValueReads,
+    action_key,
+    decode_position,
+    open_data_dir,
+)
 
-_ACTION = b"a"
-_ACTION_END = b"b"
-_META_KEY = b"m"
 _SCAN_CHUNK = 1024
 
 
-def _key(position: int) -> bytes:
-    return _ACTION + encode_position(position)
-
-
-class RocksDbStorage(Storage):
+class RocksDbStorage(KeyValueReads, Storage):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         engine_dir, self._lock = open_data_dir(self.path, "rocksdb")
@@ -52,16 +53,6 @@ class RocksDbStorage(Storage):
         self._unsynced.sync = False
         self._closed = False
 
-    def metadata(self) -> pb.Metadata:
-        raw = self._db.get(_META_KEY)
-        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
-
-    def get(self, position: int) -> pb.Action | None:
-        if not 0 <= position < 2**64:
-            return None
-        raw = self._db.get(_key(position))
-        return None if raw is None else pb.Action.FromString(raw)
-
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         first = max(first, 0)
         last = min(last, 2**64 - 1)
@@ -69,10 +60,10 @@ class RocksDbStorage(Storage):
             chunk: list[bytes] = []
             next_first: int | None = None
             it = self._db.iter()
-            it.seek(_key(first))
+            it.seek(action_key(first))
             while it.valid():
                 key = it.key()
-                if not key.startswith(_ACTION):
+                if not key.startswith(ACTION_PREFIX):
                     break
                 position = decode_position(key[1:])
                 if position > last:
@@ -91,15 +82,15 @@ class RocksDbStorage(Storage):
 
     def last_position(self) -> int | None:
         it = self._db.iter()
-        it.seek_for_prev(_ACTION + b"\xff" * 8)
-        if it.valid() and it.key().startswith(_ACTION):
+        it.seek_for_prev(ACTION_PREFIX + b"\xff" * 8)
+        if it.valid() and it.key().startswith(ACTION_PREFIX):
             return decode_position(it.key()[1:])
         return None
 
     def first_position(self) -> int | None:
         it = self._db.iter()
-        it.seek(_ACTION)
-        if it.valid() and it.key().startswith(_ACTION):
+        it.seek(ACTION_PREFIX)
+        if it.valid() and it.key().startswith(ACTION_PREFIX):
             return decode_position(it.key()[1:])
         return None
 
@@ -108,12 +99,12 @@ class RocksDbStorage(Storage):
         actions = batch.actions
         if cut is not None:
             actions = [a for a in actions if a.position >= cut]
-        puts = [(_key(a.position), a.SerializeToString()) for a in actions]
+        puts = [(action_key(a.position), a.SerializeToString()) for a in actions]
         wb = rocksdict.WriteBatch(raw_mode=True)
         if batch.metadata is not None:
-            wb.put(_META_KEY, batch.metadata.SerializeToString())
+            wb.put(META_KEY, batch.metadata.SerializeToString())
         if cut is not None and cut > 0:
-            wb.delete_range(_ACTION, _key(cut) if cut < 2**64 else _ACTION_END)
+            wb.delete_range(ACTION_PREFIX, action_key(cut) if cut < 2**64 else ACTION_END)
         for key, value in puts:
             wb.put(key, value)
         try:
