@@ -1,0 +1,182 @@
+"""Rolling replacement and total data loss, on a real Kubernetes (see conftest.py).
+
+Tests run in file order and share one ReplicatedLog:
+1. a resources change rolls the replicas one pod at a time, the leader last, under a
+   continuous writer: no acknowledged append lost, never fewer than a quorum VOTING (the
+   writer pod samples every replica's status twice a second throughout);
+2. an image change rolls again, and the operator pod is killed mid-rollout: its successor
+   resumes from the queue kept in status and finishes, replacing no pod twice;
+3. every PVC and pod deleted after initialization: DataLoss, no re-initialization (every
+   replica stays EMPTY) until `rlog.io/reinitialize=<uid>`, then Ready again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from e2elib import Kubectl, wait_until
+from oplib import REPLICA_IMAGE, Log, Writer, check_acknowledged, manifest, watch_pods
+
+NAME = "roll-log"
+QUORUM = 2
+
+
+@pytest.fixture(scope="module")
+def log(operator: str, namespace: str) -> Iterator[Log]:
+    k = Kubectl(namespace)
+    log = Log(k, NAME)
+    k.apply(manifest(NAME))
+    log.wait_ready("every replica VOTING after creation")
+    yield log
+    k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+
+
+def _roll_under_writer(
+    log: Log, tag: str, patch: str, operator_ns: str | None = None
+) -> tuple[list[tuple[float, str, str]], str]:
+    """Apply `patch` under a continuous writer, wait for the rollout to finish, check
+    the writer's acknowledgements and samples; returns the pod incarnations seen and the
+    leader at the start. With `operator_ns`, the operator pod is deleted once the first
+    replica is on the new revision."""
+    before_uids = log.pod_uids()
+    revision_before = log.update_revision()
+    leader = str(log.status().get("leader") or "")
+    assert leader in log.pods, log.status()
+    writer = Writer(log, tag)
+    writer.start()
+    t0 = time.monotonic()
+    log.k("patch", "replicatedlog", NAME, "--type=merge", "-p", patch)
+
+    operator = Kubectl(operator_ns) if operator_ns else None
+    restarted: dict[str, str] = {}
+
+    def done() -> bool:
+        if operator is not None and not restarted:
+            replaced = [p for p, uid in log.pod_uids().items() if before_uids.get(p) != uid]
+            queue = (log.status().get("rollingUpdate") or {}).get("queue") or []
+            if replaced and queue:
+                op = operator.json("get", "pods", "-l", "app.kubernetes.io/name=rlog-operator")
+                old = op["items"][0]["metadata"]
+                operator("delete", "pod", old["name"], "--wait=true", timeout=120)
+                restarted.update(pod=old["uid"], queue=str(queue), replaced=",".join(replaced))
+                print(f"operator pod deleted mid-rollout: replaced {replaced}, queue {queue}")
+        return log.rolled_out(revision_before)
+
+    incarnations = watch_pods(log, done, 600)
+    print(f"rolled out in {time.monotonic() - t0:.1f}s")
+    report = writer.stop()
+
+    if operator is not None:
+        assert restarted, "the rollout finished before the operator could be restarted"
+        op = operator.json("get", "pods", "-l", "app.kubernetes.io/name=rlog-operator")
+        assert [p["metadata"]["uid"] for p in op["items"]] != [restarted["pod"]], op
+
+    # every pod replaced exactly once
+    after_uids = log.pod_uids()
+    for pod in log.pods:
+        assert after_uids[pod] != before_uids[pod], (pod, before_uids, after_uids)
+        uids = [u for _, p, u in incarnations if p == pod]
+        assert uids == [before_uids[pod], after_uids[pod]], (pod, incarnations)
+
+    # never below a quorum of VOTING replicas, and the rollout did take replicas away
+    counts = report.voting_counts()
+    assert counts and min(counts) >= QUORUM, (min(counts), report.samples[:5])
+    assert min(counts) < log.replicas, "no sample saw a replica being replaced"
+    # one pod at a time: no sample missed two replicas
+    for t, states in report.samples:
+        down = [p for p, s in states.items() if s != "VOTING"]
+        assert len(down) <= log.replicas - QUORUM, (t, states)
+
+    check_acknowledged(log, report)
+    print(
+        f"{len(report.acks)} appends acknowledged, {len(report.errors)} failed (retried with "
+        f"new values), {len(report.samples)} status samples, min VOTING {min(counts)}"
+    )
+    return incarnations, leader
+
+
+def _replacement_order(incarnations: list[tuple[float, str, str]], pods: list[str]) -> list[str]:
+    new = [(t, p) for t, p, _ in incarnations if t > incarnations[len(pods) - 1][0]]
+    return [p for _, p in sorted(new)]
+
+
+def test_resources_change_rolls_one_pod_at_a_time_under_a_writer(log: Log) -> None:
+    patch = '{"spec":{"resources":{"requests":{"cpu":"20m","memory":"64Mi"}}}}'
+    incarnations, leader = _roll_under_writer(log, "res", patch)
+    order = _replacement_order(incarnations, log.pods)
+    print(f"replacement order {order}, leader at the start {leader}")
+    assert sorted(order) == sorted(log.pods), order
+    assert order[-1] == leader, f"the leader {leader} was not replaced last: {order}"
+    sts = log.k.json("get", "statefulset", NAME)
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "20m", container
+
+
+def test_image_change_resumes_after_an_operator_restart(log: Log, operator: str) -> None:
+    # The same image under another name ("rlog/..." for "docker.io/rlog/..."): a real change
+    # of the pod template that needs no second image, so it runs on kind as well.
+    image = REPLICA_IMAGE.removeprefix("docker.io/")
+    assert image != REPLICA_IMAGE, "set E2E_REPLICA_IMAGE to a docker.io/ image for this test"
+    _roll_under_writer(log, "img", f'{{"spec":{{"image":"{image}"}}}}', operator_ns=operator)
+    sts = log.k.json("get", "statefulset", NAME)
+    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+def test_every_volume_lost_is_data_loss_until_the_reinitialize_annotation(log: Log) -> None:
+    assert log.status().get("initialized") is True
+    uid = log.body()["metadata"]["uid"]
+    for pod in log.pods:
+        log.k("delete", "pvc", f"data-{pod}", "--wait=false")
+    log.k("delete", "pod", *log.pods, "--wait=true", timeout=180)
+    t0 = time.monotonic()
+
+    def data_loss() -> bool:
+        st = log.status()
+        reps = st.get("replicas") or []
+        return (
+            st.get("phase") == "DataLoss"
+            and log.condition("DataLoss").get("status") == "True"
+            and len(reps) == log.replicas
+            and all(r.get("status") == "EMPTY" for r in reps)
+        )
+
+    wait_until("phase DataLoss with every replica EMPTY", data_loss, 300, 2)
+    print(f"DataLoss after {time.monotonic() - t0:.1f}s")
+    events = log.k(
+        "get", "events", "--field-selector", f"involvedObject.name={NAME},reason=DataLoss"
+    )
+    assert "Warning" in events, events
+
+    # nothing happens on its own: no permit, no initialization
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        st = log.status()
+        assert st.get("phase") == "DataLoss", st
+        assert st.get("initialized") is True, st  # sticky
+        assert all(r.get("status") == "EMPTY" for r in st.get("replicas") or []), st
+        time.sleep(3)
+    for pod in log.pods:
+        s = log.replica_status(pod)
+        assert s.get("status") == "EMPTY", (pod, s)
+
+    # a wrong uid is ignored
+    log.k("annotate", "replicatedlog", NAME, "rlog.io/reinitialize=not-this-log")
+    time.sleep(12)
+    assert log.status().get("phase") == "DataLoss", log.status()
+
+    t1 = time.monotonic()
+    log.k("annotate", "--overwrite", "replicatedlog", NAME, f"rlog.io/reinitialize={uid}")
+    log.wait_ready("Ready again after rlog.io/reinitialize")
+    print(f"Ready {time.monotonic() - t1:.1f}s after the annotation")
+    assert log.condition("DataLoss").get("status") == "False", log.status()
+    wait_until(
+        "the one-shot annotation to be removed",
+        lambda: "rlog.io/reinitialize" not in (log.body()["metadata"].get("annotations") or {}),
+        60,
+        2,
+    )
+    # a usable log again
+    log.rlog(log.pods[0], "append", "--endpoint", log.service, "after-reinit")
+    assert [v for _, v in log.entries(log.pods[1], log.service, stale=False)] == ["after-reinit"]
