@@ -67,6 +67,10 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
+    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
+    # dialling the old address and the peer stays unreachable that long.
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
     # Never let gRPC re-send a call on its own: appends are not idempotent.
     ("grpc.enable_retries", 0),
 ]
