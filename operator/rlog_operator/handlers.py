@@ -3,17 +3,18 @@
 * create/update/resume: apply `specs.desired_objects` (create, or patch what exists), each
   object adopted by the ReplicatedLog (`kopf.adopt(..., strict=True)`), refusing a change of
   `spec.replicas` that slipped past the CRD's CEL rule (condition + PermanentError).
-* a 5 s timer per ReplicatedLog: observe the log's pods and claims (one list call each, by
-  label selector, never per replica), ask every replica its Status through the headless
-  Service's DNS names (short timeouts, concurrently), then `status.compute_status` and
-  `rolling.next_step`; patch the status, emit Events, grant/revoke initialization permits (the
-  CR's uid is the log id) and perform the one rolling action (deletes with UID
-  preconditions; step-down of the leader).
+* kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
+  label selector) and of existing PersistentVolume names: no list calls in the loop.
+* a 5 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
+  replica its Status through the headless Service's DNS names (short timeouts,
+  concurrently), then `status.compute_status` and `rolling.next_step`; patch the status,
+  emit Events, grant/revoke initialization permits (the CR's uid is the log id) and perform
+  the one rolling action (deletes with UID preconditions; step-down of the leader).
 
 Operator settings (startup): one active operator. The chart runs a single Deployment replica
 with the `Recreate` strategy and kopf runs `--standalone` (no peering objects, no peering
 RBAC): two operators never run at once, short of a node partition, and even then every
-destructive action is a delete with a UID precondition decided from fresh observations and
+destructive action is a delete with a UID precondition decided from current observations and
 `rolling.next_step` never takes a log below quorum, so a stale twin cannot do harm.
 
 The Kubernetes client is the synchronous `kubernetes` package, run in threads
@@ -35,7 +36,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from rlog_operator import constants as c
-from rlog_operator import metrics, rolling, specs
+from rlog_operator import metrics, observed, rolling, specs
 from rlog_operator import status as st
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
@@ -64,6 +65,10 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     # Retry a failed handler after a short, bounded delay.
     settings.execution.max_workers = 8
     settings.persistence.finalizer = f"{c.GROUP}/operator"
+    # Watch only the replicas' pods, claims and StatefulSets (server-side label selector),
+    # not every pod of the cluster; PersistentVolumes carry no labels of ours.
+    for resource in ("pods", "persistentvolumeclaims", "statefulsets"):
+        settings.watching.label_selectors[resource] = observed.REPLICA_SELECTOR
     _load_kube_config()
     port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
     if port:
@@ -189,48 +194,57 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# ---- observing ------------------------------------------------------------------------------
+# ---- observing: indexes kept current by watch streams ---------------------------------------
+# The observe timer reads these instead of listing objects every few seconds. kopf fills
+# every index before it calls any handler, so a fresh operator never acts on an empty view.
 
 
-def _observe(body: Mapping[str, Any]) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], str]:
-    """The log's pods, its claims (by name) and the StatefulSet's updateRevision: one list
-    of pods, one list of claims, one read of the StatefulSet, a read of a PV only for a bound
-    claim (to notice a deleted volume)."""
-    namespace = specs.namespace_of(body)
-    selector = ",".join(f"{k}={v}" for k, v in specs.selector_labels(body).items())
-    core = k8s.CoreV1Api()
-    serialize = k8s.ApiClient().sanitize_for_serialization
-    pods = [
-        st.pod_info(serialize(p))
-        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-    ]
-    pvcs: dict[str, rolling.PvcInfo] = {}
-    for claim in core.list_namespaced_persistent_volume_claim(
-        namespace, label_selector=selector
-    ).items:
-        meta, spec, status = claim.metadata, claim.spec, claim.status
-        if meta is None or not meta.name:
-            continue
-        lost = False
-        if spec is not None and spec.volume_name and (status and status.phase == "Bound"):
-            try:
-                core.read_persistent_volume(spec.volume_name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                lost = True
-        pvcs[meta.name] = rolling.PvcInfo(
-            name=meta.name,
-            uid=meta.uid or "",
-            phase=(status.phase if status else "") or "",
-            deletionTimestamp=(
-                meta.deletion_timestamp.isoformat() if meta.deletion_timestamp else None
-            ),
-            volumeLost=lost,
-        )
-    sts = _read_statefulset(specs.statefulset_name(body), namespace)
-    update_revision = str(((sts or {}).get("status") or {}).get("updateRevision") or "")
-    return pods, pvcs, update_revision
+@kopf.index("pods", labels=dict(observed.REPLICA_LABELS))
+def replica_pods(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, st.PodInfo]:
+    key = observed.log_key(namespace, labels)
+    return {key: st.pod_info(body)} if key else {}
+
+
+@kopf.index("persistentvolumeclaims", labels=dict(observed.REPLICA_LABELS))
+def replica_claims(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, rolling.PvcInfo]:
+    key = observed.log_key(namespace, labels)
+    return {key: observed.claim_record(body)} if key else {}
+
+
+@kopf.index("apps", "v1", "statefulsets", labels=dict(observed.REPLICA_LABELS))
+def replica_statefulsets(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, str]:
+    key = observed.log_key(namespace, labels)
+    return {key: observed.update_revision(body)} if key else {}
+
+
+@kopf.index("persistentvolumes")
+def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
+    """Names of existing volumes: a Bound claim whose volume is missing has lost it."""
+    return {name: True} if name else {}
+
+
+def _observe(
+    body: Mapping[str, Any],
+    pods_index: kopf.Index[observed.LogKey, st.PodInfo],
+    claims_index: kopf.Index[observed.LogKey, rolling.PvcInfo],
+    statefulsets_index: kopf.Index[observed.LogKey, str],
+    volumes_index: kopf.Index[str, bool],
+) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], str]:
+    """The log's pods, its claims (by name) and the StatefulSet's updateRevision."""
+    key = (specs.namespace_of(body), specs.name_of(body))
+    pods = list(pods_index.get(key, []))
+    # An empty volume index means "not known" (a cluster with Bound claims has volumes):
+    # never conclude that every volume is gone from an index that saw none.
+    volumes = list(volumes_index.keys()) or None
+    claims = observed.claims_by_name(claims_index.get(key, []), volumes)
+    update_revision = next(iter(statefulsets_index.get(key, [])), "")
+    return pods, claims, update_revision
 
 
 def _endpoint(body: Mapping[str, Any], pod: str) -> str:
@@ -295,16 +309,18 @@ async def observe(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: Logger,
-    **_: Any,
+    **indexes: Any,  # kopf passes every index by its name
 ) -> None:
     metrics.RECONCILES.labels(handler="observe").inc()
     namespace = specs.namespace_of(body)
     uid = specs.uid_of(body)
-    try:
-        pods, pvcs, update_revision = await asyncio.to_thread(_observe, body)
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="observe").inc()
-        raise _temporary(e, "observing pods and claims") from e
+    pods, pvcs, update_revision = _observe(
+        body,
+        indexes["replica_pods"],
+        indexes["replica_claims"],
+        indexes["replica_statefulsets"],
+        indexes["persistent_volumes"],
+    )
 
     names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
     answers = await asyncio.gather(*(_replica_status(_endpoint(body, n)) for n in names))

@@ -69,6 +69,7 @@ class PvcInfo(TypedDict, total=False):
     uid: str
     phase: str  # Pending, Bound, Lost
     deletionTimestamp: str | None
+    volume: str  # the bound PersistentVolume's name ("" while unbound)
     volumeLost: bool  # the handler found its PersistentVolume (or the PV's node) gone
 
 

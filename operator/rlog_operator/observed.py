@@ -1,0 +1,69 @@
+"""What the operator keeps of the objects it watches (pure functions, no I/O).
+
+The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets and of the
+names of existing PersistentVolumes: the watch streams keep them current, so the observe
+timer reads memory instead of listing objects every few seconds. These functions turn a
+watched object into the small record an index holds, keyed by (namespace, log name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rlog_operator import constants as c
+from rlog_operator.rolling import PvcInfo
+
+LogKey = tuple[str, str]  # (namespace, ReplicatedLog name)
+
+# The labels every replica pod, claim and StatefulSet carries (specs.selector_labels minus
+# the instance): used as the server-side label selector of the watches and as the filter.
+REPLICA_LABELS: Mapping[str, str] = {
+    c.LABEL_NAME: c.APP_NAME,
+    c.LABEL_COMPONENT: c.COMPONENT_REPLICA,
+}
+REPLICA_SELECTOR = ",".join(f"{k}={v}" for k, v in sorted(REPLICA_LABELS.items()))
+
+
+def log_key(namespace: str | None, labels: Mapping[str, str]) -> LogKey | None:
+    """The log an object belongs to, by its instance label; None if it has none."""
+    instance = labels.get(c.LABEL_INSTANCE)
+    if not namespace or not instance:
+        return None
+    return (namespace, instance)
+
+
+def claim_record(claim: Mapping[str, Any]) -> PvcInfo:
+    meta = claim.get("metadata") or {}
+    return PvcInfo(
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        phase=str((claim.get("status") or {}).get("phase") or ""),
+        deletionTimestamp=meta.get("deletionTimestamp"),
+        volume=str((claim.get("spec") or {}).get("volumeName") or ""),
+    )
+
+
+def update_revision(statefulset: Mapping[str, Any]) -> str:
+    return str((statefulset.get("status") or {}).get("updateRevision") or "")
+
+
+def claims_by_name(
+    claims: Iterable[PvcInfo], existing_volumes: Iterable[str] | None
+) -> dict[str, PvcInfo]:
+    """The log's claims by name, each marked volumeLost when it is Bound to a
+    PersistentVolume that no longer exists. `existing_volumes` None means "not known"
+    (nothing is marked)."""
+    volumes = None if existing_volumes is None else set(existing_volumes)
+    result: dict[str, PvcInfo] = {}
+    for claim in claims:
+        record = PvcInfo(**claim)
+        bound_to = claim.get("volume") or ""
+        record["volumeLost"] = bool(
+            volumes is not None
+            and claim.get("phase") == "Bound"
+            and bound_to
+            and bound_to not in volumes
+        )
+        result[str(claim.get("name") or "")] = record
+    return result
