@@ -34,8 +34,10 @@ def _helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Kubectl) -> Iterator[str]:
-    """Install the chart into a fresh namespace; yields that namespace."""
+def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
+    """Install the chart into a fresh namespace, serving only the test namespace (so another
+    operator on the cluster, e.g. `make demo`'s, never touches the tests' logs); yields the
+    operator's namespace."""
     if shutil.which("helm") is None:
         pytest.fail("helm is not on the PATH (make cluster-up puts it in /usr/local/bin)")
     ns = f"rlog-op-{uuid.uuid4().hex[:6]}"
@@ -48,6 +50,7 @@ def operator(cluster: Kubectl) -> Iterator[str]:
         "--set", "image.pullPolicy=IfNotPresent",
         "--set", f"replicaImage.repository={rep_repo}", "--set", f"replicaImage.tag={rep_tag}",
         "--set", "replicaImage.pullPolicy=IfNotPresent",
+        "--set", f"watchNamespaces={{{namespace}}}",
         "--wait", "--timeout", "180s",
     )  # fmt: skip
     k = Kubectl(ns)
