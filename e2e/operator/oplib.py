@@ -137,16 +137,22 @@ STOP = "/tmp/stop"
 def emit(**kw):
     print(json.dumps(kw), flush=True)
 
+def ask(probe, peer, states):
+    try:
+        states[peer.split(".")[0]] = status_name(probe.status(peer).status)
+    except Exception as e:  # UNAVAILABLE (down), DEADLINE_EXCEEDED (slow), ...
+        code = getattr(getattr(e, "code", None), "name", None) or type(e).__name__
+        states[peer.split(".")[0]] = f"error:{code}"
+
 def sample():
-    probe = Client(peers, timeout=1.0)
+    probe = Client(peers, timeout=3.0)
     while not os.path.exists(STOP):
         states = {}
-        for p in peers:
-            try:
-                s = probe.status(p)
-                states[p.split(".")[0]] = status_name(s.status)
-            except Exception as e:
-                states[p.split(".")[0]] = "unreachable"
+        askers = [threading.Thread(target=ask, args=(probe, p, states)) for p in peers]
+        for a in askers:
+            a.start()
+        for a in askers:
+            a.join()
         emit(t=time.time(), sample=states)
         time.sleep(0.5)
 

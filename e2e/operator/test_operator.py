@@ -1,6 +1,6 @@
 """End-to-end tests of the rlog operator on a real Kubernetes (current kubeconfig context).
 
-Run (not part of `make test`):  .venv/bin/python -m pytest e2e/operator -v
+Run: `make e2e-operator` (part of `make test`), or .venv/bin/python -m pytest e2e/operator -v
 
 The chart is helm-installed once per session (conftest.py) with the locally built images
 (`make images`); each test drives kubectl as a subprocess. Tests run in file order and
@@ -9,29 +9,17 @@ share one ReplicatedLog.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
+from oplib import PORT, Log, exists, manifest, pod_ready
 
 NAME = "e2e-log"
 REPLICAS = 3
-PORT = 7000
-
-MANIFEST = f"""
-apiVersion: rlog.io/v1alpha1
-kind: ReplicatedLog
-metadata:
-  name: {NAME}
-spec:
-  replicas: {REPLICAS}
-  storage:
-    size: 64Mi
-  autoInitialize: true
-"""
+MANIFEST = manifest(NAME, REPLICAS)
 
 
 @pytest.fixture(scope="module")
@@ -48,30 +36,19 @@ def pods() -> list[str]:
 
 
 def rlog_status(k: Kubectl) -> dict:
-    return k.json("get", "replicatedlog", NAME).get("status") or {}
+    return Log(k, NAME, REPLICAS).status()
 
 
 def replica(k: Kubectl, pod: str, *args: str, timeout: float = 60) -> str:
-    return k("exec", pod, "-c", "replica", "--", "rlog", *args, timeout=timeout)
+    return Log(k, NAME, REPLICAS).rlog(pod, *args, timeout=timeout)
 
 
 def entries(k: Kubectl, pod: str, endpoint: str = f"127.0.0.1:{PORT}", stale: bool = True):
-    args = ["read", "--endpoint", endpoint, "--json"] + (["--stale"] if stale else [])
-    out = replica(k, pod, *args)
-    return [
-        (e["position"], base64.b64decode(e["value"]).decode())
-        for e in (json.loads(line) for line in out.splitlines() if line.strip())
-    ]
+    return Log(k, NAME, REPLICAS).entries(pod, endpoint, stale)
 
 
 def all_voting(k: Kubectl) -> bool:
-    st = rlog_status(k)
-    reps = st.get("replicas") or []
-    return (
-        st.get("phase") == "Ready"
-        and len(reps) == REPLICAS
-        and all(r.get("status") == "VOTING" for r in reps)
-    )
+    return Log(k, NAME, REPLICAS).all_voting()
 
 
 def test_create_ready(k: Kubectl) -> None:
@@ -129,10 +106,10 @@ def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
         for r in st.get("replicas") or []:
             if r.get("name") == victim:
                 seen.add(str(r.get("status")))
-        if not _exists(k, "pod", victim):
+        if not exists(k, "pod", victim):
             return False
         pod = k.json("get", "pod", victim)
-        if pod["metadata"]["uid"] == old_pod_uid or not _pod_ready(pod):
+        if pod["metadata"]["uid"] == old_pod_uid or not pod_ready(pod):
             return False
         s = json.loads(replica(k, victim, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json"))
         seen.add(f"pod:{s.get('status')}")
@@ -151,15 +128,6 @@ def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
     print(f"back VOTING after {time.monotonic() - t0:.1f}s")
 
 
-def _pod_ready(pod: dict) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def _exists(k: Kubectl, kind: str, name: str) -> bool:
-    return k.run("get", kind, name, check=False).returncode == 0
-
-
 def test_replicas_is_immutable(k: Kubectl) -> None:
     p = k.run(
         "patch", "replicatedlog", NAME, "--type=merge", "-p", '{"spec":{"replicas":5}}',
@@ -174,7 +142,7 @@ MANUAL = "e2e-manual"
 
 
 def test_auto_initialize_false_waits_for_the_annotation(k: Kubectl) -> None:
-    k.apply(MANIFEST.replace(f"name: {NAME}", f"name: {MANUAL}").replace("true", "false"))
+    k.apply(manifest(MANUAL, REPLICAS, auto_initialize=False))
     manual_pods = [f"{MANUAL}-{i}" for i in range(REPLICAS)]
 
     def st() -> dict:
