@@ -8,10 +8,10 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo bench clean e2e-operator
+.PHONY: help venv proto lint typecheck unit test demo demo-local bench clean e2e-operator
 
 help:
-	@echo "make demo | test | lint | typecheck | unit | proto | bench | clean"
+	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-kind"
 
 $(STAMP): pyproject.toml
@@ -46,7 +46,13 @@ e2e-operator: $(STAMP)
 e2e-smoke: $(STAMP)
 e2e-kind: $(STAMP)
 
-demo: $(STAMP)
+# The main job: the local Kubernetes (built and cached on first use) with freshly built
+# images, the operator helm-installed, a ReplicatedLog created, used and its status printed.
+demo: $(STAMP) cluster-up
+	examples/cluster_demo.sh
+
+# The same log without Kubernetes: three `rlog replica` processes on loopback (`rlog dev`).
+demo-local: $(STAMP)
 	examples/local_demo.sh $(VENV)/bin/rlog
 
 bench: $(STAMP)
