@@ -170,6 +170,21 @@ build_images() {
   ((failed == 0 || strict == 0)) || die "some images failed to build"
 }
 
+# Exit 0 (and name them) if some project image in the cluster is older than this tree.
+stale_images() {
+  local spec name df ctx short h stale=1
+  for spec in "${PROJECT_IMAGES[@]}"; do
+    IFS='|' read -r name df ctx <<<"$spec"
+    [[ -f $REPO/$df ]] || continue
+    short=${name##*/}; short=${short%%:*}
+    h=$(context_hash "$df" "$ctx")
+    if [[ $(readlink "$IMG/50-$short.tar" 2>/dev/null) != "$IMG/$short-$h.tar" ]]; then
+      log "image $name is older than this tree"; stale=0
+    fi
+  done
+  return $stale
+}
+
 import_images() {
   local ctr=(ctr -a "$CTRD_SOCK" -n k8s.io) f
   for f in "$IMG"/[0-9]*.tar; do
@@ -183,8 +198,9 @@ case ${1:-all} in
   base) base_images ;;
   build) base_images; build_images "${2:-1}" ;;
   import) import_images ;;
+  stale) stale_images ;;
   debootstrap) debootstrap_base ;;
   all) base_images; build_images 1
        if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
-  *) die "usage: images.sh base|build [strict]|import|debootstrap|all" ;;
+  *) die "usage: images.sh base|build [strict]|import|stale|debootstrap|all" ;;
 esac

@@ -33,7 +33,11 @@ command -v go >/dev/null || die "go is needed to build the cluster components"
 
 # ---------------------------------------------------------------- already up?
 if [[ -f $RUN/up.done ]] && "$HERE/status.sh" >/dev/null 2>&1; then
-  log "cluster $CLUSTER_NAME is already up"; "$HERE/status.sh" --short; exit 0
+  if ! "$HERE/images.sh" stale; then
+    log "cluster $CLUSTER_NAME is already up"; "$HERE/status.sh" --short; exit 0
+  fi
+  # Images are built by a dockerd that must not run beside the cluster: start over (~1 min).
+  log "cluster $CLUSTER_NAME is up with old images: restarting it to rebuild them"
 fi
 # Anything left by an earlier (killed) run goes first.
 "$HERE/down.sh" --quiet
