@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Replay an rlog log into Parquet with Spark, as a batch job or as a stream.
 
-    # a local log: `rlog dev` prints its endpoints
+    # a local log: `rlog dev --replicas 3 --dir /tmp/rlog-dev` prints "replica i: H:P ..."
     python examples/spark_replay.py --endpoints 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 \\
         --out /tmp/replay
-    # the same, incrementally: every run appends what is new since the last one (exactly once)
+    # the same, incrementally: a run reads what is new since the last one and adds it to
+    # OUT/data (exactly once; the offsets are in the checkpoint, default OUT/_checkpoint)
     python examples/spark_replay.py --endpoints ... --out /tmp/replay-stream --stream \\
-        --checkpoint /tmp/replay-ckpt [--max-entries 100000]
+        [--checkpoint /tmp/replay-ckpt] [--max-entries 100000]
     # a ReplicatedLog on Kubernetes, through a port-forward of its client Service ...
     kubectl port-forward svc/orders 7000:7000 &
-    python examples/spark_replay.py --endpoints 127.0.0.1:7000 --out /tmp/orders
+    python examples/spark_replay.py --endpoints 127.0.0.1:7000 --out /tmp/orders --partitions 3
     # ... or from a pod in the cluster, through the Service itself
     python examples/spark_replay.py --endpoints orders.default.svc:7000 --out s3a://bucket/orders
 
-Needs `pip install 'rlog[spark]'` and Java 17. Through one address (a Service or a
-port-forward) every partition is read through that address; with the replicas' own addresses
-the partitions are spread over the VOTING replicas.
+Needs `pip install 'rlog[spark]'` and Java 17. Batch mode writes the entries of [--from,
+--to] (default: the whole log as learned when the job starts) to OUT, replacing it. Stream
+mode runs `readStream.format("rlog")` with `Trigger.AvailableNow` into OUT/data, then stops.
+
+With one address (a Service or a port-forward) every partition is read through that address
+and nothing else is contacted (the replicas' peer addresses, cluster DNS names, need not be
+reachable): pass --partitions to read several ranges in parallel through it. With the
+replicas' own addresses the partitions are spread over the VOTING replicas.
 """
 
 from __future__ import annotations
@@ -64,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {spark.read.parquet(args.out).count()} entries to {args.out}")
         return 0
 
+    from rlog.spark import SCHEMA
+
+    data = os.path.join(args.out, "data")
+
+    def entries_in_data() -> int:  # what the file sink committed (its _spark_metadata log)
+        try:
+            return spark.read.schema(SCHEMA).parquet(data).count()
+        except Exception:  # no output yet
+            return 0
+
+    before = entries_in_data()
     reader = (
         spark.readStream.format("rlog")
         .option("endpoints", args.endpoints)
@@ -77,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     query = (
         reader.load()
         .writeStream.format("parquet")
-        .option("path", os.path.join(args.out, "data"))
+        .option("path", data)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    total = spark.read.parquet(os.path.join(args.out, "data")).count()
-    print(f"{os.path.join(args.out, 'data')} holds {total} entries")
+    query.awaitTermination()  # raises if the query failed
+    total = entries_in_data()
+    print(f"added {total - before} entries; {data} holds {total} entries")
     return 0
 
 

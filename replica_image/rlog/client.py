@@ -22,6 +22,7 @@ or a leadership change during an append raises an `rlog.errors.OutcomeUnknown`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import (
@@ -711,6 +712,18 @@ class Client:
 
     def append(self, values: Iterable[Value] | Value) -> list[int]:
         return self._run(self._async.append(values))
+
+    def submit_append(
+        self, values: Iterable[Value] | Value
+    ) -> concurrent.futures.Future[list[int]]:
+        """Start an append and return at once: a future of `append`'s result (its positions,
+        or its error). Appends submitted one after another are handed to the client in that
+        order; with `stream=True` they travel in that order on one `AppendStream`, so several
+        can be in flight at once (a leader assigns their positions in the order it receives
+        them; a follower forwards each on its own, in no guaranteed order)."""
+        if self._closed:
+            raise RlogError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(self._async.append(values), self._loop)
 
     def append_one(self, value: Value) -> int:
         return self._run(self._async.append_one(value))

@@ -33,8 +33,22 @@ Streaming source: offsets `{"position": N}` (the next position to read), options
 fixed position range [start, end), re-planned identically after a restart from Spark's offset
 log: with Spark's checkpoint and an idempotent sink (files) the output is exactly once.
 
+Single endpoint. Given one address (a Kubernetes client Service, or a `kubectl port-forward`
+to it), the source and the sink contact that address only: never the peer addresses the
+replicas report (cluster DNS names, unreachable from outside). Every partition is then read
+through it (a stale read of that replica, else a consistent read forwarded to the leader):
+set `partitions` to read several ranges in parallel.
+
 Sink (`df.write` / `df.writeStream`): the `value` column (BINARY or STRING) is appended
-through the leader in large append calls (`batchSize` rows, at most 4 MiB each). Each append
+through the leader in large append calls (`batchSize` rows, at most 4 MiB each). Each task
+keeps up to `appendsInFlight` (default 4) append calls in flight, in its row order on one
+AppendStream, when its endpoint is the leader (the first endpoint, if one of them leads);
+through a follower (a Service or port-forward that does not reach the leader) it sends one
+call at a time, since a follower forwards each call on its own. Order: a task's rows are in
+the log in the task's order, unless an append failed or the leadership moved during the
+task (with several calls in flight, a failure may leave a later call appended and an
+earlier one not; the retry appends the missing chunks after it). `appendsInFlight=1` keeps
+the order across failures too (a failure leaves a prefix). Each append
 call carries, as its last entry, a batch marker: an entry whose value is
 
     MARKER_MAGIC + JSON {"v": 1, "sink": S, "batch": B, "part": P, "chunk": C, "rows": N}
@@ -50,10 +64,12 @@ limits.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -116,6 +132,7 @@ MARKER_VERSION = 1
 DEFAULT_BATCH_SIZE = 8192
 MAX_APPEND_BYTES = 4 * 1024 * 1024
 DEFAULT_DEDUPE_WINDOW = 1_000_000
+DEFAULT_APPENDS_IN_FLIGHT = 4
 SCAN_WINDOW = 8192
 READ_MAX_BATCH = 4096
 
@@ -190,7 +207,7 @@ def _endpoints_opt(options: Any) -> tuple[str, ...]:
 
 _lock = threading.Lock()
 _stubs: dict[str, pbg.LogStub] = {}
-_clients: dict[tuple[str, ...], Client] = {}
+_clients: dict[tuple[tuple[str, ...], bool], Client] = {}
 
 
 def _stub(endpoint: str) -> pbg.LogStub:
@@ -202,12 +219,14 @@ def _stub(endpoint: str) -> pbg.LogStub:
         return stub
 
 
-def _client(endpoints: Sequence[str]) -> Client:
-    key = tuple(endpoints)
+def _client(endpoints: Sequence[str], stream: bool = False) -> Client:
+    """A client of `endpoints` (per process); `stream`: appends multiplexed on one
+    AppendStream, so that several can be in flight in their order."""
+    key = (tuple(endpoints), stream)
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = Client(list(key))
+            client = _clients[key] = Client(list(key[0]), stream=stream)
         return client
 
 
@@ -553,7 +572,8 @@ class RlogCommitMessage(WriterCommitMessage):
     rows: int
     chunks: int
     skipped_chunks: int = 0
-    positions: list[int] = field(default_factory=list)  # first and last position appended
+    positions: list[int] = field(default_factory=list)  # lowest and highest position appended
+    in_flight: int = 1  # append calls the task kept in flight
 
 
 def _values(batch: pa.RecordBatch) -> list[bytes]:
@@ -601,19 +621,11 @@ def find_markers(
     an earlier batch, the log's begin, or `window` positions."""
     client = _client(endpoints)
     status = client.status()
-    top = status.learned
-    if status.leader and status.role != "leader":
-        top = client.status(status.leader).learned  # the leader knows the most
-    floor = max(status.begin, top - window + 1 if low is None else low)
     found: set[int] = set()
-    hi = top
-    while hi >= floor:
-        lo = max(floor, hi - SCAN_WINDOW + 1)
+
+    def look(entries: Iterable[Any]) -> bool:
+        """Collect the chunks of (sink, batch, part); True if an earlier batch's marker."""
         older = False
-        try:
-            entries = [e for b in client.read_batches(lo, hi) for e in b]
-        except Truncated:
-            break
         for entry in entries:
             marker = decode_marker(entry.value) if is_marker(entry.value) else None
             if marker is None or marker.get("sink") != sink:
@@ -622,7 +634,27 @@ def find_markers(
                 found.add(int(marker["chunk"]))
             elif isinstance(marker.get("batch"), int) and marker["batch"] < batch:
                 older = True
-        if older and low is None:
+        return older and low is None
+
+    top = status.learned
+    if status.role != "leader":
+        # What the leader learned past this replica: a consistent read through the same
+        # endpoint (forwarded to the leader), never the leader's own address, which may be
+        # unreachable from here (a Kubernetes Service or a port-forward given alone).
+        try:
+            if look(e for b in client.read_batches(top + 1, None) for e in b):
+                return found
+        except (PastEnd, Truncated):
+            pass
+    floor = max(status.begin, top - window + 1 if low is None else low)
+    hi = top
+    while hi >= floor:
+        lo = max(floor, hi - SCAN_WINDOW + 1)
+        try:
+            entries = [e for b in client.read_batches(lo, hi) for e in b]
+        except Truncated:
+            break
+        if look(entries):
             break
         hi = lo - 1
     return found
@@ -636,21 +668,72 @@ def write_chunks(
     part: int,
     rows: int,
     done: set[int],
+    in_flight: int = 1,
 ) -> RlogCommitMessage:
-    """Append each chunk not in `done` with its marker as the last entry of the same call."""
-    client = _client(endpoints)
+    """Append each chunk not in `done` with its marker as the last entry of the same call.
+
+    `in_flight` > 1: keep up to that many append calls in flight, sent in chunk order on one
+    AppendStream, provided the endpoint the stream goes to is the leader now (a leader assigns
+    positions in the order it receives the calls; a follower would forward each call on its
+    own, in no guaranteed order): else one call at a time. If an append fails, the appends
+    still in flight are waited for before the error is raised, so a retry's marker scan never
+    races an append of the failed attempt."""
     message = RlogCommitMessage(sink, part, 0, 0)
-    for number, values in enumerate(chunks(batches, rows)):
-        message.chunks += 1
-        if number in done:
-            message.skipped_chunks += 1
-            continue
-        positions = client.append([*values, encode_marker(sink, batch, part, number, len(values))])
-        message.rows += len(values)
+
+    def appended(count: int, positions: list[int]) -> None:
+        message.rows += count
         if not message.positions:
             message.positions = [positions[0], positions[-1]]
-        message.positions[1] = positions[-1]
+        message.positions = [
+            min(message.positions[0], positions[0]),
+            max(message.positions[1], positions[-1]),
+        ]
+
+    def calls() -> Iterator[tuple[int, list[bytes]]]:
+        for number, values in enumerate(chunks(batches, rows)):
+            message.chunks += 1
+            if number in done:
+                message.skipped_chunks += 1
+                continue
+            yield len(values), [*values, encode_marker(sink, batch, part, number, len(values))]
+
+    stream = _client(endpoints, stream=True) if in_flight > 1 else None
+    if stream is not None:
+        try:
+            leading = stream.status().role == "leader"  # the stream's own endpoint and channel
+        except RlogError:
+            leading = False
+        if not leading:
+            stream = None
+    if stream is None:
+        client = _client(endpoints)
+        for count, values in calls():
+            appended(count, client.append(values))
+        message.in_flight = 1
+        return message
+
+    pending: deque[tuple[int, concurrent.futures.Future[list[int]]]] = deque()
+    try:
+        for count, values in calls():
+            while len(pending) >= in_flight:
+                waiting, future = pending.popleft()
+                appended(waiting, future.result())
+            pending.append((count, stream.submit_append(values)))
+        while pending:
+            waiting, future = pending.popleft()
+            appended(waiting, future.result())
+    except BaseException:
+        concurrent.futures.wait([future for _, future in pending])
+        raise
+    message.in_flight = in_flight
     return message
+
+
+def _in_flight_opt(options: Any) -> int:
+    value = _int_opt(options, "appendsInFlight", DEFAULT_APPENDS_IN_FLIGHT)
+    if value is None or value < 1:
+        raise InvalidArgument("option 'appendsInFlight' must be at least 1")
+    return value
 
 
 def _leader_first(endpoints: tuple[str, ...]) -> tuple[str, ...]:
@@ -677,6 +760,7 @@ class RlogWriter(DataSourceArrowWriter):
             raise InvalidArgument("the rlog sink only appends: use mode('append')")
         self.endpoints = _leader_first(_endpoints_opt(options))
         self.rows = _int_opt(options, "batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE
+        self.in_flight = _in_flight_opt(options)
         self.write_id = "write-" + uuid.uuid4().hex
         try:  # where this write starts: a retried task scans for its markers from here
             self.start: int | None = observe(self.endpoints).learned + 1
@@ -694,7 +778,9 @@ class RlogWriter(DataSourceArrowWriter):
             done = find_markers(
                 self.endpoints, self.write_id, 0, part, self.start, DEFAULT_DEDUPE_WINDOW
             )
-        return write_chunks(self.endpoints, iterator, self.write_id, 0, part, self.rows, done)
+        return write_chunks(
+            self.endpoints, iterator, self.write_id, 0, part, self.rows, done, self.in_flight
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # the rows are in the log already
@@ -724,8 +810,9 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
       for an append whose outcome was unknown (a leader failed mid-append) unless a new
       leader's fill split it (then a prefix without its marker may be appended twice; rows are
       never lost, because the marker is the call's last entry);
-    - an earlier attempt's append is no longer in flight when the replay scans (an append
-      outlives its 60 s client deadline only if the leader is stuck);
+    - an earlier attempt's append is no longer in flight when the replay scans (a failing
+      task waits for all of its appends in flight before it fails; an append outlives its
+      60 s client deadline only if the leader is stuck);
     - the earlier attempt's markers are within `dedupeWindow` positions of the end and not
       truncated.
     """
@@ -735,6 +822,7 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
             raise InvalidArgument("the rlog sink only appends: use outputMode('append')")
         self.endpoints = _leader_first(_endpoints_opt(options))
         self.rows = _int_opt(options, "batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE
+        self.in_flight = _in_flight_opt(options)
         self.sink_id = _opt(options, "sinkId")
         self.window = _int_opt(options, "dedupeWindow", DEFAULT_DEDUPE_WINDOW) or 1
 
@@ -748,7 +836,9 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
         sink = self.sink_id or context.getLocalProperty("sql.streaming.queryId") or "query"
         part = context.partitionId()
         done = find_markers(self.endpoints, sink, batch, part, None, self.window)
-        return write_chunks(self.endpoints, iterator, sink, batch, part, self.rows, done)
+        return write_chunks(
+            self.endpoints, iterator, sink, batch, part, self.rows, done, self.in_flight
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sinks = {m.sink for m in messages if isinstance(m, RlogCommitMessage)}
