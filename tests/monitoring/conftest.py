@@ -19,7 +19,7 @@ from monlib import HERE, TOOLS, Chart, Tools, install, render
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if TOOLS.prometheus or TOOLS.error:
+    if TOOLS.prometheus or TOOLS.error or session.config.option.collectonly:
         return
     if any(HERE in Path(str(item.path)).parents for item in session.items):
         install()
