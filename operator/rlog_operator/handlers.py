@@ -365,6 +365,12 @@ async def observe(
     await _roll(body, action, namespace, logger)
 
 
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
+def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
+    """A deleted log leaves no series behind (its owned objects go by owner references)."""
+    metrics.forget(specs.namespace_of(body), specs.name_of(body))
+
+
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
     try:
         await _replica_call(_endpoint(body, pod), what, uid)

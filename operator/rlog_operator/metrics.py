@@ -52,5 +52,19 @@ def observe_status(namespace: str, name: str, status: Mapping[str, Any]) -> None
         PHASE.labels(namespace, name, p).set(1 if phase.startswith(p) else 0)
 
 
+def forget(namespace: str, name: str) -> None:
+    """Drop a deleted log's series (else its last phase, e.g. DataLoss, keeps alerting)."""
+    for key in STATUSES:
+        try:
+            REPLICAS.remove(namespace, name, key)
+        except KeyError:
+            pass
+    for p in PHASES:
+        try:
+            PHASE.remove(namespace, name, p)
+        except KeyError:
+            pass
+
+
 def serve(port: int) -> None:
     start_http_server(port)

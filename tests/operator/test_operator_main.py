@@ -56,3 +56,8 @@ def test_metrics_count_replicas_by_status() -> None:
     assert value("Unknown") == 1
     phase = {"namespace": "ns", "name": "log", "phase": "Degraded"}
     assert REGISTRY.get_sample_value("rlog_operator_log_phase", phase) == 1
+
+    metrics.forget("ns", "log")  # the log was deleted: no series left to alert on
+    assert value("VOTING") is None and value("Unknown") is None
+    assert REGISTRY.get_sample_value("rlog_operator_log_phase", phase) is None
+    metrics.forget("ns", "log")  # twice is harmless
