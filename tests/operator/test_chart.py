@@ -4,21 +4,24 @@ handlers call."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from toolchain import find_or_build_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rlog-operator"
 HANDLERS = ROOT / "operator" / "rlog_operator" / "handlers.py"
-HELM = shutil.which("helm")
-needs_helm = pytest.mark.skipif(
-    HELM is None, reason="helm is not on PATH (make cluster-up installs it)"
-)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """helm from PATH or the cluster cache, else built (tests/toolchain.py): never skipped."""
+    return find_or_build_helm()
+
 
 ALL_ON = [
     "--set", "prometheusRule.enabled=true",
@@ -47,10 +50,9 @@ KOPF_NEEDS = [
 APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
 
 
-def _render(*args: str) -> list[dict[str, Any]]:
-    assert HELM is not None
+def _render(helm: str, *args: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [HELM, "template", "t", str(CHART), *args],
+        [helm, "template", "t", str(CHART), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,12 +61,10 @@ def _render(*args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-@needs_helm
-def test_helm_lint_is_clean() -> None:
-    assert HELM is not None
+def test_helm_lint_is_clean(helm: str) -> None:
     for extra in ([], ALL_ON):
         out = subprocess.run(
-            [HELM, "lint", str(CHART), *extra], capture_output=True, text=True, timeout=60
+            [helm, "lint", str(CHART), *extra], capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout, out.stdout
@@ -80,12 +80,11 @@ def test_chart_crd_is_the_repository_crd() -> None:
         )
 
 
-@needs_helm
-def test_toggles_render_the_monitoring_objects() -> None:
-    kinds = {d["kind"] for d in _render()}
+def test_toggles_render_the_monitoring_objects(helm: str) -> None:
+    kinds = {d["kind"] for d in _render(helm)}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
     assert not kinds & {"PrometheusRule", "ServiceMonitor", "PodMonitor"}
-    docs = _render(*ALL_ON)
+    docs = _render(helm, *ALL_ON)
     kinds = {d["kind"] for d in docs}
     assert {"PrometheusRule", "ServiceMonitor", "PodMonitor", "ConfigMap", "Service"} <= kinds
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
@@ -98,9 +97,8 @@ def test_toggles_render_the_monitoring_objects() -> None:
     assert not_voting["for"] == "10m"
 
 
-@needs_helm
-def test_deployment_is_restricted_with_a_liveness_probe() -> None:
-    dep = next(d for d in _render() if d["kind"] == "Deployment")
+def test_deployment_is_restricted_with_a_liveness_probe(helm: str) -> None:
+    dep = next(d for d in _render(helm) if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -111,11 +109,10 @@ def test_deployment_is_restricted_with_a_liveness_probe() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
-@needs_helm
-def test_dashboard_is_json_on_the_replica_metrics() -> None:
+def test_dashboard_is_json_on_the_replica_metrics(helm: str) -> None:
     import json
 
-    cm = next(d for d in _render() if d["kind"] == "ConfigMap")
+    cm = next(d for d in _render(helm) if d["kind"] == "ConfigMap")
     board = json.loads(cm["data"]["rlog.json"])
     exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
     for metric in (
@@ -148,9 +145,8 @@ def _handler_calls() -> set[tuple[str, str, str]]:
     return needed
 
 
-@needs_helm
-def test_rbac_covers_what_the_handlers_call() -> None:
-    role = next(d for d in _render() if d["kind"] == "ClusterRole")
+def test_rbac_covers_what_the_handlers_call(helm: str) -> None:
+    role = next(d for d in _render(helm) if d["kind"] == "ClusterRole")
     granted = {
         (g, r, v)
         for rule in role["rules"]

@@ -1,0 +1,54 @@
+"""Tools the tests need that are not Python packages: found, or built from the Go module
+proxy into the same cache the cluster scripts use (never skipped for want of them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_LIB = ROOT / "e2e" / "cluster" / "lib.sh"
+INSTALL_TIMEOUT = 3600.0
+
+
+def _go() -> str:
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else ""
+    )
+    if not go:
+        raise RuntimeError("Go is needed to build helm (not on PATH, not /usr/local/go/bin/go)")
+    return go
+
+
+def find_or_build_helm() -> str:
+    """helm from PATH, else the cluster scripts' cached build, else build that same pinned
+    version into the same cache dir (as e2e/cluster/build-tools.sh does)."""
+    found = shutil.which("helm")
+    if found:
+        return found
+    match = re.search(r"HELM_VERSION=\$\{HELM_VERSION:-(v[0-9.]+)\}", CLUSTER_LIB.read_text())
+    if not match:
+        raise RuntimeError(f"cannot find HELM_VERSION in {CLUSTER_LIB}")
+    version = os.environ.get("HELM_VERSION", match.group(1))
+    cache = Path(os.environ.get("RLOG_CLUSTER_CACHE", Path.home() / ".cache" / "rlog-cluster"))
+    bindir = cache / f"helm-{version}" / "bin"
+    if (bindir / "helm").exists():
+        return str(bindir / "helm")
+    bindir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOBIN=str(bindir), CGO_ENABLED="0", GOTOOLCHAIN="local")
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}"
+    done = subprocess.run(
+        [_go(), "install", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v3/cmd/helm@{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=INSTALL_TIMEOUT,
+        cwd=str(cache),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"building helm {version} failed:\n{done.stderr[-3000:]}")
+    return str(bindir / "helm")
