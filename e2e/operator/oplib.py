@@ -100,6 +100,28 @@ class Log:
     def wait_ready(self, what: str, timeout: float = 300) -> None:
         wait_until(f"{self.name}: {what}", self.all_voting, timeout, 2)
 
+    def wait_settled_leader(self, quiet: float = 5.0, timeout: float = 120) -> str:
+        """Wait until every replica names one leader and no replica's promise moves for
+        `quiet` seconds. Right after initialization a second election sometimes follows the
+        first (replicas turn VOTING together), failing an append in flight with an unknown
+        outcome; tests that need their first appends to succeed wait this out."""
+        settled: dict[str, Any] = {}
+
+        def observe() -> bool:
+            statuses = [self.replica_status(p) for p in self.pods]
+            leaders = {s.get("leader") for s in statuses}
+            key = (tuple(s.get("promised") for s in statuses), tuple(leaders))
+            if len(leaders) != 1 or None in leaders or "" in leaders:
+                settled.clear()
+                return False
+            if settled.get("key") != key:
+                settled.update(key=key, since=time.monotonic())
+                return False
+            return time.monotonic() - settled["since"] >= quiet
+
+        wait_until(f"{self.name}: one settled leader", observe, timeout, 1)
+        return str(settled["key"][1][0])
+
     def pod_uids(self) -> dict[str, str]:
         items = self.k.json("get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")
         return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items["items"]}
