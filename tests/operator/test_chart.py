@@ -160,3 +160,17 @@ def test_rbac_covers_what_the_handlers_call(helm: str) -> None:
     # least privilege: the operator never deletes what it does not replace
     deletable = {r for g, r, v in granted if v == "delete"}
     assert deletable == {"pods", "persistentvolumeclaims"}
+
+
+def test_monitoring_objects_take_extra_labels(helm: str) -> None:
+    """kube-prometheus-stack selects monitors and rules by a label (release: <name>)."""
+    extra = [
+        "--set", "metrics.serviceMonitor.labels.release=kps",
+        "--set", "metrics.podMonitor.labels.release=kps",
+        "--set", "prometheusRule.labels.release=kps",
+    ]  # fmt: skip
+    docs = _render(helm, *ALL_ON, *extra)
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        doc = next(d for d in docs if d["kind"] == kind)
+        assert doc["metadata"]["labels"]["release"] == "kps", doc["metadata"]
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "rlog-operator"
