@@ -8,7 +8,7 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo demo-local bench clean e2e-operator
+.PHONY: help venv proto lint typecheck unit test demo demo-local bench clean e2e-operator prometheus
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean"
@@ -31,6 +31,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy replica_image/rlog operator/rlog_operator
+
+# tests/monitoring builds it on first use too; this target does it ahead (cold: ~6 min).
+prometheus:
+	e2e/monitoring/prometheus.sh
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests
