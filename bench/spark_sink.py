@@ -8,7 +8,8 @@ back in one local[2] SparkSession against a real 3-replica log (`rlog replica` p
 Each run writes the same cached DataFrame (`--rows` values of 100 B in 2 partitions, so 2
 tasks) into the log; the runs go in the order given (the default alternates, so a change of
 the machine's load during the session hits both settings). Prints one line per run with the
-1-minute load average before and after it, and the best rows/s per setting.
+1-minute load average before and after it and the CPU time each replica process used per
+row, and the best rows/s per setting.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -72,17 +81,25 @@ def main() -> int:
         write(1, src.limit(20_000))  # warm up the workers and the replicas' channels
         for in_flight in settings:
             load = os.getloadavg()[0]
+            leader = log.leader()
+            cpu = [cpu_seconds(log.pid(i)) for i in range(3)]
             before = observe(log.endpoints).learned
             t = time.perf_counter()
             write(in_flight, src)
             seconds = time.perf_counter() - t
             after = observe(log.endpoints).learned
             assert after - before >= rows, (before, after)
+            used = [cpu_seconds(log.pid(i)) - c for i, c in enumerate(cpu)]
+            per_entry = {
+                "leader" if i == leader else f"follower {i}": f"{u / rows * 1e6:.1f}"
+                for i, u in enumerate(used)
+            }
             rate = rows / seconds
             best[in_flight] = max(best.get(in_flight, 0.0), rate)
             print(
                 f"appendsInFlight={in_flight}: {rows} rows in {seconds:6.2f} s = {rate:>9,.0f} "
-                f"rows/s  (load {load:.2f} -> {os.getloadavg()[0]:.2f})",
+                f"rows/s  (load {load:.2f} -> {os.getloadavg()[0]:.2f}); replica CPU us/row "
+                f"{per_entry}",
                 flush=True,
             )
     print()

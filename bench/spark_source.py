@@ -36,7 +36,9 @@ def main() -> int:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--sink-rows", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument(
+        "--partitions", default="3", help="read partitions; a list (3,6) times the source for each"
+    )
     parser.add_argument("--dir", default=None, help="work dir (default: a temp dir)")
     args = parser.parse_args()
 
@@ -46,7 +48,7 @@ def main() -> int:
     from rlog.client import Client
     from rlog.dev import DevCluster
     from rlog.errors import OutcomeUnknown
-    from rlog.spark import observe, register, wait_learned
+    from rlog.spark import _read_batches, observe, register, wait_learned
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
     spark = (
@@ -60,6 +62,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     n = args.entries
+    counts = [int(c) for c in str(args.partitions).split(",")]
     results: list[tuple[str, float, int]] = []
 
     def record(what: str, seconds: float, rows: int) -> None:
@@ -83,22 +86,31 @@ def main() -> int:
         print(f"loaded {n} entries of 100 B in {time.perf_counter() - t:.1f} s")
         view = observe(log.endpoints)
 
-        def rlog_df():
+        # One raw stale Read stream from a follower, no Spark: the replica's serving rate.
+        follower = next(e for e, _ in view.replicas if e != view.leader)
+        t = time.perf_counter()
+        got = sum(len(p) for p, _ in _read_batches(follower, view.begin, view.learned, True))
+        record("raw Read stream, 1 follower (no Spark)", time.perf_counter() - t, got)
+
+        def rlog_df(parts: int):
             return (
                 spark.read.format("rlog")
                 .option("endpoints", log.endpoint)
-                .option("partitions", str(args.partitions))
+                .option("partitions", str(parts))
                 .load()
             )
 
         def jvm_df():
-            return spark.range(0, n, 1, args.partitions).select(
+            return spark.range(0, n, 1, counts[0]).select(
                 F.col("id").alias("position"), F.lit(value).alias("value")
             )
 
-        n = rlog_df().count()  # also warms up the workers
+        n = rlog_df(counts[0]).count()  # also warms up the workers
         parquet = work / "out.parquet"
-        for name, make in (("JVM spark.range + 100 B binary", jvm_df), ("rlog source", rlog_df)):
+        makers = [("JVM spark.range + 100 B binary", jvm_df)] + [
+            (f"rlog source, {c} partitions", lambda c=c: rlog_df(c)) for c in counts
+        ]
+        for name, make in makers:
             seconds = best(
                 lambda make=make: make().write.format("noop").mode("overwrite").save(), args.repeat
             )
@@ -126,9 +138,15 @@ def main() -> int:
     print("| --- | ---: | ---: |")
     for sink in ("noop", "parquet"):
         jvm = by[f"JVM spark.range + 100 B binary -> {sink}"]
-        ours = by[f"rlog source -> {sink}"]
         print(f"| JVM baseline -> {sink} | {jvm:,.0f} | 1 |")
-        print(f"| rlog source (3 replicas) -> {sink} | {ours:,.0f} | {ours / jvm:.2f} |")
+        for c in counts:
+            ours = by[f"rlog source, {c} partitions -> {sink}"]
+            print(
+                f"| rlog source (3 replicas, {c} partitions) -> {sink} | {ours:,.0f} | "
+                f"{ours / jvm:.2f} |"
+            )
+    raw = by["raw Read stream, 1 follower (no Spark)"]
+    print(f"| one raw stale Read stream from a follower (no Spark) | {raw:,.0f} | |")
     sink_key = "sink: df.write.format('rlog') (2 tasks)"
     print(f"| rlog sink (append through the leader) | {by[sink_key]:,.0f} | |")
     spark.stop()

@@ -41,7 +41,8 @@ set `partitions` to read several ranges in parallel.
 
 Sink (`df.write` / `df.writeStream`): the `value` column (BINARY or STRING) is appended
 through the leader in large append calls (`batchSize` rows, at most 4 MiB each). Each task
-keeps up to `appendsInFlight` (default 4) append calls in flight, in its row order on one
+keeps up to `appendsInFlight` append calls in flight (default 1: with 2 or more tasks, more
+was not faster, the replicas' CPU is the limit: bench/README.md), in its row order on one
 AppendStream, when its endpoint is the leader (the first endpoint, if one of them leads);
 through a follower (a Service or port-forward that does not reach the leader) it sends one
 call at a time, since a follower forwards each call on its own. Order: a task's rows are in
@@ -132,7 +133,7 @@ MARKER_VERSION = 1
 DEFAULT_BATCH_SIZE = 8192
 MAX_APPEND_BYTES = 4 * 1024 * 1024
 DEFAULT_DEDUPE_WINDOW = 1_000_000
-DEFAULT_APPENDS_IN_FLIGHT = 4
+DEFAULT_APPENDS_IN_FLIGHT = 1  # measured: more was not faster with 2 tasks (bench/README.md)
 SCAN_WINDOW = 8192
 READ_MAX_BATCH = 4096
 

@@ -131,6 +131,8 @@ def test_stream_sink_replay_is_exactly_once(spark, cluster, tmp_path):
             .parquet(str(source))
             .writeStream.format("rlog")
             .option("endpoints", cluster.endpoint)
+            .option("appendsInFlight", "4")  # the replay's dedupe with pipelined appends
+            .option("batchSize", "200")  # 5 append calls per task
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
             .start()
