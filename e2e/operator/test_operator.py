@@ -138,6 +138,69 @@ def test_replicas_is_immutable(k: Kubectl) -> None:
     assert k.json("get", "replicatedlog", NAME)["spec"]["replicas"] == REPLICAS
 
 
+CRD = "replicatedlogs.rlog.io"
+
+
+def _without_immutability_rule(crd: dict) -> dict:
+    """The CRD as on an API server without CEL: no `self == oldSelf` rule on replicas."""
+    crd = json.loads(json.dumps(crd))
+    for version in crd["spec"]["versions"]:
+        replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+            "replicas"
+        ]
+        rules = replicas.get("x-kubernetes-validations", [])
+        replicas["x-kubernetes-validations"] = [r for r in rules if r["rule"] != "self == oldSelf"]
+    return crd
+
+
+def test_a_replicas_change_past_the_crd_is_refused_by_the_operator(k: Kubectl) -> None:
+    """If a replicas change gets past the CRD (an API server without CEL), the operator
+    refuses it: phase Failed with the reason, an Event, the StatefulSet untouched and the
+    log still served; setting it back restores Ready."""
+    original = k.json("get", "crd", CRD, namespaced=False)
+    k.run("replace", "-f", "-", input=json.dumps(_without_immutability_rule(original)),
+          namespaced=False)  # fmt: skip
+    try:
+        wait_until(
+            "the API server to accept a replicas change",
+            lambda: k.run(
+                "patch", "replicatedlog", NAME, "--type=merge", "-p", '{"spec":{"replicas":5}}',
+                check=False,
+            ).returncode == 0,
+            60,
+            2,
+        )  # fmt: skip
+
+        def refused() -> bool:
+            st = rlog_status(k)
+            return st.get("phase") == "Failed" and "cannot change (3 -> 5)" in str(
+                st.get("message")
+            )
+
+        wait_until("phase Failed with the refusal", refused, 60, 2)
+        st = rlog_status(k)
+        assert [r["name"] for r in st.get("replicas") or []] == pods(), st
+        assert all(r.get("status") == "VOTING" for r in st["replicas"]), st
+        assert k.json("get", "statefulset", NAME)["spec"]["replicas"] == REPLICAS
+        assert not exists(k, "pod", f"{NAME}-3")
+        events = k("get", "events", "--field-selector",
+                   f"involvedObject.name={NAME},reason=ReplicasChanged")  # fmt: skip
+        assert "no reconfiguration" in events, events
+        # it stays refused (the 5 s observation does not paper over it)
+        time.sleep(12)
+        assert rlog_status(k).get("phase") == "Failed", rlog_status(k)
+        # still a working log
+        replica(k, pods()[0], "append", "--endpoint", f"{NAME}:{PORT}", "while-refused")
+
+        k("patch", "replicatedlog", NAME, "--type=merge", "-p", '{"spec":{"replicas":3}}')
+        wait_until("Ready again once replicas is set back", lambda: all_voting(k), 120, 2)
+    finally:
+        current = k.json("get", "crd", CRD, namespaced=False)
+        current["spec"] = original["spec"]
+        k.run("replace", "-f", "-", input=json.dumps(current), namespaced=False)
+    test_replicas_is_immutable(k)  # the rule is back
+
+
 MANUAL = "e2e-manual"
 
 

@@ -148,11 +148,8 @@ async def reconcile(
     wanted = specs.replicas_of(body)
     if existing is not None:
         have = int((existing.get("spec") or {}).get("replicas") or 0)
-        if have and have != wanted:
-            message = (
-                f"spec.replicas cannot change ({have} -> {wanted}): rlog has no reconfiguration;"
-                f" create a new ReplicatedLog instead, or set spec.replicas back to {have}"
-            )
+        message = observed.replicas_changed(have, wanted)
+        if message:
             now = _now()
             previous = list((body.get("status") or {}).get("conditions") or [])
             patch.status["conditions"] = _with_condition(
@@ -218,9 +215,9 @@ def replica_claims(
 @kopf.index("apps", "v1", "statefulsets", labels=dict(observed.REPLICA_LABELS))
 def replica_statefulsets(
     namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-) -> dict[observed.LogKey, str]:
+) -> dict[observed.LogKey, observed.StatefulSetRecord]:
     key = observed.log_key(namespace, labels)
-    return {key: observed.update_revision(body)} if key else {}
+    return {key: observed.statefulset_record(body)} if key else {}
 
 
 @kopf.index("persistentvolumes")
@@ -233,18 +230,18 @@ def _observe(
     body: Mapping[str, Any],
     pods_index: kopf.Index[observed.LogKey, st.PodInfo],
     claims_index: kopf.Index[observed.LogKey, rolling.PvcInfo],
-    statefulsets_index: kopf.Index[observed.LogKey, str],
+    statefulsets_index: kopf.Index[observed.LogKey, observed.StatefulSetRecord],
     volumes_index: kopf.Index[str, bool],
-) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], str]:
-    """The log's pods, its claims (by name) and the StatefulSet's updateRevision."""
+) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], observed.StatefulSetRecord | None]:
+    """The log's pods, its claims (by name) and its StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
     # An empty volume index means "not known" (a cluster with Bound claims has volumes):
     # never conclude that every volume is gone from an index that saw none.
     volumes = list(volumes_index.keys()) or None
     claims = observed.claims_by_name(claims_index.get(key, []), volumes)
-    update_revision = next(iter(statefulsets_index.get(key, [])), "")
-    return pods, claims, update_revision
+    sts = next(iter(statefulsets_index.get(key, [])), None)
+    return pods, claims, sts
 
 
 def _endpoint(body: Mapping[str, Any], pod: str) -> str:
@@ -314,30 +311,36 @@ async def observe(
     metrics.RECONCILES.labels(handler="observe").inc()
     namespace = specs.namespace_of(body)
     uid = specs.uid_of(body)
-    pods, pvcs, update_revision = _observe(
+    pods, pvcs, sts = _observe(
         body,
         indexes["replica_pods"],
         indexes["replica_claims"],
         indexes["replica_statefulsets"],
         indexes["persistent_volumes"],
     )
+    update_revision = sts["updateRevision"] if sts else ""
+    # A replicas change that got past the CRD (no CEL) is refused by `reconcile`; until it is
+    # undone, observe the log as built, report the refusal, and take no action on it.
+    refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
+    view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
 
-    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
+    names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
     answers = await asyncio.gather(*(_replica_status(_endpoint(body, n)) for n in names))
     statuses: dict[str, st.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
 
     previous = dict(body.get("status") or {})
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
     now = _now()
-    action = rolling.next_step(body, pods, statuses, update_revision, queue, pvcs, now=now)
+    action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
     result = st.compute_status(
-        body,
+        view,
         pods,
         statuses,
         update_revision,
         previous,
         now,
         rolling_update=action.as_status(),
+        error=refused or None,
     )
 
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
@@ -350,6 +353,10 @@ async def observe(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     metrics.observe_status(namespace, specs.name_of(body), result.status)
 
+    if refused:
+        for name in result.permit.revoke:
+            await _act(body, "revoke", name, uid, logger)
+        return
     for name in result.permit.grant:
         await _act(body, "grant", name, uid, logger)
     for name in result.permit.revoke:

@@ -9,7 +9,7 @@ watched object into the small record an index holds, keyed by (namespace, log na
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from rlog_operator import constants as c
 from rlog_operator.rolling import PvcInfo
@@ -44,8 +44,32 @@ def claim_record(claim: Mapping[str, Any]) -> PvcInfo:
     )
 
 
-def update_revision(statefulset: Mapping[str, Any]) -> str:
-    return str((statefulset.get("status") or {}).get("updateRevision") or "")
+class StatefulSetRecord(TypedDict):
+    updateRevision: str
+    replicas: int  # spec.replicas: the log's real size (it never changes)
+
+
+def statefulset_record(statefulset: Mapping[str, Any]) -> StatefulSetRecord:
+    return StatefulSetRecord(
+        updateRevision=str((statefulset.get("status") or {}).get("updateRevision") or ""),
+        replicas=int((statefulset.get("spec") or {}).get("replicas") or 0),
+    )
+
+
+def replicas_changed(have: int, wanted: int) -> str:
+    """The refusal of a spec.replicas change that got past the CRD's rule; "" if none."""
+    if not have or have == wanted:
+        return ""
+    return (
+        f"spec.replicas cannot change ({have} -> {wanted}): rlog has no reconfiguration;"
+        f" create a new ReplicatedLog instead, or set spec.replicas back to {have}"
+    )
+
+
+def as_built(body: Mapping[str, Any], replicas: int) -> dict[str, Any]:
+    """The ReplicatedLog as its StatefulSet was built: what to observe while a refused
+    replicas change stands in the spec."""
+    return {**body, "spec": {**(body.get("spec") or {}), "replicas": replicas}}
 
 
 def claims_by_name(

@@ -55,6 +55,35 @@ def test_unknown_volumes_or_unbound_claims_are_never_lost() -> None:
     assert observed.claims_by_name([pending], ["pv-b"])["c"]["volumeLost"] is False
 
 
-def test_update_revision() -> None:
-    assert observed.update_revision({"status": {"updateRevision": "orders-7f"}}) == "orders-7f"
-    assert observed.update_revision({}) == ""
+def test_statefulset_record() -> None:
+    sts = {"spec": {"replicas": 3}, "status": {"updateRevision": "orders-7f"}}
+    assert observed.statefulset_record(sts) == {"updateRevision": "orders-7f", "replicas": 3}
+    assert observed.statefulset_record({}) == {"updateRevision": "", "replicas": 0}
+
+
+def test_a_replicas_change_is_refused_and_the_log_observed_as_built() -> None:
+    assert observed.replicas_changed(3, 3) == ""
+    assert observed.replicas_changed(0, 5) == ""  # no StatefulSet yet: nothing to refuse
+    message = observed.replicas_changed(3, 5)
+    assert "cannot change (3 -> 5)" in message and "no reconfiguration" in message
+    body = {"metadata": {"name": "orders"}, "spec": {"replicas": 5, "storage": {"size": "1Gi"}}}
+    built = observed.as_built(body, 3)
+    assert built["spec"] == {"replicas": 3, "storage": {"size": "1Gi"}}
+    assert body["spec"]["replicas"] == 5  # the CR itself is left alone
+
+
+def test_a_refused_change_shows_as_failed_with_the_message() -> None:
+    from rlog_operator import status as st
+
+    body = {"metadata": {"name": "orders", "namespace": "ns", "uid": "u", "generation": 2}}
+    built = observed.as_built({**body, "spec": {"replicas": 5}}, 3)
+    pods = [
+        st.pod_info({"metadata": {"name": f"orders-{i}", "uid": f"p{i}"}, "status": {}})
+        for i in range(3)
+    ]
+    voting = {"status": "VOTING", "role": "follower", "log_id": "u"}
+    statuses = {f"orders-{i}": voting for i in range(3)}
+    message = observed.replicas_changed(3, 5)
+    result = st.compute_status(built, pods, statuses, "", {}, "2026-01-01T00:00:00Z", error=message)
+    assert result.status["phase"] == "Failed" and result.status["message"] == message
+    assert [r["name"] for r in result.status["replicas"]] == ["orders-0", "orders-1", "orders-2"]
