@@ -13,6 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_LIB = ROOT / "e2e" / "cluster" / "lib.sh"
 INSTALL_TIMEOUT = 3600.0
 
+# the chart with every monitoring object on, as in a cluster with the Prometheus Operator
+ALL_ON = [
+    "--set", "prometheusRule.enabled=true",
+    "--set", "metrics.serviceMonitor.enabled=true",
+    "--set", "metrics.podMonitor.enabled=true",
+]  # fmt: skip
+
 
 def _go() -> str:
     go = shutil.which("go") or (

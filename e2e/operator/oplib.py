@@ -8,9 +8,11 @@ runs unchanged on the local cluster and on kind.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,22 @@ spec:
     size: {size}
   autoInitialize: {"true" if auto_initialize else "false"}
 """
+
+
+@contextlib.contextmanager
+def created_log(namespace: str, name: str, settle: bool = False) -> Iterator[Log]:
+    """A 3-replica ReplicatedLog, Ready with every replica VOTING (and, with `settle`, one
+    settled leader); deleted afterwards while the operator still serves its finalizer."""
+    k = Kubectl(namespace)
+    log = Log(k, name)
+    k.apply(manifest(name))
+    log.wait_ready("every replica VOTING after creation")
+    if settle:
+        log.wait_settled_leader()
+    try:
+        yield log
+    finally:
+        k.run("delete", "replicatedlogs", name, "--wait=true", check=False, timeout=180)
 
 
 def pod_ready(pod: dict) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import REPLICA_IMAGE, Log, Writer, check_acknowledged, manifest, watch_pods
+from oplib import REPLICA_IMAGE, Log, Writer, check_acknowledged, created_log, watch_pods
 
 NAME = "roll-log"
 QUORUM = 2
@@ -27,12 +27,8 @@ QUORUM = 2
 
 @pytest.fixture(scope="module")
 def log(operator: str, namespace: str) -> Iterator[Log]:
-    k = Kubectl(namespace)
-    log = Log(k, NAME)
-    k.apply(manifest(NAME))
-    log.wait_ready("every replica VOTING after creation")
-    yield log
-    k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+    with created_log(namespace, NAME) as log:
+        yield log
 
 
 def _roll_under_writer(

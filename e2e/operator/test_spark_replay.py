@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pyarrow.parquet as pq
 import pytest
-from e2elib import Kubectl, wait_until
-from oplib import Log, manifest
+from e2elib import wait_until
+from oplib import Log, created_log
 
 NAME = "spark-log"
 EXAMPLE = os.path.join(
@@ -29,13 +29,8 @@ EXAMPLE = os.path.join(
 
 @pytest.fixture(scope="module")
 def log(operator: str, namespace: str) -> Iterator[Log]:
-    k = Kubectl(namespace)
-    log = Log(k, NAME)
-    k.apply(manifest(NAME))
-    log.wait_ready("every replica VOTING after creation")
-    log.wait_settled_leader()
-    yield log
-    k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+    with created_log(namespace, NAME, settle=True) as log:
+        yield log
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from toolchain import find_or_build_helm
+from toolchain import ALL_ON, find_or_build_helm
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -16,12 +16,6 @@ CHART = ROOT / "helm" / "rlog-operator"
 PROMETHEUS_SH = ROOT / "e2e" / "monitoring" / "prometheus.sh"
 INSTALL_TIMEOUT = 3600.0
 
-# every monitoring object on, as in a cluster with the Prometheus Operator
-ALL_ON = [
-    "--set", "prometheusRule.enabled=true",
-    "--set", "metrics.serviceMonitor.enabled=true",
-    "--set", "metrics.podMonitor.enabled=true",
-]  # fmt: skip
 RELEASE = "rlog"
 RELEASE_NAMESPACE = "rlog-system"  # where the operator (and its metrics Service) runs
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from toolchain import find_or_build_helm
+from toolchain import ALL_ON, find_or_build_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rlog-operator"
@@ -22,12 +22,6 @@ def helm() -> str:
     """helm from PATH or the cluster cache, else built (tests/toolchain.py): never skipped."""
     return find_or_build_helm()
 
-
-ALL_ON = [
-    "--set", "prometheusRule.enabled=true",
-    "--set", "metrics.serviceMonitor.enabled=true",
-    "--set", "metrics.podMonitor.enabled=true",
-]  # fmt: skip
 
 # kubernetes-client method stem -> (api group, resource); verbs: read->get, others as named.
 RESOURCES = {
