@@ -72,6 +72,8 @@ def test_create_ready(k: Kubectl) -> None:
 
 
 def test_append_and_read_through_client_service(k: Kubectl) -> None:
+    # a fresh log sometimes holds a second election right after Ready (notes, session 2)
+    print(f"settled leader: {Log(k, NAME, REPLICAS).wait_settled_leader()}")
     values = [f"e2e-{i}-{time.time_ns()}" for i in range(5)]
     endpoint = f"{NAME}:{PORT}"  # the client Service
     replica(k, pods()[0], "append", "--endpoint", endpoint, *values)
