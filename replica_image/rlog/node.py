@@ -133,6 +133,9 @@ class Node:
         self.leader_id: int | None = None
         self.leader_address = ""
         self.last_heard = time.monotonic()
+        # When this replica last accepted another coordinator's promise (a candidate at
+        # work, not yet heartbeating): like a heartbeat, it defers our own candidacy.
+        self._candidate_heard = 0.0
         self._prev_leader_learned = 0
         self._fetching = False
         self._retry_at = 0.0
@@ -237,9 +240,12 @@ class Node:
                 status=self.core.status,
             )
         reply = self.core.on_promise(request)
+        assert isinstance(reply.response, pb.PromiseResponse)
+        if reply.response.verdict == pb.ACCEPT and request.candidate != self.config.id:
+            # Before the persist: our own candidacy must not start while it is under way.
+            self._candidate_heard = time.monotonic()
         if reply.persist is not None:
             await self.journal.persist(reply.persist)
-        assert isinstance(reply.response, pb.PromiseResponse)
         if reply.response.verdict == pb.REJECT:
             self.metrics.rejects.labels("promise").inc()
         self.coordinator.observe(request.proposal)
@@ -278,8 +284,9 @@ class Node:
             self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
-        if self.coordinator.leading and request.proposal > self.coordinator.proposal:
-            # Someone was elected above us: our next write would be rejected anyway.
+        if self.coordinator.phase != Phase.IDLE and request.proposal > self.coordinator.proposal:
+            # Someone was elected above us (while we lead, or still elect or fill): our next
+            # write would be rejected anyway.
             self.coordinator.step_down("a leader with a higher proposal is live")
             self._dispatch()
         self.coordinator.observe(request.proposal)
@@ -561,19 +568,44 @@ class Node:
     def _election_timeout(self) -> float:
         return random.uniform(self.config.election_timeout, 2 * self.config.election_timeout)
 
+    def _quiet_since(self) -> float:
+        """The last sign of another coordinator at work: a leader's heartbeat, or a
+        candidate's promise this replica accepted (it is electing or filling and will
+        heartbeat once leading)."""
+        return max(self.last_heard, self._candidate_heard)
+
     async def _election_loop(self) -> None:
         timeout = self._election_timeout()
+        voting_since: float | None = None
         while True:
             await asyncio.sleep(0.02)
-            if self.core.status != pb.VOTING or self.coordinator.phase != Phase.IDLE:
+            if self.core.status != pb.VOTING:
+                voting_since = None
                 continue
             now = time.monotonic()
+            if voting_since is None:
+                # A new voter (auto-initialization, catch-up, start) first listens for a
+                # leader for a full, fresh timeout: replicas that turned VOTING together must
+                # not all stand at once, nor one that missed the first heartbeats.
+                voting_since = now
+                timeout = self._election_timeout()
+            if self.coordinator.phase != Phase.IDLE:
+                continue
             if now < self._retry_at:
                 continue
-            if now - self.last_heard < timeout:
+            quiet_since = max(self._quiet_since(), voting_since)
+            if now - quiet_since < timeout:
                 continue
             if await self._peers_follow_a_leader():
                 self.last_heard = time.monotonic()
+                timeout = self._election_timeout()
+                continue
+            if (
+                self._quiet_since() > quiet_since
+                or self.core.status != pb.VOTING
+                or self.coordinator.phase != Phase.IDLE
+            ):
+                # A heartbeat or a candidate's promise arrived during the pre-vote.
                 timeout = self._election_timeout()
                 continue
             self.leader_id = None
