@@ -32,6 +32,20 @@ if ! kubectl -n "$NS" wait "rlog/$LOG" --for=jsonpath='{.status.phase}'=Ready --
   exit 1
 fi
 
+# A fresh log sometimes holds a second election just after turning Ready; an append in
+# flight then fails with an unknown outcome. Wait until every replica names one leader under
+# an unchanged promise for a few seconds.
+leaders() {
+  for i in 0 1 2; do
+    kubectl -n "$NS" exec "$LOG-$i" -c replica -- rlog status --endpoint 127.0.0.1:7000 --json |
+      python3 -c 'import json, sys; s = json.load(sys.stdin); print(s["leader"], s["promised"])'
+  done | sort -u
+}
+for _ in $(seq 30); do
+  a=$(leaders); sleep 3; b=$(leaders)
+  [[ -n $a && $a == "$b" && $(wc -l <<<"$a") == 1 ]] && break
+done
+
 # The client runs in the cluster (the Service is a cluster address): the rlog CLI of a
 # replica pod, talking to the Service like any client would.
 rlog() { kubectl -n "$NS" exec "$LOG-0" -c replica -- rlog "$@"; }
