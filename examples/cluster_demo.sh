@@ -33,17 +33,17 @@ if ! kubectl -n "$NS" wait "rlog/$LOG" --for=jsonpath='{.status.phase}'=Ready --
 fi
 
 # A fresh log sometimes holds a second election just after turning Ready; an append in
-# flight then fails with an unknown outcome. Wait until every replica names one leader under
-# an unchanged promise for a few seconds.
-leaders() {
+# flight then fails with an unknown outcome. Wait until every replica names the same leader
+# and no replica's promise moves for a few seconds.
+views() {  # one line per replica: its leader and its promise
   for i in 0 1 2; do
     kubectl -n "$NS" exec "$LOG-$i" -c replica -- rlog status --endpoint 127.0.0.1:7000 --json |
       python3 -c 'import json, sys; s = json.load(sys.stdin); print(s["leader"], s["promised"])'
-  done | sort -u
+  done
 }
 for _ in $(seq 30); do
-  a=$(leaders); sleep 3; b=$(leaders)
-  [[ -n $a && $a == "$b" && $(wc -l <<<"$a") == 1 ]] && break
+  a=$(views); sleep 3; b=$(views)
+  [[ $a == "$b" && $(cut -d' ' -f1 <<<"$a" | sort -u | wc -l) == 1 && -n $(cut -d' ' -f1 <<<"$a" | head -1) ]] && break
 done
 
 # The client runs in the cluster (the Service is a cluster address): the rlog CLI of a
