@@ -184,19 +184,6 @@ def _decode_b64(text: bytes | str) -> bytes:
         raise UsageError(f"value {_one_line(str(text))[:40]!r} is not valid base64") from None
 
 
-def _batches(values: Iterator[bytes]) -> Iterator[list[bytes]]:
-    batch: list[bytes] = []
-    size = 0
-    for value in values:
-        if batch and (len(batch) >= STDIN_BATCH_VALUES or size + len(value) > STDIN_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(value)
-        size += len(value)
-    if batch:
-        yield batch
-
-
 def cmd_append(args: argparse.Namespace) -> int:
     if args.stdin and args.values:
         raise UsageError("give values as arguments or --stdin, not both", args.prog)
@@ -212,8 +199,10 @@ def cmd_append(args: argparse.Namespace) -> int:
                 for v in args.values
             ]
         )
+    from rlog.client import batched
+
     with _client(args) as client:
-        for batch in _batches(values):
+        for batch in batched(values, STDIN_BATCH_VALUES, STDIN_BATCH_BYTES):
             positions = client.append(batch)
             sys.stdout.write("".join(f"{p}\n" for p in positions))
             sys.stdout.flush()

@@ -115,6 +115,22 @@ def encode_value(value: Value) -> bytes:
     raise TypeError(f"a value is bytes or str, not {type(value).__name__}")
 
 
+def batched(values: Iterable[bytes], max_values: int, max_bytes: int) -> Iterator[list[bytes]]:
+    """`values` cut, in order, into batches of at most `max_values` values and `max_bytes`
+    bytes (a single larger value gets a batch of its own): one append call each.
+    Deterministic: the same input is always cut the same way."""
+    batch: list[bytes] = []
+    size = 0
+    for value in values:
+        if batch and (len(batch) >= max_values or size + len(value) > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(value)
+        size += len(value)
+    if batch:
+        yield batch
+
+
 def status_name(status: int) -> str:
     return pb.Status.Name(status)  # type: ignore[arg-type]
 

@@ -100,7 +100,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from rlog.client import CHANNEL_OPTIONS, Client, parse_endpoints
+from rlog.client import CHANNEL_OPTIONS, Client, batched, parse_endpoints
 from rlog.errors import (
     InvalidArgument,
     NotVoting,
@@ -596,17 +596,8 @@ def _values(batch: pa.RecordBatch) -> list[bytes]:
 def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[bytes]]:
     """The values of the input cut into append calls of at most `rows` values and about
     MAX_APPEND_BYTES: deterministic for a given input (replays must cut the same chunks)."""
-    chunk: list[bytes] = []
-    size = 0
-    for batch in batches:
-        for value in _values(batch):
-            if chunk and (len(chunk) >= rows or size + len(value) > MAX_APPEND_BYTES):
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(value)
-            size += len(value)
-    if chunk:
-        yield chunk
+    values = (value for batch in batches for value in _values(batch))
+    return batched(values, rows, MAX_APPEND_BYTES)
 
 
 def find_markers(
