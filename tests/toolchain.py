@@ -8,8 +8,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "helm" / "rlog-operator"
 CLUSTER_LIB = ROOT / "e2e" / "cluster" / "lib.sh"
 INSTALL_TIMEOUT = 3600.0
 
@@ -59,3 +63,15 @@ def find_or_build_helm() -> str:
     if done.returncode != 0:
         raise RuntimeError(f"building helm {version} failed:\n{done.stderr[-3000:]}")
     return str(bindir / "helm")
+
+
+def helm_template(helm: str, release: str, *args: str) -> list[dict[str, Any]]:
+    """The chart's objects as `helm template RELEASE` renders them with `args`."""
+    out = subprocess.run(
+        [helm, "template", release, str(CHART), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from toolchain import ALL_ON, find_or_build_helm
+from toolchain import ALL_ON, find_or_build_helm, helm_template
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CHART = ROOT / "helm" / "rlog-operator"
 PROMETHEUS_SH = ROOT / "e2e" / "monitoring" / "prometheus.sh"
 INSTALL_TIMEOUT = 3600.0
 
@@ -47,14 +46,7 @@ def install() -> None:
 
 
 def render(helm: str, *args: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [helm, "template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *ALL_ON, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return helm_template(helm, RELEASE, "--namespace", RELEASE_NAMESPACE, *ALL_ON, *args)
 
 
 @dataclass

@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from toolchain import ALL_ON, find_or_build_helm
+from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "rlog-operator"
 HANDLERS = ROOT / "operator" / "rlog_operator" / "handlers.py"
 
 
@@ -45,14 +43,7 @@ APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
 
 
 def _render(helm: str, *args: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [helm, "template", "t", str(CHART), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return helm_template(helm, "t", *args)
 
 
 def test_helm_lint_is_clean(helm: str) -> None:
