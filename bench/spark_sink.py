@@ -43,23 +43,14 @@ def main() -> int:
     args = parser.parse_args()
     settings = [int(x) for x in args.in_flight.split(",")]
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+    from spark_source import bench_session  # bench/ is on sys.path when run as a script
 
     from rlog.dev import DevCluster
-    from rlog.spark import observe, register
+    from rlog.spark import observe
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-sink-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = bench_session()
     value = bytes(range(100))
     rows = args.rows
     src = spark.range(0, rows, 1, args.tasks).select(F.lit(value).alias("value")).cache()

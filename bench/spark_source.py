@@ -31,6 +31,25 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
+def bench_session():  # type: ignore[no-untyped-def]
+    """The benchmarks' SparkSession: local[2] (this VM's cores), no UI, rlog registered."""
+    from pyspark.sql import SparkSession
+
+    from rlog.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=1_000_000)
@@ -42,25 +61,15 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="work dir (default: a temp dir)")
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from rlog.client import Client
     from rlog.dev import DevCluster
     from rlog.errors import OutcomeUnknown
-    from rlog.spark import _read_batches, observe, register, wait_learned
+    from rlog.spark import _read_batches, observe, wait_learned
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = bench_session()
     n = args.entries
     counts = [int(c) for c in str(args.partitions).split(",")]
     results: list[tuple[str, float, int]] = []
