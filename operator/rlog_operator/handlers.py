@@ -238,8 +238,9 @@ def _observe(
     pods = list(pods_index.get(key, []))
     # An empty volume index means "not known" (a cluster with Bound claims has volumes):
     # never conclude that every volume is gone from an index that saw none.
-    volumes = list(volumes_index.keys()) or None
-    claims = observed.claims_by_name(claims_index.get(key, []), volumes)
+    claims = observed.claims_by_name(
+        claims_index.get(key, []), volumes_index if len(volumes_index) else None
+    )
     sts = next(iter(statefulsets_index.get(key, [])), None)
     return pods, claims, sts
 
@@ -353,14 +354,12 @@ async def observe(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     metrics.observe_status(namespace, specs.name_of(body), result.status)
 
-    if refused:
-        for name in result.permit.revoke:
-            await _act(body, "revoke", name, uid, logger)
-        return
-    for name in result.permit.grant:
+    for name in () if refused else result.permit.grant:
         await _act(body, "grant", name, uid, logger)
     for name in result.permit.revoke:
         await _act(body, "revoke", name, uid, logger)
+    if refused:
+        return
 
     if action.kind in ("none", "wait"):
         return

@@ -8,7 +8,7 @@ watched object into the small record an index holds, keyed by (namespace, log na
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any, TypedDict
 
 from rlog_operator import constants as c
@@ -72,13 +72,11 @@ def as_built(body: Mapping[str, Any], replicas: int) -> dict[str, Any]:
     return {**body, "spec": {**(body.get("spec") or {}), "replicas": replicas}}
 
 
-def claims_by_name(
-    claims: Iterable[PvcInfo], existing_volumes: Iterable[str] | None
-) -> dict[str, PvcInfo]:
+def claims_by_name(claims: Iterable[PvcInfo], volumes: Container[str] | None) -> dict[str, PvcInfo]:
     """The log's claims by name, each marked volumeLost when it is Bound to a
-    PersistentVolume that no longer exists. `existing_volumes` None means "not known"
-    (nothing is marked)."""
-    volumes = None if existing_volumes is None else set(existing_volumes)
+    PersistentVolume that no longer exists. `volumes` (the names of existing volumes, e.g.
+    the operator's index, looked up by name only) None means "not known": nothing is
+    marked."""
     result: dict[str, PvcInfo] = {}
     for claim in claims:
         record = PvcInfo(**claim)
