@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from rlog.client import Client
-from rlog.dev import DevCluster
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools.dev import DevCluster
 
 
 def main() -> None:

@@ -46,8 +46,8 @@ def main() -> int:
     from pyspark.sql import functions as F
     from spark_source import bench_session  # bench/ is on sys.path when run as a script
 
-    from rlog.dev import DevCluster
     from rlog.spark import observe
+    from rlog.tools.dev import DevCluster
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-sink-"))
     spark = bench_session()

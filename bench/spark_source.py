@@ -64,9 +64,9 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from rlog.client import Client
-    from rlog.dev import DevCluster
-    from rlog.errors import OutcomeUnknown
+    from rlog.client.errors import OutcomeUnknown
     from rlog.spark import _read_batches, observe, wait_learned
+    from rlog.tools.dev import DevCluster
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
     spark = bench_session()

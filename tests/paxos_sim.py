@@ -11,10 +11,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from rlog.coordinator import Coordinator, CoordinatorConfig, Demoted, Done, Failed, Send, SetTimer
 from rlog.proto import rlog_pb2 as pb
-from rlog.recover import Next, RecoverRound
-from rlog.replica import ReplicaCore
+from rlog.protocol.coordinator import (
+    Coordinator,
+    CoordinatorConfig,
+    Demoted,
+    Done,
+    Failed,
+    Send,
+    SetTimer,
+)
+from rlog.protocol.recover import Next, RecoverRound
+from rlog.protocol.replica import ReplicaCore
 from rlog.storage.memory import MemoryStorage
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from rlog.bench import percentile
 from rlog.client import AsyncClient, Client, parse_endpoints
+from rlog.client.errors import OutcomeUnknown, RlogError, Unavailable
 from rlog.config import ConfigError
-from rlog.errors import OutcomeUnknown, RlogError, Unavailable
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import open_storage
+from rlog.tools.bench import percentile
 
 RLOG = shutil.which("rlog", path=str(Path(sys.executable).parent)) or "rlog"
 

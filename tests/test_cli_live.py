@@ -1,5 +1,5 @@
 """The CLI and the client library against a real 3-replica log (`DevCluster`: real `rlog
-replica` processes on loopback). Skipped until `rlog.server` exists."""
+replica` processes on loopback). Skipped until `rlog.runtime.server` exists."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import time
 
 import pytest
 
-pytest.importorskip("rlog.server")
+pytest.importorskip("rlog.runtime.server")
 
 from test_cli import RLOG, assert_one_line_error, rlog
 
 from rlog.client import AsyncClient, Client
-from rlog.dev import DevCluster
-from rlog.errors import (
+from rlog.client.errors import (
     EntryTooLarge,
     InvalidArgument,
     OutcomeUnknown,
@@ -28,6 +27,7 @@ from rlog.errors import (
     Unavailable,
 )
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools.dev import DevCluster
 
 MAX_ENTRY = 64 * 1024
 

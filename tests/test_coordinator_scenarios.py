@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from paxos_sim import Sim, is_learned_message, run
 
-from rlog.coordinator import FailureKind, Phase
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.coordinator import FailureKind, Phase
 
 
 def elected(sim: Sim, c: int) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from rlog.client import Client
-from rlog.dev import DevCluster
-from rlog.errors import RlogError
+from rlog.client.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +33,9 @@ DISK_DELAY = 0.05  # seconds added to every durable batch: a network-attached vo
 SLOW_DISK = textwrap.dedent(
     f"""
     import time
-    import rlog.journal
+    import rlog.runtime.journal
 
-    _start = rlog.journal.Journal.start
+    _start = rlog.runtime.journal.Journal.start
 
     def start(self):
         apply = self.storage.apply
@@ -47,7 +47,7 @@ SLOW_DISK = textwrap.dedent(
         self.storage.apply = slow_apply
         return _start(self)
 
-    rlog.journal.Journal.start = start
+    rlog.runtime.journal.Journal.start = start
     """
 )
 

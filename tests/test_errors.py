@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from rlog.errors import EntryTooLarge, RlogError, error_for
+from rlog.client.errors import EntryTooLarge, RlogError, error_for
 
 
 def test_a_request_over_the_message_limit_is_the_callers_entry():

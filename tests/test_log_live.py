@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from rlog import consistency
 from rlog.client import AsyncClient, Client
-from rlog.dev import DevCluster
-from rlog.errors import OutcomeUnknown, RlogError, Timeout, Unavailable
+from rlog.client.errors import OutcomeUnknown, RlogError, Timeout, Unavailable
+from rlog.tools import consistency
+from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
 
@@ -232,7 +232,7 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
 
 
 def test_coalesced_stream_appends_split_positions_and_isolate_a_bad_value(tmp_path):
-    from rlog.errors import EntryTooLarge
+    from rlog.client.errors import EntryTooLarge
 
     with DevCluster(3, tmp_path, max_entry_size=1024, election_timeout=0.5) as cluster:
         leader = cluster.wait_for_leader()

@@ -11,10 +11,10 @@ import pytest
 from faultproxy import FaultProxy, free_port
 from test_log_live import append_acked
 
-from rlog import consistency
-from rlog.cli import initialize
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools import consistency
+from rlog.tools.cli import initialize
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ class LossyCluster:
             [
                 sys.executable,
                 "-m",
-                "rlog.cli",
+                "rlog.tools.cli",
                 "replica",
                 "--id",
                 str(i),

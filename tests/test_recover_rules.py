@@ -1,4 +1,4 @@
-"""The recover protocol's decisions (rlog.recover) and the promise adoption that closes the
+"""The recover protocol's decisions (rlog.protocol.recover) and the promise adoption that closes the
 Mesos hazard of a wiped replica voting with promised = 0."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from paxos_sim import Sim, Violation, is_learned_message, run
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.recover import Next, RecoverRound
+from rlog.protocol.recover import Next, RecoverRound
 
 V, S, E, R = pb.VOTING, pb.STARTING, pb.EMPTY, pb.RECOVERING
 
@@ -106,7 +106,7 @@ def test_recovered_replicas_adopt_the_quorums_promise():
 def test_without_adoption_two_values_would_be_acknowledged(monkeypatch):
     """The same scenario with adoption disabled loses an acknowledged append: this is the
     hazard the adoption closes (and proves this test can fail)."""
-    from rlog.replica import ReplicaCore
+    from rlog.protocol.replica import ReplicaCore
 
     def no_adoption(self, promised):
         return self.set_status(pb.VOTING)

@@ -12,11 +12,11 @@ import time
 import pytest
 from test_log_live import Writers, append_acked, check
 
-from rlog.cli import initialize
 from rlog.client import Client
-from rlog.dev import DevCluster
-from rlog.errors import LogIdMismatch, RlogError, Unavailable
+from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools.cli import initialize
+from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ def test_a_data_dir_of_another_log_or_replica_is_refused(tmp_path):
         base = [
             sys.executable,
             "-m",
-            "rlog.cli",
+            "rlog.tools.cli",
             "replica",
             "--peers",
             cluster.endpoint,
@@ -251,7 +251,7 @@ def test_the_permit_granted_at_run_time_initializes_the_log(tmp_path):
 
 
 def test_a_lagging_follower_catches_up_and_serves_stale_reads_across_a_truncation(tmp_path):
-    from rlog.errors import Truncated
+    from rlog.client.errors import Truncated
 
     with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
         leader = cluster.wait_for_leader()

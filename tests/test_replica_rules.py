@@ -1,11 +1,11 @@
-"""Every acceptor/learner rule of the pure replica core (rlog.replica)."""
+"""Every acceptor/learner rule of the pure replica core (rlog.protocol.replica)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.replica import ReplicaCore
+from rlog.protocol.replica import ReplicaCore
 from rlog.storage.memory import MemoryStorage
 
 

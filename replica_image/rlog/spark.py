@@ -100,8 +100,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from rlog.client import CHANNEL_OPTIONS, Client, batched, parse_endpoints
-from rlog.errors import (
+from rlog.client.clients import CHANNEL_OPTIONS, Client, batched, parse_endpoints
+from rlog.client.errors import (
     InvalidArgument,
     NotVoting,
     PastEnd,

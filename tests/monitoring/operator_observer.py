@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlog.client import Client, status_to_dict
-from rlog.errors import RlogError
+from rlog.client.errors import RlogError
 from rlog_operator import metrics
 from rlog_operator import status as st
 

@@ -40,9 +40,9 @@ import yaml
 from monlib import HERE, RELEASE_NAMESPACE, Chart, Tools
 
 from rlog.client import Client
-from rlog.dev import DevCluster
-from rlog.errors import RlogError
+from rlog.client.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
+from rlog.tools.dev import DevCluster
 from rlog_operator import specs
 
 pytestmark = pytest.mark.slow

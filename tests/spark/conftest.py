@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlog.dev import DevCluster
+from rlog.tools.dev import DevCluster
 
 try:  # without the `spark` extra, these tests are not collected at all
     import pyarrow  # noqa: F401

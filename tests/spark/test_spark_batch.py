@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
 
 from rlog.client import Client
-from rlog.errors import PastEnd, Truncated
+from rlog.client.errors import PastEnd, Truncated
 from rlog.spark import (
     MARKER_MAGIC,
     RlogDataSource,
@@ -39,7 +39,7 @@ from rlog.spark import (
 
 pytestmark = pytest.mark.spark
 
-RLOG = [sys.executable, "-m", "rlog.cli"]
+RLOG = [sys.executable, "-m", "rlog.tools.cli"]
 N = 100_000
 
 
@@ -135,7 +135,7 @@ def test_filter_pushdown_narrows_the_range(spark, cluster, loaded):
 
 def test_truncated_and_past_end_errors(spark, tmp_path):
     # A log of its own: truncation is forever.
-    from rlog.dev import DevCluster
+    from rlog.tools.dev import DevCluster
 
     with DevCluster(3, tmp_path / "t", election_timeout=0.5) as log:
         log.wait_for_leader()

@@ -20,7 +20,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlog.client import Client
-from rlog.dev import DevCluster
 from rlog.spark import (
     _clients,
     _stubs,
@@ -32,12 +31,13 @@ from rlog.spark import (
     wait_learned,
     write_chunks,
 )
+from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "spark_replay.py"
-RLOG = [sys.executable, "-m", "rlog.cli"]
+RLOG = [sys.executable, "-m", "rlog.tools.cli"]
 
 
 @pytest.fixture(scope="module")

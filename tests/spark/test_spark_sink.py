@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from rlog.client import Client
-from rlog.errors import InvalidArgument
+from rlog.client.errors import InvalidArgument
 from rlog.spark import (
     RlogWriter,
     _leader_first,

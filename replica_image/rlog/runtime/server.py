@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rlog.config import ConfigError, ReplicaConfig
-from rlog.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.runtime.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")

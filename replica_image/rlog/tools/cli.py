@@ -24,8 +24,8 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
     os.environ["GRPC_VERBOSITY"] = "NONE"
     os.environ["RLOG_QUIETED_GRPC"] = "1"
 
+from rlog.client.errors import RlogError
 from rlog.config import DEFAULT_MAX_ENTRY_SIZE, ConfigError, ReplicaConfig, parse_peers
-from rlog.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES, StorageError, WriteBatch, open_storage
 
@@ -136,7 +136,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
     )
     _check_listen(config.listen)
     try:
-        from rlog.server import serve
+        from rlog.runtime.server import serve
     except ImportError as exc:
         raise RlogError(f"the replica server is not available: {exc}") from None
     try:
@@ -321,13 +321,13 @@ def cmd_initialize(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from rlog import dev
+    from rlog.tools import dev
 
     return dev.run(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rlog import bench
+    from rlog.tools import bench
 
     _endpoint(args)
     return bench.run(args)
@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--append-timeout", type=_positive_float, metavar="SECONDS")
     p.set_defaults(func=cmd_replica)
 
-    from rlog import dev
+    from rlog.tools import dev
 
     p = sub.add_parser("dev", help="run a local N-replica log as processes")
     dev.add_arguments(p)
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_admin)
 
-    from rlog import bench
+    from rlog.tools import bench
 
     p = sub.add_parser("bench", help="append benchmark (serial like mesos-log, or concurrent)")
     add_endpoint_arguments(p)
@@ -432,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rlog.dev import die_with_parent_if_asked
+    from rlog.tools.dev import die_with_parent_if_asked
 
     die_with_parent_if_asked()
     parser = build_parser()

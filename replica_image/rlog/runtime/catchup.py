@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from rlog.consensus import FillRound, Outcome
 from rlog.proto import rlog_pb2 as pb
-from rlog.recover import Decision
+from rlog.protocol.consensus import FillRound, Outcome
+from rlog.protocol.recover import Decision
 
 if TYPE_CHECKING:
-    from rlog.node import Node
+    from rlog.runtime.node import Node
 
 log = logging.getLogger("rlog.catchup")
 

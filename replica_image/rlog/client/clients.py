@@ -16,7 +16,7 @@ endpoint that last answered and moves to the next one when
   resumes after the last entry it yielded.
 
 An append is never re-sent once it may have reached a server: a lost connection, a timeout
-or a leadership change during an append raises an `rlog.errors.OutcomeUnknown`.
+or a leadership change during an append raises an `rlog.client.errors.OutcomeUnknown`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from rlog.config import ConfigError, parse_address
-from rlog.errors import (
+from rlog.client.errors import (
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
     RlogError,
@@ -50,6 +49,7 @@ from rlog.errors import (
     from_rpc_error,
     is_connect_failure,
 )
+from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rlog.client import Client
+from rlog.client.errors import RlogError
 from rlog.config import ConfigError, check_replica_count
-from rlog.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES, open_storage
 
@@ -219,7 +219,7 @@ class DevCluster:
             self.replica_dir(i).mkdir(parents=True, exist_ok=True)
         self._choose_addresses()
         if self.initialize and all(_is_fresh(d, self.storage_engine) for d in self.data_dirs):
-            from rlog.cli import initialize
+            from rlog.tools.cli import initialize
 
             for data_dir in self.data_dirs:
                 initialize(data_dir, self.storage_engine)
@@ -240,7 +240,7 @@ class DevCluster:
         cmd = [
             self.python,
             "-m",
-            "rlog.cli",
+            "rlog.tools.cli",
             "replica",
             "--id",
             str(i),

@@ -23,9 +23,11 @@ from typing import Any
 
 import grpc
 
-from rlog.catchup import CatchUp
+from rlog.client.errors import is_connect_failure
 from rlog.config import ConfigError, ReplicaConfig
-from rlog.coordinator import (
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
     Demoted,
@@ -38,13 +40,11 @@ from rlog.coordinator import (
     Send,
     SetTimer,
 )
-from rlog.errors import is_connect_failure
-from rlog.journal import Journal
-from rlog.metrics import ReplicaMetrics
-from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.recover import Decision, Next, RecoverRound
-from rlog.replica import ReplicaCore, tombstone
+from rlog.protocol.recover import Decision, Next, RecoverRound
+from rlog.protocol.replica import ReplicaCore, tombstone
+from rlog.runtime.catchup import CatchUp
+from rlog.runtime.journal import Journal
+from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")

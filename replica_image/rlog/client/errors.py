@@ -132,7 +132,7 @@ _CONNECT_FAILURES = (
     "cannot assign requested address",
 )
 
-# Server-side UNAVAILABLE messages for requests the server never attempted (rlog.node).
+# Server-side UNAVAILABLE messages for requests the server never attempted (rlog.runtime.node).
 _NOT_ATTEMPTED = (
     "no leader",
     "this replica is not the leader",

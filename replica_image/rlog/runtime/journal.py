@@ -13,8 +13,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rlog.metrics import ReplicaMetrics
-from rlog.replica import ReplicaCore
+from rlog.protocol.replica import ReplicaCore
+from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage, WriteBatch
 
 

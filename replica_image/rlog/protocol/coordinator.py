@@ -28,8 +28,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlog.consensus import FillRound, Outcome, Tally, entry_of, learned
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.consensus import FillRound, Outcome, Tally, entry_of, learned
 
 
 class LocalReplica(Protocol):

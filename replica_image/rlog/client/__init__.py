@@ -1,0 +1,33 @@
+"""The client API: `Client` (blocking) and `AsyncClient` (asyncio) in `clients`, the typed
+errors they raise in `errors`.
+
+    from rlog.client import Client
+"""
+
+from rlog.client.clients import (
+    DEFAULT_APPEND_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    AsyncClient,
+    Client,
+    Entry,
+    Value,
+    batched,
+    encode_value,
+    parse_endpoints,
+    status_name,
+    status_to_dict,
+)
+
+__all__ = [
+    "DEFAULT_APPEND_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "AsyncClient",
+    "Client",
+    "Entry",
+    "Value",
+    "batched",
+    "encode_value",
+    "parse_endpoints",
+    "status_name",
+    "status_to_dict",
+]

@@ -1,0 +1,8 @@
+"""The replica runtime: the pure protocol wrapped with disk, network and timers.
+
+- `node`: one replica process's state and the drivers of the protocol's outputs;
+- `journal`: group commit of durable batches;
+- `catchup`: copying and filling a recovering replica's missing positions;
+- `server`: the gRPC services over a node;
+- `metrics`: the replica's Prometheus metrics.
+"""
