@@ -199,15 +199,15 @@ def _now() -> str:
 @kopf.index("pods", labels=dict(observed.REPLICA_LABELS))
 def replica_pods(
     namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-) -> dict[observed.LogKey, st.PodInfo]:
+) -> dict[observed.LogKey, observed.PodInfo]:
     key = observed.log_key(namespace, labels)
-    return {key: st.pod_info(body)} if key else {}
+    return {key: observed.pod_info(body)} if key else {}
 
 
 @kopf.index("persistentvolumeclaims", labels=dict(observed.REPLICA_LABELS))
 def replica_claims(
     namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-) -> dict[observed.LogKey, rolling.PvcInfo]:
+) -> dict[observed.LogKey, observed.PvcInfo]:
     key = observed.log_key(namespace, labels)
     return {key: observed.claim_record(body)} if key else {}
 
@@ -228,11 +228,11 @@ def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
 
 def _observe(
     body: Mapping[str, Any],
-    pods_index: kopf.Index[observed.LogKey, st.PodInfo],
-    claims_index: kopf.Index[observed.LogKey, rolling.PvcInfo],
+    pods_index: kopf.Index[observed.LogKey, observed.PodInfo],
+    claims_index: kopf.Index[observed.LogKey, observed.PvcInfo],
     statefulsets_index: kopf.Index[observed.LogKey, observed.StatefulSetRecord],
     volumes_index: kopf.Index[str, bool],
-) -> tuple[list[st.PodInfo], dict[str, rolling.PvcInfo], observed.StatefulSetRecord | None]:
+) -> tuple[list[observed.PodInfo], dict[str, observed.PvcInfo], observed.StatefulSetRecord | None]:
     """The log's pods, its claims (by name) and its StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
@@ -327,7 +327,7 @@ async def observe(
 
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
     answers = await asyncio.gather(*(_replica_status(_endpoint(body, n)) for n in names))
-    statuses: dict[str, st.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
+    statuses: dict[str, observed.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
 
     previous = dict(body.get("status") or {})
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])

@@ -1,20 +1,71 @@
-"""What the operator keeps of the objects it watches (pure functions, no I/O).
+"""What the operator observes, as small typed records (pure functions, no I/O).
 
 The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets and of the
 names of existing PersistentVolumes: the watch streams keep them current, so the observe
 timer reads memory instead of listing objects every few seconds. These functions turn a
-watched object into the small record an index holds, keyed by (namespace, log name).
+watched object into the small record an index holds (`PodInfo`, `PvcInfo`,
+`StatefulSetRecord`), keyed by (namespace, log name). The replicas' own answers
+(`ReplicaStatus`, the `rlog status --json` shape) are observations too; the plain queries on
+pods and answers (a pod's revision, a replica's status, who leads) live here so that the
+status and the rolling logic read them the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from rlog_operator import constants as c
-from rlog_operator.rolling import PvcInfo
 
 LogKey = tuple[str, str]  # (namespace, ReplicatedLog name)
+UNKNOWN = "Unknown"  # the status of a replica that does not answer
+
+# container waiting reasons that mean "this pod is not going to serve by itself"
+STUCK_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+class PodInfo(TypedDict, total=False):
+    """What the operator needs to know of one replica pod."""
+
+    name: str
+    uid: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    deletionTimestamp: str | None
+    stuck: str  # a container waiting reason from STUCK_REASONS, "" otherwise
+    unschedulable: str  # the scheduler's message while PodScheduled is False, "" otherwise
+    pvc: str  # name of the data PersistentVolumeClaim
+
+
+class PvcInfo(TypedDict, total=False):
+    """What the operator needs to know of one replica's data claim."""
+
+    name: str
+    uid: str
+    phase: str  # Pending, Bound, Lost
+    deletionTimestamp: str | None
+    volume: str  # the bound PersistentVolume's name ("" while unbound)
+    volumeLost: bool  # the handler found its PersistentVolume gone (claims_by_name)
+
+
+class StatefulSetRecord(TypedDict):
+    updateRevision: str
+    replicas: int  # spec.replicas: the log's real size (it never changes)
+
+
+ReplicaStatus = Mapping[str, Any]  # `rlog status --json` shape (rlog.client.status_to_dict)
 
 # The labels every replica pod, claim and StatefulSet carries (specs.selector_labels minus
 # the instance): used as the server-side label selector of the watches and as the filter.
@@ -33,6 +84,39 @@ def log_key(namespace: str | None, labels: Mapping[str, str]) -> LogKey | None:
     return (namespace, instance)
 
 
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    """The PodInfo of a Pod object (a dict as the API returns it)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    conditions = {cond.get("type"): cond for cond in status.get("conditions") or []}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    scheduled = conditions.get("PodScheduled") or {}
+    unschedulable = ""
+    if scheduled.get("status") == "False":
+        unschedulable = str(scheduled.get("message") or scheduled.get("reason") or "unschedulable")
+    stuck = ""
+    for cs in status.get("containerStatuses") or []:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
+        if reason in STUCK_REASONS:
+            stuck = reason
+    pvc = ""
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") == c.DATA_VOLUME and volume.get("persistentVolumeClaim"):
+            pvc = str(volume["persistentVolumeClaim"].get("claimName") or "")
+    return PodInfo(
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        deletionTimestamp=meta.get("deletionTimestamp"),
+        stuck=stuck,
+        unschedulable=unschedulable,
+        pvc=pvc,
+    )
+
+
 def claim_record(claim: Mapping[str, Any]) -> PvcInfo:
     meta = claim.get("metadata") or {}
     return PvcInfo(
@@ -42,11 +126,6 @@ def claim_record(claim: Mapping[str, Any]) -> PvcInfo:
         deletionTimestamp=meta.get("deletionTimestamp"),
         volume=str((claim.get("spec") or {}).get("volumeName") or ""),
     )
-
-
-class StatefulSetRecord(TypedDict):
-    updateRevision: str
-    replicas: int  # spec.replicas: the log's real size (it never changes)
 
 
 def statefulset_record(statefulset: Mapping[str, Any]) -> StatefulSetRecord:
@@ -89,3 +168,55 @@ def claims_by_name(claims: Iterable[PvcInfo], volumes: Container[str] | None) ->
         )
         result[str(claim.get("name") or "")] = record
     return result
+
+
+# ---- plain queries on pods and replica answers ----------------------------------------------
+
+
+def revision_of(pod: PodInfo) -> str:
+    """The StatefulSet revision a pod was created from."""
+    return (pod.get("labels") or {}).get(c.LABEL_REVISION, "")
+
+
+def is_terminating(pod: PodInfo) -> bool:
+    return bool(pod.get("deletionTimestamp"))
+
+
+def status_name(replica: ReplicaStatus | None) -> str:
+    """EMPTY, STARTING, RECOVERING, VOTING, or UNKNOWN for a replica that does not answer."""
+    return str(replica.get("status") or UNKNOWN) if replica is not None else UNKNOWN
+
+
+def is_voting(replica: ReplicaStatus | None) -> bool:
+    return status_name(replica) == c.VOTING
+
+
+def pod_of_address(address: str | None, names: Sequence[str]) -> str:
+    """`orders-1.orders-headless.ns.svc:7000` -> `orders-1` if it is one of `names`."""
+    if not address:
+        return ""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    first = host.split(".", 1)[0]
+    return first if first in names else ""
+
+
+def leader_of(statuses: Mapping[str, ReplicaStatus | None]) -> str:
+    """The pod whose replica leads: the one that says so (and is VOTING), else the leader
+    most replicas point at."""
+    names = list(statuses)
+    claims = [
+        n
+        for n, s in statuses.items()
+        if s is not None and s.get("role") == "leader" and is_voting(s)
+    ]
+    if len(claims) == 1:
+        return claims[0]
+    votes: dict[str, int] = {}
+    for s in statuses.values():
+        if s is not None:
+            pod = pod_of_address(s.get("leader"), names)
+            if pod and (not claims or pod in claims):
+                votes[pod] = votes.get(pod, 0) + 1
+    if votes:
+        return max(sorted(votes), key=lambda p: votes[p])
+    return claims[0] if claims else ""

@@ -37,8 +37,9 @@ from typing import Any, Literal, TypedDict, cast
 
 from rlog_operator import constants as c
 from rlog_operator import specs
-from rlog_operator.status import (
+from rlog_operator.observed import (
     PodInfo,
+    PvcInfo,
     ReplicaStatus,
     is_terminating,
     is_voting,
@@ -62,15 +63,6 @@ class QueueEntry(TypedDict, total=False):
     revision: str
     participating: bool
     startedAt: str
-
-
-class PvcInfo(TypedDict, total=False):
-    name: str
-    uid: str
-    phase: str  # Pending, Bound, Lost
-    deletionTimestamp: str | None
-    volume: str  # the bound PersistentVolume's name ("" while unbound)
-    volumeLost: bool  # the handler found its PersistentVolume (or the PV's node) gone
 
 
 ActionKind = Literal["none", "wait", "step-down", "delete-pod", "delete-pvc-and-pod"]
@@ -303,7 +295,7 @@ def next_step(
 ) -> Action:
     """The one next action of the rolling replacement (see the module docs for the rules).
 
-    `pods` are the log's pods (status.pod_info), `statuses` maps pod name -> the replica's
+    `pods` are the log's pods (observed.pod_info), `statuses` maps pod name -> the replica's
     status dict (None if unreachable), `queue` is status.rollingUpdate.queue, `pvcs` maps
     claim name -> PvcInfo for the log's claims."""
     view = _View(body, pods, statuses, pvcs or {}, slack)

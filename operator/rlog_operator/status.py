@@ -1,6 +1,6 @@
 """A ReplicatedLog's status, Events and initialization permits, computed by pure functions.
 
-Inputs are what the kopf handler observed (no I/O here): the replica pods (`pod_info` turns
+Inputs are what the kopf handler observed (no I/O here): the replica pods (`observed.pod_info` turns
 a Pod object into the small dict used here), each replica's `rlog status --json`-shaped dict
 (None when unreachable), the StatefulSet's updateRevision, the previous status and the CR.
 
@@ -36,12 +36,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from rlog_operator import constants as c
 from rlog_operator import specs
+from rlog_operator.observed import (
+    UNKNOWN,
+    PodInfo,
+    ReplicaStatus,
+    is_terminating,
+    is_voting,
+    leader_of,
+    revision_of,
+    status_name,
+)
 
-UNKNOWN = "Unknown"
 CONDITION_TYPES = ("Ready", "Initialized", "Degraded", "Recovering", "RollingUpdate", "DataLoss")
 # the fields compute_status writes (all declared in the CRD's status schema)
 STATUS_FIELDS = (
@@ -71,85 +80,6 @@ REPLICA_FIELDS = (
     "catchup",
     "reason",
 )
-# container waiting reasons that mean "this pod is not going to serve by itself"
-STUCK_REASONS = frozenset(
-    {
-        "CrashLoopBackOff",
-        "ImagePullBackOff",
-        "ErrImagePull",
-        "InvalidImageName",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-    }
-)
-
-
-class PodInfo(TypedDict, total=False):
-    """What the operator needs to know of one replica pod."""
-
-    name: str
-    uid: str
-    phase: str  # Pending, Running, Succeeded, Failed, Unknown
-    ready: bool
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    deletionTimestamp: str | None
-    stuck: str  # a container waiting reason from STUCK_REASONS, "" otherwise
-    unschedulable: str  # the scheduler's message while PodScheduled is False, "" otherwise
-    pvc: str  # name of the data PersistentVolumeClaim
-
-
-ReplicaStatus = Mapping[str, Any]  # `rlog status --json` shape (rlog.client.status_to_dict)
-
-
-def pod_info(pod: Mapping[str, Any]) -> PodInfo:
-    """The PodInfo of a Pod object (a dict as the API returns it)."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    conditions = {cond.get("type"): cond for cond in status.get("conditions") or []}
-    ready = (conditions.get("Ready") or {}).get("status") == "True"
-    scheduled = conditions.get("PodScheduled") or {}
-    unschedulable = ""
-    if scheduled.get("status") == "False":
-        unschedulable = str(scheduled.get("message") or scheduled.get("reason") or "unschedulable")
-    stuck = ""
-    for cs in status.get("containerStatuses") or []:
-        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
-        if reason in STUCK_REASONS:
-            stuck = reason
-    pvc = ""
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        if volume.get("name") == c.DATA_VOLUME and volume.get("persistentVolumeClaim"):
-            pvc = str(volume["persistentVolumeClaim"].get("claimName") or "")
-    return PodInfo(
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        ready=ready,
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        deletionTimestamp=meta.get("deletionTimestamp"),
-        stuck=stuck,
-        unschedulable=unschedulable,
-        pvc=pvc,
-    )
-
-
-def revision_of(pod: PodInfo) -> str:
-    return (pod.get("labels") or {}).get(c.LABEL_REVISION, "")
-
-
-def is_terminating(pod: PodInfo) -> bool:
-    return bool(pod.get("deletionTimestamp"))
-
-
-def status_name(replica: ReplicaStatus | None) -> str:
-    return str(replica.get("status") or UNKNOWN) if replica is not None else UNKNOWN
-
-
-def is_voting(replica: ReplicaStatus | None) -> bool:
-    return status_name(replica) == c.VOTING
 
 
 @dataclass(frozen=True)
@@ -173,40 +103,6 @@ class StatusResult:
     events: list[Event] = field(default_factory=list)
     permit: PermitPlan = PermitPlan(False, "")
     remove_annotations: list[str] = field(default_factory=list)  # on the ReplicatedLog
-
-
-# ---- the leader ---------------------------------------------------------------------------
-
-
-def pod_of_address(address: str | None, names: Sequence[str]) -> str:
-    """`orders-1.orders-headless.ns.svc:7000` -> `orders-1` if it is one of `names`."""
-    if not address:
-        return ""
-    host = address.rsplit(":", 1)[0].strip("[]")
-    first = host.split(".", 1)[0]
-    return first if first in names else ""
-
-
-def leader_of(statuses: Mapping[str, ReplicaStatus | None]) -> str:
-    """The pod whose replica leads: the one that says so (and is VOTING), else the leader
-    most replicas point at."""
-    names = list(statuses)
-    claims = [
-        n
-        for n, s in statuses.items()
-        if s is not None and s.get("role") == "leader" and is_voting(s)
-    ]
-    if len(claims) == 1:
-        return claims[0]
-    votes: dict[str, int] = {}
-    for s in statuses.values():
-        if s is not None:
-            pod = pod_of_address(s.get("leader"), names)
-            if pod and (not claims or pod in claims):
-                votes[pod] = votes.get(pod, 0) + 1
-    if votes:
-        return max(sorted(votes), key=lambda p: votes[p])
-    return claims[0] if claims else ""
 
 
 # ---- initialization policy ------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 from rlog.client import Client, status_to_dict
 from rlog.client.errors import RlogError
-from rlog_operator import metrics
+from rlog_operator import metrics, observed
 from rlog_operator import status as st
 
 REVISION = "rev-1"
@@ -62,11 +62,11 @@ def main() -> None:
                 statuses[name] = status_to_dict(client.status())
             except RlogError:
                 statuses[name] = None
-        pods: list[st.PodInfo] = [
-            st.PodInfo(
+        pods: list[observed.PodInfo] = [
+            observed.PodInfo(
                 name=name,
                 phase="Running",
-                ready=st.is_voting(statuses[name]),
+                ready=observed.is_voting(statuses[name]),
                 labels={"controller-revision-hash": REVISION},
             )
             for name in names

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rlog_operator import observed
-from rlog_operator.rolling import PvcInfo, volume_lost
+from rlog_operator.observed import PvcInfo
+from rlog_operator.rolling import volume_lost
 
 CLAIM = {
     "metadata": {"name": "data-orders-0", "uid": "u-0", "labels": {}},
@@ -78,7 +79,7 @@ def test_a_refused_change_shows_as_failed_with_the_message() -> None:
     body = {"metadata": {"name": "orders", "namespace": "ns", "uid": "u", "generation": 2}}
     built = observed.as_built({**body, "spec": {"replicas": 5}}, 3)
     pods = [
-        st.pod_info({"metadata": {"name": f"orders-{i}", "uid": f"p{i}"}, "status": {}})
+        observed.pod_info({"metadata": {"name": f"orders-{i}", "uid": f"p{i}"}, "status": {}})
         for i in range(3)
     ]
     voting = {"status": "VOTING", "role": "follower", "log_id": "u"}

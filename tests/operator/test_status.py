@@ -2,6 +2,7 @@
 
 from helpers import LATER, NOW, REV_NEW, REV_OLD, UID, cr, pod, rs
 
+from rlog_operator import observed
 from rlog_operator import status as st
 
 
@@ -322,13 +323,13 @@ def test_pod_info_from_a_pod_object():
             "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
         },
     }
-    info = st.pod_info(k8s_pod)
+    info = observed.pod_info(k8s_pod)
     assert info["name"] == "orders-1" and info["ready"] is True
-    assert st.revision_of(info) == REV_NEW
+    assert observed.revision_of(info) == REV_NEW
     assert info["stuck"] == "CrashLoopBackOff"
     assert info["pvc"] == "data-orders-1"
     assert info["deletionTimestamp"] is None
-    pending = st.pod_info(
+    pending = observed.pod_info(
         {
             "metadata": {"name": "orders-2"},
             "status": {
@@ -349,7 +350,7 @@ def test_pod_info_from_a_pod_object():
 
 def test_leader_of():
     statuses = {f"orders-{i}": rs(i, leader=1) for i in range(3)}
-    assert st.leader_of(statuses) == "orders-1"
+    assert observed.leader_of(statuses) == "orders-1"
     statuses["orders-1"] = None  # the leader unreachable, the others still point at it
-    assert st.leader_of(statuses) == "orders-1"
-    assert st.leader_of({"orders-0": None}) == ""
+    assert observed.leader_of(statuses) == "orders-1"
+    assert observed.leader_of({"orders-0": None}) == ""
