@@ -1,13 +1,13 @@
-"""A ReplicatedLog's status, Events and initialization permits, computed by pure functions.
+"""A ReplicatedLog's status, conditions and Events: small pure functions of `facts.Facts`.
 
-Inputs are what the kopf handler observed (no I/O here): the replica pods (`observed.pod_info` turns
-a Pod object into the small dict used here), each replica's `rlog status --json`-shaped dict
-(None when unreachable), the StatefulSet's updateRevision, the previous status and the CR.
+`compute_status` gathers the facts of one observation (`facts.gather`) and composes the
+functions below: `phase`, one setter per condition, `replica_item`, `events` (the
+transitions since the previous status) and `annotations_to_remove`. None of them does I/O.
 
 Phases (one word for `kubectl get rlog`, first match wins):
 
-* Failed: the operator cannot reconcile (an error passed in, or a replica stamped with
-  another log's identity).
+* Failed: the operator cannot reconcile (an error passed in, a refused replicas change, or a
+  replica stamped with another log's identity).
 * DataLoss: the log was initialized (status.initialized is sticky) and every replica came
   back EMPTY: a suspected total data loss. No permit until the user sets the annotation
   `rlog.io/reinitialize=<metadata.uid>`; the condition clears once a VOTING quorum exists
@@ -21,32 +21,24 @@ Phases (one word for `kubectl get rlog`, first match wins):
 
 Conditions: Ready (the log serves: initialized with a VOTING quorum), Initialized,
 Degraded (fewer than all replicas VOTING), Recovering, RollingUpdate, DataLoss; a
-condition's lastTransitionTime changes only when its status flips.
-
-Initialization permit (DESIGN §3): granted only while the log has never been initialized
-and spec.autoInitialize is true (or the annotation `rlog.io/initialize=<metadata.uid>`), or
-during an acknowledged re-initialization after DataLoss. One addition to the design: a
-replica found STARTING in an initialized log keeps (or gets) its permit. STARTING means it
-passed phase one of an initialization that other replicas completed; revoking would leave
-it STARTING forever (STARTING -> VOTING needs the permit, and a minority of VOTING replicas
-cannot recover it). A permit never turns an EMPTY replica into anything in an initialized log.
+condition's lastTransitionTime changes only when its status flips. docs/operator.md
+describes the Events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlog_operator import constants as c
-from rlog_operator import specs
+from rlog_operator.facts import Facts, condition_true, gather
 from rlog_operator.observed import (
     UNKNOWN,
     PodInfo,
     ReplicaStatus,
     is_terminating,
     is_voting,
-    leader_of,
     revision_of,
     status_name,
 )
@@ -105,6 +97,29 @@ class StatusResult:
     remove_annotations: list[str] = field(default_factory=list)  # on the ReplicatedLog
 
 
+@dataclass(frozen=True)
+class Phase:
+    name: str  # Pending, Initializing, Ready, Recovering, Degraded, RollingUpdate, ...
+    message: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What a condition says now; `as_status` dates it against the previous conditions."""
+
+    type: str
+    value: bool
+    reason: str
+    message: str
+
+    def as_status(
+        self, previous: Sequence[Mapping[str, Any]], now: str, generation: int
+    ) -> dict[str, Any]:
+        return condition(
+            self.type, self.value, self.reason, self.message, previous, now, generation
+        )
+
+
 # ---- initialization policy ------------------------------------------------------------------
 
 
@@ -160,7 +175,121 @@ def permit_plan(
     return PermitPlan(allowed, reason, tuple(grant), tuple(revoke))
 
 
+def initialization_policy(facts: Facts) -> tuple[bool, str]:
+    """Whether the log may be (re)initialized now, and why (or why not)."""
+    return may_initialize(
+        initialized=facts.initialized,
+        data_loss=facts.data_loss,
+        auto_initialize=facts.auto_initialize,
+        annotations=facts.annotations,
+        uid=facts.uid,
+    )
+
+
+# ---- the phase ------------------------------------------------------------------------------
+
+
+def phase(facts: Facts) -> Phase:
+    """The one-word phase and its message (the module docs list the phases in order)."""
+    n = facts.size
+    failure = facts.failure
+    if failure:
+        return Phase("Failed", failure)
+    allowed, why = initialization_policy(facts)
+    if facts.data_loss:
+        return Phase("DataLoss", why)
+    if not facts.initialized:
+        if not facts.reached:
+            return Phase("Pending", f"waiting for the replicas ({len(facts.pods)}/{n} pods)")
+        return Phase("Initializing", why if not allowed else f"initializing: {facts.summary()}")
+    if not facts.quorum:
+        return Phase(
+            "Degraded",
+            f"no VOTING quorum ({len(facts.voting)}/{n} VOTING, need {facts.quorum_size}): "
+            "the log cannot serve",
+        )
+    if facts.rolling:
+        return Phase(
+            "RollingUpdate",
+            facts.rolling_message
+            or f"{n - len(facts.outdated)}/{n} replicas on the update revision",
+        )
+    if facts.down:
+        return Phase("Degraded", f"unreachable: {', '.join(facts.down)}")
+    if facts.recovering:
+        return Phase("Recovering", f"catching up: {', '.join(facts.recovering)}")
+    if len(facts.ready) < n:
+        not_ready = ", ".join(name for name in facts.names if name not in facts.ready)
+        return Phase("Degraded", f"not ready: {not_ready}")
+    return Phase("Ready", f"{n}/{n} replicas VOTING, leader {facts.leader or 'unknown'}")
+
+
 # ---- conditions -----------------------------------------------------------------------------
+
+
+def ready_condition(facts: Facts) -> Condition:
+    """True while the log serves: initialized, with a VOTING quorum, no data loss suspected."""
+    serving = facts.initialized and facts.quorum and not facts.data_loss
+    if serving:
+        reason = "QuorumVoting"
+    else:
+        reason = "NoQuorum" if facts.initialized else "NotInitialized"
+    message = f"{len(facts.voting)}/{facts.size} replicas VOTING (quorum {facts.quorum_size})"
+    return Condition("Ready", serving, reason, message)
+
+
+def initialized_condition(facts: Facts) -> Condition:
+    """True once some replica has been VOTING; until then, whether a permit may go out."""
+    if facts.initialized:
+        return Condition("Initialized", True, "Initialized", "a replica has been VOTING")
+    allowed, why = initialization_policy(facts)
+    reason = "Initializing" if allowed else "AwaitingInitializeAnnotation"
+    return Condition("Initialized", False, reason, why)
+
+
+def degraded_condition(facts: Facts) -> Condition:
+    """True when an initialized log has fewer than all its replicas VOTING."""
+    value = facts.initialized and len(facts.voting) < facts.size
+    if facts.initialized and not facts.quorum:
+        reason = "NoQuorum"
+    else:
+        reason = "ReplicasNotVoting" if value else "AllVoting"
+    not_voting = ", ".join(name for name in facts.names if name not in facts.voting)
+    return Condition("Degraded", value, reason, f"not VOTING: {not_voting or 'none'}")
+
+
+def recovering_condition(facts: Facts) -> Condition:
+    """True when an initialized log has replicas catching up (EMPTY, STARTING, RECOVERING)."""
+    value = facts.initialized and bool(facts.recovering)
+    reason = "CatchingUp" if value else "NoneRecovering"
+    return Condition(
+        "Recovering", value, reason, f"catching up: {', '.join(facts.recovering) or 'none'}"
+    )
+
+
+def rolling_update_condition(facts: Facts) -> Condition:
+    """True while a replacement is queued or some pod runs an outdated revision."""
+    if facts.rolling:
+        return Condition("RollingUpdate", True, "PodsOutdated", phase(facts).message)
+    return Condition("RollingUpdate", False, "UpToDate", "every replica runs the update revision")
+
+
+def data_loss_condition(facts: Facts) -> Condition:
+    """True while a total data loss is suspected (sticky until a VOTING quorum)."""
+    if facts.data_loss:
+        return Condition("DataLoss", True, "AllReplicasEmpty", initialization_policy(facts)[1])
+    return Condition("DataLoss", False, "NoDataLoss", "no suspected data loss")
+
+
+# the setters, in the order of CONDITION_TYPES
+CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
+    ready_condition,
+    initialized_condition,
+    degraded_condition,
+    recovering_condition,
+    rolling_update_condition,
+    data_loss_condition,
+)
 
 
 def condition(
@@ -188,26 +317,124 @@ def condition(
     }
 
 
-def condition_true(status: Mapping[str, Any], type_: str) -> bool:
-    return any(
-        cond.get("type") == type_ and cond.get("status") == "True"
-        for cond in status.get("conditions") or []
-    )
+# ---- Events of transitions ------------------------------------------------------------------
+
+
+def events(previous: Mapping[str, Any] | None, facts: Facts) -> list[Event]:
+    """The Events of what changed since the previous status."""
+    prev = previous or {}
+    return [
+        *_initialization_events(facts),
+        *_quorum_events(prev, facts),
+        *_replica_events(prev, facts),
+        *_rolling_events(prev, facts),
+        *_failure_events(prev, facts),
+    ]
+
+
+def _initialization_events(facts: Facts) -> list[Event]:
+    """Initialized once; DataLoss when a loss is first suspected; Reinitialized when it ends."""
+    result: list[Event] = []
+    if facts.initialized and not facts.was_initialized:
+        result.append(Event("Normal", "Initialized", f"the log is initialized: {facts.summary()}"))
+    if facts.data_loss and not facts.was_data_loss:
+        result.append(Event("Warning", "DataLoss", initialization_policy(facts)[1]))
+    if facts.was_data_loss and not facts.data_loss:
+        result.append(Event("Normal", "Reinitialized", f"the log serves again: {facts.summary()}"))
+    return result
+
+
+def _quorum_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
+    """QuorumLost / QuorumRestored in an initialized log; LeaderElected on a new leader."""
+    result: list[Event] = []
+    had_quorum = bool(prev.get("quorum"))
+    if facts.was_initialized and had_quorum and not facts.quorum and not facts.data_loss:
+        result.append(Event("Warning", "QuorumLost", phase(facts).message))
+    if facts.was_initialized and not had_quorum and facts.quorum and "quorum" in prev:
+        result.append(
+            Event("Normal", "QuorumRestored", f"{len(facts.voting)}/{facts.size} replicas VOTING")
+        )
+    was = prev.get("leader") or ""
+    if facts.leader and facts.leader != was:
+        result.append(
+            Event("Normal", "LeaderElected", f"{facts.leader} leads the log (was {was or 'none'})")
+        )
+    return result
+
+
+def _replica_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
+    """ReplicaEmpty when a VOTING replica comes back EMPTY (its volume was lost);
+    ReplicaRecovered when a catching-up replica turns VOTING."""
+    before_states = {
+        str(item.get("name")): str(item.get("status") or UNKNOWN)
+        for item in prev.get("replicas") or []
+    }
+    result: list[Event] = []
+    for name in facts.names:
+        before, after = before_states.get(name), facts.states[name]
+        if before == c.VOTING and after == c.EMPTY and facts.initialized:
+            result.append(
+                Event(
+                    "Warning",
+                    "ReplicaEmpty",
+                    f"{name} came back EMPTY (its volume was lost or replaced): "
+                    "it recovers from the VOTING replicas",
+                )
+            )
+        elif before in (c.EMPTY, c.RECOVERING) and after == c.VOTING and facts.was_initialized:
+            result.append(Event("Normal", "ReplicaRecovered", f"{name} caught up and is VOTING"))
+    return result
+
+
+def _rolling_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
+    """RollingUpdateStarted / RollingUpdateCompleted when the RollingUpdate condition flips."""
+    was_rolling = condition_true(prev, "RollingUpdate")
+    if facts.rolling and not was_rolling:
+        replacing = ", ".join(facts.outdated) or "pods"
+        return [Event("Normal", "RollingUpdateStarted", f"replacing {replacing} one at a time")]
+    if not facts.rolling and was_rolling:
+        return [Event("Normal", "RollingUpdateCompleted", "every replica runs the update revision")]
+    return []
+
+
+def _failure_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
+    """Failed when the phase turns Failed."""
+    failure = facts.failure
+    if failure and prev.get("phase") != "Failed":
+        return [Event("Warning", "Failed", failure)]
+    return []
+
+
+# ---- annotations ----------------------------------------------------------------------------
+
+
+def annotations_to_remove(facts: Facts) -> list[str]:
+    """The one-shot annotations to take off the ReplicatedLog: the reinitialize ack once the
+    re-initialized log serves again, so a later loss needs a new ack."""
+    if (
+        facts.was_data_loss
+        and not facts.data_loss
+        and c.ANNOTATION_REINITIALIZE in facts.annotations
+    ):
+        return [c.ANNOTATION_REINITIALIZE]
+    return []
 
 
 # ---- the status -----------------------------------------------------------------------------
 
 
-def _replica_item(
-    name: str, pod: PodInfo | None, s: ReplicaStatus | None, update_revision: str
-) -> dict[str, Any]:
+def replica_item(facts: Facts, name: str) -> dict[str, Any]:
+    """The `status.replicas` item of pod `name`: its replica's state, and why it does not
+    answer when it does not."""
+    pod: PodInfo | None = facts.pods.get(name)
+    s: ReplicaStatus | None = facts.replicas[name]
     revision = revision_of(pod) if pod else ""
     item: dict[str, Any] = {
         "name": name,
         "status": status_name(s),
         "ready": bool(pod and pod.get("ready")),
         "revision": revision,
-        "updated": bool(update_revision) and revision == update_revision,
+        "updated": bool(facts.update_revision) and revision == facts.update_revision,
     }
     if s is not None:
         item["role"] = str(s.get("role") or "follower")
@@ -230,6 +457,30 @@ def _replica_item(
     return item
 
 
+def status_of(
+    facts: Facts, previous_conditions: Sequence[Mapping[str, Any]], now: str
+) -> dict[str, Any]:
+    """The `status` object of the ReplicatedLog (the fields of STATUS_FIELDS)."""
+    current = phase(facts)
+    return {
+        "phase": current.name,
+        "message": current.message,
+        "initialized": facts.initialized,
+        "leader": facts.leader,
+        "quorum": facts.quorum,
+        "votingReplicas": len(facts.voting),
+        "readyReplicas": len(facts.ready),
+        "replicas": [replica_item(facts, name) for name in facts.names],
+        "conditions": [
+            setter(facts).as_status(previous_conditions, now, facts.generation)
+            for setter in CONDITIONS
+        ],
+        "observedGeneration": facts.generation,
+        "updateRevision": facts.update_revision,
+        "rollingUpdate": {"queue": list(facts.rolling_queue), "message": facts.rolling_message},
+    }
+
+
 def compute_status(
     body: Mapping[str, Any],
     pods: Sequence[PodInfo],
@@ -240,234 +491,28 @@ def compute_status(
     *,
     rolling_update: Mapping[str, Any] | None = None,
     error: str | None = None,
+    refused: str = "",
 ) -> StatusResult:
     """The new status of a ReplicatedLog, the Events of its transitions and the permits.
 
     `statuses` maps pod name -> the replica's status dict (None: unreachable); `now` is an
     RFC 3339 timestamp; `rolling_update` is what rolling.next_step decided (queue, message);
-    `error` a reconcile failure to surface as phase Failed."""
-    prev = dict(previous or {})
-    prev_conditions: list[Mapping[str, Any]] = list(prev.get("conditions") or [])
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    generation = int(meta.get("generation") or 0)
-    uid = str(meta.get("uid") or "")
-    n = specs.replicas_of(body)
-    quorum_size = c.quorum(n)
-    names = [specs.pod_name(body, i) for i in range(n)]
-    by_name = {p["name"]: p for p in pods if p.get("name") in names}
-    observed = {name: statuses.get(name) for name in names}
-    for name, pod in by_name.items():
-        if is_terminating(pod):
-            observed[name] = None  # a terminating pod's vote is about to go
-
-    states = {name: status_name(s) for name, s in observed.items()}
-    voting = sorted(name for name, st in states.items() if st == c.VOTING)
-    reached = [name for name, s in observed.items() if s is not None]
-    ready = [name for name in names if name in by_name and by_name[name].get("ready")]
-    has_quorum = len(voting) >= quorum_size
-    leader = leader_of({name: observed[name] for name in names}) if has_quorum else ""
-    initialized = bool(prev.get("initialized")) or bool(voting)
-    was_data_loss = condition_true(prev, "DataLoss")
-    all_empty = len(reached) == n and all(states[name] == c.EMPTY for name in names)
-    if has_quorum:
-        data_loss = False
-    else:
-        data_loss = (initialized and all_empty) or was_data_loss
-    foreign = sorted(
-        name
-        for name, s in observed.items()
-        if s is not None and uid and s.get("log_id") and s.get("log_id") != uid
+    `error` a reconcile failure to surface as phase Failed; `refused` the refusal of a
+    replicas change (phase Failed too, and no permit granted)."""
+    facts = gather(
+        body,
+        pods,
+        statuses,
+        update_revision,
+        previous,
+        rolling_update=rolling_update,
+        error=error,
+        refused=refused,
     )
-    recovering = sorted(
-        name for name in reached if states[name] in (c.EMPTY, c.RECOVERING, c.STARTING)
+    allowed, why = initialization_policy(facts)
+    return StatusResult(
+        status=status_of(facts, (previous or {}).get("conditions") or [], now),
+        events=events(previous, facts),
+        permit=permit_plan(allowed, why, facts.initialized, facts.data_loss, facts.replicas),
+        remove_annotations=annotations_to_remove(facts),
     )
-    down = sorted(name for name in names if observed[name] is None)
-    outdated = sorted(
-        name
-        for name, pod in by_name.items()
-        if update_revision and revision_of(pod) and revision_of(pod) != update_revision
-    )
-    queue = list((rolling_update or {}).get("queue") or [])
-    rolling = bool(queue or outdated)
-
-    allowed, permit_reason = may_initialize(
-        initialized=initialized,
-        data_loss=data_loss,
-        auto_initialize=bool(spec.get("autoInitialize", True)),
-        annotations=meta.get("annotations") or {},
-        uid=uid,
-    )
-    permits = permit_plan(allowed, permit_reason, initialized, data_loss, observed)
-
-    # ---- phase
-    if error or foreign:
-        phase = "Failed"
-        message = error or (
-            f"replicas {', '.join(foreign)} belong to another log (their data dir is stamped "
-            f"with another log id than {uid})"
-        )
-    elif data_loss:
-        phase, message = "DataLoss", permit_reason
-    elif not initialized:
-        if not reached:
-            phase, message = "Pending", f"waiting for the replicas ({len(by_name)}/{n} pods)"
-        else:
-            phase = "Initializing"
-            message = permit_reason if not allowed else (f"initializing: {_count(states, names)}")
-    elif not has_quorum:
-        phase = "Degraded"
-        message = (
-            f"no VOTING quorum ({len(voting)}/{n} VOTING, need {quorum_size}): the log cannot serve"
-        )
-    elif rolling:
-        phase = "RollingUpdate"
-        message = str((rolling_update or {}).get("message") or "") or (
-            f"{n - len(outdated)}/{n} replicas on the update revision"
-        )
-    elif down:
-        phase, message = "Degraded", f"unreachable: {', '.join(down)}"
-    elif recovering:
-        phase, message = "Recovering", f"catching up: {', '.join(recovering)}"
-    elif len(ready) < n:
-        phase = "Degraded"
-        message = f"not ready: {', '.join(n_ for n_ in names if n_ not in ready)}"
-    else:
-        phase, message = "Ready", f"{n}/{n} replicas VOTING, leader {leader or 'unknown'}"
-
-    def cond(type_: str, value: bool, reason: str, msg: str) -> dict[str, Any]:
-        return condition(type_, value, reason, msg, prev_conditions, now, generation)
-
-    serving = initialized and has_quorum and not data_loss
-    conditions = [
-        cond(
-            "Ready",
-            serving,
-            "QuorumVoting" if serving else ("NotInitialized" if not initialized else "NoQuorum"),
-            f"{len(voting)}/{n} replicas VOTING (quorum {quorum_size})",
-        ),
-        cond(
-            "Initialized",
-            initialized,
-            "Initialized"
-            if initialized
-            else ("Initializing" if allowed else "AwaitingInitializeAnnotation"),
-            "a replica has been VOTING" if initialized else permit_reason,
-        ),
-        cond(
-            "Degraded",
-            initialized and len(voting) < n,
-            "NoQuorum"
-            if initialized and not has_quorum
-            else ("ReplicasNotVoting" if initialized and len(voting) < n else "AllVoting"),
-            f"not VOTING: {', '.join(n_ for n_ in names if n_ not in voting) or 'none'}",
-        ),
-        cond(
-            "Recovering",
-            initialized and bool(recovering),
-            "CatchingUp" if initialized and recovering else "NoneRecovering",
-            f"catching up: {', '.join(recovering) or 'none'}",
-        ),
-        cond(
-            "RollingUpdate",
-            rolling,
-            "PodsOutdated" if rolling else "UpToDate",
-            message if rolling else "every replica runs the update revision",
-        ),
-        cond(
-            "DataLoss",
-            data_loss,
-            "AllReplicasEmpty" if data_loss else "NoDataLoss",
-            permit_reason if data_loss else "no suspected data loss",
-        ),
-    ]
-
-    replicas = [
-        _replica_item(name, by_name.get(name), observed[name], update_revision) for name in names
-    ]
-    status: dict[str, Any] = {
-        "phase": phase,
-        "message": message,
-        "initialized": initialized,
-        "leader": leader,
-        "quorum": has_quorum,
-        "votingReplicas": len(voting),
-        "readyReplicas": len(ready),
-        "replicas": replicas,
-        "conditions": conditions,
-        "observedGeneration": generation,
-        "updateRevision": update_revision,
-        "rollingUpdate": {
-            "queue": queue,
-            "message": str((rolling_update or {}).get("message") or ""),
-        },
-    }
-
-    # ---- events of transitions
-    events: list[Event] = []
-    if initialized and not prev.get("initialized"):
-        events.append(
-            Event("Normal", "Initialized", f"the log is initialized: {_count(states, names)}")
-        )
-    if data_loss and not was_data_loss:
-        events.append(Event("Warning", "DataLoss", permit_reason))
-    if was_data_loss and not data_loss:
-        events.append(
-            Event("Normal", "Reinitialized", f"the log serves again: {_count(states, names)}")
-        )
-    prev_quorum = bool(prev.get("quorum"))
-    if prev.get("initialized") and prev_quorum and not has_quorum and not data_loss:
-        events.append(Event("Warning", "QuorumLost", message))
-    if prev.get("initialized") and not prev_quorum and has_quorum and "quorum" in prev:
-        events.append(Event("Normal", "QuorumRestored", f"{len(voting)}/{n} replicas VOTING"))
-    if leader and leader != (prev.get("leader") or ""):
-        was = prev.get("leader") or "none"
-        events.append(Event("Normal", "LeaderElected", f"{leader} leads the log (was {was})"))
-    prev_states = {
-        str(item.get("name")): str(item.get("status") or UNKNOWN)
-        for item in prev.get("replicas") or []
-    }
-    for name in names:
-        before, after = prev_states.get(name), states[name]
-        if before == c.VOTING and after == c.EMPTY and initialized:
-            events.append(
-                Event(
-                    "Warning",
-                    "ReplicaEmpty",
-                    f"{name} came back EMPTY (its volume was lost or replaced): "
-                    "it recovers from the VOTING replicas",
-                )
-            )
-        elif before in (c.EMPTY, c.RECOVERING) and after == c.VOTING and prev.get("initialized"):
-            events.append(Event("Normal", "ReplicaRecovered", f"{name} caught up and is VOTING"))
-    if rolling and not condition_true(prev, "RollingUpdate"):
-        events.append(
-            Event(
-                "Normal",
-                "RollingUpdateStarted",
-                f"replacing {', '.join(outdated) or 'pods'} one at a time",
-            )
-        )
-    if not rolling and condition_true(prev, "RollingUpdate"):
-        events.append(
-            Event("Normal", "RollingUpdateCompleted", "every replica runs the update revision")
-        )
-    if phase == "Failed" and prev.get("phase") != "Failed":
-        events.append(Event("Warning", "Failed", message))
-
-    remove: list[str] = []
-    if (
-        was_data_loss
-        and not data_loss
-        and c.ANNOTATION_REINITIALIZE in (meta.get("annotations") or {})
-    ):
-        remove.append(c.ANNOTATION_REINITIALIZE)  # one-shot: a later loss needs a new ack
-    return StatusResult(status=status, events=events, permit=permits, remove_annotations=remove)
-
-
-def _count(states: Mapping[str, str], names: Sequence[str]) -> str:
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[states[name]] = counts.get(states[name], 0) + 1
-    order = (c.VOTING, c.RECOVERING, c.STARTING, c.EMPTY, UNKNOWN)
-    return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
