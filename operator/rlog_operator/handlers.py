@@ -7,7 +7,8 @@
   label selector) and of existing PersistentVolume names: no list calls in the loop.
 * a 5 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
   replica its Status through the headless Service's DNS names (short timeouts,
-  concurrently), then `status.compute_status` and `rolling.next_step`; patch the status,
+  concurrently), then `rolling.next_step` and `status.compute_status` (the facts of the
+  observation, the status, its Events and the `permits.decide` decision); patch the status,
   emit Events, grant/revoke initialization permits (the CR's uid is the log id) and perform
   the one rolling action (deletes with UID preconditions; step-down of the leader).
 
@@ -341,7 +342,7 @@ async def observe(
         previous,
         now,
         rolling_update=action.as_status(),
-        error=refused or None,
+        refused=refused,
     )
 
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
@@ -354,10 +355,14 @@ async def observe(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     metrics.observe_status(namespace, specs.name_of(body), result.status)
 
-    for name in () if refused else result.permit.grant:
+    # permits.decide: grants are withheld while a replicas change is refused
+    permit = result.permit
+    for name in permit.grant:
         await _act(body, "grant", name, uid, logger)
-    for name in result.permit.revoke:
+    for name in permit.revoke:
         await _act(body, "revoke", name, uid, logger)
+    if not (permit.grant or permit.revoke):
+        logger.debug("initialization permits: nothing to do: %s", permit.reason())
     if refused:
         return
 

@@ -2,7 +2,8 @@
 
 `compute_status` gathers the facts of one observation (`facts.gather`) and composes the
 functions below: `phase`, one setter per condition, `replica_item`, `events` (the
-transitions since the previous status) and `annotations_to_remove`. None of them does I/O.
+transitions since the previous status) and `annotations_to_remove`, with the permit
+decision of `permits.decide`. None of them does I/O.
 
 Phases (one word for `kubectl get rlog`, first match wins):
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlog_operator import constants as c
+from rlog_operator import permits
 from rlog_operator.facts import Facts, condition_true, gather
 from rlog_operator.observed import (
     UNKNOWN,
@@ -42,6 +44,7 @@ from rlog_operator.observed import (
     revision_of,
     status_name,
 )
+from rlog_operator.permits import PermitDecision
 
 CONDITION_TYPES = ("Ready", "Initialized", "Degraded", "Recovering", "RollingUpdate", "DataLoss")
 # the fields compute_status writes (all declared in the CRD's status schema)
@@ -81,19 +84,11 @@ class Event:
     message: str
 
 
-@dataclass(frozen=True)
-class PermitPlan:
-    allowed: bool  # the log may be initialized (or re-initialized) now
-    reason: str
-    grant: tuple[str, ...] = ()  # pod names to grant the permit to
-    revoke: tuple[str, ...] = ()  # pod names to revoke it from
-
-
 @dataclass
 class StatusResult:
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
-    permit: PermitPlan = PermitPlan(False, "")
+    permit: PermitDecision = field(default_factory=lambda: PermitDecision(False, ""))
     remove_annotations: list[str] = field(default_factory=list)  # on the ReplicatedLog
 
 
@@ -120,72 +115,6 @@ class Condition:
         )
 
 
-# ---- initialization policy ------------------------------------------------------------------
-
-
-def may_initialize(
-    *,
-    initialized: bool,
-    data_loss: bool,
-    auto_initialize: bool,
-    annotations: Mapping[str, str],
-    uid: str,
-) -> tuple[bool, str]:
-    """Whether the log may be (re)initialized now, and why (or why not)."""
-    if data_loss:
-        if uid and annotations.get(c.ANNOTATION_REINITIALIZE) == uid:
-            return True, f"re-initialization acknowledged by {c.ANNOTATION_REINITIALIZE}"
-        return False, (
-            "every replica is EMPTY in a log that was initialized: suspected data loss; "
-            f"set the annotation {c.ANNOTATION_REINITIALIZE}={uid} to start an empty log"
-        )
-    if initialized:
-        return False, "the log is initialized"
-    if auto_initialize:
-        return True, "a new log (spec.autoInitialize)"
-    if uid and annotations.get(c.ANNOTATION_INITIALIZE) == uid:
-        return True, f"a new log (annotation {c.ANNOTATION_INITIALIZE})"
-    return False, (
-        f"spec.autoInitialize is false: set the annotation {c.ANNOTATION_INITIALIZE}={uid} "
-        "to initialize the log"
-    )
-
-
-def permit_plan(
-    allowed: bool,
-    reason: str,
-    initialized: bool,
-    data_loss: bool,
-    statuses: Mapping[str, ReplicaStatus | None],
-) -> PermitPlan:
-    """Which reachable replicas to grant the permit to and which to revoke it from."""
-    grant: list[str] = []
-    revoke: list[str] = []
-    for name, s in sorted(statuses.items()):
-        if s is None:
-            continue
-        state = status_name(s)
-        finishing = initialized and not data_loss and state == c.STARTING
-        should = (allowed and state in (c.EMPTY, c.STARTING)) or finishing
-        holds = bool(s.get("permit"))
-        if should and not holds:
-            grant.append(name)
-        elif holds and not should:
-            revoke.append(name)
-    return PermitPlan(allowed, reason, tuple(grant), tuple(revoke))
-
-
-def initialization_policy(facts: Facts) -> tuple[bool, str]:
-    """Whether the log may be (re)initialized now, and why (or why not)."""
-    return may_initialize(
-        initialized=facts.initialized,
-        data_loss=facts.data_loss,
-        auto_initialize=facts.auto_initialize,
-        annotations=facts.annotations,
-        uid=facts.uid,
-    )
-
-
 # ---- the phase ------------------------------------------------------------------------------
 
 
@@ -195,7 +124,7 @@ def phase(facts: Facts) -> Phase:
     failure = facts.failure
     if failure:
         return Phase("Failed", failure)
-    allowed, why = initialization_policy(facts)
+    allowed, why = permits.policy(facts)
     if facts.data_loss:
         return Phase("DataLoss", why)
     if not facts.initialized:
@@ -242,7 +171,7 @@ def initialized_condition(facts: Facts) -> Condition:
     """True once some replica has been VOTING; until then, whether a permit may go out."""
     if facts.initialized:
         return Condition("Initialized", True, "Initialized", "a replica has been VOTING")
-    allowed, why = initialization_policy(facts)
+    allowed, why = permits.policy(facts)
     reason = "Initializing" if allowed else "AwaitingInitializeAnnotation"
     return Condition("Initialized", False, reason, why)
 
@@ -277,7 +206,7 @@ def rolling_update_condition(facts: Facts) -> Condition:
 def data_loss_condition(facts: Facts) -> Condition:
     """True while a total data loss is suspected (sticky until a VOTING quorum)."""
     if facts.data_loss:
-        return Condition("DataLoss", True, "AllReplicasEmpty", initialization_policy(facts)[1])
+        return Condition("DataLoss", True, "AllReplicasEmpty", permits.policy(facts)[1])
     return Condition("DataLoss", False, "NoDataLoss", "no suspected data loss")
 
 
@@ -338,7 +267,7 @@ def _initialization_events(facts: Facts) -> list[Event]:
     if facts.initialized and not facts.was_initialized:
         result.append(Event("Normal", "Initialized", f"the log is initialized: {facts.summary()}"))
     if facts.data_loss and not facts.was_data_loss:
-        result.append(Event("Warning", "DataLoss", initialization_policy(facts)[1]))
+        result.append(Event("Warning", "DataLoss", permits.policy(facts)[1]))
     if facts.was_data_loss and not facts.data_loss:
         result.append(Event("Normal", "Reinitialized", f"the log serves again: {facts.summary()}"))
     return result
@@ -509,10 +438,9 @@ def compute_status(
         error=error,
         refused=refused,
     )
-    allowed, why = initialization_policy(facts)
     return StatusResult(
         status=status_of(facts, (previous or {}).get("conditions") or [], now),
         events=events(previous, facts),
-        permit=permit_plan(allowed, why, facts.initialized, facts.data_loss, facts.replicas),
+        permit=permits.decide(facts),
         remove_annotations=annotations_to_remove(facts),
     )

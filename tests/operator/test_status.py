@@ -2,7 +2,7 @@
 
 from helpers import LATER, NOW, REV_NEW, REV_OLD, UID, cr, pod, rs
 
-from rlog_operator import observed
+from rlog_operator import observed, permits
 from rlog_operator import status as st
 
 
@@ -227,7 +227,7 @@ def test_may_initialize_rules():
             "annotations": {},
             "uid": UID,
         }
-        return st.may_initialize(**{**args, **kw})[0]
+        return permits.may_initialize(**{**args, **kw})[0]
 
     assert may()
     assert not may(initialized=True)
