@@ -57,3 +57,46 @@ def rs(i, status="VOTING", *, leader=0, learned=100, end=None, permit=False, log
     }
     s.update(extra)
     return s
+
+
+NAMES = ("orders-0", "orders-1", "orders-2")
+
+
+def facts(**overrides):
+    """Hand-built Facts of a healthy 3-replica log (orders-0 leads), with `overrides`.
+
+    Fields are independent here: a test sets exactly the facts its rule reads."""
+    from rlog_operator.facts import Facts
+
+    base = {
+        "uid": UID,
+        "generation": 1,
+        "names": NAMES,
+        "quorum_size": 2,
+        "auto_initialize": True,
+        "annotations": {},
+        "update_revision": REV_NEW,
+        "pods": {name: pod(i) for i, name in enumerate(NAMES)},
+        "replicas": {name: rs(i) for i, name in enumerate(NAMES)},
+        "states": dict.fromkeys(NAMES, "VOTING"),
+        "voting": NAMES,
+        "reached": NAMES,
+        "ready": NAMES,
+        "down": (),
+        "recovering": (),
+        "foreign": (),
+        "outdated": (),
+        "quorum": True,
+        "leader": "orders-0",
+        "initialized": True,
+        "was_initialized": True,
+        "was_data_loss": False,
+        "data_loss": False,
+        "rolling_queue": (),
+        "rolling_message": "",
+        "rolling": False,
+        "error": "",
+        "refused": "",
+    }
+    base.update(overrides)
+    return Facts(**base)

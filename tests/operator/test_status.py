@@ -354,3 +354,14 @@ def test_leader_of():
     statuses["orders-1"] = None  # the leader unreachable, the others still point at it
     assert observed.leader_of(statuses) == "orders-1"
     assert observed.leader_of({"orders-0": None}) == ""
+
+
+def test_a_refused_replicas_change_fails_and_withholds_grants():
+    refusal = "spec.replicas cannot change (3 -> 5)"
+    pods = [pod(i, ready=False) for i in range(3)]
+    statuses = {f"orders-{i}": rs(i, "EMPTY", leader=None) for i in range(3)}
+    r = compute(cr(), pods, statuses, refused=refusal)
+    assert r.status["phase"] == "Failed" and r.status["message"] == refusal
+    assert reasons(r) == ["Failed"]
+    assert r.permit.allowed and r.permit.grant == ()
+    assert r.permit.withheld == ("orders-0", "orders-1", "orders-2")
