@@ -14,7 +14,8 @@ KIND: Final = "ReplicatedLog"
 PLURAL: Final = "replicatedlogs"
 SHORT_NAME: Final = "rlog"
 
-# ---- labels on everything the operator makes (DESIGN §4) --------------------------------
+# ---- labels on everything the operator makes -----------------------------------------------
+# The watches select replicas by name and component; the instance names the log they belong to.
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"

@@ -1,4 +1,5 @@
-"""The CRD is a structural apiextensions.k8s.io/v1 schema with the CEL rules of DESIGN §4."""
+"""The CRD is a structural apiextensions.k8s.io/v1 schema whose CEL rules keep a log's name
+short enough for the objects it names and its replicas and storage immutable."""
 
 from pathlib import Path
 from typing import Any
