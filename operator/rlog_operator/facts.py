@@ -96,8 +96,10 @@ class Facts:
     @property
     def failure(self) -> str:
         """Why the operator cannot reconcile the log, or ""."""
-        if self.error or self.refused:
-            return self.error or self.refused
+        if self.error:
+            return self.error
+        if self.refused:
+            return self.refused
         if self.foreign:
             return (
                 f"replicas {', '.join(self.foreign)} belong to another log (their data dir is "

@@ -86,6 +86,9 @@ class Event:
 
 @dataclass
 class StatusResult:
+    """What one observation yields: the status to store, the Events to post, the permit
+    decision to carry out and the annotations to remove."""
+
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     permit: PermitDecision = field(default_factory=lambda: PermitDecision(False, ""))
