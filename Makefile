@@ -65,8 +65,12 @@ demo: $(STAMP) cluster-up
 demo-local: $(STAMP)
 	examples/local_demo.sh $(VENV)/bin/rlog
 
+# The default benchmark set (bench/run.sh, a few minutes on 2 cores; results under
+# bench/results/bench-<date>/): storage engines, `rlog bench` serial and concurrent against an
+# `rlog dev` log, catch-up of a wiped replica. BENCH_ETCD=1 adds the etcd comparison and
+# BENCH_SPARK=1 the Spark source and sink; bench/README.md lists every variable. Not in `test`.
 bench: $(STAMP)
-	$(VENV)/bin/rlog bench --help
+	BENCH_PYTHON=$(PY) bench/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

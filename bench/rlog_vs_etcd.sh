@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-15}
-py=.venv/bin/python
-rlog=.venv/bin/rlog
+py=${RLOG_BENCH_PYTHON:-.venv/bin/python}
+rlog="$py -m rlog.tools.cli"
 work=${RLOG_BENCH_DIR:-$HOME/.cache/rlog-bench}
 mkdir -p "$work" bench/results
 out=bench/results/rlog_vs_etcd-$(date +%Y%m%d-%H%M).jsonl

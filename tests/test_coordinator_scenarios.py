@@ -1,4 +1,4 @@
-"""The Mesos log's coordinator scenarios (shared/MESOS-LOG-NOTES.md), on the pure core."""
+"""The Mesos replicated log's coordinator test scenarios, replayed on the pure core."""
 
 from __future__ import annotations
 

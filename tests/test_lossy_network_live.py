@@ -14,7 +14,7 @@ from test_log_live import append_acked
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools import consistency
-from rlog.tools.cli import initialize
+from rlog.tools.initialize import initialize
 
 pytestmark = pytest.mark.slow
 

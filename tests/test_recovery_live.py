@@ -15,8 +15,8 @@ from test_log_live import Writers, append_acked, check
 from rlog.client import Client
 from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
 from rlog.proto import rlog_pb2 as pb
-from rlog.tools.cli import initialize
 from rlog.tools.dev import DevCluster
+from rlog.tools.initialize import initialize
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-# Local single-node Kubernetes for e2e tests (see e2e/cluster/README.md).
+# Local single-node Kubernetes for e2e tests (docs/local-cluster.md describes it).
 # Included by the top-level Makefile:  include e2e/cluster/cluster.mk
 E2E_CLUSTER := e2e/cluster
 E2E_PYTEST ?= python3 -m pytest

@@ -2,10 +2,10 @@
 
 Events go in through methods (`elect`, `on_reply`, `on_failure`, `on_timeout`, `propose`,
 `pump`, `step_down`); what the coordinator wants done comes out in `take()` as outputs:
-messages to send, timers to set, results for the callers. No I/O, no clocks: the server
-(server.py) and the simulations in tests drive it.
+messages to send, timers to set, results for the callers. No I/O, no clocks: the replica
+runtime (rlog.runtime) and the simulations in tests drive it.
 
-Rules (shared/MESOS-LOG-NOTES.md, "Coordinator rules"):
+Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
 - elect: proposal = max(highest seen, local promise) + 1, implicit promise to every replica;
   a quorum of ACCEPT elects; index = the highest `end` in those replies;
 - fill every position in [begin, index] the local replica has not learned: explicit promise

@@ -1,7 +1,7 @@
 """The recover protocol: how a replica that is not VOTING decides what to do next.
 
 A round broadcasts RecoverRequest to every replica (itself included) and decides after each
-reply, in this order (shared/MESOS-LOG-NOTES.md, "Recovery and auto-initialization"):
+reply, in this order (the Mesos log's rules; docs/recovery.md explains why they are safe):
 1. a quorum of VOTING replies: RECOVERING, catch up [min begin, max end], and adopt the
    highest promise among them before turning VOTING (closes the Mesos hazard of a wiped
    replica voting with promised = 0 for a lower-numbered rival);

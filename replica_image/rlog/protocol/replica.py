@@ -7,7 +7,7 @@ an overlay, so that requests handled while a group commit is in flight see their
 predecessors' effects. The server applies the batches (one fsync for many) and only then
 sends the responses.
 
-Rules (shared/MESOS-LOG-NOTES.md, with rlog's tightenings):
+Rules (the Mesos log's acceptor with rlog's tightenings, docs/protocol.md):
 - not VOTING: promises and writes get IGNORED; learned messages are always applied;
 - the promise guarding position p is max(metadata.promised, record.promised): an implicit
   promise needs proposal > metadata.promised, an explicit one proposal > that guard, a write

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import StorageError
+from rlog.storage.base import StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
 # dir written by one engine is never silently opened (as empty) by another.

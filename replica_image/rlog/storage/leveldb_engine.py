@@ -21,7 +21,6 @@ from pathlib import Path
 import plyvel
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, StorageError, WriteBatch
 from rlog.storage._common import (
     ACTION_END,
     ACTION_PREFIX,
@@ -31,6 +30,7 @@ from rlog.storage._common import (
     decode_position,
     open_data_dir,
 )
+from rlog.storage.base import Storage, StorageError, WriteBatch
 
 _SCAN_CHUNK = 1024
 COMPACT_AFTER_DELETES = 4096  # compact the deleted prefix when a batch deletes this many

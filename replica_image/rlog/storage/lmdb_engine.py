@@ -24,8 +24,8 @@ from pathlib import Path
 import lmdb
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, StorageError, WriteBatch
 from rlog.storage._common import decode_position, encode_position, open_data_dir
+from rlog.storage.base import Storage, StorageError, WriteBatch
 
 DEFAULT_MAP_SIZE = 64 << 30  # 64 GiB of address space; sparse on 64-bit
 _META_KEY = b"metadata"

@@ -7,7 +7,7 @@ import bisect
 from collections.abc import Iterator
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, WriteBatch
+from rlog.storage.base import Storage, WriteBatch
 
 
 class MemoryStorage(Storage):

@@ -19,7 +19,6 @@ from pathlib import Path
 import rocksdict
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, StorageError, WriteBatch
 from rlog.storage._common import (
     ACTION_END,
     ACTION_PREFIX,
@@ -29,6 +28,7 @@ from rlog.storage._common import (
     decode_position,
     open_data_dir,
 )
+from rlog.storage.base import Storage, StorageError, WriteBatch
 
 _SCAN_CHUNK = 1024
 

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, StorageError, WriteBatch
 from rlog.storage._common import MAX_POSITION, open_data_dir
+from rlog.storage.base import Storage, StorageError, WriteBatch
 
 SEGMENT_BYTES = 64 << 20
 _HEADER = struct.Struct(">II")

@@ -1,4 +1,4 @@
-"""The `rlog` command line (shared/DESIGN.md section 5).
+"""The `rlog` command line (docs/design.md, "The command line", lists every subcommand).
 
 Every failure is one line on stderr, `rlog: error: ...`, and no traceback (set RLOG_DEBUG=1
 for one). Exit codes: 0 ok, 1 runtime error, 2 usage error, 130 interrupted.
@@ -26,8 +26,8 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
 
 from rlog.client.errors import RlogError
 from rlog.config import DEFAULT_MAX_ENTRY_SIZE, ConfigError, ReplicaConfig, parse_peers
-from rlog.proto import rlog_pb2 as pb
-from rlog.storage import ENGINES, StorageError, WriteBatch, open_storage
+from rlog.storage import ENGINES, StorageError
+from rlog.tools.initialize import initialize
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -298,20 +298,6 @@ def cmd_admin(args: argparse.Namespace) -> int:
     else:
         print_status(status_to_dict(status))
     return EXIT_OK
-
-
-def initialize(data_dir: str | Path, storage_engine: str = "lmdb") -> None:
-    """Set a fresh data dir VOTING offline (like `mesos-log initialize`). Raises
-    StorageError if it cannot be opened and RlogError if the log in it is not empty."""
-    storage = open_storage(Path(data_dir), storage_engine)
-    try:
-        meta = storage.metadata()
-        if meta.status != pb.EMPTY or storage.first_position() is not None:
-            raise RlogError(f"the log at {data_dir} is not empty")
-        meta.status = pb.VOTING
-        storage.apply(WriteBatch(metadata=meta, sync=True))
-    finally:
-        storage.close()
 
 
 def cmd_initialize(args: argparse.Namespace) -> int:

@@ -35,7 +35,8 @@ from rlog.client import Client
 from rlog.client.errors import RlogError
 from rlog.config import ConfigError, check_replica_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import ENGINES, open_storage
+from rlog.storage import ENGINES
+from rlog.tools.initialize import initialize, is_fresh
 
 STOP_GRACE = 5.0
 
@@ -74,16 +75,6 @@ def die_with_parent_if_asked() -> None:
         return
     if os.getppid() != int(parent):
         os._exit(1)  # the parent died before the signal was armed
-
-
-def _is_fresh(data_dir: Path, storage_engine: str) -> bool:
-    if not data_dir.exists() or not any(data_dir.iterdir()):
-        return True
-    storage = open_storage(data_dir, storage_engine)
-    try:
-        return storage.metadata().status == pb.EMPTY and storage.first_position() is None
-    finally:
-        storage.close()
 
 
 class DevCluster:
@@ -218,9 +209,7 @@ class DevCluster:
         for i in range(self.replicas):
             self.replica_dir(i).mkdir(parents=True, exist_ok=True)
         self._choose_addresses()
-        if self.initialize and all(_is_fresh(d, self.storage_engine) for d in self.data_dirs):
-            from rlog.tools.cli import initialize
-
+        if self.initialize and all(is_fresh(d, self.storage_engine) for d in self.data_dirs):
             for data_dir in self.data_dirs:
                 initialize(data_dir, self.storage_engine)
         return self
