@@ -100,7 +100,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from rlog.client.clients import CHANNEL_OPTIONS, Client, batched, parse_endpoints
+from rlog.client.clients import Client, batched, parse_endpoints
 from rlog.client.errors import (
     InvalidArgument,
     NotVoting,
@@ -111,6 +111,7 @@ from rlog.client.errors import (
     Unavailable,
     from_rpc_error,
 )
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
@@ -215,7 +216,7 @@ def _stub(endpoint: str) -> pbg.LogStub:
     with _lock:
         stub = _stubs.get(endpoint)
         if stub is None:
-            channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+            channel = grpc.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS)
             stub = _stubs[endpoint] = pbg.LogStub(channel)
         return stub
 

@@ -49,32 +49,17 @@ from rlog.client.errors import (
     from_rpc_error,
     is_connect_failure,
 )
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, not_attempted
 from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
 T = TypeVar("T")
 
-MAX_MESSAGE_LENGTH = 64 * 1024 * 1024
 DEFAULT_TIMEOUT = 30.0
 # Longer than the server's append timeout plus forwarding, so the server's own verdict
 # (DEADLINE_EXCEEDED with its message, or ABORTED) normally arrives first.
 DEFAULT_APPEND_TIMEOUT = 60.0
-
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
-    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
-    # dialling the old address and the peer stays unreachable that long.
-    ("grpc.dns_min_time_between_resolutions_ms", 1000),
-    # Never let gRPC re-send a call on its own: appends are not idempotent.
-    ("grpc.enable_retries", 0),
-]
 
 Value = bytes | bytearray | memoryview | str
 
@@ -324,8 +309,7 @@ def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
         details = exc.details() or ""
         if is_connect_failure(details) and not details.startswith("leader: "):
             return True  # no connection was made: the request reached no server
-        trailers = exc.trailing_metadata()
-        if trailers is not None and "rlog-not-attempted" in trailers:
+        if not_attempted(exc.trailing_metadata()):
             return True  # the server said exactly that it changed nothing
         return not mutating
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -361,7 +345,7 @@ class AsyncClient:
         self.read_timeout = read_timeout
         extra = list(channel_options)
         keys = {key for key, _ in extra}
-        self._options = [opt for opt in CHANNEL_OPTIONS if opt[0] not in keys] + extra
+        self._options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
         self._endpoints: list[_Endpoint | None] = [None] * len(self._addresses)
         self._current = 0
         self._closed = False

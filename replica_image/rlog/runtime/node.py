@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from rlog.client.errors import is_connect_failure
+from rlog.client.wire import FORWARDED, PEER_CHANNEL_OPTIONS, not_attempted
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -49,22 +50,6 @@ from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
 
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 10_000),
-    # A restarted peer must be reachable again within an election timeout, not after gRPC's
-    # default reconnect back-off (up to 120 s): a replica that hears no heartbeat stands for
-    # election.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
-    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
-    # dialling the old address and the peer stays unreachable that long.
-    ("grpc.dns_min_time_between_resolutions_ms", 1000),
-]
-FORWARDED = "rlog-forwarded"
 READ_CHUNK_POSITIONS = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
@@ -78,15 +63,6 @@ def _piggybackable(message: object) -> bool:
         and not message.leader_address
         and len(message.ranges) > 0
     )
-
-
-NOT_ATTEMPTED = "rlog-not-attempted"  # trailing metadata: the request changed nothing
-
-
-def not_attempted(exc: grpc.aio.AioRpcError) -> bool:
-    """Whether an rlog server said (exactly, by trailing metadata) that it did nothing."""
-    trailers = exc.trailing_metadata()
-    return trailers is not None and NOT_ATTEMPTED in trailers
 
 
 class RpcError(Exception):
@@ -174,7 +150,7 @@ class Node:
         for peer_id, address in enumerate(self.config.peers):
             if peer_id == self.config.id:
                 continue
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
             self._channels.append(channel)
             self.peers[peer_id] = Peer(
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
@@ -742,7 +718,7 @@ class Node:
         except grpc.aio.AioRpcError as exc:
             code, details = exc.code(), exc.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE and not (
-                not_attempted(exc) or is_connect_failure(details)
+                not_attempted(exc.trailing_metadata()) or is_connect_failure(details)
             ):
                 # The call broke after it may have reached the leader: outcome unknown.
                 code = grpc.StatusCode.ABORTED

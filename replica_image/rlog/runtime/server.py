@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from rlog.client.wire import FORWARDED, NOT_ATTEMPTED, SERVER_OPTIONS
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
+from rlog.runtime.node import Node, RpcError
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -235,7 +236,7 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
     pbg.add_LogServicer_to_server(LogService(node), server)
     pbg.add_AdminServicer_to_server(AdminService(node), server)
