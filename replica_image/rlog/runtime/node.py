@@ -23,8 +23,7 @@ from typing import Any
 
 import grpc
 
-from rlog.client.errors import is_connect_failure
-from rlog.client.wire import FORWARDED, PEER_CHANNEL_OPTIONS, not_attempted
+from rlog.client.wire import FORWARDED, PEER_CHANNEL_OPTIONS, Reason
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -44,6 +43,7 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.catchup import CatchUp
+from rlog.runtime.errors import RpcError
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage
@@ -63,15 +63,6 @@ def _piggybackable(message: object) -> bool:
         and not message.leader_address
         and len(message.ranges) > 0
     )
-
-
-class RpcError(Exception):
-    """An error for the client, with the gRPC status code to send."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -174,7 +165,7 @@ class Node:
         self._stopped = True
         for future in self._waiters.values():
             if not future.done():
-                future.set_exception(RpcError(grpc.StatusCode.UNAVAILABLE, "replica stopping"))
+                future.set_exception(RpcError(Reason.STOPPING, "replica stopping"))
         await self.journal.close()
         for channel in self._channels:
             await channel.close(grace=None)
@@ -640,7 +631,7 @@ class Node:
         for action in actions:
             if len(action.value) > self.config.max_entry_size:
                 raise RpcError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
+                    Reason.ENTRY_TOO_LARGE,
                     f"entry of {len(action.value)} bytes exceeds the maximum entry size of "
                     f"{self.config.max_entry_size} bytes",
                 )
@@ -670,7 +661,7 @@ class Node:
                 return None
             if self.core.status != pb.VOTING and not forwarded and self.leader_id is None:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NO_LEADER,
                     f"no leader: this replica is {pb.Status.Name(self.core.status)}"
                     + (f" ({self.reason})" if self.reason else ""),
                 )
@@ -683,7 +674,7 @@ class Node:
                 return self.peers[self.leader_id]
             if time.monotonic() > deadline:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NOT_LEADER if forwarded else Reason.NO_LEADER,
                     "this replica is not the leader"
                     if forwarded
                     else "no leader elected: a quorum of VOTING replicas may be unreachable",
@@ -716,14 +707,7 @@ class Node:
         try:
             return await call
         except grpc.aio.AioRpcError as exc:
-            code, details = exc.code(), exc.details() or ""
-            if code == grpc.StatusCode.UNAVAILABLE and not (
-                not_attempted(exc.trailing_metadata()) or is_connect_failure(details)
-            ):
-                # The call broke after it may have reached the leader: outcome unknown.
-                code = grpc.StatusCode.ABORTED
-                details = f"{details} (outcome unknown)"
-            raise RpcError(code, f"leader: {details}") from None
+            raise RpcError.from_leader(exc, mutating=True) from None
 
     async def truncate(self, to: int, forwarded: bool) -> int:
         leader = await self._await_leader(forwarded)
@@ -734,14 +718,15 @@ class Node:
             return position
         if to > self.coordinator.next_position:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.PAST_END,
                 f"cannot truncate to {to}: past the end of the log "
                 f"(next position {self.coordinator.next_position})",
             )
         if to <= self.core.begin:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.TRUNCATED,
                 f"cannot truncate to {to}: the log already begins at {self.core.begin}",
+                begin=self.core.begin,
             )
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -764,21 +749,24 @@ class Node:
         end = learned_end if last is None else last
         if first < begin:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.TRUNCATED,
                 f"position {first} is truncated: the log begins at {begin}",
+                begin=begin,
             )
         if last is not None and last > learned_end:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.PAST_END,
                 f"position {last} is past the end of the log (end {learned_end})",
+                end=learned_end,
             )
         if first > end:
             if last is not None:
-                raise RpcError(grpc.StatusCode.INVALID_ARGUMENT, f"from {first} is after to {last}")
+                raise RpcError(Reason.INVALID_ARGUMENT, f"from {first} is after to {last}")
             if first > learned_end + 1:
                 raise RpcError(
-                    grpc.StatusCode.OUT_OF_RANGE,
+                    Reason.PAST_END,
                     f"position {first} is past the end of the log (end {learned_end})",
+                    end=learned_end,
                 )
             return
         position = first
@@ -788,13 +776,14 @@ class Node:
             )
             if position < self.core.begin:
                 raise RpcError(
-                    grpc.StatusCode.OUT_OF_RANGE,
+                    Reason.TRUNCATED,
                     f"position {position} was truncated during the read "
                     f"(the log begins at {self.core.begin})",
+                    begin=self.core.begin,
                 )
             if not actions:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NOT_LEARNED,
                     f"position {position} is not learned on this replica yet",
                 )
             entries = [
@@ -887,7 +876,7 @@ class Node:
 
 def _failure_error(failed: Failed) -> RpcError:
     if failed.kind == FailureKind.NOT_LEADER:
-        return RpcError(grpc.StatusCode.UNAVAILABLE, failed.reason)
+        return RpcError(Reason.NOT_LEADER, failed.reason)
     if failed.kind == FailureKind.TIMEOUT:
-        return RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, failed.reason + " (outcome unknown)")
-    return RpcError(grpc.StatusCode.ABORTED, failed.reason + " (outcome unknown)")
+        return RpcError(Reason.TIMEOUT, failed.reason + " (outcome unknown)")
+    return RpcError(Reason.OUTCOME_UNKNOWN, failed.reason + " (outcome unknown)")
