@@ -397,6 +397,7 @@ def read_partition(partition: RlogPartition) -> Iterator[pa.RecordBatch]:
                 f"({error}); read from the log's begin on",
                 error.code,
                 error.endpoint,
+                begin=error.begin,
             ) from None
         except (Unavailable, Timeout, NotVoting, PastEnd) as error:
             # Down, not VOTING, or a follower that has not learned the range yet.
@@ -435,12 +436,14 @@ class RlogReader(DataSourceReader):
         if first < view.begin:
             raise Truncated(
                 f"rlog: position {first} is truncated: the log begins at {view.begin} "
-                f"(option 'from' must be at least {view.begin})"
+                f"(option 'from' must be at least {view.begin})",
+                begin=view.begin,
             )
         if last > view.learned:
             raise PastEnd(
                 f"rlog: position {last} is past the end of the log (end {view.learned}): "
-                "option 'to' must be at most the learned end"
+                "option 'to' must be at most the learned end",
+                end=view.learned,
             )
         if self.low is not None:
             first = max(first, self.low)
@@ -551,7 +554,8 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if first < view.begin:
             raise Truncated(
                 f"rlog: the stream is at position {first} but the log begins at {view.begin}: "
-                "the positions in between were truncated before they were read"
+                "the positions in between were truncated before they were read",
+                begin=view.begin,
             )
         return plan_partitions(view, self.endpoints, first, stop - 1, self.parts, self.skip_markers)
 

@@ -49,7 +49,7 @@ from rlog.client.errors import (
     from_rpc_error,
     is_connect_failure,
 )
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, not_attempted
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted, parse_reason
 from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -233,7 +233,9 @@ class _AppendStream:
             for append_id, values in parts:  # nothing was appended: send each alone
                 self._queue.put_nowait((append_id, values, True))
             return
-        error = error_for(code, response.error, self.address, True)
+        reason = parse_reason(response.reason)
+        why = ErrorDetails(reason) if reason is not None else None
+        error = error_for(code, response.error, self.address, True, why)
         for append_id, _ in parts:
             future = self._futures.pop(append_id, None)
             if future is not None and not future.done():
@@ -305,12 +307,15 @@ class _AppendStream:
 def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
     """May this failed call be sent to another endpoint?"""
     code = exc.code()
+    trailers = exc.trailing_metadata()
+    why = ErrorDetails.from_metadata(trailers)
+    if why is not None and why.reason.not_attempted:
+        return True  # the server said exactly that it changed nothing
     if code == grpc.StatusCode.UNAVAILABLE:
-        details = exc.details() or ""
-        if is_connect_failure(details) and not details.startswith("leader: "):
-            return True  # no connection was made: the request reached no server
-        if not_attempted(exc.trailing_metadata()):
-            return True  # the server said exactly that it changed nothing
+        if why is None and is_connect_failure(exc.details() or ""):
+            return True  # gRPC made no connection: the request reached no server
+        if why is None and not_attempted(trailers):
+            return True  # a server that predates reasons said it changed nothing
         return not mutating
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return not mutating
