@@ -34,7 +34,7 @@ class _StatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Status.ValueTy
     VOTING: _Status.ValueType  # 3
 
 class Status(_Status, metaclass=_StatusEnumTypeWrapper):
-    """A replica's status (shared/MESOS-LOG-NOTES.md). Only VOTING replicas take part in Paxos."""
+    """A replica's status (see docs/protocol.md). Only VOTING replicas take part in Paxos."""
 
 EMPTY: Status.ValueType  # 0
 STARTING: Status.ValueType  # 1
