@@ -65,8 +65,9 @@ FORWARDED = "rlog-forwarded"
 REASON = "rlog-reason"  # a `Reason` value
 BEGIN = "rlog-begin"  # TRUNCATED: the first position the log still holds
 END = "rlog-end"  # PAST_END: the last learned position
-# The request changed nothing (implied by its reason; kept as its own key because it is
-# what a client or a forwarding replica needs to decide whether to retry elsewhere).
+# The request changed nothing, so it may be sent again elsewhere. Implied by the reason
+# (`Reason.not_attempted`); a key of its own because clients and replicas that predate
+# reasons (during a rolling upgrade) read only this.
 NOT_ATTEMPTED = "rlog-not-attempted"
 
 
