@@ -100,7 +100,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from rlog.client.clients import CHANNEL_OPTIONS, Client, batched, parse_endpoints
+from rlog.client.clients import Client, batched, parse_endpoints
 from rlog.client.errors import (
     InvalidArgument,
     NotVoting,
@@ -111,6 +111,7 @@ from rlog.client.errors import (
     Unavailable,
     from_rpc_error,
 )
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
@@ -215,7 +216,7 @@ def _stub(endpoint: str) -> pbg.LogStub:
     with _lock:
         stub = _stubs.get(endpoint)
         if stub is None:
-            channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+            channel = grpc.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS)
             stub = _stubs[endpoint] = pbg.LogStub(channel)
         return stub
 
@@ -396,6 +397,7 @@ def read_partition(partition: RlogPartition) -> Iterator[pa.RecordBatch]:
                 f"({error}); read from the log's begin on",
                 error.code,
                 error.endpoint,
+                begin=error.begin,
             ) from None
         except (Unavailable, Timeout, NotVoting, PastEnd) as error:
             # Down, not VOTING, or a follower that has not learned the range yet.
@@ -434,12 +436,14 @@ class RlogReader(DataSourceReader):
         if first < view.begin:
             raise Truncated(
                 f"rlog: position {first} is truncated: the log begins at {view.begin} "
-                f"(option 'from' must be at least {view.begin})"
+                f"(option 'from' must be at least {view.begin})",
+                begin=view.begin,
             )
         if last > view.learned:
             raise PastEnd(
                 f"rlog: position {last} is past the end of the log (end {view.learned}): "
-                "option 'to' must be at most the learned end"
+                "option 'to' must be at most the learned end",
+                end=view.learned,
             )
         if self.low is not None:
             first = max(first, self.low)
@@ -550,7 +554,8 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if first < view.begin:
             raise Truncated(
                 f"rlog: the stream is at position {first} but the log begins at {view.begin}: "
-                "the positions in between were truncated before they were read"
+                "the positions in between were truncated before they were read",
+                begin=view.begin,
             )
         return plan_partitions(view, self.endpoints, first, stop - 1, self.parts, self.skip_markers)
 

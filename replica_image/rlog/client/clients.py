@@ -49,32 +49,17 @@ from rlog.client.errors import (
     from_rpc_error,
     is_connect_failure,
 )
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted, parse_reason
 from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
 T = TypeVar("T")
 
-MAX_MESSAGE_LENGTH = 64 * 1024 * 1024
 DEFAULT_TIMEOUT = 30.0
 # Longer than the server's append timeout plus forwarding, so the server's own verdict
 # (DEADLINE_EXCEEDED with its message, or ABORTED) normally arrives first.
 DEFAULT_APPEND_TIMEOUT = 60.0
-
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
-    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
-    # dialling the old address and the peer stays unreachable that long.
-    ("grpc.dns_min_time_between_resolutions_ms", 1000),
-    # Never let gRPC re-send a call on its own: appends are not idempotent.
-    ("grpc.enable_retries", 0),
-]
 
 Value = bytes | bytearray | memoryview | str
 
@@ -248,7 +233,9 @@ class _AppendStream:
             for append_id, values in parts:  # nothing was appended: send each alone
                 self._queue.put_nowait((append_id, values, True))
             return
-        error = error_for(code, response.error, self.address, True)
+        reason = parse_reason(response.reason)
+        why = ErrorDetails(reason) if reason is not None else None
+        error = error_for(code, response.error, self.address, True, why)
         for append_id, _ in parts:
             future = self._futures.pop(append_id, None)
             if future is not None and not future.done():
@@ -320,13 +307,15 @@ class _AppendStream:
 def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
     """May this failed call be sent to another endpoint?"""
     code = exc.code()
+    trailers = exc.trailing_metadata()
+    why = ErrorDetails.from_metadata(trailers)
+    if why is not None and why.reason.not_attempted:
+        return True  # the server said exactly that it changed nothing
     if code == grpc.StatusCode.UNAVAILABLE:
-        details = exc.details() or ""
-        if is_connect_failure(details) and not details.startswith("leader: "):
-            return True  # no connection was made: the request reached no server
-        trailers = exc.trailing_metadata()
-        if trailers is not None and "rlog-not-attempted" in trailers:
-            return True  # the server said exactly that it changed nothing
+        if why is None and is_connect_failure(exc.details() or ""):
+            return True  # gRPC made no connection: the request reached no server
+        if why is None and not_attempted(trailers):
+            return True  # a server that predates reasons said it changed nothing
         return not mutating
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return not mutating
@@ -361,7 +350,7 @@ class AsyncClient:
         self.read_timeout = read_timeout
         extra = list(channel_options)
         keys = {key for key, _ in extra}
-        self._options = [opt for opt in CHANNEL_OPTIONS if opt[0] not in keys] + extra
+        self._options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
         self._endpoints: list[_Endpoint | None] = [None] * len(self._addresses)
         self._current = 0
         self._closed = False

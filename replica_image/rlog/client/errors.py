@@ -1,29 +1,43 @@
-"""Typed client errors: one class per gRPC status code the replica server uses.
+"""Typed client errors, chosen by the reason an rlog server gives for an error.
 
 Every error carries the server's one-line message (`str(error)`), the gRPC code, and the
-endpoint that answered. The mapping (see `from_rpc_error`):
+endpoint that answered. An rlog server sends a machine-readable `Reason` with each error
+(`rlog.client.wire`); the class follows from it, never from the message text:
 
-| gRPC code           | error                                                      |
-| ------------------- | ---------------------------------------------------------- |
-| INVALID_ARGUMENT    | `InvalidArgument` (`EntryTooLarge` for an oversized value) |
-| OUT_OF_RANGE        | `Truncated` / `PastEnd` (both `OutOfRange`)                |
-| UNAVAILABLE         | `Unavailable`                                              |
-| DEADLINE_EXCEEDED   | `Timeout`                                                  |
-| FAILED_PRECONDITION | `NotVoting` / `LogIdMismatch` (both `FailedPrecondition`)  |
-| ABORTED             | `OutcomeUnknown`                                           |
+| reason                     | gRPC code           | error                         |
+| -------------------------- | ------------------- | ----------------------------- |
+| TRUNCATED                  | OUT_OF_RANGE        | `Truncated` (with `begin`)    |
+| PAST_END                   | OUT_OF_RANGE        | `PastEnd` (with `end`)        |
+| INVALID_ARGUMENT           | INVALID_ARGUMENT    | `InvalidArgument`             |
+| ENTRY_TOO_LARGE            | INVALID_ARGUMENT    | `EntryTooLarge`               |
+| NOT_VOTING                 | FAILED_PRECONDITION | `NotVoting`                   |
+| LOG_ID_MISMATCH            | FAILED_PRECONDITION | `LogIdMismatch`               |
+| NO_LEADER, NOT_LEADER,     | UNAVAILABLE         | `Unavailable` (the request    |
+| LEADER_UNAVAILABLE,        |                     | changed nothing)              |
+| NOT_LEARNED                |                     |                               |
+| STOPPING                   | UNAVAILABLE         | `Unavailable`                 |
+| TIMEOUT                    | DEADLINE_EXCEEDED   | `Timeout`                     |
+| OUTCOME_UNKNOWN            | ABORTED             | `OutcomeUnknown`              |
+| INTERNAL                   | (the wrapped one's) | `RlogError`                   |
+
+An error without a reason did not come from an rlog server's own verdict (gRPC's transport
+errors, a deadline that expired on the client's side, a message over gRPC's size limit):
+its class follows from the gRPC status code alone (see `error_for`).
 
 An append (or truncate) whose outcome is unknown -- it may or may not be in the log -- always
-raises an `OutcomeUnknown`: besides ABORTED, a timeout of an append raises
-`OutcomeUnknownTimeout` (a `Timeout` and an `OutcomeUnknown`) and a connection lost while an
-append was in flight raises `OutcomeUnknownUnavailable` (an `Unavailable` and an
-`OutcomeUnknown`). Never retry those blindly: read the log to find out.
+raises an `OutcomeUnknown`: besides OUTCOME_UNKNOWN, a timeout of an append raises
+`OutcomeUnknownTimeout` (a `Timeout` and an `OutcomeUnknown`) and a connection lost (or a
+replica stopping) while an append was in flight raises `OutcomeUnknownUnavailable` (an
+`Unavailable` and an `OutcomeUnknown`). Never retry those blindly: read the log to find out.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import grpc
+
+from rlog.client.wire import ErrorDetails, Reason
 
 
 class RlogError(Exception):
@@ -61,10 +75,10 @@ class Truncated(OutOfRange):
         message: str,
         code: grpc.StatusCode | None = None,
         endpoint: str | None = None,
+        begin: int | None = None,
     ) -> None:
         super().__init__(message, code, endpoint)
-        match = re.search(r"begins at (\d+)", message)
-        self.begin: int | None = int(match.group(1)) if match else None
+        self.begin = begin
 
 
 class PastEnd(OutOfRange):
@@ -76,10 +90,10 @@ class PastEnd(OutOfRange):
         message: str,
         code: grpc.StatusCode | None = None,
         endpoint: str | None = None,
+        end: int | None = None,
     ) -> None:
         super().__init__(message, code, endpoint)
-        match = re.search(r"\(end (\d+)\)", message)
-        self.end: int | None = int(match.group(1)) if match else None
+        self.end = end
 
 
 class InvalidArgument(RlogError, ValueError):
@@ -118,8 +132,9 @@ class OutcomeUnknownUnavailable(Unavailable, OutcomeUnknown):
     """The connection broke while an append was in flight: it may have been chosen."""
 
 
-# Substrings of gRPC's own UNAVAILABLE details that mean no connection was ever made, so the
-# request certainly reached no server and is safe to send elsewhere.
+# Substrings of gRPC's own UNAVAILABLE details (the gRPC library's messages, not rlog's) that
+# mean no connection was ever made, so the request certainly reached no server and is safe
+# to send elsewhere.
 _CONNECT_FAILURES = (
     "failed to connect",
     "connection refused",
@@ -132,25 +147,11 @@ _CONNECT_FAILURES = (
     "cannot assign requested address",
 )
 
-# Server-side UNAVAILABLE messages for requests the server never attempted (rlog.runtime.node).
-_NOT_ATTEMPTED = (
-    "no leader",
-    "this replica is not the leader",
-    "not the leader",
-    "not attempted",
-)
-
 
 def is_connect_failure(details: str) -> bool:
     """True if gRPC's UNAVAILABLE details say no connection could be made at all."""
     text = details.lower()
     return any(marker in text for marker in _CONNECT_FAILURES)
-
-
-def _strip_leader_prefix(message: str) -> str:
-    while message.startswith("leader: "):
-        message = message[len("leader: ") :]
-    return message
 
 
 def short_details(details: str) -> str:
@@ -167,16 +168,43 @@ def short_details(details: str) -> str:
     return text
 
 
+# The class of each reason: (for a call that changes nothing, for an append or truncation).
+REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
+    Reason.TRUNCATED: (Truncated, Truncated),
+    Reason.PAST_END: (PastEnd, PastEnd),
+    Reason.INVALID_ARGUMENT: (InvalidArgument, InvalidArgument),
+    Reason.ENTRY_TOO_LARGE: (EntryTooLarge, EntryTooLarge),
+    Reason.NOT_VOTING: (NotVoting, NotVoting),
+    Reason.LOG_ID_MISMATCH: (LogIdMismatch, LogIdMismatch),
+    Reason.NO_LEADER: (Unavailable, Unavailable),
+    Reason.NOT_LEADER: (Unavailable, Unavailable),
+    Reason.LEADER_UNAVAILABLE: (Unavailable, Unavailable),
+    Reason.NOT_LEARNED: (Unavailable, Unavailable),
+    Reason.STOPPING: (Unavailable, OutcomeUnknownUnavailable),
+    Reason.TIMEOUT: (Timeout, OutcomeUnknownTimeout),
+    Reason.OUTCOME_UNKNOWN: (OutcomeUnknown, OutcomeUnknown),
+    Reason.INTERNAL: (RlogError, RlogError),
+}
+
+
+def error_class(reason: Reason, mutating: bool = False) -> type[RlogError]:
+    """The class of the error an rlog server's `reason` raises (`mutating`: for an append
+    or truncation)."""
+    return REASON_CLASSES[reason][1 if mutating else 0]
+
+
 def from_rpc_error(
     exc: grpc.RpcError,
     endpoint: str | None = None,
     mutating: bool = False,
 ) -> RlogError:
-    """Map a gRPC error to a typed `RlogError`. `mutating` marks appends and truncations,
+    """Map a gRPC error to a typed `RlogError`: by the reason in its trailers if an rlog
+    server sent one, else by its status code. `mutating` marks appends and truncations,
     whose broken or timed-out calls have an unknown outcome."""
     code: grpc.StatusCode | None = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else None) or str(code or exc)
-    return error_for(code, details, endpoint, mutating)
+    trailers: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    return error_for(code, details, endpoint, mutating, ErrorDetails.from_metadata(trailers))
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -192,15 +220,51 @@ def error_for(
     details: str,
     endpoint: str | None = None,
     mutating: bool = False,
+    why: ErrorDetails | None = None,
 ) -> RlogError:
-    """The typed error for a gRPC status code and its details (see `from_rpc_error`)."""
+    """The typed error for a gRPC status code, its details (the message) and, if an rlog
+    server answered, the reason it gave (`why`); see the table above."""
     details = " ".join(str(details).split())
+    if why is not None:
+        return _for_reason(why, code, details, endpoint, mutating)
+    return _for_code(code, details, endpoint, mutating)
+
+
+def _for_reason(
+    why: ErrorDetails,
+    code: grpc.StatusCode | None,
+    details: str,
+    endpoint: str | None,
+    mutating: bool,
+) -> RlogError:
+    where = f" ({endpoint})" if endpoint else ""
+    cls = error_class(why.reason, mutating)
+    if cls is Truncated:
+        return Truncated(details, code, endpoint, begin=why.begin)
+    if cls is PastEnd:
+        return PastEnd(details, code, endpoint, end=why.end)
+    if cls is Timeout:
+        return Timeout(f"{details}{where}", code, endpoint)
+    if cls is OutcomeUnknownUnavailable:
+        return OutcomeUnknownUnavailable(f"{details}{where}: outcome unknown", code, endpoint)
+    if cls is RlogError:
+        return _unclassified(code, details, where, endpoint)
+    # The server's message says it all (TIMEOUT's and OUTCOME_UNKNOWN's say "outcome
+    # unknown" themselves).
+    return cls(details, code, endpoint)
+
+
+def _for_code(
+    code: grpc.StatusCode | None, details: str, endpoint: str | None, mutating: bool
+) -> RlogError:
+    """An error that carries no rlog reason: gRPC's own (or a server's that predates
+    reasons). Only gRPC's messages are looked at, never an rlog server's."""
     where = f" ({endpoint})" if endpoint else ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        if "exceeds the maximum entry size" in details:
-            return EntryTooLarge(details, code, endpoint)
         return InvalidArgument(details, code, endpoint)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # gRPC's message-size limit ("Sent message larger than max (9 vs. 8)"), prefixed with
+        # the side whose limit it was.
         if "message" in details.lower() and "larger than max" in details.lower():
             if details.startswith("SERVER:"):
                 # The server's answer was too big for the channel: not the caller's entry.
@@ -208,16 +272,11 @@ def error_for(
             return EntryTooLarge(f"request too large: {details}", code, endpoint)
         return Unavailable(details, code, endpoint)
     if code == grpc.StatusCode.OUT_OF_RANGE:
-        if "truncated" in details or "already begins at" in details:
-            return Truncated(details, code, endpoint)
-        if "past the end" in details:
-            return PastEnd(details, code, endpoint)
         return OutOfRange(details, code, endpoint)
     if code == grpc.StatusCode.UNAVAILABLE:
-        if is_connect_failure(details) and not details.startswith("leader: "):
+        if is_connect_failure(details):
             return Unavailable(f"cannot reach {endpoint}: {short_details(details)}", code, endpoint)
-        inner = _strip_leader_prefix(details)
-        if mutating and not is_connect_failure(inner) and not inner.startswith(_NOT_ATTEMPTED):
+        if mutating:
             return OutcomeUnknownUnavailable(
                 f"connection lost during the request{where}: {details}: outcome unknown",
                 code,
@@ -226,16 +285,18 @@ def error_for(
         return Unavailable(details, code, endpoint)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         if mutating:
-            if "outcome unknown" not in details:
-                details = f"{details}{where}: outcome unknown"
-            return OutcomeUnknownTimeout(details, code, endpoint)
+            return OutcomeUnknownTimeout(f"{details}{where}: outcome unknown", code, endpoint)
         return Timeout(f"{details}{where}", code, endpoint)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
-        if "log id mismatch" in details:
-            return LogIdMismatch(details, code, endpoint)
-        return NotVoting(details, code, endpoint)
+        return FailedPrecondition(details, code, endpoint)
     if code == grpc.StatusCode.ABORTED:
         return OutcomeUnknown(details, code, endpoint)
+    return _unclassified(code, details, where, endpoint)
+
+
+def _unclassified(
+    code: grpc.StatusCode | None, details: str, where: str, endpoint: str | None
+) -> RlogError:
     if code == grpc.StatusCode.CANCELLED:
         return RlogError(f"cancelled{where}: {details}", code, endpoint)
     name = code.name if code is not None else "error"
@@ -243,6 +304,7 @@ def error_for(
 
 
 __all__ = [
+    "REASON_CLASSES",
     "EntryTooLarge",
     "FailedPrecondition",
     "InvalidArgument",
@@ -258,6 +320,7 @@ __all__ = [
     "Truncated",
     "Unavailable",
     "code_from_int",
+    "error_class",
     "error_for",
     "from_rpc_error",
     "is_connect_failure",

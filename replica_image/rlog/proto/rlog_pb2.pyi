@@ -558,12 +558,15 @@ class AppendResponse(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: the request's id"""
     code: _builtins.int
     """AppendStream: a grpc.StatusCode value; 0 (OK) on success"""
     error: _builtins.str
     """AppendStream: the error message when code != 0"""
+    reason: _builtins.str
+    """AppendStream: the error's reason (rlog.client.wire.Reason)"""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -573,10 +576,11 @@ class AppendResponse(_message.Message):
         id: _builtins.int = ...,
         code: _builtins.int = ...,
         error: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "error", b"error", "id", b"id", "positions", b"positions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "error", b"error", "id", b"id", "positions", b"positions", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

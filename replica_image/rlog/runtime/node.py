@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from rlog.client.errors import is_connect_failure
+from rlog.client.wire import FORWARDED, PEER_CHANNEL_OPTIONS, Reason
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -43,28 +43,13 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.catchup import CatchUp
+from rlog.runtime.errors import RpcError
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
 
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 10_000),
-    # A restarted peer must be reachable again within an election timeout, not after gRPC's
-    # default reconnect back-off (up to 120 s): a replica that hears no heartbeat stands for
-    # election.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
-    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
-    # dialling the old address and the peer stays unreachable that long.
-    ("grpc.dns_min_time_between_resolutions_ms", 1000),
-]
-FORWARDED = "rlog-forwarded"
 READ_CHUNK_POSITIONS = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
@@ -78,24 +63,6 @@ def _piggybackable(message: object) -> bool:
         and not message.leader_address
         and len(message.ranges) > 0
     )
-
-
-NOT_ATTEMPTED = "rlog-not-attempted"  # trailing metadata: the request changed nothing
-
-
-def not_attempted(exc: grpc.aio.AioRpcError) -> bool:
-    """Whether an rlog server said (exactly, by trailing metadata) that it did nothing."""
-    trailers = exc.trailing_metadata()
-    return trailers is not None and NOT_ATTEMPTED in trailers
-
-
-class RpcError(Exception):
-    """An error for the client, with the gRPC status code to send."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -174,7 +141,7 @@ class Node:
         for peer_id, address in enumerate(self.config.peers):
             if peer_id == self.config.id:
                 continue
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
             self._channels.append(channel)
             self.peers[peer_id] = Peer(
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
@@ -198,7 +165,7 @@ class Node:
         self._stopped = True
         for future in self._waiters.values():
             if not future.done():
-                future.set_exception(RpcError(grpc.StatusCode.UNAVAILABLE, "replica stopping"))
+                future.set_exception(RpcError(Reason.STOPPING, "replica stopping"))
         await self.journal.close()
         for channel in self._channels:
             await channel.close(grace=None)
@@ -664,7 +631,7 @@ class Node:
         for action in actions:
             if len(action.value) > self.config.max_entry_size:
                 raise RpcError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
+                    Reason.ENTRY_TOO_LARGE,
                     f"entry of {len(action.value)} bytes exceeds the maximum entry size of "
                     f"{self.config.max_entry_size} bytes",
                 )
@@ -694,7 +661,7 @@ class Node:
                 return None
             if self.core.status != pb.VOTING and not forwarded and self.leader_id is None:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NO_LEADER,
                     f"no leader: this replica is {pb.Status.Name(self.core.status)}"
                     + (f" ({self.reason})" if self.reason else ""),
                 )
@@ -707,7 +674,7 @@ class Node:
                 return self.peers[self.leader_id]
             if time.monotonic() > deadline:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NOT_LEADER if forwarded else Reason.NO_LEADER,
                     "this replica is not the leader"
                     if forwarded
                     else "no leader elected: a quorum of VOTING replicas may be unreachable",
@@ -740,14 +707,7 @@ class Node:
         try:
             return await call
         except grpc.aio.AioRpcError as exc:
-            code, details = exc.code(), exc.details() or ""
-            if code == grpc.StatusCode.UNAVAILABLE and not (
-                not_attempted(exc) or is_connect_failure(details)
-            ):
-                # The call broke after it may have reached the leader: outcome unknown.
-                code = grpc.StatusCode.ABORTED
-                details = f"{details} (outcome unknown)"
-            raise RpcError(code, f"leader: {details}") from None
+            raise RpcError.from_leader(exc, mutating=True) from None
 
     async def truncate(self, to: int, forwarded: bool) -> int:
         leader = await self._await_leader(forwarded)
@@ -758,14 +718,15 @@ class Node:
             return position
         if to > self.coordinator.next_position:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.PAST_END,
                 f"cannot truncate to {to}: past the end of the log "
                 f"(next position {self.coordinator.next_position})",
             )
         if to <= self.core.begin:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.TRUNCATED,
                 f"cannot truncate to {to}: the log already begins at {self.core.begin}",
+                begin=self.core.begin,
             )
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -788,21 +749,24 @@ class Node:
         end = learned_end if last is None else last
         if first < begin:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.TRUNCATED,
                 f"position {first} is truncated: the log begins at {begin}",
+                begin=begin,
             )
         if last is not None and last > learned_end:
             raise RpcError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Reason.PAST_END,
                 f"position {last} is past the end of the log (end {learned_end})",
+                end=learned_end,
             )
         if first > end:
             if last is not None:
-                raise RpcError(grpc.StatusCode.INVALID_ARGUMENT, f"from {first} is after to {last}")
+                raise RpcError(Reason.INVALID_ARGUMENT, f"from {first} is after to {last}")
             if first > learned_end + 1:
                 raise RpcError(
-                    grpc.StatusCode.OUT_OF_RANGE,
+                    Reason.PAST_END,
                     f"position {first} is past the end of the log (end {learned_end})",
+                    end=learned_end,
                 )
             return
         position = first
@@ -812,13 +776,14 @@ class Node:
             )
             if position < self.core.begin:
                 raise RpcError(
-                    grpc.StatusCode.OUT_OF_RANGE,
+                    Reason.TRUNCATED,
                     f"position {position} was truncated during the read "
                     f"(the log begins at {self.core.begin})",
+                    begin=self.core.begin,
                 )
             if not actions:
                 raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
+                    Reason.NOT_LEARNED,
                     f"position {position} is not learned on this replica yet",
                 )
             entries = [
@@ -911,7 +876,7 @@ class Node:
 
 def _failure_error(failed: Failed) -> RpcError:
     if failed.kind == FailureKind.NOT_LEADER:
-        return RpcError(grpc.StatusCode.UNAVAILABLE, failed.reason)
+        return RpcError(Reason.NOT_LEADER, failed.reason)
     if failed.kind == FailureKind.TIMEOUT:
-        return RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, failed.reason + " (outcome unknown)")
-    return RpcError(grpc.StatusCode.ABORTED, failed.reason + " (outcome unknown)")
+        return RpcError(Reason.TIMEOUT, failed.reason + " (outcome unknown)")
+    return RpcError(Reason.OUTCOME_UNKNOWN, failed.reason + " (outcome unknown)")

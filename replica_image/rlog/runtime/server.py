@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
+from rlog.runtime.errors import RpcError
+from rlog.runtime.node import Node
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -23,12 +25,9 @@ def _forwarded(context: grpc.aio.ServicerContext) -> bool:
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: RpcError) -> None:
-    trailers: tuple[tuple[str, str], ...] = ()
-    if error.code == grpc.StatusCode.UNAVAILABLE:
-        # Every UNAVAILABLE rlog itself answers means the request changed nothing (no
-        # leader, not attempted): say so exactly, so clients and forwarders may retry.
-        trailers = ((NOT_ATTEMPTED, "1"),)
-    await context.abort(error.code, error.message, trailing_metadata=trailers)
+    """End the call with the error's code and message, and its reason (and fields, and
+    whether the request changed nothing) in trailers: clients act on those, not the text."""
+    await context.abort(error.code, error.message, trailing_metadata=error.details.trailers())
 
 
 class ReplicaService(pbg.ReplicaServicer):
@@ -99,7 +98,12 @@ class LogService(pbg.LogServicer):
                 responses.put_nowait(pb.AppendResponse(id=request.id, positions=positions))
             except RpcError as error:
                 responses.put_nowait(
-                    pb.AppendResponse(id=request.id, code=error.code.value[0], error=error.message)
+                    pb.AppendResponse(
+                        id=request.id,
+                        code=error.code.value[0],
+                        error=error.message,
+                        reason=error.reason.value,
+                    )
                 )
 
         async def read_all() -> None:
@@ -141,10 +145,10 @@ class LogService(pbg.LogServicer):
                     yield response
                 return
             if not request.stale and not node.is_leader:
-                raise RpcError(grpc.StatusCode.UNAVAILABLE, "this replica is not the leader")
+                raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
             if request.stale and node.core.status != pb.VOTING:
                 raise RpcError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
+                    Reason.NOT_VOTING,
                     f"replica is {pb.Status.Name(node.core.status)}, not VOTING: "
                     "it cannot serve reads",
                 )
@@ -165,7 +169,7 @@ class LogService(pbg.LogServicer):
             async for response in leader.log.Read(request, metadata=((FORWARDED, "1"),)):
                 yield response
         except grpc.aio.AioRpcError as exc:
-            raise RpcError(exc.code(), f"leader: {exc.details()}") from None
+            raise RpcError.from_leader(exc, mutating=False) from None
 
     async def Tail(
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext
@@ -175,8 +179,9 @@ class LogService(pbg.LogServicer):
         try:
             if position < node.core.begin:
                 raise RpcError(
-                    grpc.StatusCode.OUT_OF_RANGE,
+                    Reason.TRUNCATED,
                     f"position {position} is truncated: the log begins at {node.core.begin}",
+                    begin=node.core.begin,
                 )
             while True:
                 learned = node.core.learned
@@ -204,11 +209,12 @@ class AdminService(pbg.AdminServicer):
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
     ) -> None:
         if self.node.config.log_id and request.log_id != self.node.config.log_id:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
+            error = RpcError(
+                Reason.LOG_ID_MISMATCH,
                 f"log id mismatch: this replica belongs to log {self.node.config.log_id!r}, "
                 f"not {request.log_id!r}",
             )
+            await _abort(context, error)
 
     async def GrantPermit(
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
@@ -235,7 +241,7 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
     pbg.add_LogServicer_to_server(LogService(node), server)
     pbg.add_AdminServicer_to_server(AdminService(node), server)

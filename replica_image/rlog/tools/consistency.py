@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
@@ -52,9 +53,7 @@ class Report:
 
 async def read_replica(endpoint: str, rpc_timeout: float = 60.0) -> ReplicaView:
     """Status and every learned APPEND entry held by one replica (a stale, local read)."""
-    async with grpc.aio.insecure_channel(
-        endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    ) as channel:
+    async with grpc.aio.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS) as channel:
         stub = pbg.LogStub(channel)
         status = await stub.Status(pb.StatusRequest(), timeout=rpc_timeout)
         view = ReplicaView(endpoint, status.status, status.begin, status.learned)
