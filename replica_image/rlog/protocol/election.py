@@ -164,8 +164,8 @@ class PreVote:
         if followed is not None:
             name, count = followed
             return (
-                f"{heard}; {count} of them follow {name}, a quorum of {self.quorum} "
-                "with its leader: it commits without us"
+                f"{heard}; {count} of them follow {name}: with its leader they make a "
+                f"quorum of {self.quorum} without this replica"
             )
         return f"{heard}; none leads and no leader has {self.quorum - 1} followers among them"
 
