@@ -106,20 +106,25 @@ def test_turning_voting_restarts_the_timer_with_a_full_fresh_timeout():
     assert fired >= 6 * T
 
 
-def test_a_heartbeat_restarts_the_timer():
-    e = election(Local())
-    e.tick(0.0)
-    assert ticks(e, 0.0, 0.9 * T) is None
-    e.on_heartbeat(0.9 * T, 1, "r1", 1)
-    assert ticks(e, 0.9 * T, 1.9 * T) is None
-    assert timed_out(e, 1.9 * T) >= 1.9 * T
+@pytest.mark.parametrize("seed", range(5))
+def test_a_heartbeat_restarts_the_timer(seed):
+    would_fire = timed_out(election(Local(), seed=seed))
+    e = election(Local(), seed=seed)
+    heard = round(would_fire - STEP, 6)  # just before the timer would have fired
+    assert ticks(e, 0.0, heard) is None
+    e.on_heartbeat(heard, 1, "r1", 1)
+    assert ticks(e, heard, heard + T) is None
+    assert timed_out(e, heard + T) >= heard + T
 
 
-def test_an_accepted_rival_promise_restarts_the_timer():
-    e = election(Local())
-    e.tick(0.0)
-    e.on_promise_accepted(0.9 * T, candidate=2)
-    assert ticks(e, 0.0, 1.9 * T) is None
+@pytest.mark.parametrize("seed", range(5))
+def test_an_accepted_rival_promise_restarts_the_timer(seed):
+    would_fire = timed_out(election(Local(), seed=seed))
+    e = election(Local(), seed=seed)
+    heard = round(would_fire - STEP, 6)
+    assert ticks(e, 0.0, heard) is None
+    e.on_promise_accepted(heard, candidate=2)
+    assert ticks(e, heard, heard + T) is None
 
 
 def test_our_own_accepted_promise_does_not_restart_the_timer():
