@@ -4,6 +4,15 @@ Replicas are `ReplicaCore`s over in-memory storage; coordinators are `Coordinato
 network is a pool of messages that a schedule delivers, drops, duplicates and reorders.
 Replicas crash and restart from their storage. Used by the randomized tests; it performs no
 I/O, so a hypothesis-found schedule replays exactly.
+
+Elections arise two ways: `elect` makes a coordinator stand at once (any time, the harshest
+case for safety), and the election rules of rlog (`Election`, one per replica, on a simulated
+clock) make them stand by timeouts: `advance` moves the clock, leading coordinators send
+heartbeats into the network, each coordinator's election timer ticks and may ask for a
+pre-vote, which `answer_pre_vote` answers later from the replicas' states at that moment
+(heartbeats or promises delivered in between cancel the candidacy). Delivered heartbeats
+reset followers' timers and step down coordinators below them; with `refuse_rivals`, a
+replica that hears a live leader refuses other candidates' implicit promises, as rlog does.
 """
 
 from __future__ import annotations
@@ -18,9 +27,12 @@ from rlog.protocol.coordinator import (
     Demoted,
     Done,
     Failed,
+    Leading,
+    Phase,
     Send,
     SetTimer,
 )
+from rlog.protocol.election import Election, Stand
 from rlog.protocol.recover import Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.storage.memory import MemoryStorage
@@ -40,6 +52,21 @@ class Violation(AssertionError):
     text: str
 
 
+T = 1.0  # the simulated replicas' election timeout, in simulated seconds
+
+
+class NoCoordinator:
+    """What the election of a replica without a coordinator sees: one that never runs."""
+
+    phase = Phase.IDLE
+    proposal = 0
+    leading = False
+
+
+def address(replica: int) -> str:
+    return f"r{replica}"
+
+
 @dataclass
 class Sim:
     replicas: int
@@ -51,6 +78,12 @@ class Sim:
     acknowledged: dict[int, tuple] = field(default_factory=dict)  # position -> entry
     values_sent: int = 0
     failed: list[Failed] = field(default_factory=list)
+    refuse_rivals: bool = False
+    now: float = 0.0  # the simulated clock of the election rules
+    pre_votes: list[int] = field(default_factory=list)  # coordinators awaiting answers
+    timed_elections: int = 0  # candidacies that came from an election timeout
+    timed_leaders: int = 0  # ... and ended up leading
+    refused: int = 0  # implicit promises refused because a live leader was heard
 
     def __post_init__(self) -> None:
         self.storages = [MemoryStorage() for _ in range(self.replicas)]
@@ -60,6 +93,8 @@ class Sim:
             storage.apply(core.set_status(pb.VOTING))
             self.cores.append(core)
         self.coords = [self._new_coordinator(i) for i in range(self.coordinators)]
+        self.elections = [self._new_election(i) for i in range(self.replicas)]
+        self._timed: set[int] = set()  # coordinators whose candidacy came from a timeout
         self.pending: dict[tuple[int, str], tuple] = {}
 
     def _new_coordinator(self, replica: int) -> Coordinator:
@@ -68,11 +103,66 @@ class Sim:
             replica, self.replicas, self.cores[replica], config, random.Random(self.seed + replica)
         )
 
+    def _new_election(self, replica: int) -> Election:
+        """A replica's election state, fresh as in a (re)started process."""
+        coordinator = self.coords[replica] if replica < self.coordinators else NoCoordinator()
+        return Election(
+            replica,
+            address(replica),
+            self.replicas,
+            T,
+            self.cores[replica],
+            coordinator,
+            self.now,
+            random.Random(self.seed * 7 + 1000 + replica),
+        )
+
     # ---- events ------------------------------------------------------------------------
 
     def elect(self, c: int) -> None:
+        if self.coords[c].phase == Phase.IDLE:
+            self._timed.discard(c)
         self.coords[c].elect()
         self._drain(c)
+
+    def advance(self, dt: float) -> None:
+        """Move the clock: leaders heartbeat, then every coordinator's election timer ticks."""
+        self.now += dt
+        for c, coord in enumerate(self.coords):
+            if not coord.leading:
+                continue
+            heartbeat = pb.LearnedRequest(
+                proposal=coord.proposal,
+                leader=c,
+                leader_address=address(c),
+                leader_learned=self.cores[c].learned,
+            )
+            for replica in range(self.replicas):
+                if replica != c:
+                    self.network.append(Message(c, replica, 0, heartbeat))
+        for c in range(self.coordinators):
+            if self.elections[c].tick(self.now) is not None:
+                self.pre_votes.append(c)
+
+    def answer_pre_vote(self, k: int) -> None:
+        """The peers' Status answers to a pending pre-vote, as they are now."""
+        c = self.pre_votes.pop(k)
+        statuses = [self.status(replica) for replica in range(self.replicas) if replica != c]
+        if isinstance(self.elections[c].on_pre_vote(self.now, statuses), Stand):
+            self.timed_elections += 1
+            self._timed.add(c)
+            self.coords[c].elect()
+            self._drain(c)
+
+    def status(self, replica: int) -> pb.StatusResponse:
+        leading = replica < self.coordinators and self.coords[replica].leading
+        return pb.StatusResponse(
+            id=replica,
+            status=self.cores[replica].status,
+            role="leader" if leading else "follower",
+            leader=self.elections[replica].live_leader(self.now),
+            address=address(replica),
+        )
 
     def propose(self, c: int, count: int = 1) -> None:
         coord = self.coords[c]
@@ -105,19 +195,52 @@ class Sim:
         core = self.cores[message.replica]
         request = message.request
         if isinstance(request, pb.LearnedRequest):
+            if request.leader_address and request.leader != message.replica:
+                self._heartbeat(message.replica, request)
             batch = core.on_learned(request)
             self._persist(message.replica, batch)
         else:
+            response: pb.PromiseResponse | pb.WriteResponse
             if isinstance(request, pb.PromiseRequest):
-                reply = core.on_promise(request)
+                response = self._promise(message.replica, request)
             else:
                 assert isinstance(request, pb.WriteRequest)
                 reply = core.on_write(request)
-            self._persist(message.replica, reply.persist)
+                self._persist(message.replica, reply.persist)
+                assert isinstance(reply.response, pb.WriteResponse)
+                response = reply.response
             self.network.append(
-                Message(message.coordinator, message.replica, message.round, None, reply.response)
+                Message(message.coordinator, message.replica, message.round, None, response)
             )
         self.check()
+
+    def _promise(self, replica: int, request: pb.PromiseRequest) -> pb.PromiseResponse:
+        core, election = self.cores[replica], self.elections[replica]
+        if (
+            self.refuse_rivals
+            and not request.positions
+            and election.refuses(request.candidate, self.now)
+        ):
+            self.refused += 1
+            return pb.PromiseResponse(
+                verdict=pb.REJECT, proposal=core.promised, begin=core.begin, status=core.status
+            )
+        reply = core.on_promise(request)
+        assert isinstance(reply.response, pb.PromiseResponse)
+        if reply.response.verdict == pb.ACCEPT:
+            election.on_promise_accepted(self.now, request.candidate)
+        self._persist(replica, reply.persist)
+        return reply.response
+
+    def _heartbeat(self, replica: int, heartbeat: pb.LearnedRequest) -> None:
+        step_down = self.elections[replica].on_heartbeat(
+            self.now, heartbeat.leader, heartbeat.leader_address, heartbeat.proposal
+        )
+        if replica < self.coordinators:
+            if step_down is not None:
+                self.coords[replica].step_down(step_down.reason)
+                self._drain(replica)
+            self.coords[replica].observe(heartbeat.proposal)
 
     def drop(self, k: int) -> None:
         self.network.pop(k)
@@ -134,8 +257,11 @@ class Sim:
             self.coords[replica] = self._new_coordinator(replica)
             self.network = [m for m in self.network if m.coordinator != replica]
             self.timers = [t for t in self.timers if t[0] != replica]
+            self.pre_votes = [c for c in self.pre_votes if c != replica]
+            self._timed.discard(replica)
             for token in [t for t in self.pending if t[0] == replica]:
                 del self.pending[token]
+        self.elections[replica] = self._new_election(replica)
         self.check()
 
     def wipe_and_recover(self, replica: int) -> None:
@@ -145,6 +271,7 @@ class Sim:
         self.storages[replica] = MemoryStorage()
         core = ReplicaCore(self.storages[replica])
         self.cores[replica] = core
+        self.elections[replica] = self._new_election(replica)
         round_ = RecoverRound(self.replicas, core.status, permit=False)
         decision = None
         for other, peer in enumerate(self.cores):
@@ -182,8 +309,13 @@ class Sim:
             elif isinstance(output, Failed):
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
+            elif isinstance(output, Leading):
+                self.elections[c].on_leading()
+                if c in self._timed:
+                    self.timed_leaders += 1
             elif isinstance(output, Demoted):
-                pass
+                self.elections[c].on_demoted(self.now, output.retry_after)
+                self._timed.discard(c)
 
     # ---- invariants --------------------------------------------------------------------
 
@@ -205,10 +337,19 @@ class Sim:
                     )
 
     def settle(self) -> Coordinator:
-        """Heal the network and let one fresh coordinator take over; return it leading."""
+        """Heal the network and let one fresh coordinator take over; return it leading.
+        The other coordinators step down and the clock moves past any live leader, so no
+        replica refuses the newcomer."""
         self.network.clear()
         self.timers.clear()
+        self.pre_votes.clear()
+        for c in range(1, self.coordinators):
+            self.coords[c].step_down("settling")
+            self._drain(c)
+        self.now += 3 * T
         self.coords[0] = self._new_coordinator(0)
+        self.elections[0] = self._new_election(0)
+        self._timed.discard(0)
         self.pending = {t: v for t, v in self.pending.items() if t[0] != 0}
         coord = self.coords[0]
         for _ in range(20):

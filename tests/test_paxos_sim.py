@@ -1,9 +1,12 @@
 """Randomized schedules over the pure protocol core (hypothesis).
 
 3 or 5 replicas, 2-3 competing coordinators, messages lost, reordered and duplicated, replicas
-crashing and restarting from disk, timers firing at any time. Checked after every step: no
-position is ever learned with two different values; at the end: every value a coordinator
-reported as appended is the learned value at its position.
+crashing and restarting from disk, timers firing at any time. Coordinators stand for election
+both by rlog's election rules (a simulated clock advances; timeouts, pre-votes, heartbeats,
+and in half of the schedules the refusal of rivals) and at arbitrary moments (`elect`, the
+harshest case for safety). Checked after every step: no position is ever learned with two
+different values; at the end: every value a coordinator reported as appended is the learned
+value at its position.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paxos_sim import Sim
+from paxos_sim import Sim, T
 
 # Weighted so that leaders get work done between faults: a schedule where every step may
 # fire a timer or start an election rarely acknowledges anything and so proves little.
@@ -23,6 +26,8 @@ WEIGHTS = {
     "drop": 3,
     "timer": 1,
     "elect": 1,
+    "advance": 2,
+    "pre_vote": 2,
     "propose": 6,
     "crash": 1,
     "truncate": 1,
@@ -45,6 +50,10 @@ def run_schedule(sim: Sim, steps: int, choose) -> None:
             sim.fire_timer(choose("timer", len(sim.timers)))
         elif action == "elect":
             sim.elect(c)
+        elif action == "advance":
+            sim.advance(T * (1 + choose("dt", 4)) / 4)
+        elif action == "pre_vote" and sim.pre_votes:
+            sim.answer_pre_vote(choose("pre-vote", len(sim.pre_votes)))
         elif action == "propose" and sim.coords[c].leading:
             sim.propose(c, 1 + choose("count", 4))
         elif action == "truncate" and sim.coords[c].leading:
@@ -66,10 +75,11 @@ def run_schedule(sim: Sim, steps: int, choose) -> None:
     replicas=st.sampled_from([3, 5]),
     coordinators=st.integers(2, 3),
     seed=st.integers(0, 2**16),
+    refuse_rivals=st.booleans(),
     data=st.data(),
 )
-def test_random_schedules_keep_paxos_safe(replicas, coordinators, seed, data):
-    sim = Sim(replicas, coordinators, seed)
+def test_random_schedules_keep_paxos_safe(replicas, coordinators, seed, refuse_rivals, data):
+    sim = Sim(replicas, coordinators, seed, refuse_rivals=refuse_rivals)
     steps = data.draw(st.integers(20, 400), label="steps")
     run_schedule(sim, steps, lambda kind, n: data.draw(st.integers(0, n - 1), label=kind))
 
@@ -78,13 +88,18 @@ def test_random_schedules_keep_paxos_safe(replicas, coordinators, seed, data):
 def test_seeded_schedule_sweep(block):
     """Many cheap seeded schedules: rare interleavings (two values accepted at different
     proposals, none learned) need thousands of runs to show up."""
-    acknowledged = 0
+    acknowledged = timed_leaders = refused = 0
     for seed in range(block * 250, (block + 1) * 250):
         rng = random.Random(seed)
-        sim = Sim(rng.choice([3, 5]), rng.randint(2, 3), seed)
+        sim = Sim(rng.choice([3, 5]), rng.randint(2, 3), seed, refuse_rivals=seed % 2 == 0)
         run_schedule(sim, 400, lambda kind, n, rng=rng: rng.randrange(n))
         acknowledged += len(sim.acknowledged)
+        timed_leaders += sim.timed_leaders
+        refused += sim.refused
     assert acknowledged > 1000, "schedules must exercise real appends"
+    # The election rules must really run: leaders elected by timeouts, rivals refused.
+    assert timed_leaders > 50, "schedules must elect through election timeouts"
+    assert refused > 0, "schedules must refuse rivals of a live leader"
 
 
 def test_fault_free_run_acknowledges_everything():
@@ -101,3 +116,42 @@ def test_fault_free_run_acknowledges_everything():
     assert sorted(sim.acknowledged) == list(range(1, 11))
     assert all(core.is_learned(10) for core in sim.cores)
     sim.check_acknowledged()
+
+
+def run_timed(sim: Sim, seconds: float) -> None:
+    """Let time pass in small steps on a healthy network: only timeouts elect."""
+    for _ in range(round(seconds / (T / 10))):
+        sim.advance(T / 10)
+        while sim.pre_votes or sim.network:
+            if sim.pre_votes:
+                sim.answer_pre_vote(0)
+            while sim.network:
+                sim.deliver(0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_timeouts_elect_one_leader_that_keeps_leading(seed):
+    """No explicit election: the first timeout elects, the heartbeats then keep every other
+    replica from standing (as tests/test_election_live.py checks on real processes)."""
+    sim = Sim(3, 3, seed, refuse_rivals=True)
+    run_timed(sim, 3 * T)
+    (leader,) = [c for c in range(3) if sim.coords[c].leading]
+    proposal = sim.coords[leader].proposal
+    run_timed(sim, 20 * T)
+    assert [c.leading for c in sim.coords].count(True) == 1
+    assert sim.coords[leader].leading and sim.coords[leader].proposal == proposal
+    assert sim.timed_elections == 1 and sim.timed_leaders == 1
+    sim.propose(leader, 3)
+    run_timed(sim, T)
+    assert len(sim.acknowledged) == 3
+
+
+def test_a_crashed_leader_is_replaced_by_timeout():
+    sim = Sim(3, 3, seed=1, refuse_rivals=True)
+    run_timed(sim, 3 * T)
+    (leader,) = [c for c in range(3) if sim.coords[c].leading]
+    sim.crash(leader)
+    run_timed(sim, 5 * T)
+    assert [c.leading for c in sim.coords].count(True) == 1
+    assert sim.timed_leaders == 2
+    sim.check()

@@ -4,5 +4,7 @@
   must be durable before the reply leaves;
 - `consensus`: one Paxos round over a range of positions (promise tally, fill);
 - `coordinator`: the proposer as a state machine that talks only through typed outputs;
-- `recover`: the recover round that decides how an EMPTY or RECOVERING replica rejoins.
+- `recover`: the recover round that decides how an EMPTY or RECOVERING replica rejoins;
+- `election`: when a replica stands for election (timer, pre-vote), whom it follows, and
+  when it refuses rivals or steps down.
 """

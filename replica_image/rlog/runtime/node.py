@@ -4,8 +4,8 @@
   (group commit), and the reply leaves only after the batch is durable;
 - coordinator: the node drives `Coordinator`, sending its messages to peers over gRPC (to
   itself directly), arming its timers and completing the callers' appends;
-- election: with no heartbeat heard for a random [T, 2T), a VOTING replica stands for
-  election; while a live leader is heard, rival implicit promises are refused (always safe);
+- election: the node ticks `Election` (when to stand, whom to follow, which rivals to
+  refuse), runs the pre-vote's Status calls it asks for and stands when it says;
 - followers pull learned entries they missed from the leader (`Fetch`), so every VOTING
   replica ends up holding every chosen entry.
 """
@@ -36,10 +36,10 @@ from rlog.protocol.coordinator import (
     Failed,
     FailureKind,
     Leading,
-    Phase,
     Send,
     SetTimer,
 )
+from rlog.protocol.election import Election, StandDown
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.catchup import CatchUp
@@ -53,6 +53,7 @@ log = logging.getLogger("rlog.node")
 READ_CHUNK_POSITIONS = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
+ELECTION_TICK = 0.02  # seconds between looks at the election timer
 
 
 def _piggybackable(message: object) -> bool:
@@ -97,15 +98,19 @@ class Node:
         )
         self.peers: dict[int, Peer] = {}
         self._channels: list[grpc.aio.Channel] = []
-        self.leader_id: int | None = None
-        self.leader_address = ""
-        self.last_heard = time.monotonic()
-        # When this replica last accepted another coordinator's promise (a candidate at
-        # work, not yet heartbeating): like a heartbeat, it defers our own candidacy.
-        self._candidate_heard = 0.0
+        # When to stand for election, whom this replica follows (the rules: election.py).
+        self.election = Election(
+            config.id,
+            config.address,
+            len(config.peers),
+            config.election_timeout,
+            self.core,
+            self.coordinator,
+            time.monotonic(),
+            random.Random(),
+        )
         self._prev_leader_learned = 0
         self._fetching = False
-        self._retry_at = 0.0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
@@ -198,7 +203,7 @@ class Node:
     # ---- acceptor / learner ------------------------------------------------------------
 
     async def handle_promise(self, request: pb.PromiseRequest) -> pb.PromiseResponse:
-        if not request.positions and self._refuse_rival(request.candidate):
+        if not request.positions and self.election.refuses(request.candidate, time.monotonic()):
             self.metrics.rejects.labels("promise").inc()
             return pb.PromiseResponse(
                 verdict=pb.REJECT,
@@ -208,9 +213,9 @@ class Node:
             )
         reply = self.core.on_promise(request)
         assert isinstance(reply.response, pb.PromiseResponse)
-        if reply.response.verdict == pb.ACCEPT and request.candidate != self.config.id:
-            # Before the persist: our own candidacy must not start while it is under way.
-            self._candidate_heard = time.monotonic()
+        if reply.response.verdict == pb.ACCEPT:
+            # Before the persist: our own candidacy must not start while another is under way.
+            self.election.on_promise_accepted(time.monotonic(), request.candidate)
         if reply.persist is not None:
             await self.journal.persist(reply.persist)
         if reply.response.verdict == pb.REJECT:
@@ -218,17 +223,6 @@ class Node:
         self.coordinator.observe(request.proposal)
         self._update_metrics()
         return reply.response
-
-    def _refuse_rival(self, candidate: int) -> bool:
-        """A VOTING replica that hears a live leader refuses other candidates' implicit
-        promises (without changing its promise): keeps the leader stable, always safe."""
-        if self.core.status != pb.VOTING or self.leader_id is None:
-            return False
-        if candidate == self.leader_id:
-            return False
-        if self.leader_id == self.config.id:
-            return self.coordinator.leading
-        return time.monotonic() - self.last_heard < self.config.election_timeout
 
     async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         if request.HasField("learned"):
@@ -251,16 +245,13 @@ class Node:
             self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
-        if self.coordinator.phase != Phase.IDLE and request.proposal > self.coordinator.proposal:
-            # Someone was elected above us (while we lead, or still elect or fill): our next
-            # write would be rejected anyway.
-            self.coordinator.step_down("a leader with a higher proposal is live")
+        step_down = self.election.on_heartbeat(
+            time.monotonic(), request.leader, request.leader_address, request.proposal
+        )
+        if step_down is not None:
+            self.coordinator.step_down(step_down.reason)
             self._dispatch()
         self.coordinator.observe(request.proposal)
-        if not self.coordinator.leading:
-            self.leader_id = request.leader
-            self.leader_address = request.leader_address
-            self.last_heard = time.monotonic()
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
@@ -425,22 +416,18 @@ class Node:
                     "elected with proposal %d, filling up to %d", output.proposal, output.index
                 )
             elif isinstance(output, Leading):
-                self.leader_id = self.config.id
-                self.leader_address = self.config.address
+                self.election.on_leading()
                 self.reason = ""
                 log.info(
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
                 self.spawn(self._send_heartbeats())
             elif isinstance(output, Demoted):
-                if self.leader_id == self.config.id:
-                    self.leader_id = None
-                    self.leader_address = ""
+                if self.election.on_demoted(time.monotonic(), output.retry_after):
                     self.metrics.elections.labels("demoted").inc()
                 else:
                     self.metrics.elections.labels("lost").inc()
                 log.info("not leading: %s", output.reason)
-                self._retry_at = time.monotonic() + output.retry_after
         self._update_metrics()
 
     def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
@@ -532,63 +519,24 @@ class Node:
 
     # ---- election and heartbeats -------------------------------------------------------
 
-    def _election_timeout(self) -> float:
-        return random.uniform(self.config.election_timeout, 2 * self.config.election_timeout)
-
-    def _quiet_since(self) -> float:
-        """The last sign of another coordinator at work: a leader's heartbeat, or a
-        candidate's promise this replica accepted (it is electing or filling and will
-        heartbeat once leading)."""
-        return max(self.last_heard, self._candidate_heard)
-
     async def _election_loop(self) -> None:
-        timeout = self._election_timeout()
-        voting_since: float | None = None
+        """Tick the election state machine; run the pre-vote it asks for, stand if it says."""
+        self.election.restart_timer()  # a (re)started loop first listens a full timeout
         while True:
-            await asyncio.sleep(0.02)
-            if self.core.status != pb.VOTING:
-                voting_since = None
+            await asyncio.sleep(ELECTION_TICK)
+            if self.election.tick(time.monotonic()) is None:
                 continue
-            now = time.monotonic()
-            if voting_since is None:
-                # A new voter (auto-initialization, catch-up, start) first listens for a
-                # leader for a full, fresh timeout: replicas that turned VOTING together must
-                # not all stand at once, nor one that missed the first heartbeats.
-                voting_since = now
-                timeout = self._election_timeout()
-            if self.coordinator.phase != Phase.IDLE:
+            outcome = self.election.on_pre_vote(time.monotonic(), await self._peer_statuses())
+            if isinstance(outcome, StandDown):
+                log.debug("not standing for election: %s", outcome.reason)
                 continue
-            if now < self._retry_at:
-                continue
-            quiet_since = max(self._quiet_since(), voting_since)
-            if now - quiet_since < timeout:
-                continue
-            if await self._peers_follow_a_leader():
-                self.last_heard = time.monotonic()
-                timeout = self._election_timeout()
-                continue
-            if (
-                self._quiet_since() > quiet_since
-                or self.core.status != pb.VOTING
-                or self.coordinator.phase != Phase.IDLE
-            ):
-                # A heartbeat or a candidate's promise arrived during the pre-vote.
-                timeout = self._election_timeout()
-                continue
-            self.leader_id = None
-            self.leader_address = ""
+            log.debug("standing for election: %s", outcome.reason)
             self.metrics.elections.labels("started").inc()
             self.coordinator.elect()
             self._dispatch()
-            timeout = self._election_timeout()
-            self.last_heard = now  # the next attempt waits a fresh timeout
 
-    async def _peers_follow_a_leader(self) -> bool:
-        """Pre-vote: before raising its promise, a candidate asks its peers whom they
-        follow. If enough of them still follow another live leader that this replica's own
-        vote could not change the outcome, it stays a follower: a replica that merely cannot
-        hear the leader (restarted, reconnecting, partitioned) must not keep raising its
-        promise and then reject the healthy leader's writes."""
+    async def _peer_statuses(self) -> list[pb.StatusResponse | None]:
+        """The pre-vote's question: every peer's Status (None: no answer in time)."""
 
         async def status_of(peer: Peer) -> pb.StatusResponse | None:
             try:
@@ -596,17 +544,7 @@ class Node:
             except grpc.aio.AioRpcError:
                 return None
 
-        statuses = await asyncio.gather(*(status_of(p) for p in self.peers.values()))
-        followers: dict[str, int] = {}
-        for status in statuses:
-            if status is None or status.status != pb.VOTING:
-                continue
-            if status.role == "leader":
-                return True  # alive and reachable: its heartbeats will reach us too
-            if status.leader and status.leader != self.config.address:
-                followers[status.leader] = followers.get(status.leader, 0) + 1
-        # A leader followed by quorum - 1 peers commits without us: let it be.
-        return any(count + 1 >= self.config.quorum for count in followers.values())
+        return list(await asyncio.gather(*(status_of(p) for p in self.peers.values())))
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -847,20 +785,29 @@ class Node:
     def live_leader(self) -> str:
         """The leader's address if this replica leads or heard it within an election
         timeout; empty otherwise (a stale leader must not look alive to a pre-vote)."""
-        if self.coordinator.leading:
-            return self.config.address
-        if self.leader_id is None:
-            return ""
-        if time.monotonic() - self.last_heard >= self.config.election_timeout:
-            return ""
-        return self.leader_address
+        return self.election.live_leader(time.monotonic())
+
+    @property
+    def leader_id(self) -> int | None:
+        """The leader this replica follows (itself while it leads), if any."""
+        return self.election.leader_id
+
+    @property
+    def last_heard(self) -> float:
+        """When the leader was last heard (the election timer's last reset)."""
+        return self.election.last_heard
+
+    @last_heard.setter
+    def last_heard(self, now: float) -> None:
+        # A replica that just turned VOTING first listens for the leader.
+        self.election.listen(now)
 
     def step_down(self) -> None:
         if self.coordinator.leading:
             self.coordinator.step_down("asked to step down")
             self._dispatch()
             # Give another replica the chance: wait out a full election timeout first.
-            self._retry_at = time.monotonic() + 2 * self.config.election_timeout
+            self.election.stepped_down(time.monotonic())
 
     def _update_metrics(self) -> None:
         m = self.metrics

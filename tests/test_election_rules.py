@@ -1,0 +1,369 @@
+"""The election rules (rlog.protocol.election), one test per rule: a simulated clock, no
+processes, no sleeping."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.coordinator import Phase
+from rlog.protocol.election import (
+    Election,
+    PreVote,
+    Stand,
+    StandDown,
+    StartPreVote,
+    StepDown,
+)
+
+T = 1.0
+STEP = 0.01  # how often the tests tick: finer than any rule's time
+
+
+@dataclass
+class Local:
+    """This replica's status and its coordinator, as the election reads them."""
+
+    status: pb.Status.ValueType = pb.VOTING
+    phase: Phase = Phase.IDLE
+    proposal: int = 0
+
+    @property
+    def leading(self) -> bool:
+        return self.phase == Phase.LEADING
+
+
+def election(
+    local: Local, replicas: int = 3, replica_id: int = 0, seed: int = 0, now: float = 0.0
+) -> Election:
+    return Election(
+        replica_id,
+        f"r{replica_id}",
+        replicas,
+        T,
+        local,
+        local,
+        now,
+        random.Random(seed),
+    )
+
+
+def ticks(e: Election, start: float, end: float) -> float | None:
+    """Tick every STEP from `start` while before `end`; the time of the first pre-vote."""
+    now = start
+    while now < end:
+        if e.tick(now) is not None:
+            return now
+        now = round(now + STEP, 6)
+    return None
+
+
+def status(
+    replica: int, state: int = pb.VOTING, role: str = "follower", leader: str = ""
+) -> pb.StatusResponse:
+    return pb.StatusResponse(
+        id=replica, status=state, role=role, leader=leader, address=f"r{replica}"
+    )
+
+
+def timed_out(e: Election, start: float = 0.0) -> float:
+    """Tick from `start` until the timer fires; when it fired."""
+    fired = ticks(e, start, start + 2 * T + 1)
+    assert fired is not None
+    return fired
+
+
+# ---- the timer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_timeout_fires_in_T_to_2T_and_not_before(seed):
+    e = election(Local(), seed=seed)
+    fired = timed_out(e)
+    assert T <= fired < 2 * T + STEP
+
+
+def test_the_timeout_is_drawn_at_random():
+    fired = {timed_out(election(Local(), seed=seed)) for seed in range(20)}
+    assert len(fired) > 10
+
+
+def test_no_candidacy_while_not_voting():
+    local = Local(status=pb.RECOVERING)
+    e = election(local)
+    assert ticks(e, 0.0, 10 * T) is None
+
+
+def test_turning_voting_restarts_the_timer_with_a_full_fresh_timeout():
+    local = Local(status=pb.RECOVERING)
+    e = election(local)
+    assert ticks(e, 0.0, 5 * T) is None
+    local.status = pb.VOTING
+    fired = timed_out(e, 5 * T)
+    assert fired >= 6 * T
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_heartbeat_restarts_the_timer(seed):
+    would_fire = timed_out(election(Local(), seed=seed))
+    e = election(Local(), seed=seed)
+    heard = round(would_fire - STEP, 6)  # just before the timer would have fired
+    assert ticks(e, 0.0, heard) is None
+    e.on_heartbeat(heard, 1, "r1", 1)
+    assert ticks(e, heard, heard + T) is None
+    assert timed_out(e, heard + T) >= heard + T
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_accepted_rival_promise_restarts_the_timer(seed):
+    would_fire = timed_out(election(Local(), seed=seed))
+    e = election(Local(), seed=seed)
+    heard = round(would_fire - STEP, 6)
+    assert ticks(e, 0.0, heard) is None
+    e.on_promise_accepted(heard, candidate=2)
+    assert ticks(e, heard, heard + T) is None
+
+
+def test_our_own_accepted_promise_does_not_restart_the_timer():
+    reference = timed_out(election(Local(), seed=3))
+    e = election(Local(), seed=3)
+    e.tick(0.0)
+    e.on_promise_accepted(0.9 * T, candidate=0)
+    assert timed_out(e) == reference
+
+
+def test_no_candidacy_while_the_coordinator_is_busy():
+    local = Local(phase=Phase.FILLING)
+    e = election(local)
+    assert ticks(e, 0.0, 10 * T) is None
+
+
+def test_a_demotion_backs_off_before_standing_again():
+    local = Local()
+    e = election(local)
+    e.tick(0.0)
+    assert e.on_demoted(0.0, retry_after=5 * T) is False  # lost an election: not leading
+    assert ticks(e, 0.0, 5 * T) is None
+    assert timed_out(e, 5 * T) == 5 * T
+
+
+def test_a_step_down_waits_two_election_timeouts():
+    local = Local(phase=Phase.LEADING)
+    e = election(local)
+    e.tick(0.0)
+    e.on_leading()
+    local.phase = Phase.IDLE
+    assert e.on_demoted(0.0, retry_after=0.1) is True  # was leading
+    e.stepped_down(0.0)  # the timer alone would fire in [T, 2T)
+    assert ticks(e, 0.0, 2 * T) is None
+    assert e.tick(2 * T) == StartPreVote()
+
+
+# ---- the pre-vote ----------------------------------------------------------------------
+
+
+def pre_vote(e: Election, statuses) -> Stand | StandDown:
+    fired = timed_out(e)
+    return e.on_pre_vote(fired, statuses)
+
+
+def test_the_pre_vote_stands_down_when_a_peer_leads():
+    e = election(Local())
+    outcome = pre_vote(e, [status(1, role="leader"), None])
+    assert isinstance(outcome, StandDown)
+    assert "replica 1 (r1) leads" in outcome.reason
+
+
+def test_the_pre_vote_stands_down_when_a_leader_has_quorum_minus_one_followers():
+    e = election(Local(), replicas=5)
+    outcome = pre_vote(e, [status(1, leader="r4"), status(2, leader="r4"), None, None])
+    assert isinstance(outcome, StandDown)
+    assert "2 of them follow r4" in outcome.reason
+
+
+def test_the_pre_vote_stands_with_fewer_followers_of_a_leader():
+    e = election(Local(), replicas=5)
+    outcome = pre_vote(e, [status(1, leader="r4"), status(2, leader="r3"), None, None])
+    assert isinstance(outcome, Stand)
+    assert "2 unreachable" in outcome.reason
+
+
+def test_the_pre_vote_stands_when_nobody_answers():
+    assert isinstance(pre_vote(election(Local()), [None, None]), Stand)
+
+
+def test_the_pre_vote_ignores_non_voting_peers_and_peers_that_follow_us():
+    e = election(Local())
+    outcome = pre_vote(
+        e,
+        [status(1, state=pb.RECOVERING, role="leader"), status(2, leader="r0")],
+    )
+    assert isinstance(outcome, Stand)
+
+
+def test_standing_down_after_the_pre_vote_restarts_the_timer():
+    e = election(Local())
+    fired = timed_out(e)
+    assert isinstance(e.on_pre_vote(fired, [status(1, role="leader"), None]), StandDown)
+    assert ticks(e, fired, fired + T) is None
+
+
+def test_standing_clears_the_leader_and_waits_a_fresh_timeout_before_the_next_attempt():
+    e = election(Local())
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    fired = timed_out(e)
+    assert isinstance(e.on_pre_vote(fired, [None, None]), Stand)
+    assert e.leader_id is None
+    assert e.live_leader(fired) == ""
+    assert ticks(e, fired, fired + T) is None
+
+
+def test_one_pre_vote_at_a_time():
+    e = election(Local())
+    fired = timed_out(e)
+    assert ticks(e, fired, fired + 3 * T) is None
+
+
+def test_the_pre_vote_tally_reason_says_what_peers_said():
+    tally = PreVote(3, "r0")
+    tally.add(status(1))
+    tally.add(None)
+    assert tally.stand()
+    assert tally.reason() == (
+        "heard 1 of 2 peers (1 VOTING), 1 unreachable; "
+        "none leads and no leader has 1 followers among them"
+    )
+
+
+def test_a_heartbeat_during_the_pre_vote_cancels_the_candidacy():
+    e = election(Local())
+    fired = timed_out(e)
+    e.on_heartbeat(fired + 0.1, 2, "r2", 5)
+    outcome = e.on_pre_vote(fired + 0.2, [None, None])
+    assert isinstance(outcome, StandDown)
+    assert "during the pre-vote" in outcome.reason
+
+
+def test_an_accepted_promise_during_the_pre_vote_cancels_the_candidacy():
+    e = election(Local())
+    fired = timed_out(e)
+    e.on_promise_accepted(fired + 0.1, candidate=1)
+    assert isinstance(e.on_pre_vote(fired + 0.2, [None, None]), StandDown)
+
+
+def test_a_busy_coordinator_or_a_lost_vote_cancels_the_candidacy():
+    local = Local()
+    e = election(local)
+    fired = timed_out(e)
+    local.phase = Phase.ELECTING
+    assert e.on_pre_vote(fired, [None, None]) == StandDown("the coordinator is electing")
+    local.phase = Phase.IDLE
+    fired = timed_out(e, fired)
+    local.status = pb.RECOVERING
+    assert e.on_pre_vote(fired, [None, None]) == StandDown("no longer VOTING")
+
+
+def test_a_restarted_loop_forgets_the_pre_vote_and_listens_afresh():
+    e = election(Local())
+    fired = timed_out(e)
+    e.restart_timer()
+    assert ticks(e, fired, fired + T) is None
+    assert timed_out(e, fired) >= fired + T
+
+
+# ---- refusing rivals -------------------------------------------------------------------
+
+
+def test_rivals_are_refused_while_a_live_leader_is_heard():
+    e = election(Local())
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    assert e.refuses(2, 0.5 * T)
+    assert not e.refuses(2, T)  # the leader is no longer live
+
+
+def test_the_leaders_own_candidacy_is_never_refused():
+    e = election(Local())
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    assert not e.refuses(1, 0.5 * T)
+
+
+def test_rivals_are_not_refused_without_a_leader_or_when_not_voting():
+    local = Local()
+    e = election(local)
+    assert not e.refuses(2, 0.0)
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    local.status = pb.RECOVERING
+    assert not e.refuses(2, 0.1)
+
+
+def test_a_leader_refuses_rivals_only_while_it_leads():
+    local = Local(phase=Phase.LEADING)
+    e = election(local)
+    e.on_leading()
+    assert e.refuses(2, 100 * T)  # no heartbeat needed: it is the leader
+    local.phase = Phase.IDLE
+    assert not e.refuses(2, 100 * T)
+
+
+# ---- the live leader -------------------------------------------------------------------
+
+
+def test_the_live_leader_expires_after_one_election_timeout():
+    e = election(Local())
+    assert e.live_leader(0.0) == ""
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    assert e.live_leader(0.99 * T) == "r1"
+    assert e.live_leader(T) == ""
+
+
+def test_a_leader_is_its_own_live_leader():
+    local = Local(phase=Phase.LEADING)
+    e = election(local)
+    e.on_leading()
+    assert e.live_leader(100 * T) == "r0"
+
+
+# ---- stepping down ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", [Phase.ELECTING, Phase.FILLING, Phase.LEADING])
+def test_a_higher_proposal_heartbeat_steps_a_busy_coordinator_down(phase):
+    local = Local(phase=phase, proposal=4)
+    e = election(local)
+    assert e.on_heartbeat(0.0, 1, "r1", 5) == StepDown("a leader with a higher proposal is live")
+    local.phase = Phase.IDLE  # the driver stepped the coordinator down
+    assert (e.leader_id, e.live_leader(0.0)) == (1, "r1")
+
+
+def test_a_lower_or_equal_proposal_heartbeat_does_not_step_down():
+    local = Local(phase=Phase.LEADING, proposal=4)
+    e = election(local)
+    e.on_leading()
+    assert e.on_heartbeat(0.0, 1, "r1", 4) is None
+    assert e.leader_id == 0  # a leader does not follow a stale one
+
+
+def test_an_idle_coordinator_follows_without_stepping_down():
+    e = election(Local(proposal=0))
+    assert e.on_heartbeat(0.0, 1, "r1", 7) is None
+    assert e.leader_id == 1
+
+
+def test_a_leader_deposed_by_a_heartbeat_follows_the_new_leader():
+    local = Local(phase=Phase.LEADING, proposal=4)
+    e = election(local)
+    e.on_leading()
+    assert e.on_heartbeat(1.0, 1, "r1", 5) is not None
+    local.phase = Phase.IDLE  # the driver stepped the coordinator down
+    assert e.on_demoted(1.0, retry_after=0.1) is True
+    assert (e.leader_id, e.live_leader(1.5)) == (1, "r1")
+
+
+def test_losing_an_election_keeps_the_leader_heard():
+    e = election(Local())
+    e.on_heartbeat(0.0, 1, "r1", 1)
+    assert e.on_demoted(0.1, retry_after=0.1) is False
+    assert e.live_leader(0.2) == "r1"
