@@ -12,6 +12,7 @@ BIN=$CACHE/checker
 
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+export PATH=$PATH:/usr/local/go/bin  # where the Go tarball installs, if not on PATH
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
