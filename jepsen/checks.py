@@ -17,7 +17,7 @@ from jepsen.history import INFO, OK, Op
 class StaleRead:
     read: Op
     missed: str  # a value acknowledged before the read began, absent from it
-    acked_at: int  # when that append completed
+    known_at: int  # when it was known to be in the log
 
 
 def replicas_agree(logs: Sequence[Sequence[tuple[int, str]] | None]) -> list[str]:
@@ -129,28 +129,27 @@ def appends_in_real_time_order(ops: Sequence[Op]) -> list[str]:
 
 
 def stale_reads(ops: Sequence[Op]) -> list[StaleRead]:
-    """Reads that miss a value whose append was acknowledged before the read began (the
-    read's `from` permitting): what a linearizable log never returns."""
-    acked = sorted(
-        (op for op in ops if op.f == "append" and op.result == OK),
-        key=lambda op: op.complete,
-    )
+    """Reads that miss a value known to be in the log before the read began (the read's
+    `from` permitting): its append was acknowledged, or another read had returned it, before
+    this read was invoked. A linearizable log never returns those."""
+    # (time it was known, position, value), in time order
+    known: list[tuple[int, int, str]] = []
+    for op in ops:
+        if op.f == "append" and op.result == OK and op.positions and op.values:
+            known += [(op.complete, p, v) for p, v in zip(op.positions, op.values, strict=False)]
+        elif op.f == "read" and op.result == OK:
+            known += [(op.complete, p, v) for p, v in op.entries or []]
+    known.sort()
     found: list[StaleRead] = []
-    for read in sorted(
-        (op for op in ops if op.f == "read" and op.result == OK), key=lambda o: o.invoke
-    ):
+    for read in (op for op in ops if op.f == "read" and op.result == OK):
         values = {v for _, v in read.entries or []}
-        for op in acked:
-            if op.complete >= read.invoke:
+        for at, position, value in known:
+            if at >= read.invoke:
                 break
-            assert op.positions is not None and op.values is not None
-            for position, value in zip(op.positions, op.values, strict=False):
-                if (read.from_ is None or position >= read.from_) and value not in values:
-                    found.append(StaleRead(read, value, op.complete))
-                    break
-            else:
-                continue
-            break
+            if (read.from_ is None or position >= read.from_) and value not in values:
+                found.append(StaleRead(read, value, at))
+                break
+    found.sort(key=lambda s: s.read.invoke)
     return found
 
 
