@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jepsen import checker, checks
+from jepsen import checks, linearizability
 from jepsen.history import FAIL, INFO, OK, History, Op, now
 from jepsen.nemesis import Nemesis
 from jepsen.network import Netns
@@ -33,6 +33,8 @@ class RunConfig:
     append_ratio: float = 0.5
     network: Netns | None = None
     election_timeout: float | None = None
+    read_timeout: float = 3.0  # a read stuck at a paused or cut-off replica gives up
+    append_timeout: float = 4.0
 
 
 @dataclass
@@ -41,7 +43,7 @@ class RunResult:
     out: Path
     operations: int = 0
     faults: int = 0
-    verdict: checker.Verdict | None = None
+    verdict: linearizability.Verdict | None = None
     problems: dict[str, list[str]] = field(default_factory=dict)
     stale_reads: int = 0
     first_stale_read_s: float | None = None  # since the run began
@@ -50,7 +52,7 @@ class RunResult:
 
     @property
     def violation(self) -> bool:
-        porcupine = self.verdict is not None and self.verdict.status == checker.VIOLATION
+        porcupine = self.verdict is not None and self.verdict.status == linearizability.VIOLATION
         return porcupine or any(self.problems.values())
 
     @property
@@ -70,9 +72,15 @@ def _client_loop(
     rng: random.Random,
     stop_at: float,
     append_ratio: float,
+    config: RunConfig,
 ) -> None:
     """One client: one operation at a time until `stop_at`, through one endpoint."""
-    client = Client([endpoint], timeout=2.0, append_timeout=4.0, read_timeout=3.0)
+    client = Client(
+        [endpoint],
+        timeout=2.0,
+        append_timeout=config.append_timeout,
+        read_timeout=config.read_timeout,
+    )
     counter = 0
     last_seen: int | None = None  # the highest position this client saw
     try:
@@ -188,6 +196,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
                     random.Random(rng.random()),
                     stop_at,
                     ratio,
+                    config,
                 ),
                 name=f"client-{p}",
             )
@@ -239,7 +248,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         started = [f.start for f in nemesis.faults if f.start <= first.read.invoke]
         if started:
             result.first_stale_after_fault_s = (first.read.invoke - max(started)) / 1e9
-    result.verdict = checker.check(out / "history.jsonl", visualize=out / "violation.html")
+    result.verdict = linearizability.check(out / "history.jsonl", visualize=out / "violation.html")
     result.operations = result.verdict.operations
     (out / "checks.json").write_text(
         json.dumps(

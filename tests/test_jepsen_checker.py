@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jepsen import checker, checks
+from jepsen import checks, linearizability
 from jepsen.history import FAIL, INFO, OK, Op
 
 
@@ -31,8 +31,10 @@ def write(path: Path, ops: list[Op]) -> Path:
     return path
 
 
-def verdict(tmp_path: Path, ops: list[Op]) -> checker.Verdict:
-    return checker.check(write(tmp_path / "history.jsonl", ops), tmp_path / "violation.html")
+def verdict(tmp_path: Path, ops: list[Op]) -> linearizability.Verdict:
+    return linearizability.check(
+        write(tmp_path / "history.jsonl", ops), tmp_path / "violation.html"
+    )
 
 
 # A linearizable history with everything the recorder produces: concurrent appends and
@@ -54,14 +56,14 @@ LINEARIZABLE = [
 
 
 def test_the_checker_is_built_and_cached():
-    first = checker.build()
+    first = linearizability.build()
     assert first.exists()
-    assert checker.build() == first
+    assert linearizability.build() == first
 
 
 def test_a_linearizable_history_passes(tmp_path):
     result = verdict(tmp_path, LINEARIZABLE)
-    assert result.verdict == "linearizable" and result.status == checker.LINEARIZABLE
+    assert result.verdict == "linearizable" and result.status == linearizability.LINEARIZABLE
     assert result.operations == len(LINEARIZABLE) - 1  # the failed append is dropped
     assert result.visualization is None  # only written for a violation
 
@@ -73,7 +75,7 @@ def test_a_stale_read_fails(tmp_path):
         read(1, 31, 40, [(1, "a")]),  # began after b was acknowledged, misses it
     ]
     result = verdict(tmp_path, ops)
-    assert result.verdict == "not linearizable" and result.status == checker.VIOLATION
+    assert result.verdict == "not linearizable" and result.status == linearizability.VIOLATION
     assert result.visualization is not None and "<html" in result.visualization.read_text()
     assert [s.missed for s in checks.stale_reads(ops)] == ["b"]
 
@@ -85,7 +87,7 @@ def test_a_read_going_back_in_time_fails(tmp_path):
         read(1, 20, 30, [(1, "a")]),
         read(1, 31, 40, []),
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
 
 
 def test_a_duplicated_value_fails(tmp_path):
@@ -93,7 +95,7 @@ def test_a_duplicated_value_fails(tmp_path):
         append(0, 10, 20, ["a"], position=1),
         read(1, 21, 30, [(1, "a"), (2, "a")]),
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
     assert checks.reads_are_sane(ops) != []
     assert checks.final_log_holds_the_appends(ops, [(1, "a"), (2, "a")]) != []
 
@@ -103,7 +105,7 @@ def test_a_read_of_a_value_never_appended_fails(tmp_path):
         append(0, 10, 20, ["a"], position=1),
         read(1, 21, 30, [(1, "a"), (2, "ghost")]),
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
     assert checks.reads_are_sane(ops) == ["read by 1 at 21: ghost was never appended"]
 
 
@@ -113,7 +115,7 @@ def test_a_failed_append_seen_by_a_read_fails(tmp_path):
         append(0, 10, 20, ["a"], result=FAIL, error="Unavailable"),
         read(1, 21, 30, [(1, "a")]),
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
 
 
 def test_a_torn_batch_fails(tmp_path):
@@ -121,7 +123,7 @@ def test_a_torn_batch_fails(tmp_path):
         append(0, 10, 20, ["a", "b"], position=1),
         read(1, 21, 30, [(1, "a")]),
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
     assert checks.final_log_holds_the_appends(ops, [(1, "a"), (3, "b")]) != []
 
 
@@ -130,7 +132,7 @@ def test_appends_out_of_real_time_order_fail(tmp_path):
         append(0, 10, 20, ["a"], position=5),
         append(1, 21, 30, ["b"], position=3),  # began after a was acknowledged at 5
     ]
-    assert verdict(tmp_path, ops).status == checker.VIOLATION
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
     assert len(checks.appends_in_real_time_order(ops)) == 1
 
 
@@ -145,4 +147,4 @@ def test_bad_input_is_refused(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"process": 0, "f": "delete", "invoke": 1, "complete": 2, "result": "ok"}\n')
     with pytest.raises(ValueError, match="not append or read"):
-        checker.check(bad)
+        linearizability.check(bad)
