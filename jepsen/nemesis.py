@@ -122,7 +122,8 @@ class Nemesis:
                 fault.end = now()
 
     def run(self, until: float) -> None:
-        """Inject and heal faults until the monotonic time `until` (seconds) or `stop()`."""
+        """Inject and heal faults until the monotonic time `until` (seconds) or `stop()`.
+        Run it in a thread that outlives the cluster: replicas it restarts are tied to it."""
         try:
             while not self._stop.wait(self.rng.uniform(*self.interval)):
                 hold = self.rng.uniform(*self.hold)

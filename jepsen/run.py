@@ -202,18 +202,14 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
             )
             for p, slot, ratio in roles
         ]
-        nemesis_thread = threading.Thread(
-            target=nemesis.run, args=(stop_at - 0.5,), name="nemesis", daemon=True
-        )
         for thread in threads:
             thread.start()
         if config.nemesis:
-            nemesis_thread.start()
+            # In this thread, which outlives the run: a replica the nemesis restarts dies
+            # with the thread that started it (DevCluster's die-with-parent signal).
+            nemesis.run(stop_at - 0.5)
         for thread in threads:
             thread.join()
-        nemesis.stop()
-        if config.nemesis:
-            nemesis_thread.join()
         nemesis.heal()
         say(f"{len(history.ops)} operations, {len(nemesis.faults)} faults; healing")
         leader = cluster.wait_for_leader(60)
