@@ -68,6 +68,18 @@ def test_a_linearizable_history_passes(tmp_path):
     assert result.visualization is None  # only written for a violation
 
 
+def test_an_unknown_batch_seen_only_by_its_tail_is_placed_whole(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        append(1, 21, 99, ["b", "c", "d"], result=INFO, error="OutcomeUnknown"),
+        read(2, 30, 40, [(3, "c"), (4, "d")], from_=3),
+        read(2, 41, 50, [(1, "a"), (2, "b"), (3, "c"), (4, "d")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.LINEARIZABLE
+    torn = [*ops[:3], read(2, 41, 50, [(1, "a"), (3, "c"), (4, "d")])]
+    assert verdict(tmp_path, torn).status == linearizability.VIOLATION
+
+
 def test_a_stale_read_fails(tmp_path):
     ops = [
         append(0, 10, 20, ["a"], position=1),

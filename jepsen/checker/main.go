@@ -19,8 +19,9 @@
 //     positions >= from (all of them, from the beginning, when from is null): a read must
 //     see every append linearized before it and nothing else.
 //
-// An unknown append whose first value some read returned is given that position as its
-// output; one no read returned is a no-op wherever it is linearized (nothing later shows it).
+// An unknown append some read returned (any of its values) is given the position that read
+// implies as its output; one no read returned is a no-op wherever it is linearized (nothing
+// later shows it).
 //
 // Exit status: 0 linearizable, 1 not linearizable, 2 bad input or usage, 3 the check timed
 // out (unknown).
@@ -286,8 +287,15 @@ func parseHistory(r io.Reader) ([]porcupine.Operation, summary, error) {
 				op.Output = appendOutput{*rec.Position, true}
 			} else {
 				sum.Unknown++
-				position, seen := seenAt[rec.Values[0]]
-				op.Output = appendOutput{position, seen}
+				// Any value of the batch will do: a read from a position may show
+				// only its tail.
+				op.Output = appendOutput{}
+				for k, v := range rec.Values {
+					if position, seen := seenAt[v]; seen {
+						op.Output = appendOutput{position - int64(k), true}
+						break
+					}
+				}
 				op.Return = maxTime + 1
 				delete(ids, *rec.Process)
 			}
