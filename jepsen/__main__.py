@@ -1,0 +1,162 @@
+"""`python -m jepsen`: seeded runs against real replicas, each judged, then totals.
+
+Exit status 0 when every run's history is linearizable and every direct check passes, 1
+when any run shows a violation (today's code does under `partition-leader`: stale reads
+through a cut-off leader, see docs/jepsen.md), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jepsen import linearizability, network
+from jepsen.nemesis import KINDS, PARTITIONS
+from jepsen.run import RunConfig, RunResult, run_once
+
+DEFAULT_NEMESIS = "partition-leader,pause-leader,kill-random,partition-random,pause-random"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m jepsen", description=__doc__)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=20.0, help="load per run (default 20)")
+    p.add_argument("--seed", type=int, default=1, help="run k uses seed SEED+k")
+    p.add_argument(
+        "--clients", type=int, default=3, help="appending clients; client i uses replica i mod N"
+    )
+    p.add_argument(
+        "--readers", type=int, default=3, help="reading clients; reader i uses replica i mod N"
+    )
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument(
+        "--nemesis",
+        default=DEFAULT_NEMESIS,
+        help=f"comma-separated kinds, or 'none' (kinds: {', '.join(KINDS)})",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="a read's deadline (default 3; longer than a pause lets reads queue at it)",
+    )
+    p.add_argument("--election-timeout", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--out", type=Path, help="results dir (default ~/.cache/rlog-jepsen/runs/...)")
+    p.add_argument("--inside", help=argparse.SUPPRESS)  # TAG:NET, set when re-executed
+    return p.parse_args(argv)
+
+
+def summarize(results: list[RunResult], wall: float) -> str:
+    checks_s = [r.verdict.seconds for r in results if r.verdict is not None]
+    violations = [r for r in results if r.violation]
+    lines = [
+        "",
+        f"runs: {len(results)}   faults injected: {sum(r.faults for r in results)}   "
+        f"operations checked: {sum(r.operations for r in results)}   "
+        f"violations: {len(violations)}   run errors: {sum(1 for r in results if r.error)}",
+        f"checker: {sum(checks_s):.3f} s in all, longest {max(checks_s, default=0):.3f} s; "
+        f"wall time {wall:.0f} s",
+    ]
+    for r in results:
+        verdict = r.verdict.verdict if r.verdict else "not checked"
+        failed = {k: len(v) for k, v in r.problems.items() if v}
+        line = (
+            f"  seed {r.seed}: {verdict} ({r.operations} ops, {r.faults} faults, "
+            f"check {r.verdict.seconds if r.verdict else 0:.3f} s)"
+        )
+        if failed:
+            line += f"; direct checks failed: {failed}"
+        if r.first_stale_read_s is not None:
+            after = r.first_stale_after_fault_s
+            line += f"; first stale read at {r.first_stale_read_s:.1f} s" + (
+                f" ({after:.1f} s into a fault)" if after is not None else ""
+            )
+        if r.error:
+            line += f"; error: {r.error}"
+        lines.append(line + f"  -> {r.out}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    kinds = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
+    bad = set(kinds) - set(KINDS)
+    if bad:
+        print(f"unknown nemesis {sorted(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
+        return 2
+    needs_netns = bool(PARTITIONS & set(kinds))
+    out = args.out or Path.home() / ".cache" / "rlog-jepsen" / "runs" / time.strftime(
+        "%Y%m%d-%H%M%S"
+    )
+
+    if needs_netns and args.inside is None:
+        # Partitions: build the namespaces here, run the clients in theirs, always tear down.
+        if not network.available():
+            print("partitions need root and `ip netns`", file=sys.stderr)
+            return 2
+        linearizability.build()  # before entering the namespace (the module proxy is outside)
+        net = network.Netns(args.replicas)
+        try:
+            net.create()
+            argv_inner = [
+                *(sys.argv[1:] if argv is None else argv),
+                "--inside",
+                f"{net.tag}:{net.net}",
+            ]
+            argv_inner += ["--out", str(out)] if args.out is None else []
+            cmd = [
+                "ip",
+                "netns",
+                "exec",
+                net.client_ns,
+                sys.executable,
+                "-m",
+                "jepsen",
+                *argv_inner,
+            ]
+            return subprocess.run(cmd, env=os.environ.copy()).returncode
+        finally:
+            net.destroy()
+
+    netns = None
+    if args.inside is not None:
+        tag, net_number = args.inside.split(":")
+        netns = network.Netns(args.replicas, tag, int(net_number))
+    linearizability.build()
+    print(
+        f"jepsen: {args.runs} run(s) of {args.seconds:g} s, {args.clients} clients + "
+        f"{args.readers} readers, {args.replicas} replicas, nemesis {','.join(kinds) or 'none'}"
+        f"{' (network namespaces)' if netns else ''}; results in {out}",
+        flush=True,
+    )
+    started = time.monotonic()
+    results = []
+    for k in range(args.runs):
+        seed = args.seed + k
+        config = RunConfig(
+            seed=seed,
+            seconds=args.seconds,
+            nemesis=kinds,
+            out=out / f"seed-{seed}",
+            clients=args.clients,
+            readers=args.readers,
+            replicas=args.replicas,
+            network=netns,
+            election_timeout=args.election_timeout,
+            read_timeout=args.read_timeout,
+        )
+        result = run_once(config)
+        verdict = result.verdict.verdict if result.verdict else "not checked"
+        print(f"  [seed {seed}] {verdict}", flush=True)
+        results.append(result)
+    print(summarize(results, time.monotonic() - started), flush=True)
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The linearizability checker (jepsen/checker, Porcupine with our log model) and the
+direct checks on hand-built histories: it passes what a linearizable log may return and
+fails each kind of wrong answer. That it *can* fail is what makes its passes mean something.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jepsen import checks, linearizability
+from jepsen.history import FAIL, INFO, OK, Op
+
+
+def append(process, invoke, complete, values, position=None, result=OK, error=""):
+    positions = list(range(position, position + len(values))) if position is not None else None
+    return Op(
+        process, "append", invoke, complete, result, values=values, position=position,
+        positions=positions if result == OK else None, error=error,
+    )  # fmt: skip
+
+
+def read(process, invoke, complete, entries, from_=None, result=OK):
+    return Op(process, "read", invoke, complete, result, from_=from_, entries=entries)
+
+
+def write(path: Path, ops: list[Op]) -> Path:
+    path.write_text("".join(json.dumps(op.to_json()) + "\n" for op in ops))
+    return path
+
+
+def verdict(tmp_path: Path, ops: list[Op]) -> linearizability.Verdict:
+    return linearizability.check(
+        write(tmp_path / "history.jsonl", ops), tmp_path / "violation.html"
+    )
+
+
+# A linearizable history with everything the recorder produces: concurrent appends and
+# reads, a batch, gaps (no-op entries of a new leader), a read from a position, a failed
+# append (dropped), an unknown append a read saw, and one nobody saw.
+LINEARIZABLE = [
+    append(0, 10, 20, ["a"], position=1),
+    read(1, 15, 18, []),  # concurrent with append(a): may miss it
+    append(1, 19, 30, ["b", "c"], position=2),
+    read(2, 21, 25, [(1, "a")]),  # concurrent with the batch: may miss it
+    append(2, 26, 90, ["d"], result=INFO, error="OutcomeUnknown"),  # seen below: happened
+    append(0, 31, 40, ["e"], position=6),  # gaps at 4, 5: a new leader's no-ops
+    read(1, 41, 45, [(1, "a"), (2, "b"), (3, "c"), (6, "e")]),  # before d took effect
+    append(0, 46, 50, ["x"], result=FAIL, error="Unavailable: not attempted"),
+    read(1, 50, 55, [(6, "e"), (7, "d")], from_=5),
+    append(0, 56, 60, ["f"], result=INFO, error="OutcomeUnknown"),  # never seen: a no-op
+    read(1, 61, 70, [(1, "a"), (2, "b"), (3, "c"), (6, "e"), (7, "d")]),
+]
+
+
+def test_the_checker_is_built_and_cached():
+    first = linearizability.build()
+    assert first.exists()
+    assert linearizability.build() == first
+
+
+def test_a_linearizable_history_passes(tmp_path):
+    result = verdict(tmp_path, LINEARIZABLE)
+    assert result.verdict == "linearizable" and result.status == linearizability.LINEARIZABLE
+    assert result.operations == len(LINEARIZABLE) - 1  # the failed append is dropped
+    assert result.visualization is None  # only written for a violation
+
+
+def test_an_unknown_batch_seen_only_by_its_tail_is_placed_whole(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        append(1, 21, 99, ["b", "c", "d"], result=INFO, error="OutcomeUnknown"),
+        read(2, 30, 40, [(3, "c"), (4, "d")], from_=3),
+        read(2, 41, 50, [(1, "a"), (2, "b"), (3, "c"), (4, "d")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.LINEARIZABLE
+    torn = [*ops[:3], read(2, 41, 50, [(1, "a"), (3, "c"), (4, "d")])]
+    assert verdict(tmp_path, torn).status == linearizability.VIOLATION
+
+
+def test_a_stale_read_fails(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        append(0, 21, 30, ["b"], position=2),
+        read(1, 31, 40, [(1, "a")]),  # began after b was acknowledged, misses it
+    ]
+    result = verdict(tmp_path, ops)
+    assert result.verdict == "not linearizable" and result.status == linearizability.VIOLATION
+    assert result.visualization is not None and "<html" in result.visualization.read_text()
+    assert [s.missed for s in checks.stale_reads(ops)] == ["b"]
+
+
+def test_a_read_going_back_in_time_fails(tmp_path):
+    # Two reads after a concurrent append: once one saw it, a later one must too.
+    ops = [
+        append(0, 10, 100, ["a"], position=1),
+        read(1, 20, 30, [(1, "a")]),
+        read(1, 31, 40, []),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+
+
+def test_a_duplicated_value_fails(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        read(1, 21, 30, [(1, "a"), (2, "a")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+    assert checks.reads_are_sane(ops) != []
+    assert checks.final_log_holds_the_appends(ops, [(1, "a"), (2, "a")]) != []
+
+
+def test_a_read_of_a_value_never_appended_fails(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        read(1, 21, 30, [(1, "a"), (2, "ghost")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+    assert checks.reads_are_sane(ops) == ["read by 1 at 21: ghost was never appended"]
+
+
+def test_a_failed_append_seen_by_a_read_fails(tmp_path):
+    # A definite failure did not happen: a read that shows it is wrong.
+    ops = [
+        append(0, 10, 20, ["a"], result=FAIL, error="Unavailable"),
+        read(1, 21, 30, [(1, "a")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+
+
+def test_a_torn_batch_fails(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a", "b"], position=1),
+        read(1, 21, 30, [(1, "a")]),
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+    assert checks.final_log_holds_the_appends(ops, [(1, "a"), (3, "b")]) != []
+
+
+def test_appends_out_of_real_time_order_fail(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=5),
+        append(1, 21, 30, ["b"], position=3),  # began after a was acknowledged at 5
+    ]
+    assert verdict(tmp_path, ops).status == linearizability.VIOLATION
+    assert len(checks.appends_in_real_time_order(ops)) == 1
+
+
+def test_replicas_disagreeing_on_a_position_are_reported():
+    assert checks.replicas_agree([[(1, "a"), (2, "b")], [(1, "a")], None]) == []
+    assert checks.replicas_agree([[(1, "a"), (2, "b")], [(1, "a"), (2, "c")]]) == [
+        "position 2: b on replica 0, c on replica 1"
+    ]
+
+
+def test_bad_input_is_refused(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"process": 0, "f": "delete", "invoke": 1, "complete": 2, "result": "ok"}\n')
+    with pytest.raises(ValueError, match="not append or read"):
+        linearizability.check(bad)
