@@ -35,6 +35,16 @@ def statuses(cluster: DevCluster) -> list[str]:
     return names(cluster.statuses(timeout=2))
 
 
+def wait_answering(cluster: DevCluster, replicas: range, timeout: float = 60) -> None:
+    """Wait until these replicas answer Status at all: a process still importing its
+    modules on a loaded machine reads DOWN, which says nothing about the rule under test."""
+    cluster.wait_for(
+        lambda found: all(found[i] is not None for i in replicas),
+        timeout,
+        f"replicas {list(replicas)} answering",
+    )
+
+
 def wait_all_voting(cluster: DevCluster, timeout: float = 60) -> None:
     cluster.wait_for(
         lambda found: all(s == "VOTING" for s in names(found)), timeout, "every replica VOTING"
@@ -49,6 +59,7 @@ def test_auto_initialization_with_replicas_started_up_to_5s_apart(tmp_path, repl
     try:
         cluster.prepare()
         cluster.start_replica(0)
+        wait_answering(cluster, range(1))
         gap = 5.0 / (replicas - 1)
         for i in range(1, replicas):
             time.sleep(gap)
@@ -66,6 +77,7 @@ def test_without_a_permit_the_log_stays_empty_until_initialized(tmp_path):
     cluster = DevCluster(3, tmp_path, initialize=False, auto_initialize=False, election_timeout=0.5)
     try:
         cluster.start(wait=False)
+        wait_answering(cluster, range(3))
         time.sleep(3)
         assert statuses(cluster) == ["EMPTY"] * 3
         status = cluster.status(0)
@@ -229,6 +241,7 @@ def test_the_permit_granted_at_run_time_initializes_the_log(tmp_path):
     )
     try:
         cluster.start(wait=False)
+        wait_answering(cluster, range(3))
         time.sleep(2)
         assert statuses(cluster) == ["EMPTY"] * 3
         with Client(cluster.endpoints) as client:
