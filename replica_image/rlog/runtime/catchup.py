@@ -93,7 +93,7 @@ class CatchUp:
             while node.core.learned_next <= self.decision.end:
                 start = node.core.learned_next
                 try:
-                    progressed = await node.copy_learned(
+                    progressed = await node.peers.copy_learned(
                         peer, self.decision.end, FETCH_CHUNK, self._progress
                     )
                 except grpc.aio.AioRpcError as exc:
@@ -133,7 +133,7 @@ class CatchUp:
         learned = pb.LearnedRequest(actions=fill.chosen(), log_id=node.config.log_id)
         node.handle_learned(learned)
         for peer in node.peers.values():
-            node.spawn(node.send_one_way(peer, learned))
+            node.spawn(node.peers.send_one_way(peer, learned))
         return Outcome.ACCEPTED
 
     async def _round(

@@ -13,12 +13,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -26,7 +24,6 @@ import grpc
 from rlog.client.errors import is_connect_failure
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -41,69 +38,24 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.recover import Decision, Next, RecoverRound
-from rlog.protocol.replica import ReplicaCore, tombstone
+from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.catchup import CatchUp
+from rlog.runtime.errors import RpcError, not_attempted
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
+from rlog.runtime.peers import (
+    READ_CHUNK_BYTES,
+    READ_CHUNK_POSITIONS,
+    LocalReplica,
+    Peer,
+    Peers,
+    Response,
+)
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
 
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 10_000),
-    # A restarted peer must be reachable again within an election timeout, not after gRPC's
-    # default reconnect back-off (up to 120 s): a replica that hears no heartbeat stands for
-    # election.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
-    # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
-    # dialling the old address and the peer stays unreachable that long.
-    ("grpc.dns_min_time_between_resolutions_ms", 1000),
-]
 FORWARDED = "rlog-forwarded"
-READ_CHUNK_POSITIONS = 1024
-READ_CHUNK_BYTES = 4 * 1024 * 1024
-LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
-
-
-def _piggybackable(message: object) -> bool:
-    """Learned ranges of the leader's own batches (not heartbeats, not full actions)."""
-    return (
-        isinstance(message, pb.LearnedRequest)
-        and not message.actions
-        and not message.leader_address
-        and len(message.ranges) > 0
-    )
-
-
-NOT_ATTEMPTED = "rlog-not-attempted"  # trailing metadata: the request changed nothing
-
-
-def not_attempted(exc: grpc.aio.AioRpcError) -> bool:
-    """Whether an rlog server said (exactly, by trailing metadata) that it did nothing."""
-    trailers = exc.trailing_metadata()
-    return trailers is not None and NOT_ATTEMPTED in trailers
-
-
-class RpcError(Exception):
-    """An error for the client, with the gRPC status code to send."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class Peer:
-    id: int
-    address: str
-    replica: pbg.ReplicaStub
-    log: pbg.LogStub
 
 
 class Node:
@@ -128,8 +80,15 @@ class Node:
             ),
             log_id=config.log_id,
         )
-        self.peers: dict[int, Peer] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self.peers = Peers(
+            config,
+            self.core,
+            LocalReplica(self.handle_promise, self.handle_write, self.handle_learned),
+            self.spawn,
+            self._on_reply,
+            self._on_send_failure,
+            promise_timeout=self.coordinator.config.fill_timeout,
+        )
         self.leader_id: int | None = None
         self.leader_address = ""
         self.last_heard = time.monotonic()
@@ -137,7 +96,6 @@ class Node:
         # work, not yet heartbeating): like a heartbeat, it defers our own candidacy.
         self._candidate_heard = 0.0
         self._prev_leader_learned = 0
-        self._fetching = False
         self._retry_at = 0.0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._pump_scheduled = False
@@ -145,7 +103,6 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
-        self._held_learned: dict[int, pb.LearnedRequest] = {}
         self.permit = config.auto_initialize
         self.reason = ""
         self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
@@ -171,14 +128,7 @@ class Node:
             )
 
     def start(self) -> None:
-        for peer_id, address in enumerate(self.config.peers):
-            if peer_id == self.config.id:
-                continue
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._channels.append(channel)
-            self.peers[peer_id] = Peer(
-                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
-            )
+        self.peers.connect()
         self.journal.start()
         if not self.core.meta.stamped:
             self.journal.persist_nowait(self.core.stamp(self.config.log_id, self.config.id))
@@ -196,12 +146,12 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         self._stopped = True
+        self.peers.stop()
         for future in self._waiters.values():
             if not future.done():
                 future.set_exception(RpcError(grpc.StatusCode.UNAVAILABLE, "replica stopping"))
         await self.journal.close()
-        for channel in self._channels:
-            await channel.close(grace=None)
+        await self.peers.close()
         self.storage.close()
 
     async def _supervise(self, loop_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -297,63 +247,9 @@ class Node:
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
-        if self.core.learned < target and not self._fetching:
-            self._fetching = True
-            self.spawn(self._pull_learned(request.leader, target))
-
-    async def _pull_learned(self, leader: int, target: int) -> None:
-        peer = self.peers.get(leader)
-        try:
-            if peer is not None:
-                await self.copy_learned(peer, target, 4096)
-        except grpc.aio.AioRpcError as exc:
-            log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
-        finally:
-            self._fetching = False
-
-    async def copy_learned(
-        self, peer: Peer, last: int, chunk_size: int, on_chunk: Callable[[], None] | None = None
-    ) -> bool:
-        """Copy the learned actions a peer holds from our first unlearned position up to
-        `last` (safe: a learned action is chosen). A peer whose begin is past ours truncated
-        that prefix: a tombstone below its begin skips it in one step. Returns whether
-        anything was applied; gRPC errors propagate."""
-        progressed = False
-        stream = peer.replica.Fetch(
-            pb.FetchRequest(
-                **{"from": self.core.learned_next, "to": last, "max_actions": chunk_size}
-            ),
-            timeout=60,
-        )
-        async for chunk in stream:
-            actions = list(chunk.actions)
-            if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
-                actions.insert(0, tombstone(chunk.begin - 1))
-            if actions:
-                self.handle_learned(pb.LearnedRequest(actions=actions))
-                progressed = True
-            if on_chunk is not None:
-                on_chunk()
-        return progressed
-
-    def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
-        """Learned actions from `from` to `to` held here, in chunks bounded in count and
-        bytes, up to the first position this replica has not learned."""
-        first = max(getattr(request, "from"), self.core.begin)
-        last = min(request.to, self.core.end)
-        limit = request.max_actions or 4096
-        sent = 0
-        while first <= last and sent < limit:
-            actions = self.core.learned_actions(
-                first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
-            )
-            if not actions:
-                break
-            yield pb.FetchResponse(actions=actions, begin=self.core.begin)
-            sent += len(actions)
-            first = actions[-1].position + 1
-        if sent == 0:
-            yield pb.FetchResponse(begin=self.core.begin)
+        if self.core.learned < target and not self.peers.fetching:
+            self.peers.fetching = True
+            self.spawn(self.peers.pull_learned(request.leader, target))
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -430,17 +326,9 @@ class Node:
         for output in self.coordinator.take():
             if isinstance(output, Send):
                 message = output.message
-                if output.to != self.config.id:
-                    if _piggybackable(message):
-                        self._hold_learned(output.to, message)  # type: ignore[arg-type]
-                        continue
-                    if isinstance(message, pb.WriteRequest):
-                        output = Send(
-                            output.to, self._attach_learned(output.to, message), output.round
-                        )
-                elif isinstance(message, pb.WriteRequest):
+                if output.to == self.config.id and isinstance(message, pb.WriteRequest):
                     self.metrics.batch_entries.observe(len(message.actions))
-                self.spawn(self._send(output))
+                self.peers.post(output)
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
             elif isinstance(output, Done):
@@ -476,82 +364,19 @@ class Node:
                 self._retry_at = time.monotonic() + output.retry_after
         self._update_metrics()
 
-    def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
-        """Keep learned ranges for a peer until the next write to it (one RPC instead of
-        two), or until `LEARNED_LINGER` passes with no write."""
-        held = self._held_learned.get(peer)
-        if held is not None and held.proposal != message.proposal:
-            self._flush_learned(peer)
-            held = None
-        if held is None:
-            held = pb.LearnedRequest(
-                proposal=message.proposal, leader=message.leader, log_id=message.log_id
-            )
-            self._held_learned[peer] = held
-            asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
-        held.ranges.extend(message.ranges)
-
-    def _attach_learned(self, peer: int, write: pb.WriteRequest) -> pb.WriteRequest:
-        held = self._held_learned.pop(peer, None)
-        if held is None or held.proposal != write.proposal:
-            if held is not None:
-                self.spawn(self._send(Send(peer, held)))
-            return write
-        copy = pb.WriteRequest()
-        copy.CopyFrom(write)
-        copy.learned.CopyFrom(held)
-        return copy
-
-    def _flush_learned(self, peer: int) -> None:
-        held = self._held_learned.pop(peer, None)
-        if held is not None and not self._stopped:
-            self.spawn(self._send(Send(peer, held)))
-
     def _on_timer(self, round_id: int) -> None:
         if self._stopped:
             return
         self.coordinator.on_timeout(round_id)
         self._dispatch()
 
-    async def send_one_way(self, peer: Peer, message: pb.LearnedRequest) -> None:
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
-            await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
+    def _on_reply(self, send: Send, response: Response) -> None:
+        self.coordinator.on_reply(send.round, send.to, response)
+        self._dispatch()
 
-    async def _send(self, send: Send) -> None:
-        message = send.message
-        try:
-            if send.to == self.config.id:
-                response = await self._local(message)
-            else:
-                response = await self._remote(self.peers[send.to], message)
-        except (TimeoutError, grpc.aio.AioRpcError, RpcError):
-            if send.round:
-                self.coordinator.on_failure(send.round, send.to)
-                self._dispatch()
-            return
-        if send.round and response is not None:
-            self.coordinator.on_reply(send.round, send.to, response)
-            self._dispatch()
-
-    async def _local(
-        self, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
-    ) -> pb.PromiseResponse | pb.WriteResponse | None:
-        if isinstance(message, pb.PromiseRequest):
-            return await self.handle_promise(message)
-        if isinstance(message, pb.WriteRequest):
-            return await self.handle_write(message)
-        self.handle_learned(message)
-        return None
-
-    async def _remote(
-        self, peer: Peer, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
-    ) -> pb.PromiseResponse | pb.WriteResponse | None:
-        if isinstance(message, pb.PromiseRequest):
-            return await peer.replica.Promise(message, timeout=self.coordinator.config.fill_timeout)
-        if isinstance(message, pb.WriteRequest):
-            return await peer.replica.Write(message, timeout=self.config.append_timeout)
-        await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
-        return None
+    def _on_send_failure(self, send: Send) -> None:
+        self.coordinator.on_failure(send.round, send.to)
+        self._dispatch()
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled:
@@ -656,7 +481,7 @@ class Node:
             log_id=self.config.log_id,
         )
         for peer in self.peers.values():
-            self.spawn(self._send(Send(peer.id, heartbeat)))
+            self.spawn(self.peers.send(Send(peer.id, heartbeat)))
 
     # ---- client API --------------------------------------------------------------------
 

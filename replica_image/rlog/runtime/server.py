@@ -12,7 +12,9 @@ import grpc
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.node import CHANNEL_OPTIONS, FORWARDED, NOT_ATTEMPTED, Node, RpcError
+from rlog.runtime.errors import NOT_ATTEMPTED, RpcError
+from rlog.runtime.node import FORWARDED, Node
+from rlog.runtime.peers import CHANNEL_OPTIONS
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -61,7 +63,7 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
-        for chunk in self.node.fetch(request):
+        for chunk in self.node.peers.fetch(request):
             yield chunk
 
 
