@@ -41,8 +41,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
             "rlog.storage.segment_engine",
         }
     ),
-    # The node hands itself to catch-up: removed by the runtime split that follows.
-    frozenset({"rlog.runtime.node", "rlog.runtime.catchup"}),
 ]
 
 

@@ -39,7 +39,7 @@ from rlog.protocol.coordinator import (
 )
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.catchup import CatchUp
+from rlog.runtime.catchup import catch_up
 from rlog.runtime.errors import RpcError, not_attempted
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
@@ -305,11 +305,15 @@ class Node:
             await self.journal.persist(self.core.set_status(pb.RECOVERING))
         self.reason = f"catching up [{decision.begin}, {decision.end}]"
         self._update_metrics()
-        await CatchUp(self, decision).run()
+        await catch_up(self.core, self.peers, self.config, decision, self._catchup_progress)
         await self.journal.persist(self.core.finish_recovery(decision.promised))
         log.info(
             "caught up to %d: RECOVERING -> VOTING (promised %d)", decision.end, self.core.promised
         )
+
+    def _catchup_progress(self, begin: int, end: int, done: int) -> None:
+        self.catchup = (begin, end, done)
+        self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
 
     def recover_info(self) -> pb.RecoverResponse:
         response = pb.RecoverResponse(status=self.core.status, log_id=self.config.log_id)

@@ -150,6 +150,12 @@ class Peers(Mapping[int, Peer]):
                 send = Send(send.to, self._attach_learned(send.to, message), send.round)
         self._spawn(self.send(send))
 
+    def broadcast_learned(self, message: pb.LearnedRequest) -> None:
+        """Learn `message` here, then tell every peer (one way, in the background)."""
+        self._local_replica.learned(message)
+        for peer in self.values():
+            self._spawn(self.send_one_way(peer, message))
+
     def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
         """Keep learned ranges for a peer until the next write to it (one RPC instead of
         two), or until `LEARNED_LINGER` passes with no write."""
