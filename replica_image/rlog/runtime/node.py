@@ -37,9 +37,7 @@ from rlog.protocol.coordinator import (
     Send,
     SetTimer,
 )
-from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.catchup import catch_up
 from rlog.runtime.errors import RpcError, not_attempted
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
@@ -51,6 +49,7 @@ from rlog.runtime.peers import (
     Peers,
     Response,
 )
+from rlog.runtime.recovery import Report, recover
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
@@ -254,74 +253,27 @@ class Node:
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover rounds until one decides, then act on the decision."""
-        while self.core.status != pb.VOTING:
-            decision = await self._recover_round()
-            if decision is None:
-                await asyncio.sleep(random.uniform(0.5, 1.0))
-                continue
-            if decision.next == Next.STARTING:
-                log.info("auto-initialization: EMPTY -> STARTING")
-                await self.journal.persist(self.core.set_status(pb.STARTING))
-            elif decision.next == Next.VOTING:
-                log.info("auto-initialization: STARTING -> VOTING")
-                await self.journal.persist(self.core.set_status(pb.VOTING))
-            else:
-                await self._catch_up(decision)
-            self._update_metrics()
+        """While not VOTING: recover (`recovery.recover`); then listen for a leader."""
+        await recover(
+            self.core,
+            self.journal,
+            self.peers,
+            self.config,
+            lambda: self.permit,
+            Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
+        )
         self.reason = ""
         self.catchup = (0, 0, 0)
         self.last_heard = time.monotonic()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
 
-    async def _recover_round(self) -> Decision | None:
-        round_ = RecoverRound(
-            len(self.config.peers), self.core.status, self.permit, self.config.log_id
-        )
-        decision = round_.add(self.config.id, self.recover_info())
-        if decision is not None:
-            return decision
-        request = pb.RecoverRequest(log_id=self.config.log_id)
-
-        async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
-            try:
-                return peer.id, await peer.replica.Recover(request, timeout=2.0)
-            except grpc.aio.AioRpcError:
-                return peer.id, None
-
-        for next_reply in asyncio.as_completed([ask(p) for p in self.peers.values()]):
-            replica, response = await next_reply
-            if response is not None:
-                decision = round_.add(replica, response)
-                if decision is not None:
-                    return decision
-        self.reason = round_.reason()
-        log.info("recover round undecided (%s): %s", pb.Status.Name(self.core.status), self.reason)
-        return None
-
-    async def _catch_up(self, decision: Decision) -> None:
-        if self.core.status != pb.RECOVERING:
-            await self.journal.persist(self.core.set_status(pb.RECOVERING))
-        self.reason = f"catching up [{decision.begin}, {decision.end}]"
-        self._update_metrics()
-        await catch_up(self.core, self.peers, self.config, decision, self._catchup_progress)
-        await self.journal.persist(self.core.finish_recovery(decision.promised))
-        log.info(
-            "caught up to %d: RECOVERING -> VOTING (promised %d)", decision.end, self.core.promised
-        )
+    def _not_voting_because(self, reason: str) -> None:
+        self.reason = reason
 
     def _catchup_progress(self, begin: int, end: int, done: int) -> None:
         self.catchup = (begin, end, done)
         self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
-
-    def recover_info(self) -> pb.RecoverResponse:
-        response = pb.RecoverResponse(status=self.core.status, log_id=self.config.log_id)
-        if self.core.status == pb.VOTING:
-            response.begin = self.core.begin
-            response.end = self.core.end
-            response.promised = self.core.promised
-        return response
 
     # ---- coordinator driving -----------------------------------------------------------
 

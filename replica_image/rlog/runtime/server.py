@@ -15,6 +15,7 @@ from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.errors import NOT_ATTEMPTED, RpcError
 from rlog.runtime.node import FORWARDED, Node
 from rlog.runtime.peers import CHANNEL_OPTIONS
+from rlog.runtime.recovery import recover_info
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -58,7 +59,7 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Recover(
         self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecoverResponse:
-        return self.node.recover_info()
+        return recover_info(self.node.core, self.node.config.log_id)
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
