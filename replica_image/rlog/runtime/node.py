@@ -2,12 +2,15 @@
 
 - acceptor/learner: requests run through `ReplicaCore`, their batches through the `Journal`
   (group commit), and the reply leaves only after the batch is durable;
-- coordinator: the node drives `Coordinator`, sending its messages to peers over gRPC (to
-  itself directly), arming its timers and completing the callers' appends;
+- coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
+  (to itself directly), its timers are armed here and the callers' appends completed;
 - election: with no heartbeat heard for a random [T, 2T), a VOTING replica stands for
   election; while a live leader is heard, rival implicit promises are refused (always safe);
-- followers pull learned entries they missed from the leader (`Fetch`), so every VOTING
-  replica ends up holding every chosen entry.
+- followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
+  VOTING replica ends up holding every chosen entry;
+- a replica that is not VOTING recovers first (`recovery`, `catchup`);
+- client API: appends, truncations and reads, which a follower passes to the leader
+  (`forwarding`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from typing import Any
 
 import grpc
 
-from rlog.client.errors import is_connect_failure
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import (
@@ -38,7 +40,8 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.errors import RpcError, not_attempted
+from rlog.runtime.errors import RpcError
+from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
@@ -53,8 +56,6 @@ from rlog.runtime.recovery import Report, recover
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
-
-FORWARDED = "rlog-forwarded"
 
 
 class Node:
@@ -88,6 +89,7 @@ class Node:
             self._on_send_failure,
             promise_timeout=self.coordinator.config.fill_timeout,
         )
+        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         self.leader_id: int | None = None
         self.leader_address = ""
         self.last_heard = time.monotonic()
@@ -451,9 +453,9 @@ class Node:
                 )
         if not actions:
             return []
-        leader = await self._await_leader(forwarded)
+        leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            return await self._forward_append(leader, actions)
+            return await self.forwarding.append(leader, actions)
         started = time.perf_counter()
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -467,73 +469,10 @@ class Node:
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return positions
 
-    async def _await_leader(self, forwarded: bool) -> Peer | None:
-        """None if this replica leads; else the leader's peer. Waits for an election."""
-        deadline = time.monotonic() + 3 * self.config.election_timeout + 1
-        while True:
-            if self.coordinator.leading:
-                return None
-            if self.core.status != pb.VOTING and not forwarded and self.leader_id is None:
-                raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"no leader: this replica is {pb.Status.Name(self.core.status)}"
-                    + (f" ({self.reason})" if self.reason else ""),
-                )
-            if (
-                not forwarded
-                and self.leader_id is not None
-                and self.leader_id != self.config.id
-                and time.monotonic() - self.last_heard < 2 * self.config.election_timeout
-            ):
-                return self.peers[self.leader_id]
-            if time.monotonic() > deadline:
-                raise RpcError(
-                    grpc.StatusCode.UNAVAILABLE,
-                    "this replica is not the leader"
-                    if forwarded
-                    else "no leader elected: a quorum of VOTING replicas may be unreachable",
-                )
-            await asyncio.sleep(0.02)
-
-    async def _forward_append(self, leader: Peer, actions: list[pb.Action]) -> list[int]:
-        values = [a.value for a in actions]
-        if any(a.type != pb.APPEND for a in actions):
-            (truncate,) = actions
-            response = await self._forwarded_call(
-                leader.log.Truncate(
-                    pb.TruncateRequest(to=truncate.truncate_to),
-                    metadata=((FORWARDED, "1"),),
-                    timeout=self.config.append_timeout + 5,
-                )
-            )
-            return [response.position]
-        result = await self._forwarded_call(
-            leader.log.Append(
-                pb.AppendRequest(values=values),
-                metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
-            )
-        )
-        return list(result.positions)
-
-    @staticmethod
-    async def _forwarded_call(call):  # type: ignore[no-untyped-def]
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            code, details = exc.code(), exc.details() or ""
-            if code == grpc.StatusCode.UNAVAILABLE and not (
-                not_attempted(exc) or is_connect_failure(details)
-            ):
-                # The call broke after it may have reached the leader: outcome unknown.
-                code = grpc.StatusCode.ABORTED
-                details = f"{details} (outcome unknown)"
-            raise RpcError(code, f"leader: {details}") from None
-
     async def truncate(self, to: int, forwarded: bool) -> int:
-        leader = await self._await_leader(forwarded)
+        leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            (position,) = await self._forward_append(
+            (position,) = await self.forwarding.append(
                 leader, [pb.Action(type=pb.TRUNCATE, truncate_to=to)]
             )
             return position
@@ -556,6 +495,33 @@ class Node:
         self._dispatch()
         (position,) = await future
         return position
+
+    async def read(
+        self, request: pb.ReadRequest, forwarded: bool
+    ) -> AsyncIterator[pb.ReadResponse]:
+        """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
+        at any VOTING replica."""
+        first = getattr(request, "from") if request.HasField("from") else None
+        last = request.to if request.HasField("to") else None
+        if not request.stale and not self.is_leader and not forwarded:
+            leader = await self.forwarding.await_leader(forwarded=False)
+            if leader is not None:
+                async for response in self.forwarding.read(leader, request):
+                    yield response
+                return
+            # This replica became the leader meanwhile.
+            async for entries in self.read_range(first, last, False):
+                yield pb.ReadResponse(entries=entries)
+            return
+        if not request.stale and not self.is_leader:
+            raise RpcError(grpc.StatusCode.UNAVAILABLE, "this replica is not the leader")
+        if request.stale and self.core.status != pb.VOTING:
+            raise RpcError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
+            )
+        async for entries in self.read_range(first, last, request.stale):
+            yield pb.ReadResponse(entries=entries)
 
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
@@ -651,6 +617,9 @@ class Node:
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],
         )
+
+    def _known_leader(self) -> KnownLeader:
+        return KnownLeader(self.coordinator.leading, self.leader_id, self.last_heard, self.reason)
 
     def set_permit(self, permit: bool) -> None:
         """Grant or revoke the initialization permit (the operator's admin call)."""
