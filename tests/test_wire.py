@@ -183,6 +183,12 @@ class _FailingNode:
         self._raise()
         return 0
 
+    async def read(
+        self, request: pb.ReadRequest, forwarded: bool
+    ) -> AsyncIterator[pb.ReadResponse]:
+        self._raise()
+        yield pb.ReadResponse()
+
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
     ) -> AsyncIterator[list[pb.Entry]]:

@@ -18,16 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import grpc
 
+from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import FillRound, Outcome
 from rlog.protocol.recover import Decision
-
-if TYPE_CHECKING:
-    from rlog.runtime.node import Node
+from rlog.protocol.replica import ReplicaCore
+from rlog.runtime.peers import Peers
 
 log = logging.getLogger("rlog.catchup")
 
@@ -36,48 +36,66 @@ FILL_BATCH = 256
 REFETCH_ROUNDS = 5
 
 
-class CatchUpFailed(Exception):
-    pass
+Progress = Callable[[int, int, int], None]  # begin, end, positions done
+
+
+async def catch_up(
+    core: ReplicaCore,
+    peers: Peers,
+    config: ReplicaConfig,
+    decision: Decision,
+    progress: Progress,
+) -> None:
+    """Learn every position of `decision`'s [begin, end] (copy, then fill), reporting the
+    positions done as it goes. Leaves the status alone: the caller turns the replica VOTING."""
+    await CatchUp(core, peers, config, decision, progress).run()
 
 
 class CatchUp:
-    def __init__(self, node: Node, decision: Decision) -> None:
-        self.node = node
+    def __init__(
+        self,
+        core: ReplicaCore,
+        peers: Peers,
+        config: ReplicaConfig,
+        decision: Decision,
+        progress: Progress,
+    ) -> None:
+        self.core = core
+        self.peers = peers
+        self.config = config
         self.decision = decision
+        self.report = progress
         self.highest_seen = decision.promised
-        self.total = 0
 
     @property
     def remaining(self) -> int:
-        core = self.node.core
+        core = self.core
         return sum(1 for _ in core.unlearned(self.decision.begin, self.decision.end))
 
     def _progress(self) -> None:
-        core = self.node.core
+        core = self.core
         done = max(0, min(core.learned, self.decision.end) - self.decision.begin + 1)
         if core.learned_next <= self.decision.begin:
             done = 0
-        self.node.catchup = (self.decision.begin, self.decision.end, done)
-        self.node.metrics.catchup_remaining.set(max(0, self.total - done))
+        self.report(self.decision.begin, self.decision.end, done)
 
     async def run(self) -> None:
         d = self.decision
-        self.total = d.end - d.begin + 1
         log.info("catching up [%d, %d] from replicas %s", d.begin, d.end, list(d.sources))
         for attempt in range(REFETCH_ROUNDS):
             await self._copy()
             self._progress()
-            if self.node.core.learned >= d.end and not any(
-                True for _ in self.node.core.unlearned(d.begin, d.end)
+            if self.core.learned >= d.end and not any(
+                True for _ in self.core.unlearned(d.begin, d.end)
             ):
                 break
             if attempt < REFETCH_ROUNDS - 1:
-                await asyncio.sleep(self.node.config.heartbeat_interval * 2)
+                await asyncio.sleep(self.config.heartbeat_interval * 2)
         remaining = self.remaining
         if remaining:
             log.info(
                 "copied up to %d; %d positions left to fill by Paxos",
-                self.node.core.learned,
+                self.core.learned,
                 remaining,
             )
         await self._fill()
@@ -85,28 +103,27 @@ class CatchUp:
 
     async def _copy(self) -> None:
         """Stream learned actions from the VOTING sources, round-robin on failure."""
-        node = self.node
-        sources = [s for s in self.decision.sources if s != node.config.id]
+        core = self.core
+        sources = [s for s in self.decision.sources if s != self.config.id]
         random.shuffle(sources)
         for source in sources:
-            peer = node.peers[source]
-            while node.core.learned_next <= self.decision.end:
-                start = node.core.learned_next
+            peer = self.peers[source]
+            while core.learned_next <= self.decision.end:
+                start = core.learned_next
                 try:
-                    progressed = await node.copy_learned(
+                    progressed = await self.peers.copy_learned(
                         peer, self.decision.end, FETCH_CHUNK, self._progress
                     )
                 except grpc.aio.AioRpcError as exc:
                     log.info("fetch from replica %d failed: %s", source, exc.code().name)
                     break
-                if not progressed or node.core.learned_next == start:
+                if not progressed or core.learned_next == start:
                     break  # this source has nothing more learned: try the next one
 
     async def _fill(self) -> None:
-        node = self.node
-        backoff = node.config.retry_backoff
+        backoff = self.config.retry_backoff
         while True:
-            positions = list(node.core.unlearned(self.decision.begin, self.decision.end))
+            positions = list(self.core.unlearned(self.decision.begin, self.decision.end))
             if not positions:
                 return
             batch = positions[:FILL_BATCH]
@@ -116,34 +133,32 @@ class CatchUp:
                 await asyncio.sleep(random.uniform(backoff, 2 * backoff))
 
     async def _fill_round(self, positions: list[int]) -> Outcome:
-        node = self.node
-        replicas = len(node.config.peers)
+        config = self.config
+        replicas = len(config.peers)
         fill = FillRound(positions, self.highest_seen + 1, replicas, replicas // 2 + 1)
-        fill.add(node.config.id, None)  # this replica is not VOTING: it cannot accept
-        request = fill.promise_request(node.config.id, node.config.log_id)
+        fill.add(config.id, None)  # this replica is not VOTING: it cannot accept
+        request = fill.promise_request(config.id, config.log_id)
         outcome = await self._round(fill, request)
         if outcome != Outcome.ACCEPTED:
             return outcome
-        write = fill.decide(node.config.id, node.config.log_id)
+        write = fill.decide(config.id, config.log_id)
         if write is not None:
-            fill.add(node.config.id, None)
+            fill.add(config.id, None)
             outcome = await self._round(fill, write)
             if outcome != Outcome.ACCEPTED:
                 return outcome
-        learned = pb.LearnedRequest(actions=fill.chosen(), log_id=node.config.log_id)
-        node.handle_learned(learned)
-        for peer in node.peers.values():
-            node.spawn(node.send_one_way(peer, learned))
+        learned = pb.LearnedRequest(actions=fill.chosen(), log_id=config.log_id)
+        self.peers.broadcast_learned(learned)
         return Outcome.ACCEPTED
 
     async def _round(
         self, fill: FillRound, request: pb.PromiseRequest | pb.WriteRequest
     ) -> Outcome:
-        node = self.node
-        timeout = max(2.0, node.config.election_timeout * 2)
+        peers = self.peers
+        timeout = max(2.0, self.config.election_timeout * 2)
 
         async def ask(replica: int) -> tuple[int, pb.PromiseResponse | pb.WriteResponse | None]:
-            stub = node.peers[replica].replica
+            stub = peers[replica].replica
             try:
                 if isinstance(request, pb.PromiseRequest):
                     return replica, await stub.Promise(request, timeout=timeout)
@@ -152,7 +167,7 @@ class CatchUp:
                 return replica, None
 
         outcome = fill.tally.outcome
-        for next_reply in asyncio.as_completed([ask(r) for r in node.peers]):
+        for next_reply in asyncio.as_completed([ask(r) for r in peers]):
             replica, response = await next_reply
             if response is not None and response.verdict == pb.REJECT:
                 self.highest_seen = max(self.highest_seen, response.proposal)

@@ -2,31 +2,31 @@
 
 - acceptor/learner: requests run through `ReplicaCore`, their batches through the `Journal`
   (group commit), and the reply leaves only after the batch is durable;
-- coordinator: the node drives `Coordinator`, sending its messages to peers over gRPC (to
-  itself directly), arming its timers and completing the callers' appends;
+- coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
+  (to itself directly), its timers are armed here and the callers' appends completed;
 - election: the node ticks `Election` (when to stand, whom to follow, which rivals to
   refuse), runs the pre-vote's Status calls it asks for and stands when it says;
-- followers pull learned entries they missed from the leader (`Fetch`), so every VOTING
-  replica ends up holding every chosen entry.
+- followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
+  VOTING replica ends up holding every chosen entry;
+- a replica that is not VOTING recovers first (`recovery`, `catchup`);
+- client API: appends, truncations and reads, which a follower passes to the leader
+  (`forwarding`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
 
-from rlog.client.wire import FORWARDED, PEER_CHANNEL_OPTIONS, Reason
+from rlog.client.wire import Reason
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -40,38 +40,25 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.election import Election, StandDown
-from rlog.protocol.recover import Decision, Next, RecoverRound
-from rlog.protocol.replica import ReplicaCore, tombstone
-from rlog.runtime.catchup import CatchUp
+from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
+from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
 from rlog.runtime.metrics import ReplicaMetrics
+from rlog.runtime.peers import (
+    READ_CHUNK_BYTES,
+    READ_CHUNK_POSITIONS,
+    LocalReplica,
+    Peer,
+    Peers,
+    Response,
+)
+from rlog.runtime.recovery import Report, recover
 from rlog.storage import Storage
 
 log = logging.getLogger("rlog.node")
 
-READ_CHUNK_POSITIONS = 1024
-READ_CHUNK_BYTES = 4 * 1024 * 1024
-LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
-
-
-def _piggybackable(message: object) -> bool:
-    """Learned ranges of the leader's own batches (not heartbeats, not full actions)."""
-    return (
-        isinstance(message, pb.LearnedRequest)
-        and not message.actions
-        and not message.leader_address
-        and len(message.ranges) > 0
-    )
-
-
-@dataclass
-class Peer:
-    id: int
-    address: str
-    replica: pbg.ReplicaStub
-    log: pbg.LogStub
 
 
 class Node:
@@ -96,8 +83,16 @@ class Node:
             ),
             log_id=config.log_id,
         )
-        self.peers: dict[int, Peer] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self.peers = Peers(
+            config,
+            self.core,
+            LocalReplica(self.handle_promise, self.handle_write, self.handle_learned),
+            self.spawn,
+            self._on_reply,
+            self._on_send_failure,
+            promise_timeout=self.coordinator.config.fill_timeout,
+        )
+        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # When to stand for election, whom this replica follows (the rules: election.py).
         self.election = Election(
             config.id,
@@ -110,14 +105,12 @@ class Node:
             random.Random(),
         )
         self._prev_leader_learned = 0
-        self._fetching = False
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
-        self._held_learned: dict[int, pb.LearnedRequest] = {}
         self.permit = config.auto_initialize
         self.reason = ""
         self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
@@ -143,14 +136,7 @@ class Node:
             )
 
     def start(self) -> None:
-        for peer_id, address in enumerate(self.config.peers):
-            if peer_id == self.config.id:
-                continue
-            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
-            self._channels.append(channel)
-            self.peers[peer_id] = Peer(
-                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
-            )
+        self.peers.connect()
         self.journal.start()
         if not self.core.meta.stamped:
             self.journal.persist_nowait(self.core.stamp(self.config.log_id, self.config.id))
@@ -168,12 +154,12 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         self._stopped = True
+        self.peers.stop()
         for future in self._waiters.values():
             if not future.done():
                 future.set_exception(RpcError(Reason.STOPPING, "replica stopping"))
         await self.journal.close()
-        for channel in self._channels:
-            await channel.close(grace=None)
+        await self.peers.close()
         self.storage.close()
 
     async def _supervise(self, loop_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -255,131 +241,34 @@ class Node:
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
-        if self.core.learned < target and not self._fetching:
-            self._fetching = True
-            self.spawn(self._pull_learned(request.leader, target))
-
-    async def _pull_learned(self, leader: int, target: int) -> None:
-        peer = self.peers.get(leader)
-        try:
-            if peer is not None:
-                await self.copy_learned(peer, target, 4096)
-        except grpc.aio.AioRpcError as exc:
-            log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
-        finally:
-            self._fetching = False
-
-    async def copy_learned(
-        self, peer: Peer, last: int, chunk_size: int, on_chunk: Callable[[], None] | None = None
-    ) -> bool:
-        """Copy the learned actions a peer holds from our first unlearned position up to
-        `last` (safe: a learned action is chosen). A peer whose begin is past ours truncated
-        that prefix: a tombstone below its begin skips it in one step. Returns whether
-        anything was applied; gRPC errors propagate."""
-        progressed = False
-        stream = peer.replica.Fetch(
-            pb.FetchRequest(
-                **{"from": self.core.learned_next, "to": last, "max_actions": chunk_size}
-            ),
-            timeout=60,
-        )
-        async for chunk in stream:
-            actions = list(chunk.actions)
-            if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
-                actions.insert(0, tombstone(chunk.begin - 1))
-            if actions:
-                self.handle_learned(pb.LearnedRequest(actions=actions))
-                progressed = True
-            if on_chunk is not None:
-                on_chunk()
-        return progressed
-
-    def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
-        """Learned actions from `from` to `to` held here, in chunks bounded in count and
-        bytes, up to the first position this replica has not learned."""
-        first = max(getattr(request, "from"), self.core.begin)
-        last = min(request.to, self.core.end)
-        limit = request.max_actions or 4096
-        sent = 0
-        while first <= last and sent < limit:
-            actions = self.core.learned_actions(
-                first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
-            )
-            if not actions:
-                break
-            yield pb.FetchResponse(actions=actions, begin=self.core.begin)
-            sent += len(actions)
-            first = actions[-1].position + 1
-        if sent == 0:
-            yield pb.FetchResponse(begin=self.core.begin)
+        if self.core.learned < target and not self.peers.fetching:
+            self.peers.fetching = True
+            self.spawn(self.peers.pull_learned(request.leader, target))
 
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover rounds until one decides, then act on the decision."""
-        while self.core.status != pb.VOTING:
-            decision = await self._recover_round()
-            if decision is None:
-                await asyncio.sleep(random.uniform(0.5, 1.0))
-                continue
-            if decision.next == Next.STARTING:
-                log.info("auto-initialization: EMPTY -> STARTING")
-                await self.journal.persist(self.core.set_status(pb.STARTING))
-            elif decision.next == Next.VOTING:
-                log.info("auto-initialization: STARTING -> VOTING")
-                await self.journal.persist(self.core.set_status(pb.VOTING))
-            else:
-                await self._catch_up(decision)
-            self._update_metrics()
+        """While not VOTING: recover (`recovery.recover`); then listen for a leader."""
+        await recover(
+            self.core,
+            self.journal,
+            self.peers,
+            self.config,
+            lambda: self.permit,
+            Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
+        )
         self.reason = ""
         self.catchup = (0, 0, 0)
         self.last_heard = time.monotonic()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
 
-    async def _recover_round(self) -> Decision | None:
-        round_ = RecoverRound(
-            len(self.config.peers), self.core.status, self.permit, self.config.log_id
-        )
-        decision = round_.add(self.config.id, self.recover_info())
-        if decision is not None:
-            return decision
-        request = pb.RecoverRequest(log_id=self.config.log_id)
+    def _not_voting_because(self, reason: str) -> None:
+        self.reason = reason
 
-        async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
-            try:
-                return peer.id, await peer.replica.Recover(request, timeout=2.0)
-            except grpc.aio.AioRpcError:
-                return peer.id, None
-
-        for next_reply in asyncio.as_completed([ask(p) for p in self.peers.values()]):
-            replica, response = await next_reply
-            if response is not None:
-                decision = round_.add(replica, response)
-                if decision is not None:
-                    return decision
-        self.reason = round_.reason()
-        log.info("recover round undecided (%s): %s", pb.Status.Name(self.core.status), self.reason)
-        return None
-
-    async def _catch_up(self, decision: Decision) -> None:
-        if self.core.status != pb.RECOVERING:
-            await self.journal.persist(self.core.set_status(pb.RECOVERING))
-        self.reason = f"catching up [{decision.begin}, {decision.end}]"
-        self._update_metrics()
-        await CatchUp(self, decision).run()
-        await self.journal.persist(self.core.finish_recovery(decision.promised))
-        log.info(
-            "caught up to %d: RECOVERING -> VOTING (promised %d)", decision.end, self.core.promised
-        )
-
-    def recover_info(self) -> pb.RecoverResponse:
-        response = pb.RecoverResponse(status=self.core.status, log_id=self.config.log_id)
-        if self.core.status == pb.VOTING:
-            response.begin = self.core.begin
-            response.end = self.core.end
-            response.promised = self.core.promised
-        return response
+    def _catchup_progress(self, begin: int, end: int, done: int) -> None:
+        self.catchup = (begin, end, done)
+        self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
 
     # ---- coordinator driving -----------------------------------------------------------
 
@@ -388,17 +277,9 @@ class Node:
         for output in self.coordinator.take():
             if isinstance(output, Send):
                 message = output.message
-                if output.to != self.config.id:
-                    if _piggybackable(message):
-                        self._hold_learned(output.to, message)  # type: ignore[arg-type]
-                        continue
-                    if isinstance(message, pb.WriteRequest):
-                        output = Send(
-                            output.to, self._attach_learned(output.to, message), output.round
-                        )
-                elif isinstance(message, pb.WriteRequest):
+                if output.to == self.config.id and isinstance(message, pb.WriteRequest):
                     self.metrics.batch_entries.observe(len(message.actions))
-                self.spawn(self._send(output))
+                self.peers.post(output)
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
             elif isinstance(output, Done):
@@ -430,82 +311,19 @@ class Node:
                 log.info("not leading: %s", output.reason)
         self._update_metrics()
 
-    def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
-        """Keep learned ranges for a peer until the next write to it (one RPC instead of
-        two), or until `LEARNED_LINGER` passes with no write."""
-        held = self._held_learned.get(peer)
-        if held is not None and held.proposal != message.proposal:
-            self._flush_learned(peer)
-            held = None
-        if held is None:
-            held = pb.LearnedRequest(
-                proposal=message.proposal, leader=message.leader, log_id=message.log_id
-            )
-            self._held_learned[peer] = held
-            asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
-        held.ranges.extend(message.ranges)
-
-    def _attach_learned(self, peer: int, write: pb.WriteRequest) -> pb.WriteRequest:
-        held = self._held_learned.pop(peer, None)
-        if held is None or held.proposal != write.proposal:
-            if held is not None:
-                self.spawn(self._send(Send(peer, held)))
-            return write
-        copy = pb.WriteRequest()
-        copy.CopyFrom(write)
-        copy.learned.CopyFrom(held)
-        return copy
-
-    def _flush_learned(self, peer: int) -> None:
-        held = self._held_learned.pop(peer, None)
-        if held is not None and not self._stopped:
-            self.spawn(self._send(Send(peer, held)))
-
     def _on_timer(self, round_id: int) -> None:
         if self._stopped:
             return
         self.coordinator.on_timeout(round_id)
         self._dispatch()
 
-    async def send_one_way(self, peer: Peer, message: pb.LearnedRequest) -> None:
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
-            await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
+    def _on_reply(self, send: Send, response: Response) -> None:
+        self.coordinator.on_reply(send.round, send.to, response)
+        self._dispatch()
 
-    async def _send(self, send: Send) -> None:
-        message = send.message
-        try:
-            if send.to == self.config.id:
-                response = await self._local(message)
-            else:
-                response = await self._remote(self.peers[send.to], message)
-        except (TimeoutError, grpc.aio.AioRpcError, RpcError):
-            if send.round:
-                self.coordinator.on_failure(send.round, send.to)
-                self._dispatch()
-            return
-        if send.round and response is not None:
-            self.coordinator.on_reply(send.round, send.to, response)
-            self._dispatch()
-
-    async def _local(
-        self, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
-    ) -> pb.PromiseResponse | pb.WriteResponse | None:
-        if isinstance(message, pb.PromiseRequest):
-            return await self.handle_promise(message)
-        if isinstance(message, pb.WriteRequest):
-            return await self.handle_write(message)
-        self.handle_learned(message)
-        return None
-
-    async def _remote(
-        self, peer: Peer, message: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
-    ) -> pb.PromiseResponse | pb.WriteResponse | None:
-        if isinstance(message, pb.PromiseRequest):
-            return await peer.replica.Promise(message, timeout=self.coordinator.config.fill_timeout)
-        if isinstance(message, pb.WriteRequest):
-            return await peer.replica.Write(message, timeout=self.config.append_timeout)
-        await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
-        return None
+    def _on_send_failure(self, send: Send) -> None:
+        self.coordinator.on_failure(send.round, send.to)
+        self._dispatch()
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled:
@@ -561,7 +379,7 @@ class Node:
             log_id=self.config.log_id,
         )
         for peer in self.peers.values():
-            self.spawn(self._send(Send(peer.id, heartbeat)))
+            self.spawn(self.peers.send(Send(peer.id, heartbeat)))
 
     # ---- client API --------------------------------------------------------------------
 
@@ -575,9 +393,9 @@ class Node:
                 )
         if not actions:
             return []
-        leader = await self._await_leader(forwarded)
+        leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            return await self._forward_append(leader, actions)
+            return await self.forwarding.append(leader, actions)
         started = time.perf_counter()
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -591,66 +409,10 @@ class Node:
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return positions
 
-    async def _await_leader(self, forwarded: bool) -> Peer | None:
-        """None if this replica leads; else the leader's peer. Waits for an election."""
-        deadline = time.monotonic() + 3 * self.config.election_timeout + 1
-        while True:
-            if self.coordinator.leading:
-                return None
-            if self.core.status != pb.VOTING and not forwarded and self.leader_id is None:
-                raise RpcError(
-                    Reason.NO_LEADER,
-                    f"no leader: this replica is {pb.Status.Name(self.core.status)}"
-                    + (f" ({self.reason})" if self.reason else ""),
-                )
-            if (
-                not forwarded
-                and self.leader_id is not None
-                and self.leader_id != self.config.id
-                and time.monotonic() - self.last_heard < 2 * self.config.election_timeout
-            ):
-                return self.peers[self.leader_id]
-            if time.monotonic() > deadline:
-                raise RpcError(
-                    Reason.NOT_LEADER if forwarded else Reason.NO_LEADER,
-                    "this replica is not the leader"
-                    if forwarded
-                    else "no leader elected: a quorum of VOTING replicas may be unreachable",
-                )
-            await asyncio.sleep(0.02)
-
-    async def _forward_append(self, leader: Peer, actions: list[pb.Action]) -> list[int]:
-        values = [a.value for a in actions]
-        if any(a.type != pb.APPEND for a in actions):
-            (truncate,) = actions
-            response = await self._forwarded_call(
-                leader.log.Truncate(
-                    pb.TruncateRequest(to=truncate.truncate_to),
-                    metadata=((FORWARDED, "1"),),
-                    timeout=self.config.append_timeout + 5,
-                )
-            )
-            return [response.position]
-        result = await self._forwarded_call(
-            leader.log.Append(
-                pb.AppendRequest(values=values),
-                metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
-            )
-        )
-        return list(result.positions)
-
-    @staticmethod
-    async def _forwarded_call(call):  # type: ignore[no-untyped-def]
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            raise RpcError.from_leader(exc, mutating=True) from None
-
     async def truncate(self, to: int, forwarded: bool) -> int:
-        leader = await self._await_leader(forwarded)
+        leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            (position,) = await self._forward_append(
+            (position,) = await self.forwarding.append(
                 leader, [pb.Action(type=pb.TRUNCATE, truncate_to=to)]
             )
             return position
@@ -674,6 +436,33 @@ class Node:
         self._dispatch()
         (position,) = await future
         return position
+
+    async def read(
+        self, request: pb.ReadRequest, forwarded: bool
+    ) -> AsyncIterator[pb.ReadResponse]:
+        """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
+        at any VOTING replica."""
+        first = getattr(request, "from") if request.HasField("from") else None
+        last = request.to if request.HasField("to") else None
+        if not request.stale and not self.is_leader and not forwarded:
+            leader = await self.forwarding.await_leader(forwarded=False)
+            if leader is not None:
+                async for response in self.forwarding.read(leader, request):
+                    yield response
+                return
+            # This replica became the leader meanwhile.
+            async for entries in self.read_range(first, last, False):
+                yield pb.ReadResponse(entries=entries)
+            return
+        if not request.stale and not self.is_leader:
+            raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
+        if request.stale and self.core.status != pb.VOTING:
+            raise RpcError(
+                Reason.NOT_VOTING,
+                f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
+            )
+        async for entries in self.read_range(first, last, request.stale):
+            yield pb.ReadResponse(entries=entries)
 
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
@@ -773,6 +562,9 @@ class Node:
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],
         )
+
+    def _known_leader(self) -> KnownLeader:
+        return KnownLeader(self.coordinator.leading, self.leader_id, self.last_heard, self.reason)
 
     def set_permit(self, permit: bool) -> None:
         """Grant or revoke the initialization permit (the operator's admin call)."""

@@ -15,6 +15,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.errors import RpcError
 from rlog.runtime.node import Node
+from rlog.runtime.recovery import recover_info
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -55,12 +56,12 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Recover(
         self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecoverResponse:
-        return self.node.recover_info()
+        return recover_info(self.node.core, self.node.config.log_id)
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
-        for chunk in self.node.fetch(request):
+        for chunk in self.node.peers.fetch(request):
             yield chunk
 
 
@@ -136,40 +137,11 @@ class LogService(pbg.LogServicer):
     async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
-        first = getattr(request, "from") if request.HasField("from") else None
-        last = request.to if request.HasField("to") else None
-        node = self.node
         try:
-            if not request.stale and not node.is_leader and not _forwarded(context):
-                async for response in self._forward_read(request):
-                    yield response
-                return
-            if not request.stale and not node.is_leader:
-                raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
-            if request.stale and node.core.status != pb.VOTING:
-                raise RpcError(
-                    Reason.NOT_VOTING,
-                    f"replica is {pb.Status.Name(node.core.status)}, not VOTING: "
-                    "it cannot serve reads",
-                )
-            async for entries in node.read_range(first, last, request.stale):
-                yield pb.ReadResponse(entries=entries)
+            async for response in self.node.read(request, _forwarded(context)):
+                yield response
         except RpcError as error:
             await _abort(context, error)
-
-    async def _forward_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
-        leader = await self.node._await_leader(forwarded=False)
-        if leader is None:  # became the leader meanwhile
-            first = getattr(request, "from") if request.HasField("from") else None
-            last = request.to if request.HasField("to") else None
-            async for entries in self.node.read_range(first, last, False):
-                yield pb.ReadResponse(entries=entries)
-            return
-        try:
-            async for response in leader.log.Read(request, metadata=((FORWARDED, "1"),)):
-                yield response
-        except grpc.aio.AioRpcError as exc:
-            raise RpcError.from_leader(exc, mutating=False) from None
 
     async def Tail(
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext

@@ -1,0 +1,115 @@
+"""Forwarding: a replica that does not lead passes appends, truncations and consistent reads
+to the leader it hears from, marked `FORWARDED` so the leader never forwards them again.
+
+The caller's retry rule must stay exact across the extra hop: a forwarded call that broke
+after it may have reached the leader has an unknown outcome (reason OUTCOME_UNKNOWN, see
+`RpcError.from_leader`), never a plain UNAVAILABLE that a client would retry into a
+duplicate append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from rlog.client.wire import FORWARDED, Reason
+from rlog.config import ReplicaConfig
+from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.replica import ReplicaCore
+from rlog.runtime.errors import RpcError
+from rlog.runtime.peers import Peer
+
+
+@dataclass(frozen=True)
+class KnownLeader:
+    """What this replica knows of the leader right now (the election keeps it current)."""
+
+    leading: bool  # this replica leads
+    leader_id: int | None  # the leader last heard from, if any
+    last_heard: float  # when (time.monotonic())
+    reason: str  # why this replica cannot serve, if it says
+
+
+class Forwarding:
+    def __init__(
+        self,
+        config: ReplicaConfig,
+        core: ReplicaCore,
+        peers: Mapping[int, Peer],
+        known_leader: Callable[[], KnownLeader],
+    ) -> None:
+        self.config = config
+        self.core = core
+        self.peers = peers
+        self.known_leader = known_leader
+
+    async def await_leader(self, forwarded: bool) -> Peer | None:
+        """None if this replica leads; else the leader's peer. Waits for an election."""
+        deadline = time.monotonic() + 3 * self.config.election_timeout + 1
+        while True:
+            known = self.known_leader()
+            if known.leading:
+                return None
+            if self.core.status != pb.VOTING and not forwarded and known.leader_id is None:
+                raise RpcError(
+                    Reason.NO_LEADER,
+                    f"no leader: this replica is {pb.Status.Name(self.core.status)}"
+                    + (f" ({known.reason})" if known.reason else ""),
+                )
+            if (
+                not forwarded
+                and known.leader_id is not None
+                and known.leader_id != self.config.id
+                and time.monotonic() - known.last_heard < 2 * self.config.election_timeout
+            ):
+                return self.peers[known.leader_id]
+            if time.monotonic() > deadline:
+                raise RpcError(
+                    Reason.NOT_LEADER if forwarded else Reason.NO_LEADER,
+                    "this replica is not the leader"
+                    if forwarded
+                    else "no leader elected: a quorum of VOTING replicas may be unreachable",
+                )
+            await asyncio.sleep(0.02)
+
+    async def append(self, leader: Peer, actions: list[pb.Action]) -> list[int]:
+        """Forward an append (or one truncation) to the leader; its positions."""
+        values = [a.value for a in actions]
+        if any(a.type != pb.APPEND for a in actions):
+            (truncate,) = actions
+            response = await self._forwarded_call(
+                leader.log.Truncate(
+                    pb.TruncateRequest(to=truncate.truncate_to),
+                    metadata=((FORWARDED, "1"),),
+                    timeout=self.config.append_timeout + 5,
+                )
+            )
+            return [response.position]
+        result = await self._forwarded_call(
+            leader.log.Append(
+                pb.AppendRequest(values=values),
+                metadata=((FORWARDED, "1"),),
+                timeout=self.config.append_timeout + 5,
+            )
+        )
+        return list(result.positions)
+
+    @staticmethod
+    async def _forwarded_call(call):  # type: ignore[no-untyped-def]
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise RpcError.from_leader(exc, mutating=True) from None
+
+    async def read(self, leader: Peer, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
+        """Stream a consistent read from the leader (a read changes nothing: any error is
+        passed on as it is)."""
+        try:
+            async for response in leader.log.Read(request, metadata=((FORWARDED, "1"),)):
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            raise RpcError.from_leader(exc, mutating=False) from None

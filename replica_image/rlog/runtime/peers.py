@@ -1,0 +1,265 @@
+"""The other replicas as this replica sees them: their channels, sending them the protocol's
+messages, and copying learned entries between replicas (`Fetch`).
+
+- sending: a message to a peer goes over gRPC, one to this replica itself straight to its own
+  acceptor/learner handlers; replies and failures of a coordinator round go back through
+  callbacks, so the coordinator's driver stays the only one that feeds it;
+- learned piggy-backing: the leader's learned ranges for a peer wait briefly for the next
+  write to that peer and ride on it (one RPC instead of two);
+- Fetch: a replica pulls the learned actions it lacks from a peer (a follower behind the
+  leader, a recovering replica catching up), and serves the same to others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from rlog.client.wire import PEER_CHANNEL_OPTIONS
+from rlog.config import ReplicaConfig
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.protocol.coordinator import Send
+from rlog.protocol.replica import ReplicaCore, tombstone
+from rlog.runtime.errors import RpcError
+
+log = logging.getLogger("rlog.node")
+
+READ_CHUNK_POSITIONS = 1024
+READ_CHUNK_BYTES = 4 * 1024 * 1024
+LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
+
+Message = pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+Response = pb.PromiseResponse | pb.WriteResponse
+
+
+def _piggybackable(message: object) -> bool:
+    """Learned ranges of the leader's own batches (not heartbeats, not full actions)."""
+    return (
+        isinstance(message, pb.LearnedRequest)
+        and not message.actions
+        and not message.leader_address
+        and len(message.ranges) > 0
+    )
+
+
+@dataclass
+class Peer:
+    id: int
+    address: str
+    replica: pbg.ReplicaStub
+    log: pbg.LogStub
+
+
+@dataclass(frozen=True)
+class LocalReplica:
+    """This replica's own acceptor/learner handlers: a message to ourselves skips gRPC."""
+
+    promise: Callable[[pb.PromiseRequest], Awaitable[pb.PromiseResponse]]
+    write: Callable[[pb.WriteRequest], Awaitable[pb.WriteResponse]]
+    learned: Callable[[pb.LearnedRequest], None]
+
+
+class Peers(Mapping[int, Peer]):
+    """The other replicas by id (empty until `connect`), and sending to any replica."""
+
+    def __init__(
+        self,
+        config: ReplicaConfig,
+        core: ReplicaCore,
+        local: LocalReplica,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        on_reply: Callable[[Send, Response], None],
+        on_failure: Callable[[Send], None],
+        promise_timeout: float,
+    ) -> None:
+        self.config = config
+        self.core = core
+        self._local_replica = local
+        self._spawn = spawn
+        self._on_reply = on_reply
+        self._on_failure = on_failure
+        self._promise_timeout = promise_timeout
+        self._peers: dict[int, Peer] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._held_learned: dict[int, pb.LearnedRequest] = {}
+        self._stopped = False
+        # Whether a pull of learned entries from the leader is under way (one at a time).
+        self.fetching = False
+
+    # ---- the peers and their channels --------------------------------------------------
+
+    def __getitem__(self, peer_id: int) -> Peer:
+        return self._peers[peer_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._peers)
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def connect(self) -> None:
+        """Open a channel to every other replica (gRPC connects lazily, on the first call)."""
+        for peer_id, address in enumerate(self.config.peers):
+            if peer_id == self.config.id:
+                continue
+            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
+            self._channels.append(channel)
+            self._peers[peer_id] = Peer(
+                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
+            )
+
+    def stop(self) -> None:
+        """Send nothing more: learned ranges still held are dropped."""
+        self._stopped = True
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close(grace=None)
+
+    # ---- sending -----------------------------------------------------------------------
+
+    def post(self, send: Send) -> None:
+        """Send in the background; learned ranges for a peer wait for a write to ride on."""
+        message = send.message
+        if send.to != self.config.id:
+            if _piggybackable(message):
+                self._hold_learned(send.to, message)  # type: ignore[arg-type]
+                return
+            if isinstance(message, pb.WriteRequest):
+                send = Send(send.to, self._attach_learned(send.to, message), send.round)
+        self._spawn(self.send(send))
+
+    def broadcast_learned(self, message: pb.LearnedRequest) -> None:
+        """Learn `message` here, then tell every peer (one way, in the background)."""
+        self._local_replica.learned(message)
+        for peer in self.values():
+            self._spawn(self.send_one_way(peer, message))
+
+    def _hold_learned(self, peer: int, message: pb.LearnedRequest) -> None:
+        """Keep learned ranges for a peer until the next write to it (one RPC instead of
+        two), or until `LEARNED_LINGER` passes with no write."""
+        held = self._held_learned.get(peer)
+        if held is not None and held.proposal != message.proposal:
+            self._flush_learned(peer)
+            held = None
+        if held is None:
+            held = pb.LearnedRequest(
+                proposal=message.proposal, leader=message.leader, log_id=message.log_id
+            )
+            self._held_learned[peer] = held
+            asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
+        held.ranges.extend(message.ranges)
+
+    def _attach_learned(self, peer: int, write: pb.WriteRequest) -> pb.WriteRequest:
+        held = self._held_learned.pop(peer, None)
+        if held is None or held.proposal != write.proposal:
+            if held is not None:
+                self._spawn(self.send(Send(peer, held)))
+            return write
+        copy = pb.WriteRequest()
+        copy.CopyFrom(write)
+        copy.learned.CopyFrom(held)
+        return copy
+
+    def _flush_learned(self, peer: int) -> None:
+        held = self._held_learned.pop(peer, None)
+        if held is not None and not self._stopped:
+            self._spawn(self.send(Send(peer, held)))
+
+    async def send_one_way(self, peer: Peer, message: pb.LearnedRequest) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
+            await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
+
+    async def send(self, send: Send) -> None:
+        message = send.message
+        try:
+            if send.to == self.config.id:
+                response = await self._local(message)
+            else:
+                response = await self._remote(self._peers[send.to], message)
+        except (TimeoutError, grpc.aio.AioRpcError, RpcError):
+            if send.round:
+                self._on_failure(send)
+            return
+        if send.round and response is not None:
+            self._on_reply(send, response)
+
+    async def _local(self, message: Message) -> Response | None:
+        if isinstance(message, pb.PromiseRequest):
+            return await self._local_replica.promise(message)
+        if isinstance(message, pb.WriteRequest):
+            return await self._local_replica.write(message)
+        self._local_replica.learned(message)
+        return None
+
+    async def _remote(self, peer: Peer, message: Message) -> Response | None:
+        if isinstance(message, pb.PromiseRequest):
+            return await peer.replica.Promise(message, timeout=self._promise_timeout)
+        if isinstance(message, pb.WriteRequest):
+            return await peer.replica.Write(message, timeout=self.config.append_timeout)
+        await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
+        return None
+
+    # ---- Fetch -------------------------------------------------------------------------
+
+    async def pull_learned(self, leader: int, target: int) -> None:
+        """Copy what the leader learned up to `target` and we lack; clears `fetching`."""
+        peer = self._peers.get(leader)
+        try:
+            if peer is not None:
+                await self.copy_learned(peer, target, 4096)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
+        finally:
+            self.fetching = False
+
+    async def copy_learned(
+        self, peer: Peer, last: int, chunk_size: int, on_chunk: Callable[[], None] | None = None
+    ) -> bool:
+        """Copy the learned actions a peer holds from our first unlearned position up to
+        `last` (safe: a learned action is chosen). A peer whose begin is past ours truncated
+        that prefix: a tombstone below its begin skips it in one step. Returns whether
+        anything was applied; gRPC errors propagate."""
+        progressed = False
+        stream = peer.replica.Fetch(
+            pb.FetchRequest(
+                **{"from": self.core.learned_next, "to": last, "max_actions": chunk_size}
+            ),
+            timeout=60,
+        )
+        async for chunk in stream:
+            actions = list(chunk.actions)
+            if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
+                actions.insert(0, tombstone(chunk.begin - 1))
+            if actions:
+                self._local_replica.learned(pb.LearnedRequest(actions=actions))
+                progressed = True
+            if on_chunk is not None:
+                on_chunk()
+        return progressed
+
+    def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
+        """Learned actions from `from` to `to` held here, in chunks bounded in count and
+        bytes, up to the first position this replica has not learned."""
+        first = max(getattr(request, "from"), self.core.begin)
+        last = min(request.to, self.core.end)
+        limit = request.max_actions or 4096
+        sent = 0
+        while first <= last and sent < limit:
+            actions = self.core.learned_actions(
+                first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
+            )
+            if not actions:
+                break
+            yield pb.FetchResponse(actions=actions, begin=self.core.begin)
+            sent += len(actions)
+            first = actions[-1].position + 1
+        if sent == 0:
+            yield pb.FetchResponse(begin=self.core.begin)

@@ -1,0 +1,102 @@
+"""Forwarding without processes: which leader a follower forwards to, and the retry rule of a
+forwarded call (a call that broke after it may have reached the leader has an unknown
+outcome and must not look retryable)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from rlog.client.wire import NOT_ATTEMPTED, Reason
+from rlog.config import ReplicaConfig
+from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.replica import ReplicaCore
+from rlog.runtime.errors import RpcError
+from rlog.runtime.forwarding import Forwarding, KnownLeader
+from rlog.runtime.peers import Peer
+from rlog.storage.memory import MemoryStorage
+
+PEERS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+
+
+def forwarding(
+    known: KnownLeader, status: int = pb.VOTING, election_timeout: float = 60.0
+) -> Forwarding:
+    config = ReplicaConfig(0, PEERS, Path("unused"), election_timeout=election_timeout)
+    storage = MemoryStorage()
+    core = ReplicaCore(storage)
+    batch = core.set_status(status)
+    storage.apply(batch)
+    core.persisted(batch)
+    peers = {i: Peer(i, PEERS[i], None, None) for i in (1, 2)}  # type: ignore[arg-type]
+    return Forwarding(config, core, peers, lambda: known)
+
+
+async def test_a_leader_forwards_nowhere():
+    assert await forwarding(KnownLeader(True, 0, 0.0, "")).await_leader(False) is None
+
+
+async def test_a_follower_forwards_to_the_leader_it_heard():
+    leader = await forwarding(KnownLeader(False, 2, time.monotonic(), "")).await_leader(False)
+    assert leader is not None and leader.id == 2
+
+
+async def test_a_forwarded_request_is_not_forwarded_again():
+    known = KnownLeader(False, 2, time.monotonic(), "")
+    with pytest.raises(RpcError) as error:  # after waiting for this replica to lead
+        await forwarding(known, election_timeout=0.01).await_leader(True)
+    assert error.value.reason == Reason.NOT_LEADER
+    assert error.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_replica_that_is_not_voting_says_why():
+    known = KnownLeader(False, None, 0.0, "catching up [1, 9]")
+    with pytest.raises(RpcError) as error:
+        await forwarding(known, pb.RECOVERING).await_leader(False)
+    assert error.value.reason == Reason.NO_LEADER
+    assert error.value.message == "no leader: this replica is RECOVERING (catching up [1, 9])"
+
+
+def failed_call(code: grpc.StatusCode, details: str, trailers: Any = None) -> Any:
+    async def call() -> None:
+        raise grpc.aio.AioRpcError(
+            code, grpc.aio.Metadata(), grpc.aio.Metadata(*(trailers or ())), details
+        )
+
+    return call()
+
+
+@pytest.mark.parametrize(
+    "code, details, trailers, expected",
+    [
+        # Broke after it may have reached the leader: the outcome is unknown.
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", None, grpc.StatusCode.ABORTED),
+        # The leader said it did nothing, or no connection was made: safe to retry.
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "no leader",
+            ((NOT_ATTEMPTED, "1"),),
+            grpc.StatusCode.UNAVAILABLE,
+        ),
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "failed to connect to all addresses",
+            None,
+            grpc.StatusCode.UNAVAILABLE,
+        ),
+        # Anything else is passed on as the leader said it.
+        (grpc.StatusCode.OUT_OF_RANGE, "past the end", None, grpc.StatusCode.OUT_OF_RANGE),
+    ],
+)
+async def test_a_forwarded_call_keeps_the_retry_rule(code, details, trailers, expected):
+    with pytest.raises(RpcError) as error:
+        await Forwarding._forwarded_call(failed_call(code, details, trailers))
+    assert error.value.code == expected
+    assert error.value.message.startswith(f"leader: {details}")
+    assert error.value.message.endswith("(outcome unknown)") == (
+        expected == grpc.StatusCode.ABORTED
+    )
