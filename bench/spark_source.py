@@ -65,7 +65,8 @@ def main() -> int:
 
     from rlog.client import Client
     from rlog.client.errors import OutcomeUnknown
-    from rlog.spark import _read_batches, observe, wait_learned
+    from rlog.spark import observe, wait_learned
+    from rlog.spark.source import READ_MAX_BATCH
     from rlog.tools.dev import DevCluster
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="rlog-spark-bench-"))
@@ -98,7 +99,9 @@ def main() -> int:
         # One raw stale Read stream from a follower, no Spark: the replica's serving rate.
         follower = next(e for e, _ in view.replicas if e != view.leader)
         t = time.perf_counter()
-        got = sum(len(p) for p, _ in _read_batches(follower, view.begin, view.learned, True))
+        with Client(follower) as reader:
+            columns = reader.read_columns(view.begin, view.learned, True, READ_MAX_BATCH)
+            got = sum(len(positions) for positions, _ in columns)
         record("raw Read stream, 1 follower (no Spark)", time.perf_counter() - t, got)
 
         def rlog_df(parts: int):

@@ -21,7 +21,8 @@ mode runs `readStream.format("rlog")` with `Trigger.AvailableNow` into OUT/data,
 With one address (a Service or a port-forward) every partition is read through that address
 and nothing else is contacted (the replicas' peer addresses, cluster DNS names, need not be
 reachable): pass --partitions to read several ranges in parallel through it. With the
-replicas' own addresses the partitions are spread over the VOTING replicas.
+replicas' own addresses the partitions are spread over the VOTING replicas. The options and
+guarantees of format "rlog" are in docs/spark.md.
 """
 
 from __future__ import annotations

@@ -169,6 +169,34 @@ async def test_async_client(cluster):
         await tail.aclose()
 
 
+def test_read_columns_and_reads_of_one_given_endpoint(cluster):
+    dead = "127.0.0.1:1"  # connection refused
+    values = [b"c%d" % i for i in range(50)] + [b""]
+    with Client([dead, *cluster.endpoints]) as client:
+        positions = client.append(values)
+        first, last = positions[0], positions[-1]
+        cluster.wait_for(
+            lambda found: all(s is not None and s.learned >= last for s in found), what="learned"
+        )
+        # Columns: the batches the server sends, each (positions, values), no Entry objects.
+        columns = list(client.read_columns(first, last))
+        assert all(len(ps) == len(vs) > 0 for ps, vs in columns)
+        assert [p for ps, _ in columns for p in ps] == positions
+        assert [v for _, vs in columns for v in vs] == values
+        # One given endpoint: each replica's own learned entries (a stale read), the same.
+        for endpoint in cluster.endpoints:
+            got = [(e.position, e.value) for e in client.read(first, last, True, 0, endpoint)]
+            assert got == list(zip(positions, values, strict=True))
+            stale = client.read_columns(first, last, stale=True, endpoint=endpoint)
+            assert [p for ps, _ in stale for p in ps] == positions
+        # A given endpoint that is down: its error, never another endpoint's answer.
+        with pytest.raises(Unavailable) as down:
+            list(client.read(first, last, stale=True, endpoint=dead))
+        assert down.value.endpoint == dead
+    with Client([dead, *cluster.endpoints]) as fresh:  # without `endpoint`: moves on past it
+        assert [e.position for e in fresh.read(first, last, stale=True)] == positions
+
+
 def test_failover_past_a_dead_endpoint(cluster):
     victim = next(i for i in range(3) if i != cluster.leader())
     cluster.kill(victim)

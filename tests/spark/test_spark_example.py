@@ -21,8 +21,7 @@ import pytest
 
 from rlog.client import Client
 from rlog.spark import (
-    _clients,
-    _stubs,
+    connections,
     find_markers,
     is_marker,
     observe,
@@ -141,10 +140,7 @@ def test_single_endpoint_contacts_only_that_address(log: DevCluster):
     follower = follower_of(log)
     others = set(log.endpoints) - {follower}
     positions = append(log, [b"one-endpoint-%d" % i for i in range(3000)])
-    _stubs.clear()  # (append() waited for every replica to learn the entries)
-    for client in _clients.values():
-        client.close()
-    _clients.clear()
+    connections.close_all()  # (append() waited for every replica to learn the entries)
     endpoints = (follower,)
 
     view = observe(endpoints)
@@ -161,6 +157,6 @@ def test_single_endpoint_contacts_only_that_address(log: DevCluster):
     assert (message.rows, message.chunks, message.in_flight) == (1000, 4, 1)
     assert find_markers(endpoints, "one-ep", 0, 0, None, 100_000) == {0, 1, 2, 3}
 
-    contacted = set(_stubs) | {e for c in _clients.values() for e in c.endpoints}
+    contacted = connections.known_endpoints()
     assert contacted == {follower}
     assert not contacted & others

@@ -12,9 +12,9 @@ from rlog.client import Client
 from rlog.client.errors import InvalidArgument
 from rlog.spark import (
     RlogWriter,
-    _leader_first,
     decode_marker,
     find_markers,
+    leader_first,
     observe,
     wait_learned,
     write_chunks,
@@ -36,7 +36,7 @@ def batches(values: list[bytes], size: int, fail_after: int | None = None):
 
 
 def test_pipelined_appends_keep_the_task_order(cluster):
-    endpoints = _leader_first(tuple(cluster.endpoints))
+    endpoints = leader_first(tuple(cluster.endpoints))
     sink = "order-" + os.urandom(4).hex()
     values = [b"%s-%05d" % (sink.encode(), i) for i in range(5000)]
     start = observe(cluster.endpoints).learned + 1
@@ -57,7 +57,7 @@ def test_pipelined_appends_keep_the_task_order(cluster):
 
 
 def test_a_failed_pipelined_task_leaves_nothing_in_flight_and_replays_once(cluster):
-    endpoints = _leader_first(tuple(cluster.endpoints))
+    endpoints = leader_first(tuple(cluster.endpoints))
     sink = "fail-" + os.urandom(4).hex()
     values = [b"%s-%05d" % (sink.encode(), i) for i in range(3000)]
     start = observe(cluster.endpoints).learned + 1

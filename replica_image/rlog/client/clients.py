@@ -30,6 +30,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
+    Generator,
     Iterable,
     Iterator,
 )
@@ -487,13 +488,15 @@ class AsyncClient:
         from_: int | None,
         done: Callable[[int | None], bool],
         ended: Callable[[str], RlogError | None],
-    ) -> AsyncGenerator[list[Entry], None]:
-        """Stream entry batches from the endpoints in turn: a stream broken where moving on
-        is safe resumes on the next endpoint after the last entry it yielded. `done(next)`
-        says the wanted range is complete; `ended(address)` is raised when a stream ends
-        normally (None: a normal end is the end)."""
+        endpoint: str | None = None,
+    ) -> AsyncGenerator[pb.ReadResponse, None]:
+        """Stream the non-empty responses of the endpoints in turn: a stream broken where
+        moving on is safe resumes on the next endpoint after the last entry it yielded.
+        `done(next)` says the wanted range is complete; `ended(address)` is raised when a
+        stream ends normally (None: a normal end is the end). `endpoint`: that endpoint only,
+        its error raised as it is."""
         next_from = from_
-        order = self._order()
+        order = self._order() if endpoint is None else [self._index_of(endpoint)]
         attempt = 0
         errors: list[RlogError] = []
         while True:
@@ -506,11 +509,10 @@ class AsyncClient:
                 async for response in call:
                     if not response.entries:
                         continue
-                    batch = [Entry(e.position, e.value) for e in response.entries]
                     self._current = index
                     errors.clear()
-                    next_from = batch[-1].position + 1
-                    yield batch
+                    next_from = response.entries[-1].position + 1
+                    yield response
             except grpc.aio.AioRpcError as exc:
                 error = from_rpc_error(exc, target.address)
                 attempt += 1
@@ -529,15 +531,14 @@ class AsyncClient:
                 raise end_error
             return
 
-    async def read_batches(
+    def _read_responses(
         self,
-        from_: int | None = None,
-        to: int | None = None,
-        stale: bool = False,
-        max_batch: int = 0,
-    ) -> AsyncGenerator[list[Entry], None]:
-        """Like `read`, in the batches the server sends."""
-
+        from_: int | None,
+        to: int | None,
+        stale: bool,
+        max_batch: int,
+        endpoint: str | None,
+    ) -> AsyncGenerator[pb.ReadResponse, None]:
         def open_read(target: _Endpoint, next_from: int | None) -> Any:
             request = pb.ReadRequest(stale=stale, max_batch=max_batch)
             if next_from is not None:
@@ -552,8 +553,38 @@ class AsyncClient:
                 to is not None and next_from is not None and next_from > to and (next_from != from_)
             )
 
-        async for batch in self._resumable(open_read, from_, done, lambda _: None):
-            yield batch
+        return self._resumable(open_read, from_, done, lambda _: None, endpoint)
+
+    async def read_batches(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+        endpoint: str | None = None,
+    ) -> AsyncGenerator[list[Entry], None]:
+        """Like `read`, in the batches the server sends."""
+        responses = self._read_responses(from_, to, stale, max_batch, endpoint)
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield [Entry(e.position, e.value) for e in response.entries]
+
+    async def read_columns(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+        endpoint: str | None = None,
+    ) -> AsyncGenerator[tuple[list[int], list[bytes]], None]:
+        """Like `read_batches`, each batch as two columns, (positions, values), without an
+        `Entry` object per entry: for bulk readers that build columnar data (the Spark
+        source's Arrow batches)."""
+        responses = self._read_responses(from_, to, stale, max_batch, endpoint)
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                entries = response.entries
+                yield [e.position for e in entries], [e.value for e in entries]
 
     async def read(
         self,
@@ -561,12 +592,15 @@ class AsyncClient:
         to: int | None = None,
         stale: bool = False,
         max_batch: int = 0,
+        endpoint: str | None = None,
     ) -> AsyncGenerator[Entry, None]:
         """The APPEND entries in [from_, to] (inclusive; defaults: the beginning and the
         last learned position), in position order. `stale=True` reads the contacted
         replica's own learned entries instead of going through the leader.
+        `endpoint`: read from exactly that endpoint, never another (a stale read of one
+        given replica; its errors are raised as they are, for the caller to move on).
         Raises `Truncated` below the beginning, `PastEnd` past the end."""
-        batches = self.read_batches(from_, to, stale, max_batch)
+        batches = self.read_batches(from_, to, stale, max_batch, endpoint)
         try:
             async for batch in batches:
                 for entry in batch:
@@ -583,8 +617,10 @@ class AsyncClient:
         def ended(address: str) -> RlogError:
             return Unavailable(f"the tail from {address} ended", endpoint=address)
 
-        async for batch in self._resumable(open_tail, from_, lambda _: False, ended):
-            yield batch
+        responses = self._resumable(open_tail, from_, lambda _: False, ended)
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield [Entry(e.position, e.value) for e in response.entries]
 
     async def tail(self, from_: int = 0) -> AsyncGenerator[Entry, None]:
         """Every APPEND entry from `from_` on, waiting for new ones forever (served from
@@ -656,7 +692,7 @@ def _all_failed(errors: list[RlogError]) -> RlogError:
     return Unavailable("no endpoint could serve the request: " + "; ".join(str(e) for e in errors))
 
 
-async def _next(batches: AsyncGenerator[list[Entry], None]) -> list[Entry]:
+async def _next(batches: AsyncGenerator[T, None]) -> T:
     return await batches.__anext__()
 
 
@@ -704,13 +740,18 @@ class Client:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _iterate(self, batches: AsyncGenerator[list[Entry], None]) -> Iterator[Entry]:
+        with contextlib.closing(self._batches(batches)) as items:
+            for batch in items:
+                yield from batch
+
+    def _batches(self, batches: AsyncGenerator[T, None]) -> Generator[T, None, None]:
+        """The items of an async generator of the client's loop, one loop round trip each."""
         try:
             while True:
                 try:
-                    batch = self._run(_next(batches))
+                    yield self._run(_next(batches))
                 except StopAsyncIteration:
                     return
-                yield from batch
         finally:
             if not self._closed:
                 self._run(batches.aclose())
@@ -748,8 +789,9 @@ class Client:
         to: int | None = None,
         stale: bool = False,
         max_batch: int = 0,
+        endpoint: str | None = None,
     ) -> Iterator[Entry]:
-        return self._iterate(self._async.read_batches(from_, to, stale, max_batch))
+        return self._iterate(self._async.read_batches(from_, to, stale, max_batch, endpoint))
 
     def read_batches(
         self,
@@ -757,17 +799,19 @@ class Client:
         to: int | None = None,
         stale: bool = False,
         max_batch: int = 0,
+        endpoint: str | None = None,
     ) -> Iterator[list[Entry]]:
-        batches = self._async.read_batches(from_, to, stale, max_batch)
-        try:
-            while True:
-                try:
-                    yield self._run(_next(batches))
-                except StopAsyncIteration:
-                    return
-        finally:
-            if not self._closed:
-                self._run(batches.aclose())
+        return self._batches(self._async.read_batches(from_, to, stale, max_batch, endpoint))
+
+    def read_columns(
+        self,
+        from_: int | None = None,
+        to: int | None = None,
+        stale: bool = False,
+        max_batch: int = 0,
+        endpoint: str | None = None,
+    ) -> Iterator[tuple[list[int], list[bytes]]]:
+        return self._batches(self._async.read_columns(from_, to, stale, max_batch, endpoint))
 
     def tail(self, from_: int = 0) -> Iterator[Entry]:
         return self._iterate(self._async.tail_batches(from_))

@@ -1,0 +1,296 @@
+"""The rlog sink: a task's rows appended through the leader in large calls, each ending with
+a marker, so that a replayed task skips what it already appended; the batch and streaming
+writers Spark calls (docs/spark.md: "Sink", "Exactly-once stream sink").
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from rlog.client import Client, batched
+from rlog.client.errors import InvalidArgument, PastEnd, RlogError, Truncated
+from rlog.spark.connections import client_of
+from rlog.spark.markers import MarkerSearch, encode_marker
+from rlog.spark.options import Options, WriteOptions
+from rlog.spark.source import observe
+
+MAX_APPEND_BYTES = 4 * 1024 * 1024
+SCAN_WINDOW = 8192  # positions read per step of a marker scan
+
+
+@dataclass
+class RlogCommitMessage(WriterCommitMessage):
+    sink: str
+    partition: int
+    rows: int
+    chunks: int
+    skipped_chunks: int = 0
+    positions: list[int] = field(default_factory=list)  # lowest and highest position appended
+    in_flight: int = 1  # append calls the task kept in flight
+
+
+def values_of(batch: pa.RecordBatch) -> list[bytes]:
+    """The batch's `value` column as bytes (STRING as UTF-8); InvalidArgument if it has none,
+    or nulls, or another type."""
+    index = batch.schema.get_field_index("value")
+    if index < 0:
+        raise InvalidArgument("the rlog sink needs a 'value' column (BINARY or STRING)")
+    column = batch.column(index)
+    if column.null_count:
+        raise InvalidArgument("the rlog sink's 'value' column has nulls: a value is required")
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [s.encode() for s in column.to_pylist()]
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column.to_pylist()
+    raise InvalidArgument(
+        f"the rlog sink's 'value' column must be BINARY or STRING, not {column.type}"
+    )
+
+
+def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[bytes]]:
+    """The values of the input cut into append calls of at most `rows` values and about
+    MAX_APPEND_BYTES: deterministic for a given input (replays must cut the same chunks)."""
+    values = (value for batch in batches for value in values_of(batch))
+    return batched(values, rows, MAX_APPEND_BYTES)
+
+
+def find_markers(
+    endpoints: Sequence[str],
+    sink: str,
+    batch: int,
+    part: int,
+    low: int | None,
+    window: int,
+) -> set[int]:
+    """The chunk numbers of (sink, batch, part) already in the log. Scans back from the
+    learned end in windows, down to `low` if given (exact), else until a marker of `sink` for
+    an earlier batch, the log's begin, or `window` positions."""
+    client = client_of(endpoints)
+    status = client.status()
+    search = MarkerSearch(sink, batch, part)
+
+    def look(batches: Iterable[list[bytes]]) -> bool:
+        """Look at the values; True if the scan may stop here."""
+        earlier = False
+        for values in batches:
+            earlier = search.look(values) or earlier
+        return earlier and low is None
+
+    top = status.learned
+    if status.role != "leader":
+        # What the leader learned past this replica: a consistent read through the same
+        # endpoint (forwarded to the leader), never the leader's own address, which may be
+        # unreachable from here (a Kubernetes Service or a port-forward given alone).
+        try:
+            if look(read_values(client, top + 1, None)):
+                return search.found
+        except (PastEnd, Truncated):
+            pass
+    floor = max(status.begin, top - window + 1 if low is None else low)
+    hi = top
+    while hi >= floor:
+        lo = max(floor, hi - SCAN_WINDOW + 1)
+        try:
+            batches = list(read_values(client, lo, hi))
+        except Truncated:
+            break
+        if look(batches):
+            break
+        hi = lo - 1
+    return search.found
+
+
+def read_values(client: Client, first: int, last: int | None) -> Iterator[list[bytes]]:
+    """The values of [first, last] (None: the learned end), a consistent read, in batches."""
+    for entries in client.read_batches(first, last):
+        yield [e.value for e in entries]
+
+
+def write_chunks(
+    endpoints: Sequence[str],
+    batches: Iterator[pa.RecordBatch],
+    sink: str,
+    batch: int,
+    part: int,
+    rows: int,
+    done: set[int],
+    in_flight: int = 1,
+) -> RlogCommitMessage:
+    """Append each chunk not in `done` with its marker as the last entry of the same call.
+
+    `in_flight` > 1: keep up to that many append calls in flight, sent in chunk order on one
+    AppendStream, provided the endpoint the stream goes to is the leader now (a leader assigns
+    positions in the order it receives the calls; a follower would forward each call on its
+    own, in no guaranteed order): else one call at a time. If an append fails, the appends
+    still in flight are waited for before the error is raised, so a retry's marker scan never
+    races an append of the failed attempt."""
+    message = RlogCommitMessage(sink, part, 0, 0)
+
+    def appended(count: int, positions: list[int]) -> None:
+        message.rows += count
+        if not message.positions:
+            message.positions = [positions[0], positions[-1]]
+        message.positions = [
+            min(message.positions[0], positions[0]),
+            max(message.positions[1], positions[-1]),
+        ]
+
+    def calls() -> Iterator[tuple[int, list[bytes]]]:
+        for number, values in enumerate(chunks(batches, rows)):
+            message.chunks += 1
+            if number in done:
+                message.skipped_chunks += 1
+                continue
+            yield len(values), [*values, encode_marker(sink, batch, part, number, len(values))]
+
+    stream: Client | None = None
+    if in_flight > 1:
+        stream = client_of(endpoints, stream=True)
+        try:
+            leading = stream.status().role == "leader"  # the stream's own endpoint and channel
+        except RlogError:
+            leading = False
+        if not leading:
+            stream = None
+    if stream is None:
+        client = client_of(endpoints)
+        for count, values in calls():
+            appended(count, client.append(values))
+        message.in_flight = 1
+        return message
+
+    pending: deque[tuple[int, concurrent.futures.Future[list[int]]]] = deque()
+    try:
+        for count, values in calls():
+            while len(pending) >= in_flight:
+                waiting, future = pending.popleft()
+                appended(waiting, future.result())
+            pending.append((count, stream.submit_append(values)))
+        while pending:
+            waiting, future = pending.popleft()
+            appended(waiting, future.result())
+    except BaseException:
+        concurrent.futures.wait([future for _, future in pending])
+        raise
+    message.in_flight = in_flight
+    return message
+
+
+def leader_first(endpoints: tuple[str, ...]) -> tuple[str, ...]:
+    """The endpoints with the leader (if it is one of them) first: appends go straight there."""
+    try:
+        view = observe(endpoints)
+    except RlogError:
+        return endpoints
+    if view.leader is None:
+        return endpoints
+    return (view.leader, *(e for e in endpoints if e != view.leader))
+
+
+class RlogWriter(DataSourceArrowWriter):
+    """`df.write.format("rlog").mode("append")`: each task appends its rows in chunks with
+    markers keyed by (a write id made on the driver, 0, partition, chunk). A retried task
+    (attempt > 0) first collects its markers appended since the write began, so a task retry
+    never appends a chunk twice (a re-run of a whole stage, whose tasks start again at attempt
+    0, is not deduplicated: PySpark's TaskContext does not expose the stage attempt). The write
+    is not atomic: a failed job leaves the chunks its tasks appended in the log."""
+
+    def __init__(self, options: Options, overwrite: bool) -> None:
+        if overwrite:
+            raise InvalidArgument("the rlog sink only appends: use mode('append')")
+        self.options = WriteOptions.parse(options)
+        self.endpoints = leader_first(self.options.endpoints)
+        self.write_id = "write-" + uuid.uuid4().hex
+        try:  # where this write starts: a retried task scans for its markers from here
+            self.start: int | None = observe(self.endpoints).learned + 1
+        except RlogError:
+            self.start = None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RlogCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        part = context.partitionId() if context else 0
+        retry = context is not None and context.attemptNumber() > 0
+        done: set[int] = set()
+        if retry:
+            done = find_markers(
+                self.endpoints, self.write_id, 0, part, self.start, self.options.dedupe_window
+            )
+        return write_chunks(
+            self.endpoints,
+            iterator,
+            self.write_id,
+            0,
+            part,
+            self.options.batch_size,
+            done,
+            self.options.in_flight,
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # the rows are in the log already
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # appended entries cannot be taken back (the log is append-only)
+
+
+class RlogStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("rlog")`: exactly once per (sink id, batch id, partition), under
+    the conditions docs/spark.md ("Exactly-once stream sink") lists.
+
+    The sink id is the option `sinkId`, else the streaming query's id (stable across restarts
+    of a query with the same checkpoint). Before appending, a task scans the log back from its
+    learned end for the markers of its (sink, batch, partition) and skips the chunks already
+    there. The scan stops at the first marker of this sink for an earlier batch (the driver's
+    commit appends one each batch, so this is normally close to the end), else at the log's
+    begin or after `dedupeWindow` positions."""
+
+    def __init__(self, options: Options, overwrite: bool) -> None:
+        if overwrite:
+            raise InvalidArgument("the rlog sink only appends: use outputMode('append')")
+        self.options = WriteOptions.parse(options)
+        self.endpoints = leader_first(self.options.endpoints)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RlogCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            raise RlogError("the rlog stream sink runs in Spark tasks only")
+        batch = int(context.getLocalProperty("streaming.sql.batchId") or 0)
+        sink = self.options.sink_id or context.getLocalProperty("sql.streaming.queryId")
+        sink = sink or "query"
+        part = context.partitionId()
+        done = find_markers(self.endpoints, sink, batch, part, None, self.options.dedupe_window)
+        return write_chunks(
+            self.endpoints,
+            iterator,
+            sink,
+            batch,
+            part,
+            self.options.batch_size,
+            done,
+            self.options.in_flight,
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sinks = {m.sink for m in messages if isinstance(m, RlogCommitMessage)}
+        if sinks:  # a stop for the next batch's marker scan
+            client_of(self.endpoints).append(
+                [encode_marker(s, batchId, kind="commit") for s in sinks]
+            )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # a replay of the batch skips what was appended
