@@ -74,9 +74,12 @@ class Sim:
     seed: int = 0
     network: list[Message] = field(default_factory=list)
     timers: list[tuple[int, int]] = field(default_factory=list)
-    chosen: dict[int, tuple] = field(default_factory=dict)  # position -> entry
+    chosen: dict[int, tuple] = field(default_factory=dict)  # position -> entry + origin
     acknowledged: dict[int, tuple] = field(default_factory=dict)  # position -> entry
+    # position -> origin of the acknowledged request's own write (its leader's proposal, id)
+    acknowledged_origin: dict[int, tuple] = field(default_factory=dict)
     values_sent: int = 0
+    payloads: list[bytes] = field(default_factory=list)  # every append value proposed
     failed: list[Failed] = field(default_factory=list)
     refuse_rivals: bool = False
     now: float = 0.0  # the simulated clock of the election rules
@@ -84,6 +87,8 @@ class Sim:
     timed_elections: int = 0  # candidacies that came from an election timeout
     timed_leaders: int = 0  # ... and ended up leading
     refused: int = 0  # implicit promises refused because a live leader was heard
+    # requests repeating a payload already learned at the position their leader writes next
+    duplicates_of_learned: int = 0
 
     def __post_init__(self) -> None:
         self.storages = [MemoryStorage() for _ in range(self.replicas)]
@@ -169,11 +174,37 @@ class Sim:
         for _ in range(count):
             self.values_sent += 1
             value = f"c{c}-v{self.values_sent}".encode()
-            token = (c, value.decode())
-            self.pending[token] = entry(pb.Action(type=pb.APPEND, value=value))
-            coord.propose(token, [pb.Action(type=pb.APPEND, value=value)])
+            self.payloads.append(value)
+            self._propose_append(c, (c, value.decode()), value)
         coord.pump()
         self._drain(c)
+
+    def propose_duplicate(self, c: int, value: bytes) -> None:
+        """A new request (its own token) whose value repeats one proposed earlier, by any
+        coordinator: two clients appending identical payloads. Each must be acknowledged
+        only at a position holding its own entry."""
+        self.values_sent += 1
+        position = self.coords[c].next_position
+        if any(
+            core.is_learned(position) and core.get(position).value == value for core in self.cores
+        ):
+            self.duplicates_of_learned += 1
+        self._propose_append(c, (c, f"dup{self.values_sent}-{value.decode()}"), value)
+        self.coords[c].pump()
+        self._drain(c)
+
+    def duplicate_candidates(self, c: int) -> list[bytes]:
+        """Payloads worth repeating through coordinator `c`: those some replica holds at the
+        position `c` writes next (a successor may have chosen it already), else the latest
+        ones proposed."""
+        position = self.coords[c].next_position
+        held = [core.get(position) for core in self.cores]
+        candidates = [a.value for a in held if a is not None and a.type == pb.APPEND]
+        return candidates or self.payloads[-4:]
+
+    def _propose_append(self, c: int, token: tuple[int, str], value: bytes) -> None:
+        self.pending[token] = entry(pb.Action(type=pb.APPEND, value=value))
+        self.coords[c].propose(token, [pb.Action(type=pb.APPEND, value=value)])
 
     def truncate(self, c: int, to: int) -> None:
         coord = self.coords[c]
@@ -306,6 +337,7 @@ class Sim:
                 if position in self.acknowledged:
                     raise Violation(f"position {position} acknowledged twice")
                 self.acknowledged[position] = value
+                self.acknowledged_origin[position] = (self.coords[c].proposal, c)
             elif isinstance(output, Failed):
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
@@ -320,7 +352,8 @@ class Sim:
     # ---- invariants --------------------------------------------------------------------
 
     def check(self) -> None:
-        """No position is ever learned with two different values, on any replica, ever."""
+        """No position is ever learned with two different values (content or origin), on
+        any replica, ever."""
         for i, core in enumerate(self.cores):
             last = max(core.end, core.learned_next)
             for position in range(core.begin, last + 1):
@@ -329,7 +362,7 @@ class Sim:
                 action = core.get(position)
                 if action is None:
                     raise Violation(f"replica {i} learned {position} but holds nothing")
-                value = entry(action)
+                value = entry(action) + origin(action)
                 seen = self.chosen.setdefault(position, value)
                 if seen != value:
                     raise Violation(
@@ -367,7 +400,9 @@ class Sim:
         return coord
 
     def check_acknowledged(self) -> None:
-        """Every value a coordinator reported appended is the learned value at its position."""
+        """Every value a coordinator reported appended is the learned value at its position,
+        and the learned entry is that request's own write (not an identical one of another
+        request)."""
         leader_core = self.cores[0]
         for position, value in self.acknowledged.items():
             if position < leader_core.begin:
@@ -377,10 +412,21 @@ class Sim:
             learned = entry(leader_core.get(position))
             if learned != value:
                 raise Violation(f"acknowledged {value} at {position} but learned {learned}")
+            written_by = origin(leader_core.get(position))
+            if written_by != self.acknowledged_origin[position]:
+                raise Violation(
+                    f"acknowledged the write {self.acknowledged_origin[position]} at {position} "
+                    f"but learned the write {written_by} (identical content, another request)"
+                )
 
 
 def entry(action: pb.Action) -> tuple:
     return (action.type, action.value, action.truncate_to, action.tombstone)
+
+
+def origin(action: pb.Action) -> tuple:
+    """The write an entry came from: two requests of identical content differ here."""
+    return (action.origin_proposal, action.origin_leader)
 
 
 def run(sim: Sim, keep=lambda m: True) -> None:

@@ -144,3 +144,75 @@ def test_racing_elections_converge_to_one_leader():
         sim.elect(0)
         run(sim)
     assert sum(c.leading for c in sim.coords) == 1
+
+
+def superseded_leader_at_position_one() -> Sim:
+    """Coordinator 0 leads at proposal 1 (its election filled position 0), then coordinator
+    1 is elected at proposal 2 without coordinator 0 hearing of it: both will write their
+    next entry at position 1."""
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    elected(sim, 1)
+    assert sim.coords[0].leading and sim.coords[0].proposal == 1
+    assert sim.coords[1].proposal == 2
+    assert sim.coords[0].next_position == sim.coords[1].next_position == 1
+    return sim
+
+
+def test_a_superseded_leader_is_not_acknowledged_for_an_identical_truncation():
+    """The schedule the randomized test found: the new leader's TRUNCATE is chosen and
+    learned at position 1; the superseded leader then proposes a TRUNCATE with the same
+    `truncate_to` at position 1. Every replica holds position 1 learned with an identical
+    value, and used to accept the old leader's write for that alone, so both requests were
+    reported done at position 1 while only the first was ever written."""
+    sim = superseded_leader_at_position_one()
+    sim.truncate(1, 1)
+    run(sim)
+    assert list(sim.acknowledged) == [1]
+    assert all(core.is_learned(1) for core in sim.cores)
+    sim.truncate(0, 1)  # the same action, another request, a stale leader
+    run(sim)
+    assert list(sim.acknowledged) == [1]
+    assert sim.coords[0].phase == Phase.IDLE
+    (failure,) = sim.failed
+    assert failure.kind == FailureKind.UNKNOWN and "rejected" in failure.reason
+
+
+def test_two_clients_appending_the_same_value_are_never_told_the_same_position():
+    """The same race with appends: two clients append identical payloads through two
+    coordinators. Acknowledging both at position 1 would lose one append (each client is
+    told its entry is at 1; the log holds one entry)."""
+    sim = superseded_leader_at_position_one()
+    sim.propose(1, 1)
+    run(sim)
+    assert list(sim.acknowledged) == [1]
+    sim.propose_duplicate(0, sim.payloads[0])  # a different request with the value now learned at 1
+    run(sim)
+    assert list(sim.acknowledged) == [1]
+    (failure,) = sim.failed
+    assert failure.kind == FailureKind.UNKNOWN
+
+
+def test_an_old_leaders_value_finished_by_a_fill_is_still_its_own():
+    """The acknowledgement a write to a learned position may still earn: the old leader's
+    own write, chosen by a newer coordinator's fill before the old leader heard a quorum.
+    Then the value at the position is the old leader's request, so acknowledging it is
+    right (and rejecting it would only turn a success into an unknown outcome)."""
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    sim.propose(0, 1)
+    # The write reaches replica 0 only; the copies to replicas 1 and 2 wait in the network.
+    delayed = [m for m in sim.network if m.replica != 0]
+    sim.network = [m for m in sim.network if m.replica == 0]
+    run(sim, keep=lambda m: m.response is None)  # replica 0 accepts; its reply is lost
+    assert not sim.acknowledged
+    # Coordinator 1 (on replica 1) is elected with replica 0 in its quorum, so it fills
+    # position 1 with the old leader's value (its origin too), and every replica learns it.
+    elected(sim, 1)
+    for core in sim.cores:
+        assert core.is_learned(1)
+        assert (core.get(1).origin_proposal, core.get(1).origin_leader) == (1, 0)
+    sim.network.extend(delayed)  # the old leader's write now reaches replicas 1 and 2
+    run(sim)
+    assert list(sim.acknowledged) == [1]
+    sim.check_acknowledged()

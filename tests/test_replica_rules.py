@@ -141,6 +141,29 @@ def test_write_to_learned_position_same_value_ok_other_value_rejected():
     assert r.get(1).value == b"v"
 
 
+def test_write_to_learned_position_of_identical_content_from_another_write_rejected():
+    """The same content is not the same entry: a write repeating a learned value counts as
+    accepted only if it is the write that value came from (its origin), else two requests
+    appending identical payloads could both be told they own the position."""
+    r = core()
+    promise(r, 1)
+
+    def entry(origin_proposal, origin_leader):
+        action = pb.Action(position=1, type=pb.APPEND, value=b"v")
+        action.origin_proposal, action.origin_leader = origin_proposal, origin_leader
+        return action
+
+    apply(r, r.on_write(pb.WriteRequest(proposal=1, actions=[entry(1, 0)])).persist)
+    learn_range(r, 1, 1, 1)
+    assert r.get(1).origin_proposal == 1
+    same = r.on_write(pb.WriteRequest(proposal=1, actions=[entry(1, 0)]))
+    assert same.response.verdict == pb.ACCEPT and same.persist is None
+    for origin in [(2, 1), (1, 1), (2, 0), (0, 0)]:
+        other = r.on_write(pb.WriteRequest(proposal=1, actions=[entry(*origin)]))
+        assert other.response.verdict == pb.REJECT, origin
+    assert r.get(1).origin_proposal == 1 and r.get(1).origin_leader == 0
+
+
 @pytest.mark.parametrize("status", [pb.EMPTY, pb.STARTING, pb.RECOVERING])
 def test_not_voting_ignores_promise_and_write_but_applies_learned(status):
     r = core(status)

@@ -95,6 +95,8 @@ class Action(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     TRUNCATE_TO_FIELD_NUMBER: _builtins.int
     TOMBSTONE_FIELD_NUMBER: _builtins.int
+    ORIGIN_PROPOSAL_FIELD_NUMBER: _builtins.int
+    ORIGIN_LEADER_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     promised: _builtins.int
     """proposal this position was last explicitly promised to"""
@@ -109,6 +111,14 @@ class Action(_message.Message):
     """TRUNCATE: every position below this one is gone"""
     tombstone: _builtins.bool
     """a NOP that stands for a truncated position"""
+    origin_proposal: _builtins.int
+    """Which write first proposed this entry: the proposal and id of the leader that assigned
+    it its position (0 for NOPs and for entries stored before the field existed). Part of
+    the value: a fill re-proposes it unchanged, and a write to a learned position counts as
+    accepted only if it is this same write, so a request is acknowledged only for its own
+    entry, never for an identical one of another request (docs/protocol.md).
+    """
+    origin_leader: _builtins.int
     def __init__(
         self,
         *,
@@ -120,10 +130,12 @@ class Action(_message.Message):
         value: _builtins.bytes = ...,
         truncate_to: _builtins.int = ...,
         tombstone: _builtins.bool = ...,
+        origin_proposal: _builtins.int = ...,
+        origin_leader: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned", "performed", b"performed", "position", b"position", "promised", b"promised", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -72,7 +72,8 @@ def choose_fill_value(position: int, replies: list[pb.Action]) -> tuple[pb.Actio
     already learned (then it is broadcast as learned, with no write).
 
     Paxos: a learned value is final; otherwise the value accepted at the highest proposal
-    must be re-proposed; with none, the position gets a NOP."""
+    must be re-proposed, origin included (it is still that request's entry); with none, the
+    position gets a NOP."""
     for action in replies:
         if action.learned:
             chosen = pb.Action()
@@ -92,19 +93,23 @@ def choose_fill_value(position: int, replies: list[pb.Action]) -> tuple[pb.Actio
             value=best.value,
             truncate_to=best.truncate_to,
             tombstone=best.tombstone,
+            origin_proposal=best.origin_proposal,
+            origin_leader=best.origin_leader,
         ),
         False,
     )
 
 
 def entry_of(action: pb.Action) -> pb.Action:
-    """The proposable part of an action (what a write carries)."""
+    """The proposable part of an action (what a write carries), its origin included."""
     return pb.Action(
         position=action.position,
         type=action.type,
         value=action.value,
         truncate_to=action.truncate_to,
         tombstone=action.tombstone,
+        origin_proposal=action.origin_proposal,
+        origin_leader=action.origin_leader,
     )
 
 

@@ -13,7 +13,9 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   adopt a learned value, else the value with the highest `performed`, else a NOP;
 - lead: positions index+1... are written at `proposal`; appends arriving together become one
   write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
-  then a learned message goes to every replica;
+  then a learned message goes to every replica; each entry carries its origin (this
+  proposal and leader id), so a replica counts a write to a learned position as accepted
+  only if it is this very write, and a request is done only when its own entry was chosen;
 - any REJECT, or a round that can no longer reach a quorum (IGNORED, failures) or times out,
   demotes: in-flight appends end with an unknown outcome, queued ones with "not attempted";
   the next election waits a random back-off in [T, 2T) and goes above the highest number seen.
@@ -307,6 +309,10 @@ class Coordinator:
                 for action in actions:
                     entry = entry_of(action)
                     entry.position = self.next_position
+                    # Marks the entry as this write's own: (proposal, leader) is unique,
+                    # since one coordinator at most is elected at a proposal.
+                    entry.origin_proposal = self.proposal
+                    entry.origin_leader = self.id
                     positions.append(self.next_position)
                     self.next_position += 1
                     batch.append(entry)

@@ -13,8 +13,8 @@ Rules (the Mesos log's acceptor with rlog's tightenings, docs/protocol.md):
   promise needs proposal > metadata.promised, an explicit one proposal > that guard, a write
   proposal >= that guard (an equal number is the same coordinator's ballot);
 - positions below begin answer a promise with a learned NOP tombstone;
-- a learned position is final: a write repeating its value is accepted without a disk write,
-  a write of another value is rejected;
+- a learned position is final: a write repeating its value (the same write, `same_value`) is
+  accepted without a disk write, any other write is rejected, even one of identical content;
 - a batch of positions is all-or-nothing: one rejected position rejects the batch.
 """
 
@@ -28,12 +28,16 @@ from rlog.storage import Storage, WriteBatch
 
 
 def same_value(a: pb.Action, b: pb.Action) -> bool:
-    """Whether two actions propose the same log entry (ignoring Paxos bookkeeping)."""
+    """Whether two actions propose the same log entry (ignoring Paxos bookkeeping): the same
+    content from the same write (`origin_*`). Identical content appended by two requests is
+    two different entries."""
     return (
         a.type == b.type
         and a.value == b.value
         and a.truncate_to == b.truncate_to
         and a.tombstone == b.tombstone
+        and a.origin_proposal == b.origin_proposal
+        and a.origin_leader == b.origin_leader
     )
 
 
@@ -248,6 +252,8 @@ class ReplicaCore:
                     value=incoming.value,
                     truncate_to=incoming.truncate_to,
                     tombstone=incoming.tombstone,
+                    origin_proposal=incoming.origin_proposal,
+                    origin_leader=incoming.origin_leader,
                 )
             )
         for action in accepted:
