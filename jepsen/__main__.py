@@ -51,8 +51,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--unsafe-no-read-index",
         action="store_true",
-        help="TEST ONLY: replicas serve non-stale reads without confirming leadership (the "
-        "bug the read index fixes), to show that the suite catches it",
+        help="TEST ONLY: replicas serve non-stale reads without confirming leadership and "
+        "leaders never step down by check-quorum (the bug those fix), to show that the "
+        "suite catches it",
     )
     p.add_argument(
         "--expect-violation",
