@@ -1,8 +1,9 @@
 """`python -m jepsen`: seeded runs against real replicas, each judged, then totals.
 
 Exit status 0 when every run's history is linearizable and every direct check passes, 1
-when any run shows a violation (today's code does under `partition-leader`: stale reads
-through a cut-off leader, see docs/jepsen.md), 2 on a usage error.
+when any run shows a violation, 2 on a usage error. With `--expect-violation`: 0 when some
+run shows a violation (with `--unsafe-no-read-index`, the replicas serve reads the way they
+did before the read index, and `partition-leader` must catch it; see docs/jepsen.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from jepsen import linearizability, network
 from jepsen.nemesis import KINDS, PARTITIONS
 from jepsen.run import RunConfig, RunResult, run_once
+from rlog.config import UNSAFE_NO_READ_INDEX_ENV
 
 DEFAULT_NEMESIS = "partition-leader,pause-leader,kill-random,partition-random,pause-random"
 
@@ -46,6 +48,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a read's deadline (default 3; longer than a pause lets reads queue at it)",
     )
     p.add_argument("--election-timeout", type=float, default=None, metavar="SECONDS")
+    p.add_argument(
+        "--unsafe-no-read-index",
+        action="store_true",
+        help="TEST ONLY: replicas serve non-stale reads without confirming leadership and "
+        "leaders never step down by check-quorum (the bug those fix), to show that the "
+        "suite catches it",
+    )
+    p.add_argument(
+        "--expect-violation",
+        action="store_true",
+        help="succeed iff some run shows a violation (with --unsafe-no-read-index)",
+    )
     p.add_argument("--out", type=Path, help="results dir (default ~/.cache/rlog-jepsen/runs/...)")
     p.add_argument("--inside", help=argparse.SUPPRESS)  # TAG:NET, set when re-executed
     return p.parse_args(argv)
@@ -84,6 +98,9 @@ def summarize(results: list[RunResult], wall: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.unsafe_no_read_index:
+        # Inherited by the replicas (DevCluster passes the environment on).
+        os.environ[UNSAFE_NO_READ_INDEX_ENV] = "1"
     kinds = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
     bad = set(kinds) - set(KINDS)
     if bad:
@@ -155,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  [seed {seed}] {verdict}", flush=True)
         results.append(result)
     print(summarize(results, time.monotonic() - started), flush=True)
+    if args.expect_violation:
+        found = any(r.violation for r in results)
+        errors = any(r.error for r in results)
+        print(
+            "expected a violation: " + ("found" if found else "NONE FOUND (the suite missed it)"),
+            flush=True,
+        )
+        return 0 if found and not errors else 1
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -13,6 +13,9 @@ pre-vote, which `answer_pre_vote` answers later from the replicas' states at tha
 (heartbeats or promises delivered in between cancel the candidacy). Delivered heartbeats
 reset followers' timers and step down coordinators below them; with `refuse_rivals`, a
 replica that hears a live leader refuses other candidates' implicit promises, as rlog does.
+Heartbeats are answered (a message back that may be lost like any other); a leader that has
+not had answers (to heartbeats or writes) from a quorum within 2T steps down at its next
+`advance` (check-quorum), as rlog does.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ class Message:
     replica: int
     round: int
     request: pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest | None
-    response: pb.PromiseResponse | pb.WriteResponse | None = None  # set: a reply
+    # set: a reply (LearnedResponse: to a heartbeat)
+    response: pb.PromiseResponse | pb.WriteResponse | pb.LearnedResponse | None = None
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Sim:
     refused: int = 0  # implicit promises refused because a live leader was heard
     # requests repeating a payload already learned at the position their leader writes next
     duplicates_of_learned: int = 0
+    quorum_step_downs: int = 0  # leaders that stepped down by check-quorum
 
     def __post_init__(self) -> None:
         self.storages = [MemoryStorage() for _ in range(self.replicas)]
@@ -146,6 +151,12 @@ class Sim:
                 if replica != c:
                     self.network.append(Message(c, replica, 0, heartbeat))
         for c in range(self.coordinators):
+            step_down = self.elections[c].check_quorum(self.now)
+            if step_down is not None:
+                self.quorum_step_downs += 1
+                self.coords[c].step_down(step_down.reason)
+                self._drain(c)
+                self.elections[c].stepped_down(self.now)
             if self.elections[c].tick(self.now) is not None:
                 self.pre_votes.append(c)
 
@@ -219,6 +230,9 @@ class Sim:
     def deliver(self, k: int, duplicate: bool = False) -> None:
         message = self.network[k] if duplicate else self.network.pop(k)
         if message.response is not None:
+            self.elections[message.coordinator].on_peer_answered(self.now, message.replica)
+            if isinstance(message.response, pb.LearnedResponse):
+                return  # a heartbeat's answer: only the check-quorum counts it
             coord = self.coords[message.coordinator]
             coord.on_reply(message.round, message.replica, message.response)
             self._drain(message.coordinator)
@@ -230,6 +244,9 @@ class Sim:
                 self._heartbeat(message.replica, request)
             batch = core.on_learned(request)
             self._persist(message.replica, batch)
+            if request.leader_address:
+                answer = pb.LearnedResponse(promised=core.promised)
+                self.network.append(Message(message.coordinator, message.replica, 0, None, answer))
         else:
             response: pb.PromiseResponse | pb.WriteResponse
             if isinstance(request, pb.PromiseRequest):
@@ -342,7 +359,7 @@ class Sim:
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
             elif isinstance(output, Leading):
-                self.elections[c].on_leading()
+                self.elections[c].on_leading(self.now)
                 if c in self._timed:
                     self.timed_leaders += 1
             elif isinstance(output, Demoted):

@@ -216,3 +216,28 @@ def test_an_old_leaders_value_finished_by_a_fill_is_still_its_own():
     run(sim)
     assert list(sim.acknowledged) == [1]
     sim.check_acknowledged()
+
+
+def test_a_later_batch_can_be_acknowledged_before_an_earlier_one_is_learned():
+    """Two batches in flight: the second may be chosen (and its appends acknowledged)
+    while the first is still unanswered, so the leader's contiguous learned position lags
+    what it acknowledged; `acknowledged_end` says how far a read must wait for."""
+    sim = Sim(3, 1)
+    elected(sim, 0)
+    coord = sim.coords[0]
+    sim.propose(0, 3)  # the first batch (max 3 entries): positions 1-3
+    sim.propose(0, 3)  # the second batch: positions 4-6
+    first_batch = [
+        k
+        for k, m in enumerate(sim.network)
+        if isinstance(m.request, pb.WriteRequest) and m.request.actions[0].position == 1
+    ]
+    held = [sim.network[k] for k in first_batch]
+    sim.network = [m for k, m in enumerate(sim.network) if k not in first_batch]
+    run(sim)
+    assert sorted(sim.acknowledged) == [4, 5, 6]
+    assert coord.acknowledged_end == 6
+    assert sim.cores[0].learned < 4  # the leader has not learned position 1 to 3 yet
+    sim.network.extend(held)
+    run(sim)
+    assert coord.acknowledged_end == 6 and sim.cores[0].learned == 6

@@ -154,7 +154,7 @@ def test_a_step_down_waits_two_election_timeouts():
     local = Local(phase=Phase.LEADING)
     e = election(local)
     e.tick(0.0)
-    e.on_leading()
+    e.on_leading(0.0)
     local.phase = Phase.IDLE
     assert e.on_demoted(0.0, retry_after=0.1) is True  # was leading
     e.stepped_down(0.0)  # the timer alone would fire in [T, 2T)
@@ -302,7 +302,7 @@ def test_rivals_are_not_refused_without_a_leader_or_when_not_voting():
 def test_a_leader_refuses_rivals_only_while_it_leads():
     local = Local(phase=Phase.LEADING)
     e = election(local)
-    e.on_leading()
+    e.on_leading(0.0)
     assert e.refuses(2, 100 * T)  # no heartbeat needed: it is the leader
     local.phase = Phase.IDLE
     assert not e.refuses(2, 100 * T)
@@ -322,7 +322,7 @@ def test_the_live_leader_expires_after_one_election_timeout():
 def test_a_leader_is_its_own_live_leader():
     local = Local(phase=Phase.LEADING)
     e = election(local)
-    e.on_leading()
+    e.on_leading(0.0)
     assert e.live_leader(100 * T) == "r0"
 
 
@@ -341,7 +341,7 @@ def test_a_higher_proposal_heartbeat_steps_a_busy_coordinator_down(phase):
 def test_a_lower_or_equal_proposal_heartbeat_does_not_step_down():
     local = Local(phase=Phase.LEADING, proposal=4)
     e = election(local)
-    e.on_leading()
+    e.on_leading(0.0)
     assert e.on_heartbeat(0.0, 1, "r1", 4) is None
     assert e.leader_id == 0  # a leader does not follow a stale one
 
@@ -355,7 +355,7 @@ def test_an_idle_coordinator_follows_without_stepping_down():
 def test_a_leader_deposed_by_a_heartbeat_follows_the_new_leader():
     local = Local(phase=Phase.LEADING, proposal=4)
     e = election(local)
-    e.on_leading()
+    e.on_leading(0.0)
     assert e.on_heartbeat(1.0, 1, "r1", 5) is not None
     local.phase = Phase.IDLE  # the driver stepped the coordinator down
     assert e.on_demoted(1.0, retry_after=0.1) is True
@@ -367,3 +367,71 @@ def test_losing_an_election_keeps_the_leader_heard():
     e.on_heartbeat(0.0, 1, "r1", 1)
     assert e.on_demoted(0.1, retry_after=0.1) is False
     assert e.live_leader(0.2) == "r1"
+
+
+# ---- check-quorum ----------------------------------------------------------------------
+
+
+def leader(replicas: int = 3) -> tuple[Local, Election]:
+    local = Local(phase=Phase.LEADING, proposal=4)
+    e = election(local, replicas=replicas)
+    e.on_leading(0.0)
+    return local, e
+
+
+def test_a_new_leader_counts_its_peers_as_heard_for_two_election_timeouts():
+    _, e = leader()
+    assert e.check_quorum(1.99 * T) is None
+    assert isinstance(e.check_quorum(2 * T), StepDown)
+
+
+def test_a_leader_that_hears_a_quorum_within_the_timeout_keeps_leading():
+    _, e = leader()
+    now = 0.0
+    while now < 10 * T:
+        e.on_peer_answered(now, 1)  # one peer: with ourselves, 2 of 3
+        assert e.check_quorum(now + 1.5 * T) is None
+        now += 1.5 * T
+
+
+def test_a_leader_that_has_not_heard_a_quorum_within_the_timeout_steps_down():
+    _, e = leader(replicas=5)
+    e.on_peer_answered(1.5 * T, 1)
+    e.on_peer_answered(1.5 * T, 2)
+    assert e.check_quorum(3.4 * T) is None  # 3 of 5, peer 1 and 2 heard 1.9 T ago
+    e.on_peer_answered(3.4 * T, 1)
+    step = e.check_quorum(3.5 * T)  # peer 2 last answered 2T ago: 2 of 5
+    assert isinstance(step, StepDown)
+    assert "heard from 2 of 5" in step.reason
+
+
+def test_answers_from_ourselves_do_not_count_twice():
+    _, e = leader()
+    e.on_peer_answered(1.9 * T, 0)
+    assert isinstance(e.check_quorum(2.5 * T), StepDown)
+
+
+def test_check_quorum_only_applies_while_leading():
+    local = Local(phase=Phase.FILLING, proposal=4)
+    e = election(local)
+    assert e.check_quorum(100 * T) is None  # not leading yet
+    local.phase = Phase.LEADING
+    e.on_leading(100 * T)
+    local.phase = Phase.IDLE  # stepped down or demoted meanwhile
+    assert e.check_quorum(200 * T) is None
+
+
+def test_a_single_replica_never_steps_down_for_quorum():
+    _, e = leader(replicas=1)
+    assert e.check_quorum(100 * T) is None
+
+
+def test_leading_again_forgets_old_answers():
+    local, e = leader()
+    e.on_peer_answered(0.5 * T, 1)
+    local.phase = Phase.IDLE
+    e.on_demoted(0.6 * T, retry_after=0.1)
+    local.phase = Phase.LEADING
+    e.on_leading(10 * T)
+    assert e.check_quorum(11.5 * T) is None  # a fresh window from leading again
+    assert isinstance(e.check_quorum(12 * T), StepDown)

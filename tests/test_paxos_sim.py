@@ -18,7 +18,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paxos_sim import Sim, T
+from paxos_sim import Sim, T, run
 
 # Weighted so that leaders get work done between faults: a schedule where every step may
 # fire a timer or start an election rarely acknowledges anything and so proves little.
@@ -30,7 +30,7 @@ WEIGHTS = {
     "elect": 1,
     "advance": 2,
     "pre_vote": 2,
-    "propose": 6,
+    "propose": 8,
     "propose_duplicate": 2,
     "crash": 1,
     "truncate": 1,
@@ -46,7 +46,7 @@ STALE_LEADER_WEIGHTS = {
     "drop": 2,
     "timer": 1,
     "elect": 2,
-    "propose": 6,
+    "propose": 8,
     "propose_duplicate": 6,
     "truncate": 1,
 }
@@ -116,7 +116,7 @@ def test_random_schedules_keep_paxos_safe(replicas, coordinators, seed, refuse_r
 def test_seeded_schedule_sweep(block):
     """Many cheap seeded schedules: rare interleavings (two values accepted at different
     proposals, none learned) need thousands of runs to show up."""
-    acknowledged = timed_leaders = refused = 0
+    acknowledged = timed_leaders = refused = quorum_step_downs = 0
     for seed in range(block * 250, (block + 1) * 250):
         rng = random.Random(seed)
         sim = Sim(rng.choice([3, 5]), rng.randint(2, 3), seed, refuse_rivals=seed % 2 == 0)
@@ -124,10 +124,12 @@ def test_seeded_schedule_sweep(block):
         acknowledged += len(sim.acknowledged)
         timed_leaders += sim.timed_leaders
         refused += sim.refused
-    assert acknowledged > 1000, "schedules must exercise real appends"
+        quorum_step_downs += sim.quorum_step_downs
+    assert acknowledged > 1000, f"schedules must exercise real appends ({acknowledged})"
     # The election rules must really run: leaders elected by timeouts, rivals refused.
     assert timed_leaders > 50, "schedules must elect through election timeouts"
     assert refused > 0, "schedules must refuse rivals of a live leader"
+    assert quorum_step_downs > 0, "schedules must step leaders down by check-quorum"
 
 
 @settings(
@@ -213,3 +215,42 @@ def test_a_crashed_leader_is_replaced_by_timeout():
     assert [c.leading for c in sim.coords].count(True) == 1
     assert sim.timed_leaders == 2
     sim.check()
+
+
+def run_timed_partitioned(sim: Sim, seconds: float, cut: int) -> None:
+    """As `run_timed`, with replica `cut` cut off: every message to or from it is lost."""
+    for _ in range(round(seconds / (T / 10))):
+        sim.advance(T / 10)
+        sim.pre_votes = [c for c in sim.pre_votes if c != cut]  # its Status calls fail
+        while sim.pre_votes or sim.network:
+            if sim.pre_votes:
+                sim.answer_pre_vote(0)
+            run(sim, keep=lambda m: cut not in (m.coordinator, m.replica))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_partitioned_leader_steps_down_by_check_quorum(seed):
+    """A leader cut off from its peers stops leading on its own within 2T, while the
+    majority elects another leader by timeout."""
+    sim = Sim(3, 3, seed, refuse_rivals=True)
+    run_timed(sim, 3 * T)
+    (leader,) = [c for c in range(3) if sim.coords[c].leading]
+    run_timed_partitioned(sim, 1.5 * T, cut=leader)
+    assert sim.coords[leader].leading  # not yet: answers are 1.5 T old
+    run_timed_partitioned(sim, T, cut=leader)
+    assert not sim.coords[leader].leading
+    assert sim.quorum_step_downs == 1
+    run_timed_partitioned(sim, 5 * T, cut=leader)
+    (new_leader,) = [c for c in range(3) if sim.coords[c].leading]
+    assert new_leader != leader
+    sim.check()
+
+
+def test_a_leader_hearing_a_quorum_keeps_leading_with_one_peer_cut():
+    sim = Sim(3, 3, seed=2, refuse_rivals=True)
+    run_timed(sim, 3 * T)
+    (leader,) = [c for c in range(3) if sim.coords[c].leading]
+    other = next(r for r in range(3) if r != leader)
+    run_timed_partitioned(sim, 10 * T, cut=other)
+    assert sim.coords[leader].leading
+    assert sim.quorum_step_downs == 0

@@ -59,6 +59,7 @@ EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.NOT_LEADER: (Unavailable, Unavailable),
     Reason.LEADER_UNAVAILABLE: (Unavailable, Unavailable),
     Reason.NOT_LEARNED: (Unavailable, Unavailable),
+    Reason.LEADERSHIP_UNCONFIRMED: (Unavailable, Unavailable),
     Reason.STOPPING: (Unavailable, OutcomeUnknownUnavailable),
     Reason.TIMEOUT: (Timeout, OutcomeUnknownTimeout),
     Reason.OUTCOME_UNKNOWN: (OutcomeUnknown, OutcomeUnknown),

@@ -12,6 +12,15 @@ from pathlib import Path
 ALLOWED_REPLICA_COUNTS = (1, 3, 5, 7)
 DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
 
+# TEST ONLY, never in production: a replica started with this environment variable set to 1
+# serves non-stale reads without confirming its leadership (no read index) and, as a leader,
+# never steps down for want of a quorum (no check-quorum): reads behave as before either
+# existed, so a deposed leader answers reads with a stale prefix. The consistency suite sets
+# it (`python -m jepsen --unsafe-no-read-index`, docs/jepsen.md) to show that it catches
+# that. (Check-quorum alone only narrows the window, to the moments between the majority's
+# new leader acknowledging appends and the old leader stepping down.)
+UNSAFE_NO_READ_INDEX_ENV = "RLOG_UNSAFE_NO_READ_INDEX"
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message is shown to the user as is."""

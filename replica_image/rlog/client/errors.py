@@ -14,7 +14,8 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | LOG_ID_MISMATCH            | FAILED_PRECONDITION | `LogIdMismatch`               |
 | NO_LEADER, NOT_LEADER,     | UNAVAILABLE         | `Unavailable` (the request    |
 | LEADER_UNAVAILABLE,        |                     | changed nothing)              |
-| NOT_LEARNED                |                     |                               |
+| NOT_LEARNED,               |                     |                               |
+| LEADERSHIP_UNCONFIRMED     |                     |                               |
 | STOPPING                   | UNAVAILABLE         | `Unavailable`                 |
 | TIMEOUT                    | DEADLINE_EXCEEDED   | `Timeout`                     |
 | OUTCOME_UNKNOWN            | ABORTED             | `OutcomeUnknown`              |
@@ -180,6 +181,7 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.NOT_LEADER: (Unavailable, Unavailable),
     Reason.LEADER_UNAVAILABLE: (Unavailable, Unavailable),
     Reason.NOT_LEARNED: (Unavailable, Unavailable),
+    Reason.LEADERSHIP_UNCONFIRMED: (Unavailable, Unavailable),
     Reason.STOPPING: (Unavailable, OutcomeUnknownUnavailable),
     Reason.TIMEOUT: (Timeout, OutcomeUnknownTimeout),
     Reason.OUTCOME_UNKNOWN: (OutcomeUnknown, OutcomeUnknown),

@@ -90,6 +90,9 @@ class Reason(enum.Enum):
     NOT_LEADER = "NOT_LEADER"  # this replica does not lead (any more), and did nothing
     LEADER_UNAVAILABLE = "LEADER_UNAVAILABLE"  # forwarding: the leader could not be reached
     NOT_LEARNED = "NOT_LEARNED"  # a read reached a position this replica has not learned
+    # a leader could not confirm in time that a quorum still follows it, so it did not
+    # serve the linearizable read (it may have been deposed); retry, here or elsewhere
+    LEADERSHIP_UNCONFIRMED = "LEADERSHIP_UNCONFIRMED"
     # UNAVAILABLE, outcome unknown for an append or truncation
     STOPPING = "STOPPING"  # the replica is shutting down
     # DEADLINE_EXCEEDED: an append or truncation found no quorum in time; outcome unknown
@@ -112,7 +115,13 @@ class Reason(enum.Enum):
 
 
 _NOT_ATTEMPTED = frozenset(
-    {Reason.NO_LEADER, Reason.NOT_LEADER, Reason.LEADER_UNAVAILABLE, Reason.NOT_LEARNED}
+    {
+        Reason.NO_LEADER,
+        Reason.NOT_LEADER,
+        Reason.LEADER_UNAVAILABLE,
+        Reason.NOT_LEARNED,
+        Reason.LEADERSHIP_UNCONFIRMED,
+    }
 )
 
 _CODES = {
@@ -126,6 +135,7 @@ _CODES = {
     Reason.NOT_LEADER: grpc.StatusCode.UNAVAILABLE,
     Reason.LEADER_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.NOT_LEARNED: grpc.StatusCode.UNAVAILABLE,
+    Reason.LEADERSHIP_UNCONFIRMED: grpc.StatusCode.UNAVAILABLE,
     Reason.STOPPING: grpc.StatusCode.UNAVAILABLE,
     Reason.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     Reason.OUTCOME_UNKNOWN: grpc.StatusCode.ABORTED,

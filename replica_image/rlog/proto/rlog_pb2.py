@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nrlog.proto\x12\x07rlog.v1\"\xda\x01\n\x06\x41\x63tion\x12\x10\n\x08position\x18\x01 \x01(\x04\x12\x10\n\x08promised\x18\x02 \x01(\x04\x12\x11\n\tperformed\x18\x03 \x01(\x04\x12\x0f\n\x07learned\x18\x04 \x01(\x08\x12!\n\x04type\x18\x05 \x01(\x0e\x32\x13.rlog.v1.ActionType\x12\r\n\x05value\x18\x06 \x01(\x0c\x12\x13\n\x0btruncate_to\x18\x07 \x01(\x04\x12\x11\n\ttombstone\x18\x08 \x01(\x08\x12\x17\n\x0forigin_proposal\x18\t \x01(\x04\x12\x15\n\rorigin_leader\x18\n \x01(\r\"\x98\x01\n\x08Metadata\x12\x1f\n\x06status\x18\x01 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\x10\n\x08promised\x18\x02 \x01(\x04\x12\x0e\n\x06log_id\x18\x03 \x01(\t\x12\x12\n\nreplica_id\x18\x04 \x01(\r\x12\x15\n\rlearned_below\x18\x05 \x01(\x04\x12\r\n\x05\x62\x65gin\x18\x06 \x01(\x04\x12\x0f\n\x07stamped\x18\x07 \x01(\x08\"X\n\x0ePromiseRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12\x11\n\tpositions\x18\x02 \x03(\x04\x12\x11\n\tcandidate\x18\x03 \x01(\r\x12\x0e\n\x06log_id\x18\x04 \x01(\t\"\xa5\x01\n\x0fPromiseResponse\x12!\n\x07verdict\x18\x01 \x01(\x0e\x32\x10.rlog.v1.Verdict\x12\x10\n\x08proposal\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12 \n\x07\x61\x63tions\x18\x04 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\r\n\x05\x62\x65gin\x18\x05 \x01(\x04\x12\x1f\n\x06status\x18\x06 \x01(\x0e\x32\x0f.rlog.v1.Status\"\x8c\x01\n\x0cWriteRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12 \n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\x0e\n\x06leader\x18\x03 \x01(\r\x12\x0e\n\x06log_id\x18\x04 \x01(\t\x12(\n\x07learned\x18\x05 \x01(\x0b\x32\x17.rlog.v1.LearnedRequest\"e\n\rWriteResponse\x12!\n\x07verdict\x18\x01 \x01(\x0e\x32\x10.rlog.v1.Verdict\x12\x10\n\x08proposal\x18\x02 \x01(\x04\x12\x1f\n\x06status\x18\x03 \x01(\x0e\x32\x0f.rlog.v1.Status\",\n\rPositionRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"\xbc\x01\n\x0eLearnedRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12&\n\x06ranges\x18\x02 \x03(\x0b\x32\x16.rlog.v1.PositionRange\x12 \n\x07\x61\x63tions\x18\x03 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\x0e\n\x06leader\x18\x04 \x01(\r\x12\x16\n\x0eleader_address\x18\x05 \x01(\t\x12\x16\n\x0eleader_learned\x18\x06 \x01(\x04\x12\x0e\n\x06log_id\x18\x07 \x01(\t\"\x07\n\x05\x45mpty\" \n\x0eRecoverRequest\x12\x0e\n\x06log_id\x18\x01 \x01(\t\"p\n\x0fRecoverResponse\x12\x1f\n\x06status\x18\x01 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x10\n\x08promised\x18\x04 \x01(\x04\x12\x0e\n\x06log_id\x18\x05 \x01(\t\"=\n\x0c\x46\x65tchRequest\x12\x0c\n\x04\x66rom\x18\x01 \x01(\x04\x12\n\n\x02to\x18\x02 \x01(\x04\x12\x13\n\x0bmax_actions\x18\x03 \x01(\r\"@\n\rFetchResponse\x12 \n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x04\"(\n\x05\x45ntry\x12\x10\n\x08position\x18\x01 \x01(\x04\x12\r\n\x05value\x18\x02 \x01(\x0c\"+\n\rAppendRequest\x12\x0e\n\x06values\x18\x01 \x03(\x0c\x12\n\n\x02id\x18\x02 \x01(\x04\"\\\n\x0e\x41ppendResponse\x12\x11\n\tpositions\x18\x01 \x03(\x04\x12\n\n\x02id\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\r\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"c\n\x0bReadRequest\x12\x11\n\x04\x66rom\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x02to\x18\x02 \x01(\x04H\x01\x88\x01\x01\x12\r\n\x05stale\x18\x03 \x01(\x08\x12\x11\n\tmax_batch\x18\x04 \x01(\rB\x07\n\x05_fromB\x05\n\x03_to\"/\n\x0cReadResponse\x12\x1f\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x0e.rlog.v1.Entry\"\x1b\n\x0bTailRequest\x12\x0c\n\x04\x66rom\x18\x01 \x01(\x04\"\x1d\n\x0fTruncateRequest\x12\n\n\x02to\x18\x01 \x01(\x04\"$\n\x10TruncateResponse\x12\x10\n\x08position\x18\x01 \x01(\x04\"\x0f\n\rStatusRequest\"\xc1\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\r\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\r\n\x05\x62\x65gin\x18\x05 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x06 \x01(\x04\x12\x0f\n\x07learned\x18\x07 \x01(\x04\x12\x10\n\x08promised\x18\x08 \x01(\x04\x12\x10\n\x08proposal\x18\t \x01(\x04\x12\x0e\n\x06log_id\x18\n \x01(\t\x12\x10\n\x08replicas\x18\x0b \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x0c \x01(\t\x12\x0e\n\x06permit\x18\r \x01(\x08\x12\x0e\n\x06reason\x18\x0e \x01(\t\x12\x15\n\rcatchup_begin\x18\x0f \x01(\x04\x12\x13\n\x0b\x63\x61tchup_end\x18\x10 \x01(\x04\x12\x14\n\x0c\x63\x61tchup_done\x18\x11 \x01(\x04\"\x1f\n\rPermitRequest\x12\x0e\n\x06log_id\x18\x01 \x01(\t\"\x11\n\x0fStepDownRequest*=\n\x06Status\x12\t\n\x05\x45MPTY\x10\x00\x12\x0c\n\x08STARTING\x10\x01\x12\x0e\n\nRECOVERING\x10\x02\x12\n\n\x06VOTING\x10\x03*/\n\nActionType\x12\x07\n\x03NOP\x10\x00\x12\n\n\x06\x41PPEND\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02*.\n\x07Verdict\x12\n\n\x06\x41\x43\x43\x45PT\x10\x00\x12\n\n\x06REJECT\x10\x01\x12\x0b\n\x07IGNORED\x10\x02\x32\xab\x02\n\x07Replica\x12<\n\x07Promise\x12\x17.rlog.v1.PromiseRequest\x1a\x18.rlog.v1.PromiseResponse\x12\x36\n\x05Write\x12\x15.rlog.v1.WriteRequest\x1a\x16.rlog.v1.WriteResponse\x12\x32\n\x07Learned\x12\x17.rlog.v1.LearnedRequest\x1a\x0e.rlog.v1.Empty\x12<\n\x07Recover\x12\x17.rlog.v1.RecoverRequest\x1a\x18.rlog.v1.RecoverResponse\x12\x38\n\x05\x46\x65tch\x12\x15.rlog.v1.FetchRequest\x1a\x16.rlog.v1.FetchResponse0\x01\x32\xef\x02\n\x03Log\x12\x39\n\x06\x41ppend\x12\x16.rlog.v1.AppendRequest\x1a\x17.rlog.v1.AppendResponse\x12\x43\n\x0c\x41ppendStream\x12\x16.rlog.v1.AppendRequest\x1a\x17.rlog.v1.AppendResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x14.rlog.v1.ReadRequest\x1a\x15.rlog.v1.ReadResponse0\x01\x12\x35\n\x04Tail\x12\x14.rlog.v1.TailRequest\x1a\x15.rlog.v1.ReadResponse0\x01\x12?\n\x08Truncate\x12\x18.rlog.v1.TruncateRequest\x1a\x19.rlog.v1.TruncateResponse\x12\x39\n\x06Status\x12\x16.rlog.v1.StatusRequest\x1a\x17.rlog.v1.StatusResponse2\xc7\x01\n\x05\x41\x64min\x12>\n\x0bGrantPermit\x12\x16.rlog.v1.PermitRequest\x1a\x17.rlog.v1.StatusResponse\x12?\n\x0cRevokePermit\x12\x16.rlog.v1.PermitRequest\x1a\x17.rlog.v1.StatusResponse\x12=\n\x08StepDown\x12\x18.rlog.v1.StepDownRequest\x1a\x17.rlog.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nrlog.proto\x12\x07rlog.v1\"\xda\x01\n\x06\x41\x63tion\x12\x10\n\x08position\x18\x01 \x01(\x04\x12\x10\n\x08promised\x18\x02 \x01(\x04\x12\x11\n\tperformed\x18\x03 \x01(\x04\x12\x0f\n\x07learned\x18\x04 \x01(\x08\x12!\n\x04type\x18\x05 \x01(\x0e\x32\x13.rlog.v1.ActionType\x12\r\n\x05value\x18\x06 \x01(\x0c\x12\x13\n\x0btruncate_to\x18\x07 \x01(\x04\x12\x11\n\ttombstone\x18\x08 \x01(\x08\x12\x17\n\x0forigin_proposal\x18\t \x01(\x04\x12\x15\n\rorigin_leader\x18\n \x01(\r\"\x98\x01\n\x08Metadata\x12\x1f\n\x06status\x18\x01 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\x10\n\x08promised\x18\x02 \x01(\x04\x12\x0e\n\x06log_id\x18\x03 \x01(\t\x12\x12\n\nreplica_id\x18\x04 \x01(\r\x12\x15\n\rlearned_below\x18\x05 \x01(\x04\x12\r\n\x05\x62\x65gin\x18\x06 \x01(\x04\x12\x0f\n\x07stamped\x18\x07 \x01(\x08\"X\n\x0ePromiseRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12\x11\n\tpositions\x18\x02 \x03(\x04\x12\x11\n\tcandidate\x18\x03 \x01(\r\x12\x0e\n\x06log_id\x18\x04 \x01(\t\"\xa5\x01\n\x0fPromiseResponse\x12!\n\x07verdict\x18\x01 \x01(\x0e\x32\x10.rlog.v1.Verdict\x12\x10\n\x08proposal\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12 \n\x07\x61\x63tions\x18\x04 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\r\n\x05\x62\x65gin\x18\x05 \x01(\x04\x12\x1f\n\x06status\x18\x06 \x01(\x0e\x32\x0f.rlog.v1.Status\"\x8c\x01\n\x0cWriteRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12 \n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\x0e\n\x06leader\x18\x03 \x01(\r\x12\x0e\n\x06log_id\x18\x04 \x01(\t\x12(\n\x07learned\x18\x05 \x01(\x0b\x32\x17.rlog.v1.LearnedRequest\"e\n\rWriteResponse\x12!\n\x07verdict\x18\x01 \x01(\x0e\x32\x10.rlog.v1.Verdict\x12\x10\n\x08proposal\x18\x02 \x01(\x04\x12\x1f\n\x06status\x18\x03 \x01(\x0e\x32\x0f.rlog.v1.Status\",\n\rPositionRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"\xbc\x01\n\x0eLearnedRequest\x12\x10\n\x08proposal\x18\x01 \x01(\x04\x12&\n\x06ranges\x18\x02 \x03(\x0b\x32\x16.rlog.v1.PositionRange\x12 \n\x07\x61\x63tions\x18\x03 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\x0e\n\x06leader\x18\x04 \x01(\r\x12\x16\n\x0eleader_address\x18\x05 \x01(\t\x12\x16\n\x0eleader_learned\x18\x06 \x01(\x04\x12\x0e\n\x06log_id\x18\x07 \x01(\t\"#\n\x0fLearnedResponse\x12\x10\n\x08promised\x18\x01 \x01(\x04\"\x07\n\x05\x45mpty\" \n\x0eRecoverRequest\x12\x0e\n\x06log_id\x18\x01 \x01(\t\"p\n\x0fRecoverResponse\x12\x1f\n\x06status\x18\x01 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x10\n\x08promised\x18\x04 \x01(\x04\x12\x0e\n\x06log_id\x18\x05 \x01(\t\"=\n\x0c\x46\x65tchRequest\x12\x0c\n\x04\x66rom\x18\x01 \x01(\x04\x12\n\n\x02to\x18\x02 \x01(\x04\x12\x13\n\x0bmax_actions\x18\x03 \x01(\r\"@\n\rFetchResponse\x12 \n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x0f.rlog.v1.Action\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x04\"(\n\x05\x45ntry\x12\x10\n\x08position\x18\x01 \x01(\x04\x12\r\n\x05value\x18\x02 \x01(\x0c\"+\n\rAppendRequest\x12\x0e\n\x06values\x18\x01 \x03(\x0c\x12\n\n\x02id\x18\x02 \x01(\x04\"\\\n\x0e\x41ppendResponse\x12\x11\n\tpositions\x18\x01 \x03(\x04\x12\n\n\x02id\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\r\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"c\n\x0bReadRequest\x12\x11\n\x04\x66rom\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x02to\x18\x02 \x01(\x04H\x01\x88\x01\x01\x12\r\n\x05stale\x18\x03 \x01(\x08\x12\x11\n\tmax_batch\x18\x04 \x01(\rB\x07\n\x05_fromB\x05\n\x03_to\"/\n\x0cReadResponse\x12\x1f\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x0e.rlog.v1.Entry\"\x1b\n\x0bTailRequest\x12\x0c\n\x04\x66rom\x18\x01 \x01(\x04\"\x1d\n\x0fTruncateRequest\x12\n\n\x02to\x18\x01 \x01(\x04\"$\n\x10TruncateResponse\x12\x10\n\x08position\x18\x01 \x01(\x04\"\x0f\n\rStatusRequest\"\xc1\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\r\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.rlog.v1.Status\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\r\n\x05\x62\x65gin\x18\x05 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x06 \x01(\x04\x12\x0f\n\x07learned\x18\x07 \x01(\x04\x12\x10\n\x08promised\x18\x08 \x01(\x04\x12\x10\n\x08proposal\x18\t \x01(\x04\x12\x0e\n\x06log_id\x18\n \x01(\t\x12\x10\n\x08replicas\x18\x0b \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x0c \x01(\t\x12\x0e\n\x06permit\x18\r \x01(\x08\x12\x0e\n\x06reason\x18\x0e \x01(\t\x12\x15\n\rcatchup_begin\x18\x0f \x01(\x04\x12\x13\n\x0b\x63\x61tchup_end\x18\x10 \x01(\x04\x12\x14\n\x0c\x63\x61tchup_done\x18\x11 \x01(\x04\"\x1f\n\rPermitRequest\x12\x0e\n\x06log_id\x18\x01 \x01(\t\"\x11\n\x0fStepDownRequest*=\n\x06Status\x12\t\n\x05\x45MPTY\x10\x00\x12\x0c\n\x08STARTING\x10\x01\x12\x0e\n\nRECOVERING\x10\x02\x12\n\n\x06VOTING\x10\x03*/\n\nActionType\x12\x07\n\x03NOP\x10\x00\x12\n\n\x06\x41PPEND\x10\x01\x12\x0c\n\x08TRUNCATE\x10\x02*.\n\x07Verdict\x12\n\n\x06\x41\x43\x43\x45PT\x10\x00\x12\n\n\x06REJECT\x10\x01\x12\x0b\n\x07IGNORED\x10\x02\x32\xb5\x02\n\x07Replica\x12<\n\x07Promise\x12\x17.rlog.v1.PromiseRequest\x1a\x18.rlog.v1.PromiseResponse\x12\x36\n\x05Write\x12\x15.rlog.v1.WriteRequest\x1a\x16.rlog.v1.WriteResponse\x12<\n\x07Learned\x12\x17.rlog.v1.LearnedRequest\x1a\x18.rlog.v1.LearnedResponse\x12<\n\x07Recover\x12\x17.rlog.v1.RecoverRequest\x1a\x18.rlog.v1.RecoverResponse\x12\x38\n\x05\x46\x65tch\x12\x15.rlog.v1.FetchRequest\x1a\x16.rlog.v1.FetchResponse0\x01\x32\xef\x02\n\x03Log\x12\x39\n\x06\x41ppend\x12\x16.rlog.v1.AppendRequest\x1a\x17.rlog.v1.AppendResponse\x12\x43\n\x0c\x41ppendStream\x12\x16.rlog.v1.AppendRequest\x1a\x17.rlog.v1.AppendResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x14.rlog.v1.ReadRequest\x1a\x15.rlog.v1.ReadResponse0\x01\x12\x35\n\x04Tail\x12\x14.rlog.v1.TailRequest\x1a\x15.rlog.v1.ReadResponse0\x01\x12?\n\x08Truncate\x12\x18.rlog.v1.TruncateRequest\x1a\x19.rlog.v1.TruncateResponse\x12\x39\n\x06Status\x12\x16.rlog.v1.StatusRequest\x1a\x17.rlog.v1.StatusResponse2\xc7\x01\n\x05\x41\x64min\x12>\n\x0bGrantPermit\x12\x16.rlog.v1.PermitRequest\x1a\x17.rlog.v1.StatusResponse\x12?\n\x0cRevokePermit\x12\x16.rlog.v1.PermitRequest\x1a\x17.rlog.v1.StatusResponse\x12=\n\x08StepDown\x12\x18.rlog.v1.StepDownRequest\x1a\x17.rlog.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rlog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=2248
-  _globals['_STATUS']._serialized_end=2309
-  _globals['_ACTIONTYPE']._serialized_start=2311
-  _globals['_ACTIONTYPE']._serialized_end=2358
-  _globals['_VERDICT']._serialized_start=2360
-  _globals['_VERDICT']._serialized_end=2406
+  _globals['_STATUS']._serialized_start=2285
+  _globals['_STATUS']._serialized_end=2346
+  _globals['_ACTIONTYPE']._serialized_start=2348
+  _globals['_ACTIONTYPE']._serialized_end=2395
+  _globals['_VERDICT']._serialized_start=2397
+  _globals['_VERDICT']._serialized_end=2443
   _globals['_ACTION']._serialized_start=24
   _globals['_ACTION']._serialized_end=242
   _globals['_METADATA']._serialized_start=245
@@ -53,44 +53,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POSITIONRANGE']._serialized_end=947
   _globals['_LEARNEDREQUEST']._serialized_start=950
   _globals['_LEARNEDREQUEST']._serialized_end=1138
-  _globals['_EMPTY']._serialized_start=1140
-  _globals['_EMPTY']._serialized_end=1147
-  _globals['_RECOVERREQUEST']._serialized_start=1149
-  _globals['_RECOVERREQUEST']._serialized_end=1181
-  _globals['_RECOVERRESPONSE']._serialized_start=1183
-  _globals['_RECOVERRESPONSE']._serialized_end=1295
-  _globals['_FETCHREQUEST']._serialized_start=1297
-  _globals['_FETCHREQUEST']._serialized_end=1358
-  _globals['_FETCHRESPONSE']._serialized_start=1360
-  _globals['_FETCHRESPONSE']._serialized_end=1424
-  _globals['_ENTRY']._serialized_start=1426
-  _globals['_ENTRY']._serialized_end=1466
-  _globals['_APPENDREQUEST']._serialized_start=1468
-  _globals['_APPENDREQUEST']._serialized_end=1511
-  _globals['_APPENDRESPONSE']._serialized_start=1513
-  _globals['_APPENDRESPONSE']._serialized_end=1605
-  _globals['_READREQUEST']._serialized_start=1607
-  _globals['_READREQUEST']._serialized_end=1706
-  _globals['_READRESPONSE']._serialized_start=1708
-  _globals['_READRESPONSE']._serialized_end=1755
-  _globals['_TAILREQUEST']._serialized_start=1757
-  _globals['_TAILREQUEST']._serialized_end=1784
-  _globals['_TRUNCATEREQUEST']._serialized_start=1786
-  _globals['_TRUNCATEREQUEST']._serialized_end=1815
-  _globals['_TRUNCATERESPONSE']._serialized_start=1817
-  _globals['_TRUNCATERESPONSE']._serialized_end=1853
-  _globals['_STATUSREQUEST']._serialized_start=1855
-  _globals['_STATUSREQUEST']._serialized_end=1870
-  _globals['_STATUSRESPONSE']._serialized_start=1873
-  _globals['_STATUSRESPONSE']._serialized_end=2194
-  _globals['_PERMITREQUEST']._serialized_start=2196
-  _globals['_PERMITREQUEST']._serialized_end=2227
-  _globals['_STEPDOWNREQUEST']._serialized_start=2229
-  _globals['_STEPDOWNREQUEST']._serialized_end=2246
-  _globals['_REPLICA']._serialized_start=2409
-  _globals['_REPLICA']._serialized_end=2708
-  _globals['_LOG']._serialized_start=2711
-  _globals['_LOG']._serialized_end=3078
-  _globals['_ADMIN']._serialized_start=3081
-  _globals['_ADMIN']._serialized_end=3280
+  _globals['_LEARNEDRESPONSE']._serialized_start=1140
+  _globals['_LEARNEDRESPONSE']._serialized_end=1175
+  _globals['_EMPTY']._serialized_start=1177
+  _globals['_EMPTY']._serialized_end=1184
+  _globals['_RECOVERREQUEST']._serialized_start=1186
+  _globals['_RECOVERREQUEST']._serialized_end=1218
+  _globals['_RECOVERRESPONSE']._serialized_start=1220
+  _globals['_RECOVERRESPONSE']._serialized_end=1332
+  _globals['_FETCHREQUEST']._serialized_start=1334
+  _globals['_FETCHREQUEST']._serialized_end=1395
+  _globals['_FETCHRESPONSE']._serialized_start=1397
+  _globals['_FETCHRESPONSE']._serialized_end=1461
+  _globals['_ENTRY']._serialized_start=1463
+  _globals['_ENTRY']._serialized_end=1503
+  _globals['_APPENDREQUEST']._serialized_start=1505
+  _globals['_APPENDREQUEST']._serialized_end=1548
+  _globals['_APPENDRESPONSE']._serialized_start=1550
+  _globals['_APPENDRESPONSE']._serialized_end=1642
+  _globals['_READREQUEST']._serialized_start=1644
+  _globals['_READREQUEST']._serialized_end=1743
+  _globals['_READRESPONSE']._serialized_start=1745
+  _globals['_READRESPONSE']._serialized_end=1792
+  _globals['_TAILREQUEST']._serialized_start=1794
+  _globals['_TAILREQUEST']._serialized_end=1821
+  _globals['_TRUNCATEREQUEST']._serialized_start=1823
+  _globals['_TRUNCATEREQUEST']._serialized_end=1852
+  _globals['_TRUNCATERESPONSE']._serialized_start=1854
+  _globals['_TRUNCATERESPONSE']._serialized_end=1890
+  _globals['_STATUSREQUEST']._serialized_start=1892
+  _globals['_STATUSREQUEST']._serialized_end=1907
+  _globals['_STATUSRESPONSE']._serialized_start=1910
+  _globals['_STATUSRESPONSE']._serialized_end=2231
+  _globals['_PERMITREQUEST']._serialized_start=2233
+  _globals['_PERMITREQUEST']._serialized_end=2264
+  _globals['_STEPDOWNREQUEST']._serialized_start=2266
+  _globals['_STEPDOWNREQUEST']._serialized_end=2283
+  _globals['_REPLICA']._serialized_start=2446
+  _globals['_REPLICA']._serialized_end=2755
+  _globals['_LOG']._serialized_start=2758
+  _globals['_LOG']._serialized_end=3125
+  _globals['_ADMIN']._serialized_start=3128
+  _globals['_ADMIN']._serialized_end=3327
 # @@protoc_insertion_point(module_scope)

@@ -398,6 +398,31 @@ class LearnedRequest(_message.Message):
 Global___LearnedRequest: _TypeAlias = LearnedRequest  # noqa: Y015
 
 @_typing.final
+class LearnedResponse(_message.Message):
+    """The answer to a Learned message. To a leader's heartbeat it says whether the peer still
+    follows that leader: an answer whose promise is above the heartbeat's proposal does not
+    (the leader's read index and check-quorum count answers; see docs/protocol.md). An older
+    replica answers Empty, which decodes as promised = 0.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROMISED_FIELD_NUMBER: _builtins.int
+    promised: _builtins.int
+    def __init__(
+        self,
+        *,
+        promised: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["promised", b"promised"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearnedResponse: _TypeAlias = LearnedResponse  # noqa: Y015
+
+@_typing.final
 class Empty(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

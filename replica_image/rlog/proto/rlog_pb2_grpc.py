@@ -47,7 +47,7 @@ class ReplicaStub:
         self.Learned = channel.unary_unary(
                 '/rlog.v1.Replica/Learned',
                 request_serializer=rlog__pb2.LearnedRequest.SerializeToString,
-                response_deserializer=rlog__pb2.Empty.FromString,
+                response_deserializer=rlog__pb2.LearnedResponse.FromString,
                 _registered_method=True)
         self.Recover = channel.unary_unary(
                 '/rlog.v1.Replica/Recover',
@@ -110,7 +110,7 @@ def add_ReplicaServicer_to_server(servicer, server):
             'Learned': grpc.unary_unary_rpc_method_handler(
                     servicer.Learned,
                     request_deserializer=rlog__pb2.LearnedRequest.FromString,
-                    response_serializer=rlog__pb2.Empty.SerializeToString,
+                    response_serializer=rlog__pb2.LearnedResponse.SerializeToString,
             ),
             'Recover': grpc.unary_unary_rpc_method_handler(
                     servicer.Recover,
@@ -203,7 +203,7 @@ class Replica:
             target,
             '/rlog.v1.Replica/Learned',
             rlog__pb2.LearnedRequest.SerializeToString,
-            rlog__pb2.Empty.FromString,
+            rlog__pb2.LearnedResponse.FromString,
             options,
             channel_credentials,
             insecure,

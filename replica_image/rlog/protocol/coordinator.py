@@ -159,6 +159,10 @@ class Coordinator:
         self.highest_seen = 0
         self.index = 0  # highest position known to hold a record at election
         self.next_position = 0  # where the next append goes (when leading)
+        # The last position of any batch acknowledged (chosen) so far. Batches in flight
+        # together may be chosen out of order, so this can be past the local replica's
+        # contiguous learned position; a linearizable read must wait for that to catch up.
+        self.acknowledged_end = 0
         self._outbox: list[Output] = []
         self._round_seq = 0
         self._election: tuple[int, _Election] | None = None
@@ -339,6 +343,7 @@ class Coordinator:
             return
         del self._writes[round_id]
         last = write.first + len(write.actions) - 1
+        self.acknowledged_end = max(self.acknowledged_end, last)
         self._broadcast(self._learned(ranges=[pb.PositionRange(first=write.first, last=last)]))
         for token, positions in write.tokens:
             self._outbox.append(Done(token, positions))

@@ -10,7 +10,10 @@ simulation in tests/paxos_sim.py) feeds it events and does what the return value
   `Coordinator.elect`) or `StandDown(reason)`;
 - `on_heartbeat(now, ...)` for a leader's heartbeat: `StepDown(reason)` when a coordinator of
   ours that is not idle must give way (call `Coordinator.step_down`);
-- `on_promise_accepted`, `on_leading`, `on_demoted`, `stepped_down`, `listen` record events;
+- `check_quorum(now)` every tick while leading: `StepDown(reason)` when a quorum has not
+  answered within two election timeouts (call `Coordinator.step_down`);
+- `on_peer_answered`, `on_promise_accepted`, `on_leading`, `on_demoted`, `stepped_down`,
+  `listen` record events;
 - `refuses(candidate, now)` and `live_leader(now)` answer questions.
 
 Each event asks for at most one thing, to be done at once (the pre-vote is a request and
@@ -37,7 +40,18 @@ The rules, in the order they are checked:
   electing, filling or leading: someone was elected above it, its next write would be
   rejected anyway;
 - asked to step down, a leader waits 2T before it may stand again, so another replica gets
-  the chance.
+  the chance;
+- check-quorum (as etcd raft's CheckQuorum): a leader records when each peer last answered
+  it (any Write or heartbeat reply); a leader that has not heard from a quorum, counting
+  itself, within 2T steps down, and waits 2T before standing again like any step-down. A
+  leader cut off from the majority thus stops calling itself leader by itself, about when
+  the majority (whose timers fire T to 2T after the last heartbeat) has elected another,
+  instead of leading for ever. The window is 2T, not T, like etcd's (which checks once per
+  T whether each peer was heard during the last T, so it steps down T to 2T after the last
+  answer): with a heartbeat every T/5, a lossy network or a slow peer must lose ten answers
+  in a row, from a quorum, to depose a healthy leader. Each peer counts as heard at
+  `on_leading`, so a new leader gets the full window to hear from them. Linearizable reads
+  do not depend on this timing (see read_index.py); it keeps Status and elections honest.
 
 Time is an injected clock: every call takes `now` in seconds (a monotonic clock in the node, a
 simulated one in tests), not logical ticks. The timeout T, the coordinator's back-off
@@ -59,6 +73,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import Phase
 
 NEVER = -math.inf
+CHECK_QUORUM_TIMEOUTS = 2  # a leader steps down after this many T without a quorum's answers
 
 
 class LocalReplica(Protocol):
@@ -201,6 +216,8 @@ class Election:
         self.voting_since: float | None = None  # None: not VOTING at the last tick
         self._leading = False  # between `on_leading` and `on_demoted`
         self._pre_vote: tuple[float, float] | None = None  # (started, quiet since then)
+        self.peer_answered: dict[int, float] = {}  # while leading: each peer's last answer
+        self.leading_since = NEVER  # when `on_leading` was last called
 
     def _fresh_timeout(self) -> float:
         return self.rng.uniform(self.election_timeout, 2 * self.election_timeout)
@@ -334,11 +351,40 @@ class Election:
 
     # ---- our own coordinator's leadership ----------------------------------------------
 
-    def on_leading(self) -> None:
+    def on_leading(self, now: float) -> None:
         """Our coordinator leads (its `Leading` output)."""
         self.leader_id = self.id
         self.leader_address = self.address
         self._leading = True
+        self.peer_answered = {}
+        self.leading_since = now
+
+    def on_peer_answered(self, now: float, peer: int) -> None:
+        """A peer answered our coordinator (a Write or heartbeat reply, whatever the
+        verdict): it is reachable, for the check-quorum."""
+        if peer != self.id:
+            self.peer_answered[peer] = now
+
+    def check_quorum(self, now: float) -> StepDown | None:
+        """While leading: `StepDown` if fewer than a quorum (counting ourselves) answered
+        within the last 2T. A peer not heard from since we lead counts as heard when we
+        started leading."""
+        if not self._leading or not self.coordinator.leading:
+            return None
+        window = CHECK_QUORUM_TIMEOUTS * self.election_timeout
+        since = now - window
+        heard = 1 + sum(
+            1
+            for peer in range(self.replicas)
+            if peer != self.id and self.peer_answered.get(peer, self.leading_since) > since
+        )
+        quorum = self.replicas // 2 + 1
+        if heard >= quorum:
+            return None
+        return StepDown(
+            f"check-quorum: heard from {heard} of {self.replicas} replicas (counting this "
+            f"one) within {window:g} s (two election timeouts); a quorum is {quorum}"
+        )
 
     def on_demoted(self, now: float, retry_after: float) -> bool:
         """Our coordinator stopped electing, filling or leading (its `Demoted` output):

@@ -9,14 +9,19 @@
 - followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
   VOTING replica ends up holding every chosen entry;
 - a replica that is not VOTING recovers first (`recovery`, `catchup`);
+- check-quorum: a leader that has not heard from a quorum within two election timeouts
+  steps down (the rule: election.py);
 - client API: appends, truncations and reads, which a follower passes to the leader
-  (`forwarding`).
+  (`forwarding`); a linearizable read waits until a heartbeat round sent after it arrived
+  is answered by a quorum that still follows this leader (the rules: read_index.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -25,7 +30,7 @@ from typing import Any
 import grpc
 
 from rlog.client.wire import Reason
-from rlog.config import ConfigError, ReplicaConfig
+from rlog.config import UNSAFE_NO_READ_INDEX_ENV, ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import (
     Coordinator,
@@ -40,6 +45,7 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.election import Election, StandDown
+from rlog.protocol.read_index import Confirmed, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
@@ -104,6 +110,15 @@ class Node:
             time.monotonic(),
             random.Random(),
         )
+        # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
+        self.read_index = ReadIndex(config.id, len(config.peers))
+        self._read_waiters: dict[object, asyncio.Future[None]] = {}
+        self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
+        if self.unsafe_no_read_index:
+            log.warning(
+                "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
+                UNSAFE_NO_READ_INDEX_ENV,
+            )
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._pump_scheduled = False
@@ -238,6 +253,8 @@ class Node:
             self.coordinator.step_down(step_down.reason)
             self._dispatch()
         self.coordinator.observe(request.proposal)
+        if not request.leader_learned:
+            return  # a read round's heartbeat: too frequent to time pulls by
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
@@ -297,13 +314,14 @@ class Node:
                     "elected with proposal %d, filling up to %d", output.proposal, output.index
                 )
             elif isinstance(output, Leading):
-                self.election.on_leading()
+                self.election.on_leading(time.monotonic())
                 self.reason = ""
                 log.info(
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
                 self.spawn(self._send_heartbeats())
             elif isinstance(output, Demoted):
+                self._fail_reads(f"not leading any more: {output.reason}")
                 if self.election.on_demoted(time.monotonic(), output.retry_after):
                     self.metrics.elections.labels("demoted").inc()
                 else:
@@ -318,6 +336,7 @@ class Node:
         self._dispatch()
 
     def _on_reply(self, send: Send, response: Response) -> None:
+        self.election.on_peer_answered(time.monotonic(), send.to)
         self.coordinator.on_reply(send.round, send.to, response)
         self._dispatch()
 
@@ -342,6 +361,7 @@ class Node:
         self.election.restart_timer()  # a (re)started loop first listens a full timeout
         while True:
             await asyncio.sleep(ELECTION_TICK)
+            self._check_quorum()
             if self.election.tick(time.monotonic()) is None:
                 continue
             outcome = self.election.on_pre_vote(time.monotonic(), await self._peer_statuses())
@@ -352,6 +372,20 @@ class Node:
             self.metrics.elections.labels("started").inc()
             self.coordinator.elect()
             self._dispatch()
+
+    def _check_quorum(self) -> None:
+        """Step down if a quorum has not answered lately (`Election.check_quorum`)."""
+        if self.unsafe_no_read_index:
+            return  # test only: as before check-quorum existed
+        now = time.monotonic()
+        step = self.election.check_quorum(now)
+        if step is None:
+            return
+        log.warning("stepping down: %s", step.reason)
+        self.metrics.elections.labels("check_quorum").inc()
+        self.coordinator.step_down(step.reason)
+        self._dispatch()
+        self.election.stepped_down(now)
 
     async def _peer_statuses(self) -> list[pb.StatusResponse | None]:
         """The pre-vote's question: every peer's Status (None: no answer in time)."""
@@ -379,7 +413,113 @@ class Node:
             log_id=self.config.log_id,
         )
         for peer in self.peers.values():
-            self.spawn(self.peers.send(Send(peer.id, heartbeat)))
+            self.spawn(self._heartbeat(peer, heartbeat, 0))
+
+    async def _heartbeat(self, peer: Peer, heartbeat: pb.LearnedRequest, round_id: int) -> None:
+        """Send one heartbeat; its answer counts for the check-quorum and, for a read round
+        (`round_id` > 0), for the read index."""
+        answer = await self.peers.heartbeat(peer, heartbeat)
+        if answer is None or self._stopped:
+            return
+        self.election.on_peer_answered(time.monotonic(), peer.id)
+        if round_id:
+            self.read_index.on_answer(round_id, peer.id, answer.promised)
+            self._drain_read_index()
+
+    # ---- the read index ----------------------------------------------------------------
+
+    async def _read_index_wait(self) -> None:
+        """Wait until a linearizable read may be served here (docs/protocol.md, "Linearizable
+        reads"): the read index is what this leader has acknowledged by now; a quorum must
+        follow it after now, and it must have learned up to the read index."""
+        index = max(self.core.learned, self.coordinator.acknowledged_end)
+        await self._confirm_leadership()
+        if self.core.learned >= index:
+            return
+        # A later batch was chosen before an earlier one still in flight: wait for that one.
+        deadline = time.monotonic() + self.config.append_timeout
+        while self.core.learned < index:
+            if not self.coordinator.leading:
+                raise RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
+            if time.monotonic() >= deadline:
+                raise RpcError(
+                    Reason.NOT_LEARNED,
+                    f"position {index} (acknowledged) is not learned on the leader yet",
+                )
+            self._learned_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
+
+    async def _confirm_leadership(self) -> None:
+        """Return once a quorum has followed this leader after now (a heartbeat round sent
+        after this call, answered by a quorum that has not promised a higher proposal);
+        raise if leadership is lost or cannot be confirmed in time."""
+        if self.unsafe_no_read_index:
+            return
+        token = object()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._read_waiters[token] = future
+        self.read_index.request(token, self.coordinator.proposal)
+        self._drain_read_index()
+        deadline = 2 * self.config.election_timeout
+        try:
+            await asyncio.wait_for(future, deadline)
+        except TimeoutError:
+            raise RpcError(
+                Reason.LEADERSHIP_UNCONFIRMED,
+                f"could not confirm within {deadline:g} s that a quorum still follows this "
+                "leader; the read was not served",
+            ) from None
+        finally:
+            self._read_waiters.pop(token, None)
+            self.read_index.cancel(token)
+
+    def _drain_read_index(self) -> None:
+        for output in self.read_index.take():
+            if isinstance(output, StartRound):
+                heartbeat = pb.LearnedRequest(
+                    proposal=output.proposal,
+                    leader=self.config.id,
+                    leader_address=self.config.address,
+                    log_id=self.config.log_id,
+                )
+                for peer in self.peers.values():
+                    self.spawn(self._heartbeat(peer, heartbeat, output.round))
+                # A round that lost answers is sent again (with every read still waiting).
+                asyncio.get_running_loop().call_later(
+                    self.config.heartbeat_interval, self._read_round_timeout, output.round
+                )
+            elif isinstance(output, Confirmed):
+                # The round counts this replica as following itself: only if its own
+                # acceptor has not promised a higher proposal either.
+                still_leading = (
+                    self.coordinator.leading
+                    and self.coordinator.proposal == output.proposal
+                    and self.core.promised <= output.proposal
+                )
+                for token in output.tokens:
+                    future = self._read_waiters.get(token)
+                    if future is None or future.done():
+                        continue
+                    if still_leading:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(
+                            RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
+                        )
+
+    def _read_round_timeout(self, round_id: int) -> None:
+        if self._stopped:
+            return
+        self.read_index.on_timeout(round_id)
+        self._drain_read_index()
+
+    def _fail_reads(self, reason: str) -> None:
+        """Leadership was lost: every read waiting for a confirmation fails (not served)."""
+        for token in self.read_index.cancel_all():
+            future = self._read_waiters.get(token)
+            if future is not None and not future.done():
+                future.set_exception(RpcError(Reason.NOT_LEADER, reason))
 
     # ---- client API --------------------------------------------------------------------
 
@@ -451,11 +591,14 @@ class Node:
                     yield response
                 return
             # This replica became the leader meanwhile.
+            await self._read_index_wait()
             async for entries in self.read_range(first, last, False):
                 yield pb.ReadResponse(entries=entries)
             return
         if not request.stale and not self.is_leader:
             raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
+        if not request.stale:
+            await self._read_index_wait()
         if request.stale and self.core.status != pb.VOTING:
             raise RpcError(
                 Reason.NOT_VOTING,

@@ -177,6 +177,16 @@ class Peers(Mapping[int, Peer]):
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
             await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
 
+    async def heartbeat(self, peer: Peer, message: pb.LearnedRequest) -> pb.LearnedResponse | None:
+        """Send a leader's heartbeat; the peer's answer (its promise), None if it did not
+        answer in time."""
+        try:
+            return await peer.replica.Learned(
+                message, timeout=max(1.0, self.config.election_timeout)
+            )
+        except (TimeoutError, grpc.aio.AioRpcError):
+            return None
+
     async def send(self, send: Send) -> None:
         message = send.message
         try:

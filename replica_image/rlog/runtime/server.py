@@ -49,9 +49,10 @@ class ReplicaService(pbg.ReplicaServicer):
 
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
-    ) -> pb.Empty:
+    ) -> pb.LearnedResponse:
         self.node.handle_learned(request)
-        return pb.Empty()
+        # Our promise tells a leader's heartbeat whether we still follow it (read index).
+        return pb.LearnedResponse(promised=self.node.core.promised)
 
     async def Recover(
         self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext
