@@ -116,8 +116,15 @@ def test_wiped_replica_recovers_while_peer_messages_are_lost(tmp_path):
         cuts = sum(p.cuts for p in cluster.proxies)
         print(f"connections cut: {cuts}")
         assert cuts >= 5, "the proxies must have cut connections"
-        log = (tmp_path / f"replica-{victim}.log").read_text()
-        assert "catching up" in log and "RECOVERING -> VOTING" in log
+        log_path = tmp_path / f"replica-{victim}.log"
+
+        def logged_recovery() -> bool:
+            # The replica reports VOTING as soon as its status changes in memory; the log line
+            # follows once that change is durable, so wait for it rather than race it.
+            log = log_path.read_text()
+            return "catching up" in log and "RECOVERING -> VOTING" in log
+
+        cluster.wait(logged_recovery, 30, "the wiped replica's log to show its catch-up")
         report = consistency.check_sync(cluster.listen, acknowledged, settle_timeout=60)
         assert report.ok, str(report)
     finally:
