@@ -86,18 +86,9 @@ def choose_fill_value(position: int, replies: list[pb.Action]) -> tuple[pb.Actio
             best = action
     if best is None:
         return pb.Action(position=position, type=pb.NOP), False
-    return (
-        pb.Action(
-            position=position,
-            type=best.type,
-            value=best.value,
-            truncate_to=best.truncate_to,
-            tombstone=best.tombstone,
-            origin_proposal=best.origin_proposal,
-            origin_leader=best.origin_leader,
-        ),
-        False,
-    )
+    fill = entry_of(best)
+    fill.position = position
+    return fill, False
 
 
 def entry_of(action: pb.Action) -> pb.Action:

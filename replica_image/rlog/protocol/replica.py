@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
 
 
@@ -243,19 +244,9 @@ class ReplicaCore:
             guard = self._guard(position, record)
             if request.proposal < guard:
                 return Reply(self._reject_write(guard), None)
-            accepted.append(
-                pb.Action(
-                    position=position,
-                    promised=request.proposal,
-                    performed=request.proposal,
-                    type=incoming.type,
-                    value=incoming.value,
-                    truncate_to=incoming.truncate_to,
-                    tombstone=incoming.tombstone,
-                    origin_proposal=incoming.origin_proposal,
-                    origin_leader=incoming.origin_leader,
-                )
-            )
+            action = entry_of(incoming)  # the proposable part, origin included
+            action.promised = action.performed = request.proposal
+            accepted.append(action)
         for action in accepted:
             self._overlay[action.position] = action
             self.end = max(self.end, action.position)
