@@ -296,8 +296,8 @@ class Coordinator:
         if position < self.local.begin:
             return Elsewhere.TRUNCATED
         if position > self.index:
-            # The election's quorum held no record there when it promised our proposal:
-            # nothing can be chosen there below it, and we append there next.
+            # The election's quorum held no record there when it promised our proposal, so
+            # nothing was chosen there below the fill's (none lies between); we append there.
             return None
         if position in self._filled:
             return self._filled[position]
