@@ -13,7 +13,7 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   adopt a learned value, else the value with the highest `performed`, else a NOP; a client
   batch (one request's entries) is re-proposed only if it is that value at all of its
   positions, in one write, and replaced by NOPs otherwise, so it is chosen all or none
-  (chunks go one at a time, promising the positions a batch reaches beyond the chunk);
+  (one chunk promises at a time, with the positions a batch reaches beyond it);
 - lead: positions index+1... are written at `proposal`; appends arriving together become one
   write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
   then a learned message goes to every replica; each entry carries its origin (this
@@ -263,10 +263,7 @@ class Coordinator:
         return self.proposal + 1
 
     def _pump_fills(self) -> None:
-        # The batch rule needs a chunk's neighbours settled or promised by this very round,
-        # and one proposal must never carry two values at a position: one chunk at a time.
-        inflight = self.config.max_inflight_batches if self.config.split_fill else 1
-        while self._to_fill and len(self._fills) < inflight:
+        while self._to_fill and self._may_start_fill():
             positions: list[int] = []
             while self._to_fill and len(positions) < self.config.fill_batch:
                 position = self._to_fill.popleft()
@@ -284,6 +281,16 @@ class Coordinator:
             self._filled.clear()
             self._outbox.append(Leading(self.proposal, self.next_position))
             self.pump()
+
+    def _may_start_fill(self) -> bool:
+        if len(self._fills) >= self.config.max_inflight_batches:
+            return False
+        if self.config.split_fill:
+            return True
+        # The batch rule: a round's extensions may take any queued position, and one proposal
+        # must never carry two values at a position, so one round at a time promises; rounds
+        # whose values are decided only write, and the next round may promise meanwhile.
+        return all(fill.writing is not None for fill in self._fills.values())
 
     def _send_fill_stage(self, fill: FillRound, request: pb.PromiseRequest) -> None:
         round_id = self._new_round()
@@ -334,6 +341,7 @@ class Coordinator:
                 self._broadcast(self._learned(actions=[learned(a) for a in fill.adopted]))
             if decided is not None:
                 self._broadcast(decided, round_id)
+                self._pump_fills()  # the next round may promise while this one writes
                 return
         else:
             self._broadcast(self._learned(actions=[learned(a) for a in fill.writing]))
