@@ -16,6 +16,12 @@ replica that hears a live leader refuses other candidates' implicit promises, as
 Heartbeats are answered (a message back that may be lost like any other); a leader that has
 not had answers (to heartbeats or writes) from a quorum within 2T steps down at its next
 `advance` (check-quorum), as rlog does.
+
+Requests may carry several entries (`propose_batch`, one `Append` call's values); the
+simulation checks at every step that a batch is never chosen in part nor scattered (every
+learned position of its range holds its entry, in order) and, after `settle`, that it is
+whole or absent (`check_batches`). `split_fill` turns the batch-aware fill off, as the
+test-only `RLOG_UNSAFE_SPLIT_FILL=1` does, to show that the check finds the difference.
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ class Sim:
     # position -> origin of the acknowledged request's own write (its leader's proposal, id)
     acknowledged_origin: dict[int, tuple] = field(default_factory=dict)
     values_sent: int = 0
-    payloads: list[bytes] = field(default_factory=list)  # every append value proposed
+    payloads: list[bytes] = field(default_factory=list)  # every single append value proposed
     failed: list[Failed] = field(default_factory=list)
     refuse_rivals: bool = False
     now: float = 0.0  # the simulated clock of the election rules
@@ -94,6 +100,14 @@ class Sim:
     # requests repeating a payload already learned at the position their leader writes next
     duplicates_of_learned: int = 0
     quorum_step_downs: int = 0  # leaders that stepped down by check-quorum
+    split_fill: bool = False  # the test-only per-position fill (RLOG_UNSAFE_SPLIT_FILL)
+    # Multi-entry requests: each batch's payloads in order, which batch and index a payload
+    # is, and where a batch sits (its first position) once any of its entries is learned.
+    batches: list[list[bytes]] = field(default_factory=list)
+    batch_member: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    batch_base: dict[int, int] = field(default_factory=dict)
+    # position -> (batch, index) of the entry a placed batch needs there
+    batch_slots: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.storages = [MemoryStorage() for _ in range(self.replicas)]
@@ -108,7 +122,9 @@ class Sim:
         self.pending: dict[tuple[int, str], tuple] = {}
 
     def _new_coordinator(self, replica: int) -> Coordinator:
-        config = CoordinatorConfig(fill_batch=3, max_batch_entries=3, max_inflight_batches=2)
+        config = CoordinatorConfig(
+            fill_batch=3, max_batch_entries=3, max_inflight_batches=2, split_fill=self.split_fill
+        )
         return Coordinator(
             replica, self.replicas, self.cores[replica], config, random.Random(self.seed + replica)
         )
@@ -190,6 +206,21 @@ class Sim:
         coord.pump()
         self._drain(c)
 
+    def propose_batch(self, c: int, size: int) -> None:
+        """One request of `size` entries (one `Append` call with several values)."""
+        self.values_sent += 1
+        batch = len(self.batches)
+        values = [f"c{c}-b{batch}-{i}".encode() for i in range(size)]
+        self.batches.append(values)
+        for i, value in enumerate(values):
+            self.batch_member[value] = (batch, i)
+        actions = [pb.Action(type=pb.APPEND, value=value) for value in values]
+        token = (c, f"batch{batch}")
+        self.pending[token] = [entry(a) for a in actions]
+        self.coords[c].propose(token, actions)
+        self.coords[c].pump()
+        self._drain(c)
+
     def propose_duplicate(self, c: int, value: bytes) -> None:
         """A new request (its own token) whose value repeats one proposed earlier, by any
         coordinator: two clients appending identical payloads. Each must be acknowledged
@@ -211,10 +242,13 @@ class Sim:
         position = self.coords[c].next_position
         held = [core.get(position) for core in self.cores]
         candidates = [a.value for a in held if a is not None and a.type == pb.APPEND]
+        # A batch's payloads stay unique, so that where they are learned says where the
+        # batch is (its entries are recognized by payload, never by the fields under test).
+        candidates = [v for v in candidates if v not in self.batch_member]
         return candidates or self.payloads[-4:]
 
     def _propose_append(self, c: int, token: tuple[int, str], value: bytes) -> None:
-        self.pending[token] = entry(pb.Action(type=pb.APPEND, value=value))
+        self.pending[token] = [entry(pb.Action(type=pb.APPEND, value=value))]
         self.coords[c].propose(token, [pb.Action(type=pb.APPEND, value=value)])
 
     def truncate(self, c: int, to: int) -> None:
@@ -222,7 +256,7 @@ class Sim:
         token = (c, f"truncate-{to}-{self.values_sent}")
         self.values_sent += 1
         action = pb.Action(type=pb.TRUNCATE, truncate_to=to)
-        self.pending[token] = entry(action)
+        self.pending[token] = [entry(action)]
         coord.propose(token, [action])
         coord.pump()
         self._drain(c)
@@ -349,12 +383,17 @@ class Sim:
             elif isinstance(output, SetTimer):
                 self.timers.append((c, output.round))
             elif isinstance(output, Done):
-                value = self.pending.pop(output.token)
-                (position,) = output.positions
-                if position in self.acknowledged:
-                    raise Violation(f"position {position} acknowledged twice")
-                self.acknowledged[position] = value
-                self.acknowledged_origin[position] = (self.coords[c].proposal, c)
+                values = self.pending.pop(output.token)
+                positions = output.positions
+                if len(positions) != len(values) or positions != list(
+                    range(positions[0], positions[0] + len(values))
+                ):
+                    raise Violation(f"{output.token} acknowledged at positions {positions}")
+                for position, value in zip(positions, values, strict=True):
+                    if position in self.acknowledged:
+                        raise Violation(f"position {position} acknowledged twice")
+                    self.acknowledged[position] = value
+                    self.acknowledged_origin[position] = (self.coords[c].proposal, c)
             elif isinstance(output, Failed):
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
@@ -385,6 +424,51 @@ class Sim:
                     raise Violation(
                         f"position {position} learned as {seen} and as {value} (replica {i})"
                     )
+                if seen is value:
+                    self._check_batch_at(position, action)
+
+    def _check_batch_at(self, position: int, action: pb.Action) -> None:
+        """A position was learned for the first time: if it is a batch's entry, the batch sits
+        at consecutive positions and every learned position of its range holds its entry;
+        if it lies in a placed batch's range, it holds that batch's entry there."""
+        member = self.batch_member.get(action.value) if action.type == pb.APPEND else None
+        expected = self.batch_slots.get(position)
+        if expected is not None and member != expected:
+            batch, index = expected
+            raise Violation(
+                f"batch {batch} is chosen in part: its entry {index} belongs at {position}, "
+                f"which was chosen as {entry(action)}"
+            )
+        if member is None:
+            return
+        batch, index = member
+        base = position - index
+        placed = self.batch_base.setdefault(batch, base)
+        if placed != base:
+            raise Violation(
+                f"batch {batch} scattered: its entry {index} at {position}, its start at {placed}"
+            )
+        if expected is not None:
+            return  # already placed: its range was checked then
+        for i in range(len(self.batches[batch])):
+            slot = base + i
+            self.batch_slots[slot] = (batch, i)
+            held = self.chosen.get(slot)
+            if held is not None and (held[0], held[1]) != (pb.APPEND, self.batches[batch][i]):
+                raise Violation(
+                    f"batch {batch} is chosen in part: its entry {i} belongs at {slot}, "
+                    f"which was chosen as {held[:4]}"
+                )
+
+    def check_batches(self) -> None:
+        """After `settle` (the leader has learned every position up to its index): a batch
+        with any entry chosen is chosen whole (positions truncated away aside)."""
+        begin = self.cores[0].begin
+        for slot, (batch, i) in self.batch_slots.items():
+            if slot >= begin and slot not in self.chosen:
+                raise Violation(
+                    f"batch {batch} is chosen in part: its entry {i} at {slot} was never chosen"
+                )
 
     def settle(self) -> Coordinator:
         """Heal the network and let one fresh coordinator take over; return it leading.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from paxos_sim import Sim, is_learned_message, run
+import pytest
+from paxos_sim import Sim, Violation, is_learned_message, run
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import FailureKind, Phase
@@ -241,3 +242,59 @@ def test_a_later_batch_can_be_acknowledged_before_an_earlier_one_is_learned():
     sim.network.extend(held)
     run(sim)
     assert coord.acknowledged_end == 6 and sim.cores[0].learned == 6
+
+
+def minority_batch_then_new_leader(split_fill: bool, tail_quorum: tuple[int, int]) -> Sim:
+    """Leader 0 writes a 5-entry batch (positions 1..5) that only replica 2 accepts, then
+    coordinator 1 is elected by replicas 1 and 2 and fills 1..5 in chunks of 3: promises
+    for positions 1..3 are answered by replicas 1 and 2 (which sees the batch), those for
+    4 and 5 by `tail_quorum`."""
+    sim = Sim(3, 2, split_fill=split_fill)
+    elected(sim, 0)
+    sim.propose_batch(0, 5)
+    run(sim, keep=lambda m: m.replica == 2)  # the write reaches replica 2 alone
+    assert not sim.acknowledged
+
+    def answered_by(request: pb.PromiseRequest) -> tuple[int, ...]:
+        if request.positions and min(request.positions) >= 4:
+            return tail_quorum
+        return (1, 2)
+
+    sim.elect(1)
+    run(
+        sim,
+        keep=lambda m: (
+            m.coordinator == 1
+            and (
+                not isinstance(m.request, pb.PromiseRequest) or m.replica in answered_by(m.request)
+            )
+        ),
+    )
+    assert sim.coords[1].leading and sim.coords[1].next_position == 6
+    return sim
+
+
+def test_a_minority_batch_is_filled_whole_when_the_tail_quorum_sees_it():
+    sim = minority_batch_then_new_leader(split_fill=False, tail_quorum=(1, 2))
+    held = [sim.cores[1].get(p) for p in range(1, 6)]
+    assert [a.value for a in held] == sim.batches[0]
+    assert all(sim.cores[1].is_learned(p) for p in range(1, 6))
+    sim.check_batches()
+
+
+def test_a_minority_batch_is_dropped_whole_when_the_tail_quorum_does_not_see_it():
+    # Positions 1..3 show the batch, 4 and 5 (promised by replicas 0 and 1) do not: it was
+    # chosen nowhere, and the fill replaces all five entries by NOPs, never the first three
+    # alone.
+    sim = minority_batch_then_new_leader(split_fill=False, tail_quorum=(0, 1))
+    held = [sim.cores[1].get(p) for p in range(1, 6)]
+    assert [a.type for a in held] == [pb.NOP] * 5
+    assert all(sim.cores[1].is_learned(p) for p in range(1, 6))
+    sim.check_batches()
+
+
+def test_the_split_fill_chooses_a_minority_batch_in_part():
+    # The test-only per-position fill of before: the first chunk re-proposes the batch's
+    # first three entries, the second (promised by another quorum) fills 4 and 5 with NOPs.
+    with pytest.raises(Violation, match="chosen in part"):
+        minority_batch_then_new_leader(split_fill=True, tail_quorum=(0, 1))

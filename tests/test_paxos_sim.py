@@ -7,8 +7,10 @@ and in half of the schedules the refusal of rivals) and at arbitrary moments (`e
 harshest case for safety). Checked after every step: no position is ever learned with two
 different values; no position is acknowledged to two requests (some appends repeat an earlier
 request's payload, as two clients appending identical values would: acknowledging both at one
-position would lose one); at the end: every value a coordinator reported as appended is the
-learned value at its position.
+position would lose one); no client batch (the entries of one request, 2 to 5 of them, with
+fills in chunks of 3 so that batches cross chunks) is chosen in part or scattered; at the end:
+every value a coordinator reported as appended is the learned value at its position, and every
+batch is chosen whole at consecutive positions or not at all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paxos_sim import Sim, T, run
+from paxos_sim import Sim, T, Violation, run
 
 # Weighted so that leaders get work done between faults: a schedule where every step may
 # fire a timer or start an election rarely acknowledges anything and so proves little.
@@ -31,6 +33,7 @@ WEIGHTS = {
     "advance": 2,
     "pre_vote": 2,
     "propose": 8,
+    "propose_batch": 4,
     "propose_duplicate": 2,
     "crash": 1,
     "truncate": 1,
@@ -76,6 +79,8 @@ def run_schedule(sim: Sim, steps: int, choose, actions: tuple[str, ...] = ACTION
             sim.answer_pre_vote(choose("pre-vote", len(sim.pre_votes)))
         elif action == "propose" and sim.coords[c].leading:
             sim.propose(c, 1 + choose("count", 4))
+        elif action == "propose_batch" and sim.coords[c].leading:
+            sim.propose_batch(c, 2 + choose("size", 4))
         elif action == "propose_duplicate" and sim.payloads:
             # Through the leader with the lowest proposal: when two lead, that is the stale
             # one, whose next position its successor may have chosen already.
@@ -92,6 +97,7 @@ def run_schedule(sim: Sim, steps: int, choose, actions: tuple[str, ...] = ACTION
     sim.settle()
     sim.check()
     sim.check_acknowledged()
+    sim.check_batches()
 
 
 @settings(
@@ -160,6 +166,27 @@ def test_stale_leader_sweep():
         run_schedule(sim, 400, lambda kind, n, rng=rng: rng.randrange(n), STALE_LEADER_ACTIONS)
         repeated += sim.duplicates_of_learned
     assert repeated > 20, "schedules must repeat payloads already chosen where a leader writes"
+
+
+def test_the_split_fill_is_caught_choosing_batches_in_part():
+    """The batch check can fail: with the batch-aware fill off (the test-only split fill, as
+    `RLOG_UNSAFE_SPLIT_FILL=1`), the sweep's own schedules choose a batch in part (seed 19
+    is the first, 3 of the first 250; none of 3000 with the batch rule)."""
+    for seed in range(250):
+        rng = random.Random(seed)
+        sim = Sim(
+            rng.choice([3, 5]),
+            rng.randint(2, 3),
+            seed,
+            refuse_rivals=seed % 2 == 0,
+            split_fill=True,
+        )
+        try:
+            run_schedule(sim, 400, lambda kind, n, rng=rng: rng.randrange(n))
+        except Violation as violation:
+            assert "chosen in part" in violation.text, violation.text
+            return
+    pytest.fail("no schedule chose a batch in part with the split fill")
 
 
 def test_fault_free_run_acknowledges_everything():

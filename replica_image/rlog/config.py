@@ -6,6 +6,7 @@ Every check raises `ConfigError` with a one-line message the CLI prints as is.
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,18 @@ DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
 # that. (Check-quorum alone only narrows the window, to the moments between the majority's
 # new leader acknowledging appends and the old leader stepping down.)
 UNSAFE_NO_READ_INDEX_ENV = "RLOG_UNSAFE_NO_READ_INDEX"
+
+# TEST ONLY, never in production: with this environment variable set to 1, a new leader's fill
+# and catch-up's fill settle each position on its own (the fill of before client batches were
+# marked), so the entries of one `Append` call accepted by a minority can end up chosen in
+# part: some re-proposed, the rest NOPs. The randomized simulation (tests/paxos_sim.py) turns
+# the same rule off to show that its all-or-none check catches that.
+UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
+
+
+def unsafe_split_fill() -> bool:
+    """Whether the test-only split fill is on (`RLOG_UNSAFE_SPLIT_FILL=1`)."""
+    return os.environ.get(UNSAFE_SPLIT_FILL_ENV) == "1"
 
 
 class ConfigError(ValueError):

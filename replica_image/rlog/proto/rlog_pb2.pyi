@@ -97,6 +97,8 @@ class Action(_message.Message):
     TOMBSTONE_FIELD_NUMBER: _builtins.int
     ORIGIN_PROPOSAL_FIELD_NUMBER: _builtins.int
     ORIGIN_LEADER_FIELD_NUMBER: _builtins.int
+    BATCH_FIRST_FIELD_NUMBER: _builtins.int
+    BATCH_LAST_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     promised: _builtins.int
     """proposal this position was last explicitly promised to"""
@@ -119,6 +121,13 @@ class Action(_message.Message):
     entry, never for an identical one of another request (docs/protocol.md).
     """
     origin_leader: _builtins.int
+    batch_first: _builtins.int
+    """The positions of the client request (one `Append` call) this entry belongs to, set by the
+    leader that placed it; 0/0 for a single entry (and entries stored before the fields
+    existed): a batch of one. Part of the value like the origin: a fill chooses a batch's
+    entries all or none, at these positions (docs/protocol.md, "Atomic batches").
+    """
+    batch_last: _builtins.int
     def __init__(
         self,
         *,
@@ -132,10 +141,12 @@ class Action(_message.Message):
         tombstone: _builtins.bool = ...,
         origin_proposal: _builtins.int = ...,
         origin_leader: _builtins.int = ...,
+        batch_first: _builtins.int = ...,
+        batch_last: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_first", b"batch_first", "batch_last", b"batch_last", "learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

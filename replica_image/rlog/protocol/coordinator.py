@@ -10,7 +10,10 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   a quorum of ACCEPT elects; index = the highest `end` in those replies;
 - fill every position in [begin, index] the local replica has not learned: explicit promise
   at proposal + 1 (a number no implicit promise of ours ever used for these positions), then
-  adopt a learned value, else the value with the highest `performed`, else a NOP;
+  adopt a learned value, else the value with the highest `performed`, else a NOP; a client
+  batch (one request's entries) is re-proposed only if it is that value at all of its
+  positions, in one write, and replaced by NOPs otherwise, so it is chosen all or none
+  (one chunk promises at a time, with the positions a batch reaches beyond it);
 - lead: positions index+1... are written at `proposal`; appends arriving together become one
   write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
   then a learned message goes to every replica; each entry carries its origin (this
@@ -31,7 +34,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.consensus import FillRound, Outcome, Tally, entry_of, learned
+from rlog.protocol.consensus import (
+    BatchKey,
+    Elsewhere,
+    FillRound,
+    Outcome,
+    Tally,
+    batch_of,
+    entry_of,
+    learned,
+)
 
 
 class LocalReplica(Protocol):
@@ -44,6 +56,8 @@ class LocalReplica(Protocol):
     def promised(self) -> int: ...
 
     def unlearned(self, first: int, last: int) -> Iterable[int]: ...
+
+    def get(self, position: int) -> pb.Action | None: ...
 
 
 class Phase(enum.Enum):
@@ -135,6 +149,10 @@ class CoordinatorConfig:
     max_batch_bytes: int = 8 * 1024 * 1024
     max_inflight_batches: int = 4
     fill_batch: int = 256  # positions per explicit-promise round
+    # TEST ONLY (RLOG_UNSAFE_SPLIT_FILL=1): fill each position on its own, several chunks in
+    # parallel, as before client batches were marked: a batch accepted by a minority can
+    # then be chosen in part. The randomized simulation uses it to show that it finds that.
+    split_fill: bool = False
 
 
 class Coordinator:
@@ -168,6 +186,10 @@ class Coordinator:
         self._election: tuple[int, _Election] | None = None
         self._fills: dict[int, FillRound] = {}
         self._to_fill: deque[int] = deque()
+        # Positions a fill's extension took from `_to_fill` (skipped when it comes to them),
+        # and the batch of each position this election's fill settled (None: no batch).
+        self._claimed: set[int] = set()
+        self._filled: dict[int, BatchKey | None] = {}
         self._writes: dict[int, _Write] = {}
         self._queue: deque[tuple[Hashable, list[pb.Action]]] = deque()
 
@@ -241,21 +263,55 @@ class Coordinator:
         return self.proposal + 1
 
     def _pump_fills(self) -> None:
-        while self._to_fill and len(self._fills) < self.config.max_inflight_batches:
-            positions = [
-                self._to_fill.popleft()
-                for _ in range(min(self.config.fill_batch, len(self._to_fill)))
-            ]
-            round_id = self._new_round()
-            fill = FillRound(positions, self.fill_proposal, self.replicas, self.quorum)
-            self._fills[round_id] = fill
-            self._broadcast(fill.promise_request(self.id, self.log_id), round_id)
-            self._outbox.append(SetTimer(round_id, self.config.fill_timeout))
+        while self._to_fill and self._may_start_fill():
+            positions: list[int] = []
+            while self._to_fill and len(positions) < self.config.fill_batch:
+                position = self._to_fill.popleft()
+                if position not in self._claimed:
+                    positions.append(position)
+            if not positions:
+                continue
+            elsewhere = None if self.config.split_fill else self._settled_elsewhere
+            fill = FillRound(positions, self.fill_proposal, self.replicas, self.quorum, elsewhere)
+            self._send_fill_stage(fill, fill.promise_request(self.id, self.log_id))
         if not self._to_fill and not self._fills and self.phase == Phase.FILLING:
             self.phase = Phase.LEADING
             self.next_position = self.index + 1
+            self._claimed.clear()
+            self._filled.clear()
             self._outbox.append(Leading(self.proposal, self.next_position))
             self.pump()
+
+    def _may_start_fill(self) -> bool:
+        if len(self._fills) >= self.config.max_inflight_batches:
+            return False
+        if self.config.split_fill:
+            return True
+        # The batch rule: a round's extensions may take any queued position, and one proposal
+        # must never carry two values at a position, so one round at a time promises; rounds
+        # whose values are decided only write, and the next round may promise meanwhile.
+        return all(fill.writing is not None for fill in self._fills.values())
+
+    def _send_fill_stage(self, fill: FillRound, request: pb.PromiseRequest) -> None:
+        round_id = self._new_round()
+        self._fills[round_id] = fill
+        self._broadcast(request, round_id)
+        self._outbox.append(SetTimer(round_id, self.config.fill_timeout))
+
+    def _settled_elsewhere(self, position: int) -> BatchKey | Elsewhere | None:
+        """What this fill knows of a position outside the current round (the batch rule)."""
+        if position < self.local.begin:
+            return Elsewhere.TRUNCATED
+        if position > self.index:
+            # The election's quorum held no record there when it promised our proposal, so
+            # nothing was chosen there below the fill's (none lies between); we append there.
+            return None
+        if position in self._filled:
+            return self._filled[position]
+        record = self.local.get(position)
+        if record is not None and record.learned:
+            return Elsewhere.TRUNCATED if record.tombstone else batch_of(record)
+        return Elsewhere.UNKNOWN  # still queued: the round promises it as an extension
 
     def _on_fill_reply(
         self,
@@ -271,11 +327,21 @@ class Coordinator:
             self._demote(self._round_failure("fill", fill.tally))
             return
         if fill.writing is None:
-            write = fill.decide(self.id, self.log_id)
+            decided = fill.decide(self.id, self.log_id)
+            if isinstance(decided, pb.PromiseRequest):
+                # A batch reaches beyond the round: promise those positions too (a new
+                # round id, so late replies of the previous stage are not counted).
+                self._claimed.update(decided.positions)
+                del self._fills[round_id]
+                self._send_fill_stage(fill, decided)
+                return
+            for position, action in fill.values.items():
+                self._filled[position] = batch_of(action)
             if fill.adopted:
                 self._broadcast(self._learned(actions=[learned(a) for a in fill.adopted]))
-            if write is not None:
-                self._broadcast(write, round_id)
+            if decided is not None:
+                self._broadcast(decided, round_id)
+                self._pump_fills()  # the next round may promise while this one writes
                 return
         else:
             self._broadcast(self._learned(actions=[learned(a) for a in fill.writing]))
@@ -310,6 +376,9 @@ class Coordinator:
                     break
                 self._queue.popleft()
                 positions = []
+                # A request's entries travel in one write and carry their bounds, so that a
+                # fill can choose them all or none (single entries: 0/0, a batch of one).
+                bounds = (self.next_position, self.next_position + len(actions) - 1)
                 for action in actions:
                     entry = entry_of(action)
                     entry.position = self.next_position
@@ -317,6 +386,7 @@ class Coordinator:
                     # since one coordinator at most is elected at a proposal.
                     entry.origin_proposal = self.proposal
                     entry.origin_leader = self.id
+                    entry.batch_first, entry.batch_last = bounds if len(actions) > 1 else (0, 0)
                     positions.append(self.next_position)
                     self.next_position += 1
                     batch.append(entry)
@@ -424,6 +494,8 @@ class Coordinator:
         self._queue.clear()
         self._fills.clear()
         self._to_fill.clear()
+        self._claimed.clear()
+        self._filled.clear()
         self._election = None
         self.phase = Phase.IDLE
         lo = self.config.retry_backoff

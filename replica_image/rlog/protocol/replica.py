@@ -39,6 +39,8 @@ def same_value(a: pb.Action, b: pb.Action) -> bool:
         and a.tombstone == b.tombstone
         and a.origin_proposal == b.origin_proposal
         and a.origin_leader == b.origin_leader
+        and a.batch_first == b.batch_first
+        and a.batch_last == b.batch_last
     )
 
 

@@ -6,7 +6,9 @@ Two steps, cheapest first:
    is past our position says the prefix was truncated and we skip it in one step;
 2. fill: positions still unlearned (chosen but learned nowhere yet, or in flight at the
    leader) are settled by Paxos (`FillRound`), batched, each round with a timeout and a retry
-   above the highest proposal seen after a random back-off in [T, 2T). Positions the leader
+   above the highest proposal seen after a random back-off in [T, 2T). A round judges a
+   client batch on all its positions (promising those beyond the round, if any), so that
+   the batch is chosen all or none, as the leader's fill does. Positions the leader
    is still writing are waited for briefly first, so catch-up does not depose a healthy
    leader for entries it is about to learn anyway.
 Then the replica adopts the highest promise of the replicas it recovered from and turns
@@ -22,9 +24,9 @@ from collections.abc import Callable
 
 import grpc
 
-from rlog.config import ReplicaConfig
+from rlog.config import ReplicaConfig, unsafe_split_fill
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.consensus import FillRound, Outcome
+from rlog.protocol.consensus import BatchKey, Elsewhere, FillRound, Outcome, batch_of
 from rlog.protocol.recover import Decision
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.peers import Peers
@@ -135,13 +137,21 @@ class CatchUp:
     async def _fill_round(self, positions: list[int]) -> Outcome:
         config = self.config
         replicas = len(config.peers)
-        fill = FillRound(positions, self.highest_seen + 1, replicas, replicas // 2 + 1)
-        fill.add(config.id, None)  # this replica is not VOTING: it cannot accept
+        elsewhere = None if unsafe_split_fill() else self._settled_elsewhere
+        proposal = self.highest_seen + 1
+        fill = FillRound(positions, proposal, replicas, replicas // 2 + 1, elsewhere)
+        # The next round goes above this one: its extension may reach positions this one
+        # promised, and a replica refuses a second promise at the same proposal.
+        self.highest_seen = max(self.highest_seen, proposal)
+        request: pb.PromiseRequest | pb.WriteRequest | None
         request = fill.promise_request(config.id, config.log_id)
-        outcome = await self._round(fill, request)
-        if outcome != Outcome.ACCEPTED:
-            return outcome
-        write = fill.decide(config.id, config.log_id)
+        while isinstance(request, pb.PromiseRequest):
+            fill.add(config.id, None)  # this replica is not VOTING: it cannot accept
+            outcome = await self._round(fill, request)
+            if outcome != Outcome.ACCEPTED:
+                return outcome
+            request = fill.decide(config.id, config.log_id)  # an extension, or the write
+        write = request
         if write is not None:
             fill.add(config.id, None)
             outcome = await self._round(fill, write)
@@ -150,6 +160,16 @@ class CatchUp:
         learned = pb.LearnedRequest(actions=fill.chosen(), log_id=config.log_id)
         self.peers.broadcast_learned(learned)
         return Outcome.ACCEPTED
+
+    def _settled_elsewhere(self, position: int) -> BatchKey | Elsewhere | None:
+        """What a fill round knows of a position outside it (the batch rule)."""
+        core = self.core
+        if position < core.begin:
+            return Elsewhere.TRUNCATED
+        record = core.get(position)
+        if record is not None and record.learned:
+            return Elsewhere.TRUNCATED if record.tombstone else batch_of(record)
+        return Elsewhere.UNKNOWN
 
     async def _round(
         self, fill: FillRound, request: pb.PromiseRequest | pb.WriteRequest

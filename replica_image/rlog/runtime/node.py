@@ -30,7 +30,13 @@ from typing import Any
 import grpc
 
 from rlog.client.wire import Reason
-from rlog.config import UNSAFE_NO_READ_INDEX_ENV, ConfigError, ReplicaConfig
+from rlog.config import (
+    UNSAFE_NO_READ_INDEX_ENV,
+    UNSAFE_SPLIT_FILL_ENV,
+    ConfigError,
+    ReplicaConfig,
+    unsafe_split_fill,
+)
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import (
     Coordinator,
@@ -86,6 +92,7 @@ class Node:
                 max_batch_entries=config.max_batch_entries,
                 max_batch_bytes=config.max_batch_bytes,
                 max_inflight_batches=config.max_inflight_batches,
+                split_fill=unsafe_split_fill(),
             ),
             log_id=config.log_id,
         )
@@ -118,6 +125,12 @@ class Node:
             log.warning(
                 "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
                 UNSAFE_NO_READ_INDEX_ENV,
+            )
+        if self.coordinator.config.split_fill:
+            log.warning(
+                "%s=1: fills settle positions one by one, an append's entries may be chosen "
+                "in part (test only)",
+                UNSAFE_SPLIT_FILL_ENV,
             )
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
