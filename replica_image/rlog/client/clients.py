@@ -160,6 +160,9 @@ class _NotSent(Exception):
         self.error = error
 
 
+_Queued = tuple[int, list[bytes], bool, pb.AppendRequest | None]
+
+
 class _AppendStream:
     """Appends multiplexed on one `AppendStream` call to one endpoint. Appends queued while
     the stream is busy are coalesced into one request (a producer's batching: many writers'
@@ -174,8 +177,9 @@ class _AppendStream:
 
     def __init__(self, endpoint: _Endpoint) -> None:
         self.address = endpoint.address
-        # (append id, values, alone): `alone` appends are never coalesced (a re-send)
-        self._queue: asyncio.Queue[tuple[int, list[bytes], bool] | None] = asyncio.Queue()
+        # (append id, values, alone, fields): `alone` appends are never coalesced (a re-send,
+        # or one with conditions or a session: `fields`, copied into its request)
+        self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
         self._futures: dict[int, asyncio.Future[list[int]]] = {}
         # request id on the wire -> the appends it carries: (append id, values)
         self._requests_sent: dict[int, list[tuple[int, list[bytes]]]] = {}
@@ -190,7 +194,7 @@ class _AppendStream:
         return self._next_id
 
     async def _requests(self) -> AsyncGenerator[pb.AppendRequest, None]:
-        held: tuple[int, list[bytes], bool] | None = None
+        held: _Queued | None = None
         while True:
             item = held if held is not None else await self._queue.get()
             held = None
@@ -213,9 +217,12 @@ class _AppendStream:
                 size += sum(len(v) for v in following[1])
             request_id = self._new_id()
             self._requests_sent[request_id] = parts
-            yield pb.AppendRequest(
-                values=[value for _, values in parts for value in values], id=request_id
-            )
+            request = pb.AppendRequest()
+            if item[3] is not None:
+                request.CopyFrom(item[3])
+            request.values.extend(value for _, values in parts for value in values)
+            request.id = request_id
+            yield request
 
     def _settle(self, response: pb.AppendResponse) -> None:
         parts = self._requests_sent.pop(response.id, None)
@@ -232,10 +239,20 @@ class _AppendStream:
         code = code_from_int(response.code)
         if code == grpc.StatusCode.INVALID_ARGUMENT and len(parts) > 1:
             for append_id, values in parts:  # nothing was appended: send each alone
-                self._queue.put_nowait((append_id, values, True))
+                self._queue.put_nowait((append_id, values, True, None))
             return
         reason = parse_reason(response.reason)
-        why = ErrorDetails(reason) if reason is not None else None
+        why = (
+            ErrorDetails(
+                reason,
+                response.begin if response.HasField("begin") else None,
+                None,
+                response.next_position,
+                response.epoch,
+            )
+            if reason is not None
+            else None
+        )
         error = error_for(code, response.error, self.address, True, why)
         for append_id, _ in parts:
             future = self._futures.pop(append_id, None)
@@ -277,7 +294,10 @@ class _AppendStream:
             if not future.done():
                 future.set_exception(error)
 
-    async def append(self, values: list[bytes], deadline_s: float | None) -> list[int]:
+    async def append(
+        self, values: list[bytes], deadline_s: float | None, fields: pb.AppendRequest | None
+    ) -> list[int]:
+        """Append `values` with the conditions and session in `fields` (if any)."""
         if self.broken:
             raise _NotSent(Unavailable(f"the append stream to {self.address} is closed"))
         request_id = self._new_id()
@@ -285,7 +305,7 @@ class _AppendStream:
         # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._futures[request_id] = future
-        self._queue.put_nowait((request_id, values, False))
+        self._queue.put_nowait((request_id, values, fields is not None, fields))
         try:
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
@@ -411,16 +431,34 @@ class AsyncClient:
 
     # ---- the log -----------------------------------------------------------------------
 
-    async def append(self, values: Iterable[Value] | Value) -> list[int]:
+    async def append(
+        self,
+        values: Iterable[Value] | Value,
+        *,
+        if_next: int | None = None,
+        epoch: int = 0,
+    ) -> list[int]:
         """Append values (bytes, or str encoded as UTF-8) as consecutive entries; returns
-        their positions. Raises `OutcomeUnknown` if the append may or may not be in the log."""
+        their positions. Raises `OutcomeUnknown` if the append may or may not be in the log.
+
+        Conditions (all or nothing: a failed one raises `ConditionFailed`, which carries the
+        log's next position and epoch, and appends nothing): `if_next=P` appends only if the
+        log's next position is P; `epoch=E` only if E (from `take_epoch`) is still the log's
+        highest writer epoch."""
         if isinstance(values, str | bytes | bytearray | memoryview):
             values = [values]
-        request = pb.AppendRequest(values=[encode_value(v) for v in values])
+        request = pb.AppendRequest(values=[encode_value(v) for v in values], epoch=epoch)
+        if if_next is not None:
+            request.if_next = if_next
         if not request.values:
             return []
+        fields = None
+        if if_next is not None or epoch:
+            fields = pb.AppendRequest()
+            fields.CopyFrom(request)
+            del fields.values[:]
         if self.stream:
-            positions = await self._stream_append(list(request.values))
+            positions = await self._stream_append(list(request.values), fields)
         else:
             response = await self._call(
                 lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
@@ -432,7 +470,9 @@ class AsyncClient:
             )
         return positions
 
-    async def _stream_append(self, values: list[bytes]) -> list[int]:
+    async def _stream_append(
+        self, values: list[bytes], fields: pb.AppendRequest | None
+    ) -> list[int]:
         errors: list[RlogError] = []
         for index in self._order():
             stream = self._streams.get(index)
@@ -440,7 +480,7 @@ class AsyncClient:
                 stream = _AppendStream(self._endpoint(index))
                 self._streams[index] = stream
             try:
-                positions = await stream.append(values, self.append_timeout)
+                positions = await stream.append(values, self.append_timeout, fields)
             except _NotSent as not_sent:
                 errors.append(not_sent.error)
                 continue
@@ -452,6 +492,16 @@ class AsyncClient:
         """Append one value; returns its position."""
         (position,) = await self.append([value])
         return position
+
+    async def take_epoch(self) -> int:
+        """Take a new writer epoch (the log's highest + 1): from now on every append with a
+        lower `epoch=` fails with `ConditionFailed`. Raises `OutcomeUnknown` if the EPOCH
+        entry may or may not be in the log."""
+        response = await self._call(
+            lambda e: e.log.TakeEpoch(pb.TakeEpochRequest(), timeout=self.append_timeout),
+            mutating=True,
+        )
+        return int(response.epoch)
 
     async def truncate(self, to: int) -> int:
         """Truncate every position below `to`; returns the position of the TRUNCATE entry."""
@@ -756,8 +806,13 @@ class Client:
             if not self._closed:
                 self._run(batches.aclose())
 
-    def append(self, values: Iterable[Value] | Value) -> list[int]:
-        return self._run(self._async.append(values))
+    def append(
+        self, values: Iterable[Value] | Value, *, if_next: int | None = None, epoch: int = 0
+    ) -> list[int]:
+        return self._run(self._async.append(values, if_next=if_next, epoch=epoch))
+
+    def take_epoch(self) -> int:
+        return self._run(self._async.take_epoch())
 
     def submit_append(
         self, values: Iterable[Value] | Value

@@ -101,6 +101,9 @@ def entry_of(action: pb.Action) -> pb.Action:
         tombstone=action.tombstone,
         origin_proposal=action.origin_proposal,
         origin_leader=action.origin_leader,
+        session=action.session,
+        sequence=action.sequence,
+        epoch=action.epoch,
     )
 
 

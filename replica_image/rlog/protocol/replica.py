@@ -39,6 +39,9 @@ def same_value(a: pb.Action, b: pb.Action) -> bool:
         and a.tombstone == b.tombstone
         and a.origin_proposal == b.origin_proposal
         and a.origin_leader == b.origin_leader
+        and a.session == b.session
+        and a.sequence == b.sequence
+        and a.epoch == b.epoch
     )
 
 
