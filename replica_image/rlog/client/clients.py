@@ -15,8 +15,15 @@ endpoint that last answered and moves to the next one when
   (status, read, tail, permits): those are safe to repeat. A read or tail broken mid-stream
   resumes after the last entry it yielded.
 
-An append is never re-sent once it may have reached a server: a lost connection, a timeout
-or a leadership change during an append raises an `rlog.client.errors.OutcomeUnknown`.
+Appends are exactly-once by default: the client opens a session (one SESSION entry in the
+log, lazily, on its first append) and sends each append with (session, sequence number); an
+append whose outcome is unknown (a lost connection, a leadership change, a replica stopping)
+is sent again with the same pair until the append deadline, and the log answers a retry of
+an append it already holds with the original positions. An append whose session expired
+before its retry got through raises `SessionExpired` (its outcome stays unknown); the
+client opens a new session for later appends. `exactly_once=False` turns sessions off: an
+append is then never re-sent once it may have reached a server, and an unknown outcome
+raises an `rlog.client.errors.OutcomeUnknown`.
 """
 
 from __future__ import annotations
@@ -40,11 +47,14 @@ from typing import Any, TypeVar
 import grpc
 
 from rlog.client.errors import (
+    OutcomeUnknown,
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
     RlogError,
+    SessionExpired,
     Timeout,
     Unavailable,
+    UnknownSession,
     code_from_int,
     error_for,
     from_rpc_error,
@@ -362,9 +372,12 @@ class AsyncClient:
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
+        exactly_once: bool = True,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
         self.stream = stream
+        self.exactly_once = exactly_once
+        self._session = _Session()
         self._streams: dict[int, _AppendStream] = {}
         self.timeout = timeout
         self.append_timeout = append_timeout
@@ -452,26 +465,96 @@ class AsyncClient:
             request.if_next = if_next
         if not request.values:
             return []
+        # Opening (or renewing) a session appends a SESSION entry, which would move the next
+        # position under an `if_next`: such an append uses a session only if one is open.
+        exactly_once = self.exactly_once and (if_next is None or self._session.is_open)
         fields = None
-        if if_next is not None or epoch:
+        if if_next is not None or epoch or exactly_once:
             fields = pb.AppendRequest()
             fields.CopyFrom(request)
             del fields.values[:]
-        if self.stream:
-            positions = await self._stream_append(list(request.values), fields)
-        else:
-            response = await self._call(
-                lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
+        if exactly_once:
+            assert fields is not None
+            positions = await self._exactly_once_append(
+                list(request.values), fields, renew=if_next is None
             )
-            positions = list(response.positions)
+        else:
+            positions = await self._one_append(list(request.values), fields, self.append_timeout)
         if len(positions) != len(request.values):
             raise RlogError(
                 f"the server returned {len(positions)} positions for {len(request.values)} values"
             )
         return positions
 
+    async def _exactly_once_append(
+        self, values: list[bytes], fields: pb.AppendRequest, renew: bool = True
+    ) -> list[int]:
+        """Append in the client's session; re-send (same session and sequence) while the
+        outcome is unknown or no leader answers, until the append deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = None if self.append_timeout is None else loop.time() + self.append_timeout
+        session = await self._session.current(self, deadline, renew)
+        sequence = session.take_sequence()
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                fields.session = session.id
+                fields.sequence = sequence
+                fields.acked_below = session.acked_below()
+                remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+                try:
+                    positions = await self._one_append(values, fields, remaining)
+                except (UnknownSession, SessionExpired) as error:
+                    if attempt > 1:
+                        raise SessionExpired(
+                            f"{error}; an earlier try of this append may be in the log: "
+                            "outcome unknown",
+                            error.code,
+                            error.endpoint,
+                        ) from None
+                    # Nothing of this append was sent before: a new session is safe.
+                    session.pending.discard(sequence)
+                    session = await self._session.renew(self, session, deadline)
+                    sequence = session.take_sequence()
+                    continue
+                except (OutcomeUnknown, Unavailable) as error:
+                    if deadline is not None and loop.time() >= deadline:
+                        raise
+                    if isinstance(error, Timeout) and remaining is not None and remaining < 1:
+                        raise
+                    await asyncio.sleep(min(0.05 * attempt, 0.5))
+                    continue
+                session.answered(positions)
+                return positions
+        finally:
+            session.pending.discard(sequence)
+
+    async def _one_append(
+        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
+    ) -> list[int]:
+        if self.stream:
+            return await self._stream_append(values, fields, deadline_s)
+        request = pb.AppendRequest()
+        if fields is not None:
+            request.CopyFrom(fields)
+        request.values.extend(values)
+        response = await self._call(
+            lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
+        )
+        return list(response.positions)
+
+    async def open_session(self) -> tuple[int, int]:
+        """Open a new session in the log: (session id, window in positions). The client's
+        own appends use one it opens itself; this is for callers that manage sessions."""
+        response = await self._call(
+            lambda e: e.log.OpenSession(pb.OpenSessionRequest(), timeout=self.append_timeout),
+            mutating=True,
+        )
+        return int(response.session), int(response.window)
+
     async def _stream_append(
-        self, values: list[bytes], fields: pb.AppendRequest | None
+        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
     ) -> list[int]:
         errors: list[RlogError] = []
         for index in self._order():
@@ -480,7 +563,7 @@ class AsyncClient:
                 stream = _AppendStream(self._endpoint(index))
                 self._streams[index] = stream
             try:
-                positions = await stream.append(values, self.append_timeout, fields)
+                positions = await stream.append(values, deadline_s, fields)
             except _NotSent as not_sent:
                 errors.append(not_sent.error)
                 continue
@@ -734,6 +817,81 @@ class AsyncClient:
         await self.close()
 
 
+class _OpenSession:
+    """One session of a client: its id, next sequence, and the sequences in flight."""
+
+    def __init__(self, session_id: int, window: int) -> None:
+        self.id = session_id
+        self.window = window
+        self.next_sequence = 1
+        self.pending: set[int] = set()
+        self.highest_position = session_id
+
+    def take_sequence(self) -> int:
+        sequence = self.next_sequence
+        self.next_sequence += 1
+        self.pending.add(sequence)
+        return sequence
+
+    def acked_below(self) -> int:
+        """Every sequence below this one has its answer (the log may forget them)."""
+        return min(self.pending, default=self.next_sequence)
+
+    def answered(self, positions: list[int]) -> None:
+        if positions:
+            self.highest_position = max(self.highest_position, positions[-1])
+
+    @property
+    def aging(self) -> bool:
+        """Half the window is used: new appends go to a fresh session, so that retries
+        rarely outlive theirs."""
+        return self.highest_position - self.id > self.window // 2
+
+
+class _Session:
+    """The client's current session, opened lazily and renewed when it ages or expires."""
+
+    def __init__(self) -> None:
+        self._current: _OpenSession | None = None
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._current is not None
+
+    async def current(
+        self, client: AsyncClient, deadline: float | None, renew: bool = True
+    ) -> _OpenSession:
+        """The session to use (`renew=False`: an aging one too)."""
+        session = self._current
+        if session is not None and (not session.aging or not renew):
+            return session
+        return await self.renew(client, session, deadline)
+
+    async def renew(
+        self, client: AsyncClient, old: _OpenSession | None, deadline: float | None
+    ) -> _OpenSession:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._current is not old and self._current is not None:
+                return self._current  # another append renewed it meanwhile
+            loop = asyncio.get_running_loop()
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    session_id, window = await client.open_session()
+                    break
+                except (OutcomeUnknown, Unavailable):
+                    # A SESSION entry nobody uses is harmless: open another.
+                    if deadline is not None and loop.time() >= deadline:
+                        raise
+                    await asyncio.sleep(min(0.05 * attempt, 0.5))
+            self._current = _OpenSession(session_id, window)
+            return self._current
+
+
 def _all_failed(errors: list[RlogError]) -> RlogError:
     if len(errors) == 1:
         return errors[0]
@@ -759,6 +917,7 @@ class Client:
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
+        exactly_once: bool = True,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -767,6 +926,7 @@ class Client:
             read_timeout=read_timeout,
             channel_options=channel_options,
             stream=stream,
+            exactly_once=exactly_once,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -813,6 +973,9 @@ class Client:
 
     def take_epoch(self) -> int:
         return self._run(self._async.take_epoch())
+
+    def open_session(self) -> tuple[int, int]:
+        return self._run(self._async.open_session())
 
     def submit_append(
         self, values: Iterable[Value] | Value
