@@ -378,6 +378,8 @@ class AsyncClient:
         self.stream = stream
         self.exactly_once = exactly_once
         self._session = _Session()
+        # Appends re-sent because their outcome was unknown (exactly-once mode).
+        self.retried_appends = 0
         self._streams: dict[int, _AppendStream] = {}
         self.timeout = timeout
         self.append_timeout = append_timeout
@@ -523,6 +525,8 @@ class AsyncClient:
                         raise
                     if isinstance(error, Timeout) and remaining is not None and remaining < 1:
                         raise
+                    if isinstance(error, OutcomeUnknown):
+                        self.retried_appends += 1
                     await asyncio.sleep(min(0.05 * attempt, 0.5))
                     continue
                 session.answered(positions)
