@@ -270,3 +270,47 @@ async def test_a_rebuilt_state_answers_like_the_incremental_one(window):
 
 def _fields(action: pb.Action) -> dict[str, object]:
     return {f.name: v for f, v in action.ListFields()}
+
+
+async def test_the_tracker_follows_the_learned_prefix_and_skips_truncated_positions():
+    """The state a replica keeps as it learns (load, then catch_up) is the state of the whole
+    log, also when a truncation removed positions it had not applied yet."""
+    storage = MemoryStorage()
+    core = ReplicaCore(storage)
+    storage.apply(core.set_status(pb.VOTING))
+
+    def learn(entries: list[pb.Action]) -> None:
+        learned = [pb.Action(learned=True, performed=1, **_fields(e)) for e in entries]
+        batch = core.on_learned(pb.LearnedRequest(actions=learned))
+        assert batch is not None
+        storage.apply(batch)
+        core.persisted(batch)
+
+    first = [entry(0, pb.NOP), entry(1, pb.SESSION), entry(2, pb.EPOCH, epoch=1)]
+    first += [entry(3, session=1, sequence=1, epoch=1)]
+    learn(first)
+    tracker = admission.AdmissionTracker(core, 1000)
+    await tracker.load()
+    second = [entry(4, pb.SESSION, epoch=1), entry(5, session=4, sequence=1, epoch=1)]
+    second += [entry(6, session=1, sequence=2, epoch=1)]
+    learn(second)
+    assert tracker.catch_up(limit=2) == 1
+    assert tracker.catch_up() == 0
+    whole = AdmissionState(1000, next_position=0)
+    whole.apply_all(first + second)
+    state = tracker.snapshot(6)
+    for session, sequence in [(1, 1), (1, 2), (4, 1), (4, 2), (1, 3)]:
+        c = Conditions(session=session, sequence=sequence, epoch=1)
+        assert state.admit(c) == whole.admit(c)
+    # Learned in one go, past the tracker: a truncation to 9 and what follows it.
+    third = [entry(7, pb.SESSION, epoch=1), entry(8, pb.EPOCH, epoch=2)]
+    third += [entry(9, pb.TRUNCATE, truncate_to=9, epoch=2), entry(10, pb.SESSION, epoch=2)]
+    learn(third)
+    assert core.begin == 9
+    tracker.catch_up()
+    whole.apply_all(third)
+    state = tracker.snapshot(10)
+    assert (state.epoch, state.begin, list(state.sessions)) == (whole.epoch, 9, [10])
+    for session in (1, 4, 7, 10, 11):
+        c = Conditions(session=session, sequence=1)
+        assert state.admit(c) == whole.admit(c), session

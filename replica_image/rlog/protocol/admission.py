@@ -138,6 +138,20 @@ class AdmissionState:
                 session.answers[entry.sequence] = (first, count + 1)
         self._expire()
 
+    def skip_to(self, position: int, begin: int) -> None:
+        """Positions below `position` were truncated before they were applied: nothing of
+        them matters any more (their sessions are below the new beginning, and the TRUNCATE
+        entry that removed them, at or after `position`, states the epoch)."""
+        self.begin = max(self.begin, begin)
+        self.next_position = max(self.next_position, position)
+        self._expire()
+
+    def clone(self) -> AdmissionState:
+        copy = AdmissionState(self.window, self.next_position, self.begin, self.epoch)
+        for session_id, session in self.sessions.items():
+            copy.sessions[session_id] = _Session(dict(session.answers), session.forgotten_below)
+        return copy
+
     def apply_all(self, entries: Iterable[pb.Action]) -> None:
         for entry in entries:
             self.apply(entry)

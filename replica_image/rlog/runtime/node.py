@@ -68,6 +68,7 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
+ADMISSION_STEP = 20_000  # learned entries applied to the admission state per loop turn
 
 
 class Node:
@@ -125,6 +126,9 @@ class Node:
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
+        # The admission state of the learned entries, handed to the coordinator as it leads.
+        self.admission = admission.AdmissionTracker(self.core, config.session_window)
+        self._admission_scheduled = False
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -166,6 +170,7 @@ class Node:
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
         self._update_metrics()
+        self.spawn(self._load_admission())
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
 
@@ -247,6 +252,7 @@ class Node:
         if batch is not None:
             self.journal.persist_nowait(batch)
             self._learned_changed.set()
+            self._schedule_admission()
             self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
@@ -439,11 +445,42 @@ class Node:
 
     # ---- admission ---------------------------------------------------------------------
 
+    async def _load_admission(self) -> None:
+        while True:
+            try:
+                await self.admission.load()
+                break
+            except admission.NotLearned as exc:  # e.g. a truncation during the scan
+                log.info("admission state not loaded (%s); scanning again", exc)
+                await asyncio.sleep(0.2)
+        log.info(
+            "admission state loaded in %.3f s (%d sessions in the window)",
+            self.admission.load_seconds,
+            len(self.admission.state.sessions) if self.admission.state else 0,
+        )
+
+    def _schedule_admission(self) -> None:
+        if not self._admission_scheduled:
+            self._admission_scheduled = True
+            asyncio.get_running_loop().call_later(0.02, self._track_admission)
+
+    def _track_admission(self) -> None:
+        """Apply newly learned entries to the admission state, a bounded number at a time;
+        far behind (a replica that caught up a whole window at once), scan it again."""
+        self._admission_scheduled = False
+        if self._stopped:
+            return
+        remaining = self.admission.catch_up(limit=ADMISSION_STEP)
+        if remaining > self.config.session_window:
+            self.spawn(self._load_admission())
+        elif remaining:
+            self._schedule_admission()
+
     async def _prepare_admission(self, proposal: int, index: int) -> None:
-        """Rebuild the admission state as of index + 1 from the learned entries and hand it
-        to the coordinator, which holds every append until then (runtime/admission.py)."""
+        """Hand the coordinator the admission state as of index + 1 (it holds every append
+        until then): the tracker's, once the fill is learned locally (runtime/admission.py)."""
         deadline = time.monotonic() + self.config.append_timeout
-        while self.core.learned < index:  # the fill's learned messages to ourselves
+        while self.core.learned < index or self.admission.state is None:
             if not self.coordinator.leading or self.coordinator.proposal != proposal:
                 return
             if time.monotonic() > deadline:
@@ -453,18 +490,22 @@ class Node:
             self._learned_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._learned_changed.wait(), 0.05)
+        if not self.coordinator.leading or self.coordinator.proposal != proposal:
+            return
+        started = time.perf_counter()
         try:
-            state, seconds = await admission.rebuild(self.core, index, self.config.session_window)
+            state = self.admission.snapshot(index)
         except admission.NotLearned as exc:
-            self.coordinator.step_down(f"cannot rebuild the admission state: {exc}")
+            self.coordinator.step_down(f"no admission state: {exc}")
             self._dispatch()
             return
         if self.coordinator.admission_ready(proposal, state):
             log.info(
-                "admission state rebuilt in %.3f s: epoch %d, %d sessions in the window",
-                seconds,
+                "admitting appends from position %d (epoch %d, %d sessions; %.3f s)",
+                index + 1,
                 state.epoch,
                 len(state.sessions),
+                time.perf_counter() - started,
             )
             self._dispatch()
 
