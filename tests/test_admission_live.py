@@ -44,6 +44,10 @@ def cluster(tmp_path):
         election_timeout=0.5,
         replica_args=["--session-window", str(WINDOW)],
     ) as c:
+        # Every replica answers before a test talks to one alone: a connection refused
+        # while one was starting would otherwise fail a single-endpoint client's first call
+        # (gRPC shares the failed connection between channels until it reconnects).
+        c.wait_for(all, what="every replica answering")
         yield c
 
 

@@ -270,7 +270,8 @@ async def test_each_reason_reaches_the_client_as_its_class(failing_replica, reas
     endpoint, node = failing_replica
     sent = node.error = _random_error(reason)
     read_class, append_class = EXPECTED[reason]
-    async with AsyncClient(endpoint, timeout=10, append_timeout=10) as client:
+    # One try per append (exactly_once=False): the classes, not the client's retries.
+    async with AsyncClient(endpoint, timeout=10, append_timeout=10, exactly_once=False) as client:
         with pytest.raises(RlogError) as read:
             async for _ in client.read(from_=0, to=5):
                 pass
@@ -281,7 +282,7 @@ async def test_each_reason_reaches_the_client_as_its_class(failing_replica, reas
         with pytest.raises(RlogError) as truncate:
             await client.truncate(3)
         _check(truncate.value, append_class, sent)
-    async with AsyncClient(endpoint, append_timeout=10, stream=True) as client:
+    async with AsyncClient(endpoint, append_timeout=10, stream=True, exactly_once=False) as client:
         with pytest.raises(RlogError) as streamed:
             await client.append([b"x"])
         # AppendStream carries the reason in its response, not in trailers.

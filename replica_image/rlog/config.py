@@ -11,7 +11,7 @@ from pathlib import Path
 
 ALLOWED_REPLICA_COUNTS = (1, 3, 5, 7)
 DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
-DEFAULT_SESSION_WINDOW = 1_000_000  # positions a client session lasts (docs/protocol.md)
+DEFAULT_SESSION_WINDOW = 100_000  # positions a client session lasts (docs/protocol.md)
 
 # TEST ONLY, never in production: a replica started with this environment variable set to 1
 # serves non-stale reads without confirming its leadership (no read index) and, as a leader,

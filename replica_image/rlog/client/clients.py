@@ -498,6 +498,7 @@ class AsyncClient:
         session = await self._session.current(self, deadline, renew)
         sequence = session.take_sequence()
         attempt = 0
+        uncertain = False  # an earlier try may have been applied
         try:
             while True:
                 attempt += 1
@@ -521,12 +522,27 @@ class AsyncClient:
                     sequence = session.take_sequence()
                     continue
                 except (OutcomeUnknown, Unavailable) as error:
-                    if deadline is not None and loop.time() >= deadline:
-                        raise
-                    if isinstance(error, Timeout) and remaining is not None and remaining < 1:
-                        raise
+                    # A first try that certainly did nothing (no leader, no endpoint
+                    # reachable) fails at once, as without sessions; once a try may have
+                    # gone through, re-send until the deadline (a retry finding no leader
+                    # during the election says nothing of the earlier try).
                     if isinstance(error, OutcomeUnknown):
+                        uncertain = True
                         self.retried_appends += 1
+                    out_of_time = (deadline is not None and loop.time() >= deadline) or (
+                        isinstance(error, Timeout) and remaining is not None and remaining < 1
+                    )
+                    if not uncertain:
+                        raise
+                    if out_of_time:
+                        if isinstance(error, OutcomeUnknown):
+                            raise
+                        raise OutcomeUnknownUnavailable(
+                            f"{error}; an earlier try of this append may be in the log: "
+                            "outcome unknown",
+                            error.code,
+                            error.endpoint,
+                        ) from None
                     await asyncio.sleep(min(0.05 * attempt, 0.5))
                     continue
                 session.answered(positions)
@@ -887,7 +903,7 @@ class _Session:
                 try:
                     session_id, window = await client.open_session()
                     break
-                except (OutcomeUnknown, Unavailable):
+                except OutcomeUnknown:
                     # A SESSION entry nobody uses is harmless: open another.
                     if deadline is not None and loop.time() >= deadline:
                         raise

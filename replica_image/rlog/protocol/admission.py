@@ -124,19 +124,35 @@ class AdmissionState:
 
     def apply(self, entry: pb.Action) -> None:
         """Apply the entry at `entry.position` (>= next_position; NOPs included)."""
-        self.next_position = max(self.next_position, entry.position + 1)
-        if carries_epoch(entry):
-            self.epoch = max(self.epoch, entry.epoch)
-        if entry.type == pb.SESSION:
-            self.sessions[entry.position] = _Session()
-        elif entry.type == pb.TRUNCATE:
-            self.begin = max(self.begin, entry.truncate_to)
-        elif entry.type == pb.APPEND and entry.session:
-            session = self.sessions.get(entry.session)
-            if session is not None and entry.sequence >= session.forgotten_below:
-                first, count = session.answers.get(entry.sequence, (entry.position, 0))
-                session.answers[entry.sequence] = (first, count + 1)
-        self._expire()
+        # Runs for every entry a replica learns: plain comparisons, no helper calls.
+        position = entry.position
+        if position >= self.next_position:
+            self.next_position = position + 1
+        kind = entry.type
+        if kind == pb.NOP:
+            pass
+        elif kind == pb.APPEND:
+            if entry.epoch > self.epoch:
+                self.epoch = entry.epoch
+            if entry.session:
+                session = self.sessions.get(entry.session)
+                if session is not None and entry.sequence >= session.forgotten_below:
+                    answer = session.answers.get(entry.sequence)
+                    session.answers[entry.sequence] = (
+                        (position, 1) if answer is None else (answer[0], answer[1] + 1)
+                    )
+        else:
+            if entry.epoch > self.epoch:
+                self.epoch = entry.epoch
+            if kind == pb.SESSION:
+                self.sessions[position] = _Session()
+            elif kind == pb.TRUNCATE and entry.truncate_to > self.begin:
+                self.begin = entry.truncate_to
+        if self.sessions and self._oldest_session() < self.horizon:
+            self._expire()
+
+    def _oldest_session(self) -> int:
+        return next(iter(self.sessions))
 
     def skip_to(self, position: int, begin: int) -> None:
         """Positions below `position` were truncated before they were applied: nothing of

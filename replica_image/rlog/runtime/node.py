@@ -483,7 +483,9 @@ class Node:
         while self.core.learned < index or self.admission.state is None:
             if not self.coordinator.leading or self.coordinator.proposal != proposal:
                 return
-            if time.monotonic() > deadline:
+            if self.admission.state is not None and time.monotonic() > deadline:
+                # (A state still loading at start-up is waited for: it is bounded by the
+                # window scan, and every replica of a restarted log loads one.)
                 self.coordinator.step_down(f"position {index} is not learned locally in time")
                 self._dispatch()
                 return

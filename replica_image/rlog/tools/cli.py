@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-window",
         type=_nonnegative,
         metavar="POSITIONS",
-        help="client sessions (exactly-once appends) last this many positions (default 1000000)",
+        help="client sessions (exactly-once appends) last this many positions (default 100000)",
     )
     p.set_defaults(func=cmd_replica)
 
