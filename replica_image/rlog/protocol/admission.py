@@ -186,8 +186,14 @@ class AdmissionState:
         if session is None or acked_below <= session.forgotten_below:
             return
         session.forgotten_below = acked_below
-        for sequence in [s for s in session.answers if s < acked_below]:
-            del session.answers[sequence]
+        # Answers are kept in the order they were given, which is nearly sequence order:
+        # drop from the oldest on (one a delayed append left behind goes with a later call).
+        answers = session.answers
+        while answers:
+            oldest = next(iter(answers))
+            if oldest >= acked_below:
+                break
+            del answers[oldest]
 
     def _refuse(self, reason: Refusal, message: str) -> Refuse:
         return Refuse(reason, message, self.next_position, self.epoch, self.begin)
