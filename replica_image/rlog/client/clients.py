@@ -52,6 +52,7 @@ from rlog.client.errors import (
     OutcomeUnknownUnavailable,
     RlogError,
     SessionExpired,
+    SessionExpiredOutcomeUnknown,
     Timeout,
     Unavailable,
     UnknownSession,
@@ -499,6 +500,7 @@ class AsyncClient:
         sequence = session.take_sequence()
         attempt = 0
         uncertain = False  # an earlier try may have been applied
+        renewed = False  # the session was replaced after a first try found it expired
         try:
             while True:
                 attempt += 1
@@ -509,8 +511,10 @@ class AsyncClient:
                 try:
                     positions = await self._one_append(values, fields, remaining)
                 except (UnknownSession, SessionExpired) as error:
-                    if attempt > 1:
-                        raise SessionExpired(
+                    if renewed and not uncertain:
+                        raise  # a session opened just now: not a question of age
+                    if uncertain:
+                        raise SessionExpiredOutcomeUnknown(
                             f"{error}; an earlier try of this append may be in the log: "
                             "outcome unknown",
                             error.code,
@@ -520,6 +524,7 @@ class AsyncClient:
                     session.pending.discard(sequence)
                     session = await self._session.renew(self, session, deadline)
                     sequence = session.take_sequence()
+                    renewed = True
                     continue
                 except (OutcomeUnknown, Unavailable) as error:
                     # A first try that certainly did nothing (no leader, no endpoint

@@ -173,6 +173,11 @@ class OutcomeUnknownUnavailable(Unavailable, OutcomeUnknown):
     """The connection broke while an append was in flight: it may have been chosen."""
 
 
+class SessionExpiredOutcomeUnknown(SessionExpired, OutcomeUnknown):
+    """An exactly-once append's retry found its session expired: an earlier try may be in
+    the log (the client re-sent it because that try's outcome was unknown)."""
+
+
 # Substrings of gRPC's own UNAVAILABLE details (the gRPC library's messages, not rlog's) that
 # mean no connection was ever made, so the request certainly reached no server and is safe
 # to send elsewhere.
@@ -369,6 +374,7 @@ __all__ = [
     "RlogError",
     "SequenceForgotten",
     "SessionExpired",
+    "SessionExpiredOutcomeUnknown",
     "Timeout",
     "Truncated",
     "Unavailable",
