@@ -30,6 +30,7 @@ import random
 from dataclasses import dataclass, field
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import AdmissionState
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -227,8 +228,12 @@ class Sim:
         only at a position holding its own entry."""
         self.values_sent += 1
         position = self.coords[c].next_position
+        # A position below a replica's begin counts as learned but has no record (truncated).
         if any(
-            core.is_learned(position) and core.get(position).value == value for core in self.cores
+            core.is_learned(position)
+            and (held := core.get(position)) is not None
+            and held.value == value
+            for core in self.cores
         ):
             self.duplicates_of_learned += 1
         self._propose_append(c, (c, f"dup{self.values_sent}-{value.decode()}"), value)
@@ -398,6 +403,10 @@ class Sim:
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
             elif isinstance(output, Leading):
+                # No conditional or session appends here: an empty admission state is exact.
+                self.coords[c].admission_ready(
+                    output.proposal, AdmissionState(1 << 40, output.next_position)
+                )
                 self.elections[c].on_leading(self.now)
                 if c in self._timed:
                     self.timed_leaders += 1

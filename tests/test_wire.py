@@ -15,7 +15,9 @@ import pytest
 from rlog.client import AsyncClient
 from rlog.client.errors import (
     REASON_CLASSES,
+    ConditionFailed,
     EntryTooLarge,
+    EpochFromFuture,
     InvalidArgument,
     LogIdMismatch,
     NotVoting,
@@ -25,9 +27,12 @@ from rlog.client.errors import (
     OutOfRange,
     PastEnd,
     RlogError,
+    SequenceForgotten,
+    SessionExpired,
     Timeout,
     Truncated,
     Unavailable,
+    UnknownSession,
     error_class,
     error_for,
     from_rpc_error,
@@ -64,6 +69,11 @@ EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.TIMEOUT: (Timeout, OutcomeUnknownTimeout),
     Reason.OUTCOME_UNKNOWN: (OutcomeUnknown, OutcomeUnknown),
     Reason.INTERNAL: (RlogError, RlogError),
+    Reason.CONDITION_FAILED: (ConditionFailed, ConditionFailed),
+    Reason.SESSION_EXPIRED: (SessionExpired, SessionExpired),
+    Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),
+    Reason.EPOCH_FROM_FUTURE: (EpochFromFuture, EpochFromFuture),
+    Reason.UNKNOWN_SESSION: (UnknownSession, UnknownSession),
 }
 
 
@@ -93,6 +103,18 @@ def test_trailers_round_trip():
     assert ErrorDetails.from_metadata(None) is None
     assert ErrorDetails.from_metadata(((REASON, "NO_SUCH_REASON"),)) is None
     assert not_attempted(ErrorDetails(Reason.NOT_LEADER).trailers())
+    details = ErrorDetails(Reason.CONDITION_FAILED, next_position=9, epoch=0)
+    assert ErrorDetails.from_metadata(details.trailers()) == details
+
+
+def test_a_failed_condition_carries_the_next_position_and_epoch():
+    error = error_for(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "condition failed",
+        why=ErrorDetails(Reason.CONDITION_FAILED, next_position=9, epoch=3),
+    )
+    assert isinstance(error, ConditionFailed)
+    assert (error.next_position, error.epoch) == (9, 3)
 
 
 def test_without_a_reason_the_message_is_not_parsed():
@@ -176,7 +198,9 @@ class _FailingNode:
         assert self.error is not None
         raise self.error
 
-    async def append(self, actions: list[pb.Action], forwarded: bool) -> list[int]:
+    async def append(
+        self, actions: list[pb.Action], forwarded: bool, conditions: object = None
+    ) -> list[int]:
         self._raise()
         return []
 
@@ -216,7 +240,16 @@ def _random_error(reason: Reason) -> RpcError:
     code = grpc.StatusCode.UNKNOWN if reason is Reason.INTERNAL else None
     begin = 1234 if reason is Reason.TRUNCATED else None
     end = 5678 if reason is Reason.PAST_END else None
-    return RpcError(reason, message, begin=begin, end=end, code=code)
+    failed = reason is Reason.CONDITION_FAILED
+    return RpcError(
+        reason,
+        message,
+        begin=begin,
+        end=end,
+        next_position=91 if failed else None,
+        epoch=7 if failed else None,
+        code=code,
+    )
 
 
 def _check(error: BaseException, expected: type[RlogError], sent: RpcError) -> None:
@@ -228,6 +261,8 @@ def _check(error: BaseException, expected: type[RlogError], sent: RpcError) -> N
         assert error.begin == 1234
     if isinstance(error, PastEnd):
         assert error.end == 5678
+    if isinstance(error, ConditionFailed):
+        assert (error.next_position, error.epoch) == (91, 7)
 
 
 @pytest.mark.parametrize("reason", list(Reason), ids=lambda r: r.value)
@@ -235,7 +270,8 @@ async def test_each_reason_reaches_the_client_as_its_class(failing_replica, reas
     endpoint, node = failing_replica
     sent = node.error = _random_error(reason)
     read_class, append_class = EXPECTED[reason]
-    async with AsyncClient(endpoint, timeout=10, append_timeout=10) as client:
+    # One try per append (exactly_once=False): the classes, not the client's retries.
+    async with AsyncClient(endpoint, timeout=10, append_timeout=10, exactly_once=False) as client:
         with pytest.raises(RlogError) as read:
             async for _ in client.read(from_=0, to=5):
                 pass
@@ -246,11 +282,15 @@ async def test_each_reason_reaches_the_client_as_its_class(failing_replica, reas
         with pytest.raises(RlogError) as truncate:
             await client.truncate(3)
         _check(truncate.value, append_class, sent)
-    async with AsyncClient(endpoint, append_timeout=10, stream=True) as client:
+    async with AsyncClient(endpoint, append_timeout=10, stream=True, exactly_once=False) as client:
         with pytest.raises(RlogError) as streamed:
             await client.append([b"x"])
-        # AppendStream carries the reason in its response, not in trailers (no fields).
+        # AppendStream carries the reason in its response, not in trailers.
         assert type(streamed.value) is append_class, (reason, streamed.value)
+        if isinstance(streamed.value, ConditionFailed):
+            assert (streamed.value.next_position, streamed.value.epoch) == (91, 7)
+        if isinstance(streamed.value, Truncated):
+            assert streamed.value.begin == 1234
         assert sent.message in str(streamed.value)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 ALLOWED_REPLICA_COUNTS = (1, 3, 5, 7)
 DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
+DEFAULT_SESSION_WINDOW = 100_000  # positions a client session lasts (docs/protocol.md)
 
 # TEST ONLY, never in production: a replica started with this environment variable set to 1
 # serves non-stale reads without confirming its leadership (no read index) and, as a leader,
@@ -100,6 +101,8 @@ class ReplicaConfig:
     max_batch_entries: int = 4096
     max_batch_bytes: int = 8 * 1024 * 1024
     max_inflight_batches: int = 2  # measured: deeper pipelines make smaller batches
+    # Client sessions (exactly-once appends) last this many positions (docs/protocol.md).
+    session_window: int = DEFAULT_SESSION_WINDOW
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -114,6 +117,8 @@ class ReplicaConfig:
             self.listen = parse_address(self.listen, "--listen address")
         if self.max_entry_size <= 0:
             raise ConfigError("--max-entry-size must be positive")
+        if self.session_window <= 0:
+            raise ConfigError("--session-window must be positive")
 
     @property
     def address(self) -> str:

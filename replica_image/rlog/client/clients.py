@@ -15,8 +15,15 @@ endpoint that last answered and moves to the next one when
   (status, read, tail, permits): those are safe to repeat. A read or tail broken mid-stream
   resumes after the last entry it yielded.
 
-An append is never re-sent once it may have reached a server: a lost connection, a timeout
-or a leadership change during an append raises an `rlog.client.errors.OutcomeUnknown`.
+Appends are exactly-once by default: the client opens a session (one SESSION entry in the
+log, lazily, on its first append) and sends each append with (session, sequence number); an
+append whose outcome is unknown (a lost connection, a leadership change, a replica stopping)
+is sent again with the same pair until the append deadline, and the log answers a retry of
+an append it already holds with the original positions. An append whose session expired
+before its retry got through raises `SessionExpired` (its outcome stays unknown); the
+client opens a new session for later appends. `exactly_once=False` turns sessions off: an
+append is then never re-sent once it may have reached a server, and an unknown outcome
+raises an `rlog.client.errors.OutcomeUnknown`.
 """
 
 from __future__ import annotations
@@ -40,11 +47,15 @@ from typing import Any, TypeVar
 import grpc
 
 from rlog.client.errors import (
+    OutcomeUnknown,
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
     RlogError,
+    SessionExpired,
+    SessionExpiredOutcomeUnknown,
     Timeout,
     Unavailable,
+    UnknownSession,
     code_from_int,
     error_for,
     from_rpc_error,
@@ -160,6 +171,9 @@ class _NotSent(Exception):
         self.error = error
 
 
+_Queued = tuple[int, list[bytes], bool, pb.AppendRequest | None]
+
+
 class _AppendStream:
     """Appends multiplexed on one `AppendStream` call to one endpoint. Appends queued while
     the stream is busy are coalesced into one request (a producer's batching: many writers'
@@ -174,8 +188,9 @@ class _AppendStream:
 
     def __init__(self, endpoint: _Endpoint) -> None:
         self.address = endpoint.address
-        # (append id, values, alone): `alone` appends are never coalesced (a re-send)
-        self._queue: asyncio.Queue[tuple[int, list[bytes], bool] | None] = asyncio.Queue()
+        # (append id, values, alone, fields): `alone` appends are never coalesced (a re-send,
+        # or one with conditions or a session: `fields`, copied into its request)
+        self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
         self._futures: dict[int, asyncio.Future[list[int]]] = {}
         # request id on the wire -> the appends it carries: (append id, values)
         self._requests_sent: dict[int, list[tuple[int, list[bytes]]]] = {}
@@ -190,7 +205,7 @@ class _AppendStream:
         return self._next_id
 
     async def _requests(self) -> AsyncGenerator[pb.AppendRequest, None]:
-        held: tuple[int, list[bytes], bool] | None = None
+        held: _Queued | None = None
         while True:
             item = held if held is not None else await self._queue.get()
             held = None
@@ -213,9 +228,12 @@ class _AppendStream:
                 size += sum(len(v) for v in following[1])
             request_id = self._new_id()
             self._requests_sent[request_id] = parts
-            yield pb.AppendRequest(
-                values=[value for _, values in parts for value in values], id=request_id
-            )
+            request = pb.AppendRequest()
+            if item[3] is not None:
+                request.CopyFrom(item[3])
+            request.values.extend(value for _, values in parts for value in values)
+            request.id = request_id
+            yield request
 
     def _settle(self, response: pb.AppendResponse) -> None:
         parts = self._requests_sent.pop(response.id, None)
@@ -232,10 +250,20 @@ class _AppendStream:
         code = code_from_int(response.code)
         if code == grpc.StatusCode.INVALID_ARGUMENT and len(parts) > 1:
             for append_id, values in parts:  # nothing was appended: send each alone
-                self._queue.put_nowait((append_id, values, True))
+                self._queue.put_nowait((append_id, values, True, None))
             return
         reason = parse_reason(response.reason)
-        why = ErrorDetails(reason) if reason is not None else None
+        why = (
+            ErrorDetails(
+                reason,
+                response.begin if response.HasField("begin") else None,
+                None,
+                response.next_position,
+                response.epoch,
+            )
+            if reason is not None
+            else None
+        )
         error = error_for(code, response.error, self.address, True, why)
         for append_id, _ in parts:
             future = self._futures.pop(append_id, None)
@@ -277,7 +305,10 @@ class _AppendStream:
             if not future.done():
                 future.set_exception(error)
 
-    async def append(self, values: list[bytes], deadline_s: float | None) -> list[int]:
+    async def append(
+        self, values: list[bytes], deadline_s: float | None, fields: pb.AppendRequest | None
+    ) -> list[int]:
+        """Append `values` with the conditions and session in `fields` (if any)."""
         if self.broken:
             raise _NotSent(Unavailable(f"the append stream to {self.address} is closed"))
         request_id = self._new_id()
@@ -285,7 +316,7 @@ class _AppendStream:
         # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._futures[request_id] = future
-        self._queue.put_nowait((request_id, values, False))
+        self._queue.put_nowait((request_id, values, fields is not None, fields))
         try:
             return await asyncio.wait_for(asyncio.shield(future), deadline_s)
         except TimeoutError:
@@ -342,9 +373,14 @@ class AsyncClient:
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
+        exactly_once: bool = True,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
         self.stream = stream
+        self.exactly_once = exactly_once
+        self._session = _Session()
+        # Appends re-sent because their outcome was unknown (exactly-once mode).
+        self.retried_appends = 0
         self._streams: dict[int, _AppendStream] = {}
         self.timeout = timeout
         self.append_timeout = append_timeout
@@ -411,28 +447,140 @@ class AsyncClient:
 
     # ---- the log -----------------------------------------------------------------------
 
-    async def append(self, values: Iterable[Value] | Value) -> list[int]:
+    async def append(
+        self,
+        values: Iterable[Value] | Value,
+        *,
+        if_next: int | None = None,
+        epoch: int = 0,
+    ) -> list[int]:
         """Append values (bytes, or str encoded as UTF-8) as consecutive entries; returns
-        their positions. Raises `OutcomeUnknown` if the append may or may not be in the log."""
+        their positions. Raises `OutcomeUnknown` if the append may or may not be in the log.
+
+        Conditions (all or nothing: a failed one raises `ConditionFailed`, which carries the
+        log's next position and epoch, and appends nothing): `if_next=P` appends only if the
+        log's next position is P; `epoch=E` only if E (from `take_epoch`) is still the log's
+        highest writer epoch."""
         if isinstance(values, str | bytes | bytearray | memoryview):
             values = [values]
-        request = pb.AppendRequest(values=[encode_value(v) for v in values])
+        request = pb.AppendRequest(values=[encode_value(v) for v in values], epoch=epoch)
+        if if_next is not None:
+            request.if_next = if_next
         if not request.values:
             return []
-        if self.stream:
-            positions = await self._stream_append(list(request.values))
-        else:
-            response = await self._call(
-                lambda e: e.log.Append(request, timeout=self.append_timeout), mutating=True
+        # Opening (or renewing) a session appends a SESSION entry, which would move the next
+        # position under an `if_next`: such an append uses a session only if one is open.
+        exactly_once = self.exactly_once and (if_next is None or self._session.is_open)
+        fields = None
+        if if_next is not None or epoch or exactly_once:
+            fields = pb.AppendRequest()
+            fields.CopyFrom(request)
+            del fields.values[:]
+        if exactly_once:
+            assert fields is not None
+            positions = await self._exactly_once_append(
+                list(request.values), fields, renew=if_next is None
             )
-            positions = list(response.positions)
+        else:
+            positions = await self._one_append(list(request.values), fields, self.append_timeout)
         if len(positions) != len(request.values):
             raise RlogError(
                 f"the server returned {len(positions)} positions for {len(request.values)} values"
             )
         return positions
 
-    async def _stream_append(self, values: list[bytes]) -> list[int]:
+    async def _exactly_once_append(
+        self, values: list[bytes], fields: pb.AppendRequest, renew: bool = True
+    ) -> list[int]:
+        """Append in the client's session; re-send (same session and sequence) while the
+        outcome is unknown or no leader answers, until the append deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = None if self.append_timeout is None else loop.time() + self.append_timeout
+        session = await self._session.current(self, deadline, renew)
+        sequence = session.take_sequence()
+        attempt = 0
+        uncertain = False  # an earlier try may have been applied
+        renewed = False  # the session was replaced after a first try found it expired
+        try:
+            while True:
+                attempt += 1
+                fields.session = session.id
+                fields.sequence = sequence
+                fields.acked_below = session.acked_below()
+                remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+                try:
+                    positions = await self._one_append(values, fields, remaining)
+                except (UnknownSession, SessionExpired) as error:
+                    if renewed and not uncertain:
+                        raise  # a session opened just now: not a question of age
+                    if uncertain:
+                        raise SessionExpiredOutcomeUnknown(
+                            f"{error}; an earlier try of this append may be in the log: "
+                            "outcome unknown",
+                            error.code,
+                            error.endpoint,
+                        ) from None
+                    # Nothing of this append was sent before: a new session is safe.
+                    session.pending.discard(sequence)
+                    session = await self._session.renew(self, session, deadline)
+                    sequence = session.take_sequence()
+                    renewed = True
+                    continue
+                except (OutcomeUnknown, Unavailable) as error:
+                    # A first try that certainly did nothing (no leader, no endpoint
+                    # reachable) fails at once, as without sessions; once a try may have
+                    # gone through, re-send until the deadline (a retry finding no leader
+                    # during the election says nothing of the earlier try).
+                    if isinstance(error, OutcomeUnknown):
+                        uncertain = True
+                        self.retried_appends += 1
+                    out_of_time = (deadline is not None and loop.time() >= deadline) or (
+                        isinstance(error, Timeout) and remaining is not None and remaining < 1
+                    )
+                    if not uncertain:
+                        raise
+                    if out_of_time:
+                        if isinstance(error, OutcomeUnknown):
+                            raise
+                        raise OutcomeUnknownUnavailable(
+                            f"{error}; an earlier try of this append may be in the log: "
+                            "outcome unknown",
+                            error.code,
+                            error.endpoint,
+                        ) from None
+                    await asyncio.sleep(min(0.05 * attempt, 0.5))
+                    continue
+                session.answered(positions)
+                return positions
+        finally:
+            session.pending.discard(sequence)
+
+    async def _one_append(
+        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
+    ) -> list[int]:
+        if self.stream:
+            return await self._stream_append(values, fields, deadline_s)
+        request = pb.AppendRequest()
+        if fields is not None:
+            request.CopyFrom(fields)
+        request.values.extend(values)
+        response = await self._call(
+            lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
+        )
+        return list(response.positions)
+
+    async def open_session(self) -> tuple[int, int]:
+        """Open a new session in the log: (session id, window in positions). The client's
+        own appends use one it opens itself; this is for callers that manage sessions."""
+        response = await self._call(
+            lambda e: e.log.OpenSession(pb.OpenSessionRequest(), timeout=self.append_timeout),
+            mutating=True,
+        )
+        return int(response.session), int(response.window)
+
+    async def _stream_append(
+        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
+    ) -> list[int]:
         errors: list[RlogError] = []
         for index in self._order():
             stream = self._streams.get(index)
@@ -440,7 +588,7 @@ class AsyncClient:
                 stream = _AppendStream(self._endpoint(index))
                 self._streams[index] = stream
             try:
-                positions = await stream.append(values, self.append_timeout)
+                positions = await stream.append(values, deadline_s, fields)
             except _NotSent as not_sent:
                 errors.append(not_sent.error)
                 continue
@@ -452,6 +600,16 @@ class AsyncClient:
         """Append one value; returns its position."""
         (position,) = await self.append([value])
         return position
+
+    async def take_epoch(self) -> int:
+        """Take a new writer epoch (the log's highest + 1): from now on every append with a
+        lower `epoch=` fails with `ConditionFailed`. Raises `OutcomeUnknown` if the EPOCH
+        entry may or may not be in the log."""
+        response = await self._call(
+            lambda e: e.log.TakeEpoch(pb.TakeEpochRequest(), timeout=self.append_timeout),
+            mutating=True,
+        )
+        return int(response.epoch)
 
     async def truncate(self, to: int) -> int:
         """Truncate every position below `to`; returns the position of the TRUNCATE entry."""
@@ -684,6 +842,81 @@ class AsyncClient:
         await self.close()
 
 
+class _OpenSession:
+    """One session of a client: its id, next sequence, and the sequences in flight."""
+
+    def __init__(self, session_id: int, window: int) -> None:
+        self.id = session_id
+        self.window = window
+        self.next_sequence = 1
+        self.pending: set[int] = set()
+        self.highest_position = session_id
+
+    def take_sequence(self) -> int:
+        sequence = self.next_sequence
+        self.next_sequence += 1
+        self.pending.add(sequence)
+        return sequence
+
+    def acked_below(self) -> int:
+        """Every sequence below this one has its answer (the log may forget them)."""
+        return min(self.pending, default=self.next_sequence)
+
+    def answered(self, positions: list[int]) -> None:
+        if positions:
+            self.highest_position = max(self.highest_position, positions[-1])
+
+    @property
+    def aging(self) -> bool:
+        """Half the window is used: new appends go to a fresh session, so that retries
+        rarely outlive theirs."""
+        return self.highest_position - self.id > self.window // 2
+
+
+class _Session:
+    """The client's current session, opened lazily and renewed when it ages or expires."""
+
+    def __init__(self) -> None:
+        self._current: _OpenSession | None = None
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._current is not None
+
+    async def current(
+        self, client: AsyncClient, deadline: float | None, renew: bool = True
+    ) -> _OpenSession:
+        """The session to use (`renew=False`: an aging one too)."""
+        session = self._current
+        if session is not None and (not session.aging or not renew):
+            return session
+        return await self.renew(client, session, deadline)
+
+    async def renew(
+        self, client: AsyncClient, old: _OpenSession | None, deadline: float | None
+    ) -> _OpenSession:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._current is not old and self._current is not None:
+                return self._current  # another append renewed it meanwhile
+            loop = asyncio.get_running_loop()
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    session_id, window = await client.open_session()
+                    break
+                except OutcomeUnknown:
+                    # A SESSION entry nobody uses is harmless: open another.
+                    if deadline is not None and loop.time() >= deadline:
+                        raise
+                    await asyncio.sleep(min(0.05 * attempt, 0.5))
+            self._current = _OpenSession(session_id, window)
+            return self._current
+
+
 def _all_failed(errors: list[RlogError]) -> RlogError:
     if len(errors) == 1:
         return errors[0]
@@ -709,6 +942,7 @@ class Client:
         read_timeout: float | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
+        exactly_once: bool = True,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -717,6 +951,7 @@ class Client:
             read_timeout=read_timeout,
             channel_options=channel_options,
             stream=stream,
+            exactly_once=exactly_once,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -756,8 +991,16 @@ class Client:
             if not self._closed:
                 self._run(batches.aclose())
 
-    def append(self, values: Iterable[Value] | Value) -> list[int]:
-        return self._run(self._async.append(values))
+    def append(
+        self, values: Iterable[Value] | Value, *, if_next: int | None = None, epoch: int = 0
+    ) -> list[int]:
+        return self._run(self._async.append(values, if_next=if_next, epoch=epoch))
+
+    def take_epoch(self) -> int:
+        return self._run(self._async.take_epoch())
+
+    def open_session(self) -> tuple[int, int]:
+        return self._run(self._async.open_session())
 
     def submit_append(
         self, values: Iterable[Value] | Value

@@ -12,6 +12,12 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | ENTRY_TOO_LARGE            | INVALID_ARGUMENT    | `EntryTooLarge`               |
 | NOT_VOTING                 | FAILED_PRECONDITION | `NotVoting`                   |
 | LOG_ID_MISMATCH            | FAILED_PRECONDITION | `LogIdMismatch`               |
+| CONDITION_FAILED           | FAILED_PRECONDITION | `ConditionFailed` (with       |
+|                            |                     | `next_position`, `epoch`)     |
+| SESSION_EXPIRED            | FAILED_PRECONDITION | `SessionExpired`              |
+| SEQUENCE_FORGOTTEN         | FAILED_PRECONDITION | `SequenceForgotten`           |
+| EPOCH_FROM_FUTURE          | INVALID_ARGUMENT    | `EpochFromFuture`             |
+| UNKNOWN_SESSION            | NOT_FOUND           | `UnknownSession`              |
 | NO_LEADER, NOT_LEADER,     | UNAVAILABLE         | `Unavailable` (the request    |
 | LEADER_UNAVAILABLE,        |                     | changed nothing)              |
 | NOT_LEARNED,               |                     |                               |
@@ -121,6 +127,40 @@ class LogIdMismatch(FailedPrecondition):
     """The replica belongs to another log."""
 
 
+class ConditionFailed(FailedPrecondition):
+    """An append's condition did not hold; nothing was appended. `next_position` and
+    `epoch` are the log's next position and writer epoch when it was refused."""
+
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = None,
+        endpoint: str | None = None,
+        next_position: int | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        super().__init__(message, code, endpoint)
+        self.next_position = next_position
+        self.epoch = epoch
+
+
+class SessionExpired(FailedPrecondition):
+    """The append's session is past the log's session window (or was truncated away):
+    nothing was appended, and whether an earlier try of it is in the log cannot be told."""
+
+
+class SequenceForgotten(FailedPrecondition):
+    """The append's sequence is below the answers its client already acknowledged."""
+
+
+class UnknownSession(RlogError):
+    """No session with this id was ever opened in the log."""
+
+
+class EpochFromFuture(InvalidArgument):
+    """The append's writer epoch was never taken in this log."""
+
+
 class OutcomeUnknown(RlogError):
     """The append (or truncate) may or may not be in the log. Do not retry it blindly."""
 
@@ -131,6 +171,11 @@ class OutcomeUnknownTimeout(Timeout, OutcomeUnknown):
 
 class OutcomeUnknownUnavailable(Unavailable, OutcomeUnknown):
     """The connection broke while an append was in flight: it may have been chosen."""
+
+
+class SessionExpiredOutcomeUnknown(SessionExpired, OutcomeUnknown):
+    """An exactly-once append's retry found its session expired: an earlier try may be in
+    the log (the client re-sent it because that try's outcome was unknown)."""
 
 
 # Substrings of gRPC's own UNAVAILABLE details (the gRPC library's messages, not rlog's) that
@@ -177,6 +222,11 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.ENTRY_TOO_LARGE: (EntryTooLarge, EntryTooLarge),
     Reason.NOT_VOTING: (NotVoting, NotVoting),
     Reason.LOG_ID_MISMATCH: (LogIdMismatch, LogIdMismatch),
+    Reason.CONDITION_FAILED: (ConditionFailed, ConditionFailed),
+    Reason.SESSION_EXPIRED: (SessionExpired, SessionExpired),
+    Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),
+    Reason.EPOCH_FROM_FUTURE: (EpochFromFuture, EpochFromFuture),
+    Reason.UNKNOWN_SESSION: (UnknownSession, UnknownSession),
     Reason.NO_LEADER: (Unavailable, Unavailable),
     Reason.NOT_LEADER: (Unavailable, Unavailable),
     Reason.LEADER_UNAVAILABLE: (Unavailable, Unavailable),
@@ -245,6 +295,8 @@ def _for_reason(
         return Truncated(details, code, endpoint, begin=why.begin)
     if cls is PastEnd:
         return PastEnd(details, code, endpoint, end=why.end)
+    if cls is ConditionFailed:
+        return ConditionFailed(details, code, endpoint, why.next_position, why.epoch)
     if cls is Timeout:
         return Timeout(f"{details}{where}", code, endpoint)
     if cls is OutcomeUnknownUnavailable:
@@ -307,7 +359,9 @@ def _unclassified(
 
 __all__ = [
     "REASON_CLASSES",
+    "ConditionFailed",
     "EntryTooLarge",
+    "EpochFromFuture",
     "FailedPrecondition",
     "InvalidArgument",
     "LogIdMismatch",
@@ -318,9 +372,13 @@ __all__ = [
     "OutcomeUnknownUnavailable",
     "PastEnd",
     "RlogError",
+    "SequenceForgotten",
+    "SessionExpired",
+    "SessionExpiredOutcomeUnknown",
     "Timeout",
     "Truncated",
     "Unavailable",
+    "UnknownSession",
     "code_from_int",
     "error_class",
     "error_for",

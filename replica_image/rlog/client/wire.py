@@ -65,6 +65,8 @@ FORWARDED = "rlog-forwarded"
 REASON = "rlog-reason"  # a `Reason` value
 BEGIN = "rlog-begin"  # TRUNCATED: the first position the log still holds
 END = "rlog-end"  # PAST_END: the last learned position
+NEXT = "rlog-next"  # CONDITION_FAILED: the log's next position at the refusal
+EPOCH = "rlog-epoch"  # CONDITION_FAILED: the log's writer epoch at the refusal
 # The request changed nothing, so it may be sent again elsewhere. Implied by the reason
 # (`Reason.not_attempted`); a key of its own because clients and replicas that predate
 # reasons (during a rolling upgrade) read only this.
@@ -82,9 +84,18 @@ class Reason(enum.Enum):
     # INVALID_ARGUMENT
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # a malformed request (`from` after `to`)
     ENTRY_TOO_LARGE = "ENTRY_TOO_LARGE"  # a value exceeds the replica's maximum entry size
+    EPOCH_FROM_FUTURE = "EPOCH_FROM_FUTURE"  # an append's epoch was never taken
+    # NOT_FOUND
+    UNKNOWN_SESSION = "UNKNOWN_SESSION"  # no session with this id was opened in the log
     # FAILED_PRECONDITION
     NOT_VOTING = "NOT_VOTING"  # the replica is not VOTING: it cannot serve a stale read
     LOG_ID_MISMATCH = "LOG_ID_MISMATCH"  # the replica belongs to another log
+    # an append's condition (if_next, epoch) does not hold: NEXT and EPOCH say what does;
+    # nothing was appended
+    CONDITION_FAILED = "CONDITION_FAILED"
+    SESSION_EXPIRED = "SESSION_EXPIRED"  # the session is past the window (or truncated)
+    # the sequence is below the answers the client acknowledged: its answer is forgotten
+    SEQUENCE_FORGOTTEN = "SEQUENCE_FORGOTTEN"
     # UNAVAILABLE, not attempted
     NO_LEADER = "NO_LEADER"  # no leader is known or elected
     NOT_LEADER = "NOT_LEADER"  # this replica does not lead (any more), and did nothing
@@ -131,6 +142,11 @@ _CODES = {
     Reason.ENTRY_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.NOT_VOTING: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.LOG_ID_MISMATCH: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.EPOCH_FROM_FUTURE: grpc.StatusCode.INVALID_ARGUMENT,
+    Reason.UNKNOWN_SESSION: grpc.StatusCode.NOT_FOUND,
+    Reason.CONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.SESSION_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.SEQUENCE_FORGOTTEN: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.NO_LEADER: grpc.StatusCode.UNAVAILABLE,
     Reason.NOT_LEADER: grpc.StatusCode.UNAVAILABLE,
     Reason.LEADER_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
@@ -163,6 +179,8 @@ class ErrorDetails:
     reason: Reason
     begin: int | None = None  # TRUNCATED
     end: int | None = None  # PAST_END
+    next_position: int | None = None  # CONDITION_FAILED
+    epoch: int | None = None  # CONDITION_FAILED
 
     def trailers(self) -> tuple[tuple[str, str], ...]:
         """The trailing metadata that carries these details."""
@@ -171,6 +189,10 @@ class ErrorDetails:
             items.append((BEGIN, str(self.begin)))
         if self.end is not None:
             items.append((END, str(self.end)))
+        if self.next_position is not None:
+            items.append((NEXT, str(self.next_position)))
+        if self.epoch is not None:
+            items.append((EPOCH, str(self.epoch)))
         if self.reason.not_attempted:
             items.append((NOT_ATTEMPTED, "1"))
         return tuple(items)
@@ -183,7 +205,13 @@ class ErrorDetails:
         reason = parse_reason(values.get(REASON))
         if reason is None:
             return None
-        return cls(reason, _int_or_none(values.get(BEGIN)), _int_or_none(values.get(END)))
+        return cls(
+            reason,
+            _int_or_none(values.get(BEGIN)),
+            _int_or_none(values.get(END)),
+            _int_or_none(values.get(NEXT)),
+            _int_or_none(values.get(EPOCH)),
+        )
 
 
 def not_attempted(metadata: Iterable[Any] | None) -> bool:
@@ -209,8 +237,10 @@ __all__ = [
     "BEGIN",
     "CLIENT_CHANNEL_OPTIONS",
     "END",
+    "EPOCH",
     "FORWARDED",
     "MAX_MESSAGE_LENGTH",
+    "NEXT",
     "NOT_ATTEMPTED",
     "PEER_CHANNEL_OPTIONS",
     "REASON",

@@ -51,12 +51,20 @@ class _ActionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ActionType
     NOP: _ActionType.ValueType  # 0
     APPEND: _ActionType.ValueType  # 1
     TRUNCATE: _ActionType.ValueType  # 2
+    SESSION: _ActionType.ValueType  # 3
+    """opens a client session; the session id is this entry's position"""
+    EPOCH: _ActionType.ValueType  # 4
+    """takes a writer epoch (`epoch` carries it): fences every earlier epoch"""
 
 class ActionType(_ActionType, metaclass=_ActionTypeEnumTypeWrapper): ...
 
 NOP: ActionType.ValueType  # 0
 APPEND: ActionType.ValueType  # 1
 TRUNCATE: ActionType.ValueType  # 2
+SESSION: ActionType.ValueType  # 3
+"""opens a client session; the session id is this entry's position"""
+EPOCH: ActionType.ValueType  # 4
+"""takes a writer epoch (`epoch` carries it): fences every earlier epoch"""
 Global___ActionType: _TypeAlias = ActionType  # noqa: Y015
 
 class _Verdict:
@@ -99,6 +107,9 @@ class Action(_message.Message):
     ORIGIN_LEADER_FIELD_NUMBER: _builtins.int
     BATCH_FIRST_FIELD_NUMBER: _builtins.int
     BATCH_LAST_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     promised: _builtins.int
     """proposal this position was last explicitly promised to"""
@@ -128,6 +139,16 @@ class Action(_message.Message):
     entries all or none, at these positions (docs/protocol.md, "Atomic batches").
     """
     batch_last: _builtins.int
+    session: _builtins.int
+    """Admission (docs/protocol.md, "Conditional and exactly-once appends"). An APPEND of a
+    client session carries the session id and the request's sequence number, so any
+    replica can rebuild which requests were applied (and at which positions) from the log.
+    """
+    sequence: _builtins.int
+    epoch: _builtins.int
+    """The log's writer epoch as of this entry (EPOCH: the epoch it takes). Every entry a
+    leader assigns but NOPs carries it, so the epoch survives truncation and a bounded scan.
+    """
     def __init__(
         self,
         *,
@@ -143,10 +164,13 @@ class Action(_message.Message):
         origin_leader: _builtins.int = ...,
         batch_first: _builtins.int = ...,
         batch_last: _builtins.int = ...,
+        session: _builtins.int = ...,
+        sequence: _builtins.int = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_first", b"batch_first", "batch_last", b"batch_last", "learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_first", b"batch_first", "batch_last", b"batch_last", "epoch", b"epoch", "learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "sequence", b"sequence", "session", b"session", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -580,8 +604,24 @@ class AppendRequest(_message.Message):
 
     VALUES_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    ACKED_BELOW_FIELD_NUMBER: _builtins.int
+    IF_NEXT_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: echoed in the response (responses may be reordered)"""
+    session: _builtins.int
+    """Exactly-once: the client session (OpenSession) and this request's sequence number in it
+    (from 1). A retry carries the same pair and gets the original positions back.
+    """
+    sequence: _builtins.int
+    acked_below: _builtins.int
+    """the client holds the answer of every sequence below this one"""
+    if_next: _builtins.int
+    """append only if the log's next position is this one"""
+    epoch: _builtins.int
+    """append only if this writer epoch is still the highest (0: none)"""
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
@@ -589,12 +629,19 @@ class AppendRequest(_message.Message):
         *,
         values: _abc.Iterable[_builtins.bytes] | None = ...,
         id: _builtins.int = ...,
+        session: _builtins.int = ...,
+        sequence: _builtins.int = ...,
+        acked_below: _builtins.int = ...,
+        if_next: _builtins.int | None = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "if_next", b"if_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "acked_below", b"acked_below", "epoch", b"epoch", "id", b"id", "if_next", b"if_next", "sequence", b"sequence", "session", b"session", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_next: _TypeAlias = _typing.Literal["if_next"]  # noqa: Y015
+    _WhichOneofArgType__if_next: _TypeAlias = _typing.Literal["_if_next", b"_if_next"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_next) -> _WhichOneofReturnType__if_next | None: ...
 
 Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
 
@@ -607,6 +654,9 @@ class AppendResponse(_message.Message):
     CODE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    NEXT_POSITION_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    BEGIN_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: the request's id"""
     code: _builtins.int
@@ -615,6 +665,11 @@ class AppendResponse(_message.Message):
     """AppendStream: the error message when code != 0"""
     reason: _builtins.str
     """AppendStream: the error's reason (rlog.client.wire.Reason)"""
+    next_position: _builtins.int
+    """AppendStream, CONDITION_FAILED: the log's next position and writer epoch at the refusal."""
+    epoch: _builtins.int
+    begin: _builtins.int
+    """AppendStream, TRUNCATED: the first position the log holds"""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -625,14 +680,97 @@ class AppendResponse(_message.Message):
         code: _builtins.int = ...,
         error: _builtins.str = ...,
         reason: _builtins.str = ...,
+        next_position: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        begin: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_begin", b"_begin", "begin", b"begin"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_begin", b"_begin", "begin", b"begin", "code", b"code", "epoch", b"epoch", "error", b"error", "id", b"id", "next_position", b"next_position", "positions", b"positions", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__begin: _TypeAlias = _typing.Literal["begin"]  # noqa: Y015
+    _WhichOneofArgType__begin: _TypeAlias = _typing.Literal["_begin", b"_begin"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__begin) -> _WhichOneofReturnType__begin | None: ...
+
+Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
+
+@_typing.final
+class TakeEpochRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "error", b"error", "id", b"id", "positions", b"positions", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
+Global___TakeEpochRequest: _TypeAlias = TakeEpochRequest  # noqa: Y015
+
+@_typing.final
+class TakeEpochResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """the new writer epoch: every lower one is fenced from now on"""
+    position: _builtins.int
+    """where the EPOCH entry was written"""
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        position: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "position", b"position"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeEpochResponse: _TypeAlias = TakeEpochResponse  # noqa: Y015
+
+@_typing.final
+class OpenSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenSessionRequest: _TypeAlias = OpenSessionRequest  # noqa: Y015
+
+@_typing.final
+class OpenSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    WINDOW_FIELD_NUMBER: _builtins.int
+    session: _builtins.int
+    """the session id (the position of its SESSION entry)"""
+    window: _builtins.int
+    """the session expires once the log's next position passes"""
+    def __init__(
+        self,
+        *,
+        session: _builtins.int = ...,
+        window: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session", "window", b"window"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenSessionResponse: _TypeAlias = OpenSessionResponse  # noqa: Y015
 
 @_typing.final
 class ReadRequest(_message.Message):

@@ -308,6 +308,16 @@ class LogStub:
                 request_serializer=rlog__pb2.StatusRequest.SerializeToString,
                 response_deserializer=rlog__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.TakeEpoch = channel.unary_unary(
+                '/rlog.v1.Log/TakeEpoch',
+                request_serializer=rlog__pb2.TakeEpochRequest.SerializeToString,
+                response_deserializer=rlog__pb2.TakeEpochResponse.FromString,
+                _registered_method=True)
+        self.OpenSession = channel.unary_unary(
+                '/rlog.v1.Log/OpenSession',
+                request_serializer=rlog__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=rlog__pb2.OpenSessionResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -351,6 +361,20 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TakeEpoch(self, request, context):
+        """A new writer epoch (current + 1); appends carrying a lower epoch are refused from now on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenSession(self, request, context):
+        """A client session for exactly-once appends (AppendRequest.session).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -383,6 +407,16 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=rlog__pb2.StatusRequest.FromString,
                     response_serializer=rlog__pb2.StatusResponse.SerializeToString,
+            ),
+            'TakeEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeEpoch,
+                    request_deserializer=rlog__pb2.TakeEpochRequest.FromString,
+                    response_serializer=rlog__pb2.TakeEpochResponse.SerializeToString,
+            ),
+            'OpenSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenSession,
+                    request_deserializer=rlog__pb2.OpenSessionRequest.FromString,
+                    response_serializer=rlog__pb2.OpenSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -547,6 +581,60 @@ class Log:
             '/rlog.v1.Log/Status',
             rlog__pb2.StatusRequest.SerializeToString,
             rlog__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlog.v1.Log/TakeEpoch',
+            rlog__pb2.TakeEpochRequest.SerializeToString,
+            rlog__pb2.TakeEpochResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlog.v1.Log/OpenSession',
+            rlog__pb2.OpenSessionRequest.SerializeToString,
+            rlog__pb2.OpenSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

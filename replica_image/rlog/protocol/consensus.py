@@ -104,6 +104,9 @@ def entry_of(action: pb.Action) -> pb.Action:
         origin_leader=action.origin_leader,
         batch_first=action.batch_first,
         batch_last=action.batch_last,
+        session=action.session,
+        sequence=action.sequence,
+        epoch=action.epoch,
     )
 
 

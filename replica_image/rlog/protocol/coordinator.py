@@ -14,6 +14,10 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   batch (one request's entries) is re-proposed only if it is that value at all of its
   positions, in one write, and replaced by NOPs otherwise, so it is chosen all or none
   (one chunk promises at a time, with the positions a batch reaches beyond it);
+- admit: once leading, appends wait until the runtime hands over the admission state as of
+  index+1 (`admission_ready`, rebuilt from the learned entries); then each append is
+  admitted, refused or answered as a duplicate at the moment it is given positions
+  (admission.py), and each entry assigned is applied to that state;
 - lead: positions index+1... are written at `proposal`; appends arriving together become one
   write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
   then a learned message goes to every replica; each entry carries its origin (this
@@ -34,6 +38,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import (
+    NO_CONDITIONS,
+    AdmissionState,
+    Conditions,
+    Duplicate,
+    Refuse,
+)
 from rlog.protocol.consensus import (
     BatchKey,
     Elsewhere,
@@ -93,6 +104,7 @@ class SetTimer:
 class Done:
     token: Hashable
     positions: list[int]
+    epoch: int = 0  # the writer epoch its last entry states (an EPOCH entry: the one taken)
 
 
 @dataclass
@@ -100,6 +112,15 @@ class Failed:
     token: Hashable
     kind: FailureKind
     reason: str
+
+
+@dataclass
+class Refused:
+    """Admission refused the append (a failed condition, a bad session): nothing of it
+    was written."""
+
+    token: Hashable
+    refusal: Refuse
 
 
 @dataclass
@@ -120,7 +141,7 @@ class Demoted:
     retry_after: float
 
 
-Output = Send | SetTimer | Done | Failed | Elected | Leading | Demoted
+Output = Send | SetTimer | Done | Failed | Refused | Elected | Leading | Demoted
 
 
 # ---- rounds ----------------------------------------------------------------------------
@@ -191,7 +212,10 @@ class Coordinator:
         self._claimed: set[int] = set()
         self._filled: dict[int, BatchKey | None] = {}
         self._writes: dict[int, _Write] = {}
-        self._queue: deque[tuple[Hashable, list[pb.Action]]] = deque()
+        self._queue: deque[tuple[Hashable, list[pb.Action], Conditions]] = deque()
+        # The admission state as of next_position; None until the runtime provides it for
+        # this leadership (appends stay queued until then).
+        self.admission: AdmissionState | None = None
 
     # ---- plumbing ----------------------------------------------------------------------
 
@@ -350,24 +374,41 @@ class Coordinator:
 
     # ---- appends -----------------------------------------------------------------------
 
-    def propose(self, token: Hashable, actions: list[pb.Action]) -> None:
-        """Queue entries (positions are assigned when the batch is formed)."""
+    def propose(
+        self, token: Hashable, actions: list[pb.Action], conditions: Conditions = NO_CONDITIONS
+    ) -> None:
+        """Queue entries (positions are assigned, and admission decided, when the batch is
+        formed)."""
         if self.phase != Phase.LEADING:
             self._outbox.append(Failed(token, FailureKind.NOT_LEADER, "not the leader"))
             return
-        self._queue.append((token, actions))
+        self._queue.append((token, actions, conditions))
+
+    def admission_ready(self, proposal: int, state: AdmissionState) -> bool:
+        """The runtime's admission state as of `next_position` for the leadership at
+        `proposal`; False (ignored) if that leadership is over."""
+        if self.phase != Phase.LEADING or proposal != self.proposal:
+            return False
+        if state.next_position != self.next_position:
+            raise ValueError(
+                f"admission state at {state.next_position}, leader at {self.next_position}"
+            )
+        self.admission = state
+        self.pump()
+        return True
 
     def pump(self) -> None:
         """Form write batches from the queue while fewer than the maximum are in flight."""
-        if self.phase != Phase.LEADING:
+        if self.phase != Phase.LEADING or self.admission is None:
             return
+        admission = self.admission
         while self._queue and len(self._writes) < self.config.max_inflight_batches:
             batch: list[pb.Action] = []
             tokens: list[tuple[Hashable, list[int]]] = []
             size = 0
             first = self.next_position
             while self._queue:
-                token, actions = self._queue[0]
+                token, actions, conditions = self._queue[0]
                 token_size = sum(len(a.value) for a in actions)
                 if batch and (
                     len(batch) + len(actions) > self.config.max_batch_entries
@@ -375,6 +416,16 @@ class Coordinator:
                 ):
                     break
                 self._queue.popleft()
+                if conditions.any:
+                    verdict = admission.admit(conditions)
+                    if isinstance(verdict, Refuse):
+                        self._outbox.append(Refused(token, verdict))
+                        continue
+                    if isinstance(verdict, Duplicate):
+                        self._answer_duplicate(token, verdict.positions, first, tokens)
+                        continue
+                    if conditions.session and conditions.acked_below:
+                        admission.acknowledge(conditions.session, conditions.acked_below)
                 positions = []
                 # A request's entries travel in one write and carry their bounds, so that a
                 # fill can choose them all or none (single entries: 0/0, a batch of one).
@@ -387,11 +438,20 @@ class Coordinator:
                     entry.origin_proposal = self.proposal
                     entry.origin_leader = self.id
                     entry.batch_first, entry.batch_last = bounds if len(actions) > 1 else (0, 0)
+                    # The epoch as of this entry (EPOCH: the one it takes), so a scan of
+                    # the log's last entries finds it (admission.py).
+                    entry.epoch = admission.epoch + 1 if entry.type == pb.EPOCH else admission.epoch
+                    if conditions.session and entry.type == pb.APPEND:
+                        entry.session = conditions.session
+                        entry.sequence = conditions.sequence
+                    admission.apply(entry)
                     positions.append(self.next_position)
                     self.next_position += 1
                     batch.append(entry)
                 tokens.append((token, positions))
                 size += token_size
+            if not batch:
+                continue  # every append taken was refused or a duplicate
             round_id = self._new_round()
             self._writes[round_id] = _Write(first, batch, tokens, Tally(self.replicas, self.quorum))
             self._broadcast(
@@ -401,6 +461,24 @@ class Coordinator:
                 round_id,
             )
             self._outbox.append(SetTimer(round_id, self.config.append_timeout))
+
+    def _answer_duplicate(
+        self,
+        token: Hashable,
+        positions: list[int],
+        batch_first: int,
+        batch_tokens: list[tuple[Hashable, list[int]]],
+    ) -> None:
+        """A retry of an append already given `positions`: it is done when the original is
+        (at once if the original is chosen already)."""
+        if positions and positions[0] >= batch_first:
+            batch_tokens.append((token, positions))  # the original is in the batch being formed
+            return
+        for write in self._writes.values():
+            if positions and write.first <= positions[0] < write.first + len(write.actions):
+                write.tokens.append((token, positions))
+                return
+        self._outbox.append(Done(token, positions))
 
     def _on_write_reply(
         self, round_id: int, write: _Write, replica: int, response: pb.WriteResponse | None
@@ -416,7 +494,9 @@ class Coordinator:
         self.acknowledged_end = max(self.acknowledged_end, last)
         self._broadcast(self._learned(ranges=[pb.PositionRange(first=write.first, last=last)]))
         for token, positions in write.tokens:
-            self._outbox.append(Done(token, positions))
+            offset = positions[-1] - write.first if positions else -1
+            epoch = write.actions[offset].epoch if 0 <= offset < len(write.actions) else 0
+            self._outbox.append(Done(token, positions, epoch))
         self.pump()
 
     def _learned(
@@ -486,7 +566,7 @@ class Coordinator:
                 self._outbox.append(
                     Failed(token, in_flight_kind, f"leadership lost during the append: {reason}")
                 )
-        for token, _ in self._queue:
+        for token, _, _ in self._queue:
             self._outbox.append(
                 Failed(token, FailureKind.NOT_LEADER, f"not attempted: leadership lost: {reason}")
             )
@@ -497,6 +577,7 @@ class Coordinator:
         self._claimed.clear()
         self._filled.clear()
         self._election = None
+        self.admission = None
         self.phase = Phase.IDLE
         lo = self.config.retry_backoff
         self._outbox.append(Demoted(reason, self.rng.uniform(lo, 2 * lo)))

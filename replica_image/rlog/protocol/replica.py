@@ -41,6 +41,9 @@ def same_value(a: pb.Action, b: pb.Action) -> bool:
         and a.origin_leader == b.origin_leader
         and a.batch_first == b.batch_first
         and a.batch_last == b.batch_last
+        and a.session == b.session
+        and a.sequence == b.sequence
+        and a.epoch == b.epoch
     )
 
 

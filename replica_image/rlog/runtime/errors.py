@@ -11,7 +11,8 @@ from rlog.client.wire import ErrorDetails, Reason, not_attempted
 class RpcError(Exception):
     """An error for the client: its `Reason` (which fixes the gRPC status code, see
     `rlog.client.wire`), a one-line message for people, and the structured fields the
-    reason carries (`begin` for TRUNCATED, `end` for PAST_END). `code` is only for
+    reason carries (`begin` for TRUNCATED, `end` for PAST_END, `next_position` and `epoch`
+    for CONDITION_FAILED). `code` is only for
     `Reason.INTERNAL`, which keeps the code of the error it wraps."""
 
     def __init__(
@@ -21,6 +22,8 @@ class RpcError(Exception):
         *,
         begin: int | None = None,
         end: int | None = None,
+        next_position: int | None = None,
+        epoch: int | None = None,
         code: grpc.StatusCode | None = None,
     ) -> None:
         super().__init__(message)
@@ -29,7 +32,7 @@ class RpcError(Exception):
             raise ValueError(f"{reason.name} needs an explicit status code")
         self.code: grpc.StatusCode = resolved
         self.message = message
-        self.details = ErrorDetails(reason, begin, end)
+        self.details = ErrorDetails(reason, begin, end, next_position, epoch)
 
     @property
     def reason(self) -> Reason:
@@ -48,7 +51,13 @@ class RpcError(Exception):
         message = f"leader: {details}"
         if verdict is not None:
             return cls(
-                verdict.reason, message, begin=verdict.begin, end=verdict.end, code=exc.code()
+                verdict.reason,
+                message,
+                begin=verdict.begin,
+                end=verdict.end,
+                next_position=verdict.next_position,
+                epoch=verdict.epoch,
+                code=exc.code(),
             )
         code = exc.code()
         if code == grpc.StatusCode.UNAVAILABLE:

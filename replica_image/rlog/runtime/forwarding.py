@@ -19,6 +19,7 @@ import grpc
 from rlog.client.wire import FORWARDED, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import NO_CONDITIONS, Conditions
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.peers import Peer
@@ -76,8 +77,11 @@ class Forwarding:
                 )
             await asyncio.sleep(0.02)
 
-    async def append(self, leader: Peer, actions: list[pb.Action]) -> list[int]:
-        """Forward an append (or one truncation) to the leader; its positions."""
+    async def append(
+        self, leader: Peer, actions: list[pb.Action], conditions: Conditions = NO_CONDITIONS
+    ) -> list[int]:
+        """Forward an append (or one truncation) to the leader, with its conditions and
+        session; its positions."""
         values = [a.value for a in actions]
         if any(a.type != pb.APPEND for a in actions):
             (truncate,) = actions
@@ -89,14 +93,43 @@ class Forwarding:
                 )
             )
             return [response.position]
+        request = pb.AppendRequest(
+            values=values,
+            session=conditions.session,
+            sequence=conditions.sequence,
+            acked_below=conditions.acked_below,
+            epoch=conditions.epoch,
+        )
+        if conditions.if_next is not None:
+            request.if_next = conditions.if_next
         result = await self._forwarded_call(
             leader.log.Append(
-                pb.AppendRequest(values=values),
+                request,
                 metadata=((FORWARDED, "1"),),
                 timeout=self.config.append_timeout + 5,
             )
         )
         return list(result.positions)
+
+    async def take_epoch(self, leader: Peer) -> pb.TakeEpochResponse:
+        response: pb.TakeEpochResponse = await self._forwarded_call(
+            leader.log.TakeEpoch(
+                pb.TakeEpochRequest(),
+                metadata=((FORWARDED, "1"),),
+                timeout=self.config.append_timeout + 5,
+            )
+        )
+        return response
+
+    async def open_session(self, leader: Peer) -> pb.OpenSessionResponse:
+        response: pb.OpenSessionResponse = await self._forwarded_call(
+            leader.log.OpenSession(
+                pb.OpenSessionRequest(),
+                metadata=((FORWARDED, "1"),),
+                timeout=self.config.append_timeout + 5,
+            )
+        )
+        return response
 
     @staticmethod
     async def _forwarded_call(call):  # type: ignore[no-untyped-def]

@@ -38,6 +38,7 @@ from rlog.config import (
     unsafe_split_fill,
 )
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import NO_CONDITIONS, Conditions, Refuse
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -47,12 +48,14 @@ from rlog.protocol.coordinator import (
     Failed,
     FailureKind,
     Leading,
+    Refused,
     Send,
     SetTimer,
 )
 from rlog.protocol.election import Election, StandDown
 from rlog.protocol.read_index import Confirmed, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
+from rlog.runtime import admission
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
@@ -71,6 +74,7 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
+ADMISSION_STEP = 20_000  # learned entries applied to the admission state per loop turn
 
 
 class Node:
@@ -134,6 +138,10 @@ class Node:
             )
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
+        self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
+        # The admission state of the learned entries, handed to the coordinator as it leads.
+        self.admission = admission.AdmissionTracker(self.core, config.session_window)
+        self._admission_scheduled = False
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -175,6 +183,7 @@ class Node:
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
         self._update_metrics()
+        self.spawn(self._load_admission())
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
 
@@ -256,6 +265,7 @@ class Node:
         if batch is not None:
             self.journal.persist_nowait(batch)
             self._learned_changed.set()
+            self._schedule_admission()
             self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
@@ -313,9 +323,15 @@ class Node:
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
             elif isinstance(output, Done):
+                if output.token in self._epochs:
+                    self._epochs[output.token] = output.epoch
                 future = self._waiters.pop(output.token, None)
                 if future is not None and not future.done():
                     future.set_result(output.positions)
+            elif isinstance(output, Refused):
+                future = self._waiters.pop(output.token, None)
+                if future is not None and not future.done():
+                    future.set_exception(_refusal_error(output.refusal))
             elif isinstance(output, Failed):
                 self.metrics.append_failures.labels(output.kind.value).inc()
                 future = self._waiters.pop(output.token, None)
@@ -333,6 +349,7 @@ class Node:
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
                 self.spawn(self._send_heartbeats())
+                self.spawn(self._prepare_admission(output.proposal, output.next_position - 1))
             elif isinstance(output, Demoted):
                 self._fail_reads(f"not leading any more: {output.reason}")
                 if self.election.on_demoted(time.monotonic(), output.retry_after):
@@ -439,6 +456,74 @@ class Node:
             self.read_index.on_answer(round_id, peer.id, answer.promised)
             self._drain_read_index()
 
+    # ---- admission ---------------------------------------------------------------------
+
+    async def _load_admission(self) -> None:
+        while True:
+            try:
+                await self.admission.load()
+                break
+            except admission.NotLearned as exc:  # e.g. a truncation during the scan
+                log.info("admission state not loaded (%s); scanning again", exc)
+                await asyncio.sleep(0.2)
+        log.info(
+            "admission state loaded in %.3f s (%d sessions in the window)",
+            self.admission.load_seconds,
+            len(self.admission.state.sessions) if self.admission.state else 0,
+        )
+
+    def _schedule_admission(self) -> None:
+        if not self._admission_scheduled:
+            self._admission_scheduled = True
+            asyncio.get_running_loop().call_later(0.02, self._track_admission)
+
+    def _track_admission(self) -> None:
+        """Apply newly learned entries to the admission state, a bounded number at a time;
+        far behind (a replica that caught up a whole window at once), scan it again."""
+        self._admission_scheduled = False
+        if self._stopped:
+            return
+        remaining = self.admission.catch_up(limit=ADMISSION_STEP)
+        if remaining > self.config.session_window:
+            self.spawn(self._load_admission())
+        elif remaining:
+            self._schedule_admission()
+
+    async def _prepare_admission(self, proposal: int, index: int) -> None:
+        """Hand the coordinator the admission state as of index + 1 (it holds every append
+        until then): the tracker's, once the fill is learned locally (runtime/admission.py)."""
+        deadline = time.monotonic() + self.config.append_timeout
+        while self.core.learned < index or self.admission.state is None:
+            if not self.coordinator.leading or self.coordinator.proposal != proposal:
+                return
+            if self.admission.state is not None and time.monotonic() > deadline:
+                # (A state still loading at start-up is waited for: it is bounded by the
+                # window scan, and every replica of a restarted log loads one.)
+                self.coordinator.step_down(f"position {index} is not learned locally in time")
+                self._dispatch()
+                return
+            self._learned_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
+        if not self.coordinator.leading or self.coordinator.proposal != proposal:
+            return
+        started = time.perf_counter()
+        try:
+            state = self.admission.snapshot(index)
+        except admission.NotLearned as exc:
+            self.coordinator.step_down(f"no admission state: {exc}")
+            self._dispatch()
+            return
+        if self.coordinator.admission_ready(proposal, state):
+            log.info(
+                "admitting appends from position %d (epoch %d, %d sessions; %.3f s)",
+                index + 1,
+                state.epoch,
+                len(state.sessions),
+                time.perf_counter() - started,
+            )
+            self._dispatch()
+
     # ---- the read index ----------------------------------------------------------------
 
     async def _read_index_wait(self) -> None:
@@ -536,7 +621,9 @@ class Node:
 
     # ---- client API --------------------------------------------------------------------
 
-    async def append(self, actions: list[pb.Action], forwarded: bool) -> list[int]:
+    async def append(
+        self, actions: list[pb.Action], forwarded: bool, conditions: Conditions = NO_CONDITIONS
+    ) -> list[int]:
         for action in actions:
             if len(action.value) > self.config.max_entry_size:
                 raise RpcError(
@@ -548,12 +635,12 @@ class Node:
             return []
         leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            return await self.forwarding.append(leader, actions)
+            return await self.forwarding.append(leader, actions, conditions)
         started = time.perf_counter()
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._waiters[token] = future
-        self.coordinator.propose(token, actions)
+        self.coordinator.propose(token, actions, conditions)
         self._schedule_pump()
         self._dispatch()
         positions = await future
@@ -561,6 +648,36 @@ class Node:
         self.metrics.append_bytes.inc(sum(len(a.value) for a in actions))
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return positions
+
+    async def take_epoch(self, forwarded: bool) -> pb.TakeEpochResponse:
+        """Append an EPOCH entry (the log's epoch + 1, set by the coordinator)."""
+        leader = await self.forwarding.await_leader(forwarded)
+        if leader is not None:
+            return await self.forwarding.take_epoch(leader)
+        token = object()
+        self._epochs[token] = 0
+        try:
+            (position,) = await self._propose_one(pb.Action(type=pb.EPOCH), token)
+            return pb.TakeEpochResponse(epoch=self._epochs[token], position=position)
+        finally:
+            self._epochs.pop(token, None)
+
+    async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
+        """Append a SESSION entry; the session id is its position."""
+        leader = await self.forwarding.await_leader(forwarded)
+        if leader is not None:
+            return await self.forwarding.open_session(leader)
+        (position,) = await self._propose_one(pb.Action(type=pb.SESSION))
+        return pb.OpenSessionResponse(session=position, window=self.config.session_window)
+
+    async def _propose_one(self, action: pb.Action, token: object | None = None) -> list[int]:
+        token = token if token is not None else object()
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._waiters[token] = future
+        self.coordinator.propose(token, [action])
+        self._schedule_pump()
+        self._dispatch()
+        return await future
 
     async def truncate(self, to: int, forwarded: bool) -> int:
         leader = await self.forwarding.await_leader(forwarded)
@@ -767,6 +884,17 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
+
+
+def _refusal_error(refusal: Refuse) -> RpcError:
+    reason = Reason(refusal.reason.value)
+    return RpcError(
+        reason,
+        refusal.message,
+        begin=refusal.begin if reason == Reason.TRUNCATED else None,
+        next_position=refusal.next_position if reason == Reason.CONDITION_FAILED else None,
+        epoch=refusal.epoch if reason == Reason.CONDITION_FAILED else None,
+    )
 
 
 def _failure_error(failed: Failed) -> RpcError:

@@ -13,6 +13,7 @@ from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
@@ -66,6 +67,17 @@ class ReplicaService(pbg.ReplicaServicer):
             yield chunk
 
 
+def conditions_of(request: pb.AppendRequest) -> Conditions:
+    """An append's admission conditions and session (rlog.protocol.admission)."""
+    return Conditions(
+        session=request.session,
+        sequence=request.sequence,
+        acked_below=request.acked_below,
+        if_next=request.if_next if request.HasField("if_next") else None,
+        epoch=request.epoch,
+    )
+
+
 class LogService(pbg.LogServicer):
     """The client API. Appends, truncations and consistent reads go to the leader."""
 
@@ -77,7 +89,7 @@ class LogService(pbg.LogServicer):
     ) -> pb.AppendResponse:
         actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
         try:
-            positions = await self.node.append(actions, _forwarded(context))
+            positions = await self.node.append(actions, _forwarded(context), conditions_of(request))
         except RpcError as error:
             await _abort(context, error)
         return pb.AppendResponse(positions=positions)
@@ -96,15 +108,19 @@ class LogService(pbg.LogServicer):
         async def one(request: pb.AppendRequest) -> None:
             actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
             try:
-                positions = await self.node.append(actions, forwarded)
+                positions = await self.node.append(actions, forwarded, conditions_of(request))
                 responses.put_nowait(pb.AppendResponse(id=request.id, positions=positions))
             except RpcError as error:
+                details = error.details
                 responses.put_nowait(
                     pb.AppendResponse(
                         id=request.id,
                         code=error.code.value[0],
                         error=error.message,
                         reason=error.reason.value,
+                        next_position=details.next_position or 0,
+                        epoch=details.epoch or 0,
+                        begin=details.begin,
                     )
                 )
 
@@ -125,6 +141,24 @@ class LogService(pbg.LogServicer):
             reader.cancel()
             for task in pending:
                 task.cancel()
+
+    async def TakeEpoch(
+        self, request: pb.TakeEpochRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TakeEpochResponse:
+        try:
+            return await self.node.take_epoch(_forwarded(context))
+        except RpcError as error:
+            await _abort(context, error)
+            raise  # unreachable: abort raises
+
+    async def OpenSession(
+        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OpenSessionResponse:
+        try:
+            return await self.node.open_session(_forwarded(context))
+        except RpcError as error:
+            await _abort(context, error)
+            raise  # unreachable: abort raises
 
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext

@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="multiplex the appends on one AppendStream call (instead of one call each)",
     )
+    parser.add_argument(
+        "--no-exactly-once",
+        dest="exactly_once",
+        action="store_false",
+        help="append without a client session (no dedupe of retries): the cost of sessions",
+    )
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -168,7 +174,9 @@ async def _concurrent(
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
-    async with AsyncClient(args.endpoint, timeout=args.timeout, stream=args.stream) as client:
+    async with AsyncClient(
+        args.endpoint, timeout=args.timeout, stream=args.stream, exactly_once=args.exactly_once
+    ) as client:
         if args.mode == "serial":
             return await _serial(client, args, trace)
         return await _concurrent(client, args, trace)

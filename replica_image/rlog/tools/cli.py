@@ -130,7 +130,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         election_timeout=args.election_timeout,
         **{
             key: getattr(args, key)
-            for key in ("heartbeat_interval", "append_timeout")
+            for key in ("heartbeat_interval", "append_timeout", "session_window")
             if getattr(args, key) is not None
         },
     )
@@ -201,11 +201,23 @@ def cmd_append(args: argparse.Namespace) -> int:
         )
     from rlog.client import batched
 
+    # With --if-next the values go in one call: the condition holds for all or none.
+    batches = (
+        iter([list(values)])
+        if args.if_next is not None
+        else batched(values, STDIN_BATCH_VALUES, STDIN_BATCH_BYTES)
+    )
     with _client(args) as client:
-        for batch in batched(values, STDIN_BATCH_VALUES, STDIN_BATCH_BYTES):
-            positions = client.append(batch)
+        for batch in batches:
+            positions = client.append(batch, if_next=args.if_next, epoch=args.epoch)
             sys.stdout.write("".join(f"{p}\n" for p in positions))
             sys.stdout.flush()
+    return EXIT_OK
+
+
+def cmd_epoch(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(client.take_epoch())
     return EXIT_OK
 
 
@@ -356,6 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--heartbeat-interval", type=_positive_float, metavar="SECONDS")
     p.add_argument("--append-timeout", type=_positive_float, metavar="SECONDS")
+    p.add_argument(
+        "--session-window",
+        type=_nonnegative,
+        metavar="POSITIONS",
+        help="client sessions (exactly-once appends) last this many positions (default 100000)",
+    )
     p.set_defaults(func=cmd_replica)
 
     from rlog.tools import dev
@@ -369,7 +387,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("values", nargs="*", metavar="VALUE")
     p.add_argument("--stdin", action="store_true", help="append each line of stdin")
     p.add_argument("--base64", action="store_true", help="values are base64-encoded")
+    p.add_argument(
+        "--if-next",
+        type=_nonnegative,
+        metavar="P",
+        help="append only if the log's next position is P (all values in one call)",
+    )
+    p.add_argument(
+        "--epoch",
+        type=_nonnegative,
+        default=0,
+        metavar="E",
+        help="append only if writer epoch E (`rlog epoch take`) is still the highest",
+    )
     p.set_defaults(func=cmd_append)
+
+    p = sub.add_parser("epoch", help="writer epochs: `take` prints a new one (fences older)")
+    add_endpoint_arguments(p)
+    p.add_argument("action", choices=["take"])
+    p.set_defaults(func=cmd_epoch)
 
     p = sub.add_parser("read", help="print the entries in [--from, --to]")
     add_endpoint_arguments(p)

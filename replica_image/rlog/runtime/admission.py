@@ -1,0 +1,109 @@
+"""The admission state (rlog.protocol.admission) of a replica's learned entries, kept current
+as the replica learns, so that a new leader starts admitting appends at once.
+
+`AdmissionTracker` is loaded once when the replica starts (`load`): it scans the learned
+entries of the session window, [max(begin, learned + 1 - window), learned], in order, and
+if none of them states the writer epoch (all NOPs) looks further back, chunk by chunk, for
+the last entry that does (there is one unless the log never held anything but NOPs: the
+TRUNCATE entry that set the beginning states it too). From then on it applies each learned
+entry as the contiguous learned prefix advances (`catch_up`, a few microseconds an entry).
+A leader takes a copy as of its first position (`snapshot`) after its fill: only the
+positions it filled are left to apply. The scan yields to the event loop between chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rlog.protocol.admission import AdmissionState, carries_epoch
+from rlog.protocol.replica import ReplicaCore
+
+SCAN_CHUNK = 4096  # positions per read (then the event loop runs)
+
+
+class NotLearned(Exception):
+    """The local replica has not learned every position the state needs."""
+
+
+class AdmissionTracker:
+    def __init__(self, core: ReplicaCore, window: int) -> None:
+        self.core = core
+        self.window = window
+        self.state: AdmissionState | None = None  # None until loaded
+        self.load_seconds = 0.0
+
+    async def load(self) -> None:
+        self.state = None
+        learned = self.core.learned_next - 1
+        self.state, self.load_seconds = await rebuild(self.core, learned, self.window)
+        self.catch_up()
+
+    def catch_up(self, limit: int | None = None) -> int:
+        """Apply the learned entries not applied yet (at most `limit`); how many remain."""
+        state = self.state
+        if state is None:
+            return 0
+        learned = self.core.learned_next - 1
+        while state.next_position <= learned and (limit is None or limit > 0):
+            chunk = SCAN_CHUNK if limit is None else min(SCAN_CHUNK, limit)
+            actions = self.core.learned_actions(state.next_position, learned, chunk)
+            if not actions:
+                break
+            if actions[0].position > state.next_position:
+                state.skip_to(actions[0].position, self.core.begin)
+            state.apply_all(actions)
+            if limit is not None:
+                limit -= len(actions)
+        return max(0, learned + 1 - state.next_position)
+
+    def snapshot(self, index: int) -> AdmissionState:
+        """A copy of the state as of index + 1 (every position up to `index` learned)."""
+        if self.state is None:
+            raise NotLearned("the admission state is still loading")
+        self.catch_up()
+        if self.state.next_position != index + 1:
+            raise NotLearned(
+                f"learned up to {self.state.next_position - 1}, the leader needs {index}"
+            )
+        return self.state.clone()
+
+
+async def rebuild(core: ReplicaCore, index: int, window: int) -> tuple[AdmissionState, float]:
+    """The admission state as of index + 1 from the learned entries, and the seconds the
+    scan took."""
+    started = time.perf_counter()
+    begin = core.begin
+    first = max(begin, index + 1 - window)
+    state = AdmissionState(window, first, begin=begin)
+    stated_epoch = False
+    position = first
+    while position <= index:
+        actions = core.learned_actions(position, index, SCAN_CHUNK)
+        if not actions or actions[0].position != position:
+            raise NotLearned(f"position {position} is not learned on this replica")
+        for action in actions:
+            stated_epoch = stated_epoch or carries_epoch(action)
+            state.apply(action)
+        position = actions[-1].position + 1
+        await asyncio.sleep(0)
+    state.next_position = max(state.next_position, index + 1)
+    if not stated_epoch:
+        state.epoch = await _epoch_before(core, first)
+    return state, time.perf_counter() - started
+
+
+async def _epoch_before(core: ReplicaCore, below: int) -> int:
+    """The epoch stated by the last entry below `below` that states one (0 if none)."""
+    last = below - 1
+    while last >= core.begin:
+        first = max(core.begin, last + 1 - SCAN_CHUNK)
+        actions = core.learned_actions(first, last, SCAN_CHUNK)
+        if len(actions) != last - first + 1:
+            raise NotLearned(f"positions {first}-{last} are not all learned on this replica")
+        for action in reversed(actions):
+            if carries_epoch(action):
+                return int(action.epoch)
+        last = first - 1
+        await asyncio.sleep(0)
+    return 0
