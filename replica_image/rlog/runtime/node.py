@@ -50,6 +50,7 @@ from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
+from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
     READ_CHUNK_BYTES,
@@ -123,6 +124,8 @@ class Node:
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
+        # Reads with a min_position wait here for the learned end to reach it.
+        self.learned_watch = LearnedWatch()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -392,7 +395,8 @@ class Node:
 
         async def status_of(peer: Peer) -> pb.StatusResponse | None:
             try:
-                return await peer.log.Status(pb.StatusRequest(), timeout=0.5)
+                # What the peer believes now: no leadership confirmation on this budget.
+                return await peer.log.Status(pb.StatusRequest(local=True), timeout=0.5)
             except grpc.aio.AioRpcError:
                 return None
 
@@ -450,10 +454,10 @@ class Node:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._learned_changed.wait(), 0.05)
 
-    async def _confirm_leadership(self) -> None:
+    async def _confirm_leadership(self, time_limit: float | None = None) -> None:
         """Return once a quorum has followed this leader after now (a heartbeat round sent
         after this call, answered by a quorum that has not promised a higher proposal);
-        raise if leadership is lost or cannot be confirmed in time."""
+        raise if leadership is lost or not confirmed within `time_limit` s (default 2T)."""
         if self.unsafe_no_read_index:
             return
         token = object()
@@ -461,7 +465,7 @@ class Node:
         self._read_waiters[token] = future
         self.read_index.request(token, self.coordinator.proposal)
         self._drain_read_index()
-        deadline = 2 * self.config.election_timeout
+        deadline = 2 * self.config.election_timeout if time_limit is None else time_limit
         try:
             await asyncio.wait_for(future, deadline)
         except TimeoutError:
@@ -578,20 +582,23 @@ class Node:
         return position
 
     async def read(
-        self, request: pb.ReadRequest, forwarded: bool
+        self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
     ) -> AsyncIterator[pb.ReadResponse]:
         """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
-        at any VOTING replica."""
+        at any VOTING replica. A `min_position` makes the serving replica wait until it has
+        learned it, until `deadline` (time.monotonic(); None: none)."""
         first = getattr(request, "from") if request.HasField("from") else None
         last = request.to if request.HasField("to") else None
         if not request.stale and not self.is_leader and not forwarded:
             leader = await self.forwarding.await_leader(forwarded=False)
             if leader is not None:
-                async for response in self.forwarding.read(leader, request):
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                async for response in self.forwarding.read(leader, request, timeout):
                     yield response
                 return
             # This replica became the leader meanwhile.
             await self._read_index_wait()
+            await self._await_min_position(request, deadline)
             async for entries in self.read_range(first, last, False):
                 yield pb.ReadResponse(entries=entries)
             return
@@ -604,8 +611,67 @@ class Node:
                 Reason.NOT_VOTING,
                 f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
             )
+        await self._await_min_position(request, deadline)
         async for entries in self.read_range(first, last, request.stale):
             yield pb.ReadResponse(entries=entries)
+
+    async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
+        """Read-your-writes: wait until this replica has learned the request's min_position
+        (woken when its learned end advances), or fail once `deadline` passes."""
+        if not request.HasField("min_position"):
+            return
+        position = request.min_position
+        self.learned_watch.advance(self.core.learned)
+        if position <= self.core.learned:
+            return
+        timeout = None if deadline is None else deadline - time.monotonic()
+        self.metrics.reads_waiting.inc()
+        try:
+            reached = await self.learned_watch.wait(position, timeout)
+        finally:
+            self.metrics.reads_waiting.dec()
+        if not reached:
+            raise RpcError(
+                Reason.NOT_LEARNED,
+                f"replica {self.config.id} has learned up to position {self.core.learned}, "
+                f"not min_position {position}, by the read's deadline",
+                end=self.core.learned,
+            )
+
+    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Entry]]:
+        """Every APPEND entry from `from` on, as this replica learns them, for ever. A
+        non-stale tail starts linearizably: its first entries cover every append acknowledged
+        before it arrived (the leader's read index; a follower has the leader serve them with
+        a consistent read, then follows its own learned entries from there)."""
+        position = getattr(request, "from")
+        if not request.stale:
+            leader = None if self.is_leader else await self.forwarding.await_leader(False)
+            if leader is None:
+                await self._read_index_wait()
+            else:
+                start = pb.ReadRequest(**{"from": position})
+                try:
+                    async for response in self.forwarding.read(leader, start):
+                        if response.entries:
+                            yield list(response.entries)
+                            position = response.entries[-1].position + 1
+                except RpcError as error:
+                    # Past the leader's end: nothing acknowledged there yet; follow from here.
+                    if error.reason != Reason.PAST_END:
+                        raise
+        if position < self.core.begin:
+            raise RpcError(
+                Reason.TRUNCATED,
+                f"position {position} is truncated: the log begins at {self.core.begin}",
+                begin=self.core.begin,
+            )
+        while True:
+            learned = self.core.learned
+            if position <= learned:
+                async for entries in self.read_range(position, learned, True):
+                    yield entries
+                position = learned + 1
+            await self.wait_learned_past(position)
 
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
@@ -684,13 +750,32 @@ class Node:
             except TimeoutError:
                 pass
 
-    def status(self) -> pb.StatusResponse:
+    async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
+        """The status, where a leader first confirms (read index, at most `time_limit` s)
+        that a quorum still follows it: `role` "leader" only if it did, "unconfirmed-leader"
+        (and no `leader`) if it could not in time; never an error for want of a quorum."""
+        if not self.coordinator.leading:
+            return self.status()
+        try:
+            await self._confirm_leadership(time_limit)
+        except RpcError:
+            return self.status(confirmed=False)
+        return self.status(confirmed=True)
+
+    def status(self, confirmed: bool | None = None) -> pb.StatusResponse:
+        """This replica's status. `confirmed`: whether a leader confirmed its leadership
+        after the request arrived (None: not asked; `role` is then what it believes)."""
         leading = self.coordinator.leading
+        role = "leader" if leading else "follower"
+        leader = self.live_leader
+        if leading and confirmed is False:
+            role, leader = "unconfirmed-leader", ""
         return pb.StatusResponse(
             id=self.config.id,
             status=self.core.status,
-            role="leader" if leading else "follower",
-            leader=self.live_leader,
+            role=role,
+            leader=leader,
+            leader_confirmed=leading and confirmed is True,
             begin=self.core.begin,
             end=self.core.end,
             learned=self.core.learned,
@@ -745,6 +830,7 @@ class Node:
             self.election.stepped_down(time.monotonic())
 
     def _update_metrics(self) -> None:
+        self.learned_watch.advance(self.core.learned)
         m = self.metrics
         m.set_status(self.core.status)
         m.leader.set(1 if self.coordinator.leading else 0)
