@@ -26,6 +26,8 @@ WAITING_GAUGE = "rlog_reads_waiting_min_position"
 def cluster(tmp_path):
     with DevCluster(3, tmp_path, metrics=True, election_timeout=0.5) as c:
         c.wait_for_leader()
+        # Every replica answers (a leader needs only two of them up).
+        c.wait_for(lambda found: all(s is not None for s in found), 30, "every replica")
         yield c
 
 

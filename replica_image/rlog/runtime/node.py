@@ -45,7 +45,7 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.election import Election, StandDown
-from rlog.protocol.read_index import Confirmed, ReadIndex, StartRound
+from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
@@ -66,6 +66,11 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
+# A read round first asks only as many peers as a quorum needs; the others too after this.
+READ_ROUND_WIDEN = 0.01
+# Reads arriving while a round is in flight: their round leaves this long after that one ends,
+# with every read that arrived meanwhile (fewer rounds under concurrent reads).
+READ_ROUND_GATHER = 0.001
 
 
 class Node:
@@ -461,39 +466,50 @@ class Node:
         if self.unsafe_no_read_index:
             return
         token = object()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._read_waiters[token] = future
         self.read_index.request(token, self.coordinator.proposal)
         self._drain_read_index()
-        deadline = 2 * self.config.election_timeout if time_limit is None else time_limit
+        limit = 2 * self.config.election_timeout if time_limit is None else time_limit
+        # One timer per read (cheaper than wait_for's wrapping on this hot path).
+        timer = loop.call_later(limit, _unconfirmed, future, limit)
         try:
-            await asyncio.wait_for(future, deadline)
-        except TimeoutError:
-            raise RpcError(
-                Reason.LEADERSHIP_UNCONFIRMED,
-                f"could not confirm within {deadline:g} s that a quorum still follows this "
-                "leader; the read was not served",
-            ) from None
+            await future
         finally:
+            timer.cancel()
             self._read_waiters.pop(token, None)
-            self.read_index.cancel(token)
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                self.read_index.cancel(token)  # a confirmed read is no longer waiting there
 
     def _drain_read_index(self) -> None:
         for output in self.read_index.take():
             if isinstance(output, StartRound):
+                self.metrics.read_rounds.inc()
                 heartbeat = pb.LearnedRequest(
                     proposal=output.proposal,
                     leader=self.config.id,
                     leader_address=self.config.address,
                     log_id=self.config.log_id,
                 )
-                for peer in self.peers.values():
+                first, rest = self._read_round_peers()
+                for peer in first:
                     self.spawn(self._heartbeat(peer, heartbeat, output.round))
+                loop = asyncio.get_running_loop()
+                if rest:
+                    loop.call_later(
+                        READ_ROUND_WIDEN, self._widen_read_round, output.round, heartbeat, rest
+                    )
                 # A round that lost answers is sent again (with every read still waiting).
-                asyncio.get_running_loop().call_later(
+                loop.call_later(
                     self.config.heartbeat_interval, self._read_round_timeout, output.round
                 )
+            elif isinstance(output, Gather):
+                asyncio.get_running_loop().call_later(
+                    READ_ROUND_GATHER, self._send_read_round, output.round
+                )
             elif isinstance(output, Confirmed):
+                self.metrics.read_confirmations.inc(len(output.tokens))
                 # The round counts this replica as following itself: only if its own
                 # acceptor has not promised a higher proposal either.
                 still_leading = (
@@ -511,6 +527,29 @@ class Node:
                         future.set_exception(
                             RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
                         )
+
+    def _send_read_round(self, round_id: int) -> None:
+        if self._stopped:
+            return
+        self.read_index.send_due(round_id)
+        self._drain_read_index()
+
+    def _read_round_peers(self) -> tuple[list[Peer], list[Peer]]:
+        """Whom a read round asks first: the quorum - 1 peers that answered this leader
+        last (with it they make a quorum; the others then never handle the round), and the
+        rest, asked only if those have not confirmed the round within READ_ROUND_WIDEN."""
+        answered = self.election.peer_answered
+        ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
+        need = self.read_index.quorum - 1
+        return ranked[:need], ranked[need:]
+
+    def _widen_read_round(
+        self, round_id: int, heartbeat: pb.LearnedRequest, rest: list[Peer]
+    ) -> None:
+        if self._stopped or self.read_index.round != round_id:
+            return  # confirmed (or given up) already
+        for peer in rest:
+            self.spawn(self._heartbeat(peer, heartbeat, round_id))
 
     def _read_round_timeout(self, round_id: int) -> None:
         if self._stopped:
@@ -840,6 +879,17 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
+
+
+def _unconfirmed(future: asyncio.Future[None], limit: float) -> None:
+    if not future.done():
+        future.set_exception(
+            RpcError(
+                Reason.LEADERSHIP_UNCONFIRMED,
+                f"could not confirm within {limit:g} s that a quorum still follows this "
+                "leader; the read was not served",
+            )
+        )
 
 
 def _failure_error(failed: Failed) -> RpcError:
