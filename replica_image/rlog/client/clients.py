@@ -141,6 +141,7 @@ def status_to_dict(status: pb.StatusResponse) -> dict[str, Any]:
         "catchup_begin": status.catchup_begin,
         "catchup_end": status.catchup_end,
         "catchup_done": status.catchup_done,
+        "leader_confirmed": status.leader_confirmed,
     }
 
 
