@@ -12,8 +12,10 @@ client on both sides; only the replicas differ). Modes (`--modes`, comma-separat
 - append-serial: 1000 appends of 1 KiB, one at a time, to the leader;
 - append-64: 64 concurrent writers, one unary append each, for --seconds.
 
-One JSON object per line on stdout: {"pair", "root", "label", "mode", "result"}; a summary
-(the median of each mode and root) goes to stderr. `--env K=V` sets a replica variable for
+One JSON object per line on stdout: {"pair", "root", "load", "mode", "result", "cpu_ms"}
+(`cpu_ms`: CPU time the three replica processes used per operation, user + system, from
+/proc: less sensitive to other load on the machine than the rate); a summary (the median of
+each mode and root) goes to stderr. `--env K=V` sets a replica variable for
 a root given as `ROOT::K=V` (e.g. the test-only RLOG_UNSAFE_NO_READ_INDEX=1).
 """
 
@@ -45,6 +47,17 @@ MODES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def replica_cpu_seconds(cluster: DevCluster) -> float:
+    """User + system CPU time of the replica processes so far (every thread)."""
+    total = 0
+    for i in range(cluster.replicas):
+        pid = cluster.pid(i)
+        if pid is not None:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run_root(root: str, modes: list[str], seconds: float, work: Path) -> dict[str, Any]:
     path, _, assignment = root.partition("::")
     env = dict(os.environ)
@@ -63,13 +76,18 @@ def run_root(root: str, modes: list[str], seconds: float, work: Path) -> dict[st
             if "concurrent" in args:
                 args = [*args, "--duration", str(seconds)]
             command = [sys.executable, "-m", "rlog.tools.cli", "bench", "-e", endpoint]
+            cpu_before = replica_cpu_seconds(cluster)
             out = subprocess.run(
                 [*command, "--json", "--size", "1024", *args],
                 env=client_env,
                 capture_output=True,
                 check=True,
             )
-            results[mode] = json.loads(out.stdout)
+            result = json.loads(out.stdout)
+            warmup = int(args[args.index("--warmup") + 1]) if "--warmup" in args else 0
+            operations = result["appends"] + warmup + (1 if "--read" in args else 0)
+            cpu = replica_cpu_seconds(cluster) - cpu_before
+            results[mode] = (result, round(cpu * 1000 / max(1, operations), 3))
     return results
 
 
@@ -88,19 +106,25 @@ def main() -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     collected: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     for pair in range(args.pairs):
         order = args.root if pair % 2 == 0 else list(reversed(args.root))
         for root in order:
             load = os.getloadavg()[0]
-            for mode, result in run_root(root, modes, args.seconds, work).items():
+            for mode, (result, cpu_ms) in run_root(root, modes, args.seconds, work).items():
                 record = {"pair": pair, "root": root, "load": load, "mode": mode}
-                print(json.dumps({**record, "result": result}), flush=True)
+                print(json.dumps({**record, "result": result, "cpu_ms": cpu_ms}), flush=True)
                 collected.setdefault((mode, root), []).append(result["appends_per_s"])
+                cpu.setdefault((mode, root), []).append(cpu_ms)
     for mode in modes:
         line = [f"{mode:22}"]
         for root in args.root:
             values = collected.get((mode, root), [])
-            line.append(f"{root}: median {statistics.median(values):8.1f}/s {values}")
+            per_op = cpu.get((mode, root), [])
+            line.append(
+                f"{root}: median {statistics.median(values):8.1f}/s "
+                f"{statistics.median(per_op):6.3f} cpu-ms/op {values}"
+            )
         print("  ".join(line), file=sys.stderr)
     return 0
 

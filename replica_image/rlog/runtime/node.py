@@ -66,8 +66,11 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
-# A read round first asks only as many peers as a quorum needs; the others too after this.
-READ_ROUND_WIDEN = 0.01
+# A read round first asks only as many peers as a quorum needs; the others too if it is not
+# confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
+# are slow, and asking everyone each time would undo the saving).
+READ_ROUND_WIDEN_ROUNDS = 4
+READ_ROUND_WIDEN_MIN = 0.005
 # Reads arriving while a round is in flight: their round leaves this long after that one ends,
 # with every read that arrived meanwhile (fewer rounds under concurrent reads).
 READ_ROUND_GATHER = 0.001
@@ -119,6 +122,8 @@ class Node:
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
         self.read_index = ReadIndex(config.id, len(config.peers))
         self._read_waiters: dict[object, asyncio.Future[None]] = {}
+        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
+        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
         self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
         if self.unsafe_no_read_index:
             log.warning(
@@ -496,10 +501,13 @@ class Node:
                 for peer in first:
                     self.spawn(self._heartbeat(peer, heartbeat, output.round))
                 loop = asyncio.get_running_loop()
+                self._read_round_sent = (output.round, loop.time())
                 if rest:
-                    loop.call_later(
-                        READ_ROUND_WIDEN, self._widen_read_round, output.round, heartbeat, rest
+                    widen = min(
+                        max(READ_ROUND_WIDEN_MIN, READ_ROUND_WIDEN_ROUNDS * self._read_round_time),
+                        self.config.heartbeat_interval / 2,
                     )
+                    loop.call_later(widen, self._widen_read_round, output.round, heartbeat, rest)
                 # A round that lost answers is sent again (with every read still waiting).
                 loop.call_later(
                     self.config.heartbeat_interval, self._read_round_timeout, output.round
@@ -510,6 +518,7 @@ class Node:
                 )
             elif isinstance(output, Confirmed):
                 self.metrics.read_confirmations.inc(len(output.tokens))
+                self._time_read_round()
                 # The round counts this replica as following itself: only if its own
                 # acceptor has not promised a higher proposal either.
                 still_leading = (
@@ -528,6 +537,14 @@ class Node:
                             RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
                         )
 
+    def _time_read_round(self) -> None:
+        """A round was confirmed: fold how long it took into the typical round time."""
+        round_id, sent = self._read_round_sent
+        if round_id:
+            took = asyncio.get_running_loop().time() - sent
+            self._read_round_time = 0.8 * self._read_round_time + 0.2 * took
+            self._read_round_sent = (0, 0.0)
+
     def _send_read_round(self, round_id: int) -> None:
         if self._stopped:
             return
@@ -537,7 +554,7 @@ class Node:
     def _read_round_peers(self) -> tuple[list[Peer], list[Peer]]:
         """Whom a read round asks first: the quorum - 1 peers that answered this leader
         last (with it they make a quorum; the others then never handle the round), and the
-        rest, asked only if those have not confirmed the round within READ_ROUND_WIDEN."""
+        rest, asked only if those have not confirmed the round in a few typical round times."""
         answered = self.election.peer_answered
         ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
         need = self.read_index.quorum - 1
