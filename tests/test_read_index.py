@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlog.protocol.read_index import Confirmed, ReadIndex, StartRound
+from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 
 
 def test_a_read_starts_a_round_at_the_leaders_proposal():
@@ -46,7 +46,9 @@ def test_reads_arriving_during_a_round_wait_for_the_next_one():
     r.request("b", 7)  # the heartbeats in flight may have left before "b" arrived
     assert r.take() == [StartRound(1, 7)]
     r.on_answer(1, 1, 7)
-    assert r.take() == [Confirmed(("a",), 7), StartRound(2, 7)]
+    assert r.take() == [Confirmed(("a",), 7), Gather(2)]
+    r.send_due(2)
+    assert r.take() == [StartRound(2, 7)]
     r.on_answer(1, 2, 7)  # late answer to the old round
     assert r.take() == []
     r.on_answer(2, 2, 7)
@@ -59,13 +61,45 @@ def test_concurrent_reads_share_the_next_round():
     for token in "bcd":
         r.request(token, 7)
     r.on_answer(1, 1, 7)
+    r.send_due(2)
     r.on_answer(2, 2, 7)
     assert r.take() == [
         StartRound(1, 7),
         Confirmed(("a",), 7),
+        Gather(2),
         StartRound(2, 7),
         Confirmed(tuple("bcd"), 7),
     ]
+
+
+def test_reads_arriving_while_the_next_round_gathers_join_it():
+    r = ReadIndex(0, 3)
+    r.request("a", 7)
+    r.request("b", 7)
+    r.on_answer(1, 1, 7)
+    r.take()
+    r.request("c", 7)  # the round has not left: it counts for "c" too
+    r.on_answer(2, 1, 7)  # nothing was sent: no answer can confirm it yet
+    r.on_timeout(2)  # nor time it out
+    assert r.take() == []
+    r.send_due(2)
+    r.request("d", 7)  # too late for round 2
+    r.on_answer(2, 1, 7)
+    assert r.take() == [StartRound(2, 7), Confirmed(("b", "c"), 7), Gather(3)]
+
+
+def test_a_gathered_round_whose_reads_all_gave_up_is_not_sent():
+    r = ReadIndex(0, 3)
+    r.request("a", 7)
+    r.request("b", 7)
+    r.on_answer(1, 1, 7)
+    r.cancel("b")
+    r.take()
+    r.send_due(2)
+    assert r.take() == []
+    assert r.round == 0
+    r.request("c", 7)  # a read now starts a round at once
+    assert r.take() == [StartRound(3, 7)]
 
 
 def test_a_round_that_times_out_is_sent_again_for_every_waiting_read():

@@ -209,14 +209,12 @@ class _FailingNode:
         return 0
 
     async def read(
-        self, request: pb.ReadRequest, forwarded: bool
+        self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
     ) -> AsyncIterator[pb.ReadResponse]:
         self._raise()
         yield pb.ReadResponse()
 
-    async def read_range(
-        self, first: int | None, last: int | None, stale: bool
-    ) -> AsyncIterator[list[pb.Entry]]:
+    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Entry]]:
         self._raise()
         yield []
 

@@ -152,6 +152,7 @@ def status_to_dict(status: pb.StatusResponse) -> dict[str, Any]:
         "catchup_begin": status.catchup_begin,
         "catchup_end": status.catchup_end,
         "catchup_done": status.catchup_done,
+        "leader_confirmed": status.leader_confirmed,
     }
 
 
@@ -361,7 +362,9 @@ class AsyncClient:
     (status, admin), `append_timeout` appends and truncations, `read_timeout` a whole read
     (None: no deadline). Tails have no deadline. `stream=True` sends appends multiplexed on
     one `AppendStream` call per endpoint (cheaper per append for many concurrent writers);
-    every append still gets its own result, and the same errors.
+    every append still gets its own result, and the same errors. `last_appended` is the
+    highest position this client's appends were given (0: none yet): a stale read with
+    `min_position=last_appended` sees them (read-your-writes).
     """
 
     def __init__(
@@ -391,6 +394,7 @@ class AsyncClient:
         self._endpoints: list[_Endpoint | None] = [None] * len(self._addresses)
         self._current = 0
         self._closed = False
+        self.last_appended = 0
 
     @property
     def endpoints(self) -> list[str]:
@@ -487,6 +491,8 @@ class AsyncClient:
             raise RlogError(
                 f"the server returned {len(positions)} positions for {len(request.values)} values"
             )
+        # Read-your-writes: a stale read with min_position=last_appended sees this append.
+        self.last_appended = max(self.last_appended, positions[-1])
         return positions
 
     async def _exactly_once_append(
@@ -696,14 +702,22 @@ class AsyncClient:
         stale: bool,
         max_batch: int,
         endpoint: str | None,
+        min_position: int | None,
     ) -> AsyncGenerator[pb.ReadResponse, None]:
+        # A read that may wait for a replica to catch up always carries a deadline.
+        timeout = self.read_timeout
+        if min_position is not None and timeout is None:
+            timeout = self.timeout
+
         def open_read(target: _Endpoint, next_from: int | None) -> Any:
             request = pb.ReadRequest(stale=stale, max_batch=max_batch)
             if next_from is not None:
                 setattr(request, "from", next_from)
             if to is not None:
                 request.to = to
-            return target.log.Read(request, timeout=self.read_timeout)
+            if min_position is not None:
+                request.min_position = min_position
+            return target.log.Read(request, timeout=timeout)
 
         def done(next_from: int | None) -> bool:
             # Resumed after the last entry of the range (not: an empty range asked for).
@@ -720,9 +734,11 @@ class AsyncClient:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> AsyncGenerator[list[Entry], None]:
         """Like `read`, in the batches the server sends."""
-        responses = self._read_responses(from_, to, stale, max_batch, endpoint)
+        responses = self._read_responses(from_, to, stale, max_batch, endpoint, min_position)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 yield [Entry(e.position, e.value) for e in response.entries]
@@ -734,11 +750,13 @@ class AsyncClient:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> AsyncGenerator[tuple[list[int], list[bytes]], None]:
         """Like `read_batches`, each batch as two columns, (positions, values), without an
         `Entry` object per entry: for bulk readers that build columnar data (the Spark
         source's Arrow batches)."""
-        responses = self._read_responses(from_, to, stale, max_batch, endpoint)
+        responses = self._read_responses(from_, to, stale, max_batch, endpoint, min_position)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 entries = response.entries
@@ -751,14 +769,21 @@ class AsyncClient:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> AsyncGenerator[Entry, None]:
         """The APPEND entries in [from_, to] (inclusive; defaults: the beginning and the
         last learned position), in position order. `stale=True` reads the contacted
         replica's own learned entries instead of going through the leader.
         `endpoint`: read from exactly that endpoint, never another (a stale read of one
         given replica; its errors are raised as they are, for the caller to move on).
+        `min_position`: the replica serving the read first waits until it has learned this
+        position (read-your-writes: pass `last_appended`), up to the read's deadline
+        (`read_timeout`, else `timeout`); then `Unavailable` naming what it had learned.
         Raises `Truncated` below the beginning, `PastEnd` past the end."""
-        batches = self.read_batches(from_, to, stale, max_batch, endpoint)
+        batches = self.read_batches(
+            from_, to, stale, max_batch, endpoint, min_position=min_position
+        )
         try:
             async for batch in batches:
                 for entry in batch:
@@ -766,11 +791,15 @@ class AsyncClient:
         finally:
             await batches.aclose()
 
-    async def tail_batches(self, from_: int = 0) -> AsyncGenerator[list[Entry], None]:
+    async def tail_batches(
+        self, from_: int = 0, stale: bool = False
+    ) -> AsyncGenerator[list[Entry], None]:
         """Like `tail`, in the batches the server sends."""
 
         def open_tail(target: _Endpoint, next_from: int | None) -> Any:
-            return target.log.Tail(pb.TailRequest(**{"from": next_from or 0}))
+            request = pb.TailRequest(stale=stale)
+            setattr(request, "from", next_from or 0)
+            return target.log.Tail(request)
 
         def ended(address: str) -> RlogError:
             return Unavailable(f"the tail from {address} ended", endpoint=address)
@@ -780,10 +809,12 @@ class AsyncClient:
             async for response in responses:
                 yield [Entry(e.position, e.value) for e in response.entries]
 
-    async def tail(self, from_: int = 0) -> AsyncGenerator[Entry, None]:
+    async def tail(self, from_: int = 0, stale: bool = False) -> AsyncGenerator[Entry, None]:
         """Every APPEND entry from `from_` on, waiting for new ones forever (served from
-        the contacted replica's learned entries)."""
-        batches = self.tail_batches(from_)
+        the contacted replica's learned entries). The start is linearizable: the first
+        entries cover every append acknowledged before the tail (re)started; `stale=True`
+        starts from the contacted replica's own view instead, with no leader involved."""
+        batches = self.tail_batches(from_, stale)
         try:
             async for batch in batches:
                 for entry in batch:
@@ -968,6 +999,12 @@ class Client:
     def current_endpoint(self) -> str:
         return self._async.current_endpoint
 
+    @property
+    def last_appended(self) -> int:
+        """The highest position an append through this client was given (0: none yet):
+        `read(stale=True, min_position=client.last_appended)` reads this client's writes."""
+        return self._async.last_appended
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
             coro.close()
@@ -1033,8 +1070,14 @@ class Client:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> Iterator[Entry]:
-        return self._iterate(self._async.read_batches(from_, to, stale, max_batch, endpoint))
+        return self._iterate(
+            self._async.read_batches(
+                from_, to, stale, max_batch, endpoint, min_position=min_position
+            )
+        )
 
     def read_batches(
         self,
@@ -1043,8 +1086,14 @@ class Client:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> Iterator[list[Entry]]:
-        return self._batches(self._async.read_batches(from_, to, stale, max_batch, endpoint))
+        return self._batches(
+            self._async.read_batches(
+                from_, to, stale, max_batch, endpoint, min_position=min_position
+            )
+        )
 
     def read_columns(
         self,
@@ -1053,11 +1102,17 @@ class Client:
         stale: bool = False,
         max_batch: int = 0,
         endpoint: str | None = None,
+        *,
+        min_position: int | None = None,
     ) -> Iterator[tuple[list[int], list[bytes]]]:
-        return self._batches(self._async.read_columns(from_, to, stale, max_batch, endpoint))
+        return self._batches(
+            self._async.read_columns(
+                from_, to, stale, max_batch, endpoint, min_position=min_position
+            )
+        )
 
-    def tail(self, from_: int = 0) -> Iterator[Entry]:
-        return self._iterate(self._async.tail_batches(from_))
+    def tail(self, from_: int = 0, stale: bool = False) -> Iterator[Entry]:
+        return self._iterate(self._async.tail_batches(from_, stale))
 
     def grant_permit(self, log_id: str = "", endpoint: str | None = None) -> pb.StatusResponse:
         return self._run(self._async.grant_permit(log_id, endpoint))

@@ -780,28 +780,38 @@ class ReadRequest(_message.Message):
     TO_FIELD_NUMBER: _builtins.int
     STALE_FIELD_NUMBER: _builtins.int
     MAX_BATCH_FIELD_NUMBER: _builtins.int
+    MIN_POSITION_FIELD_NUMBER: _builtins.int
     to: _builtins.int
     """inclusive; default: the last learned position"""
     stale: _builtins.bool
     """serve from this replica's learned entries, without the leader"""
     max_batch: _builtins.int
+    min_position: _builtins.int
+    """Wait until the serving replica has learned this position (read-your-writes on a stale
+    read), up to the call's deadline; then NOT_LEARNED (UNAVAILABLE) naming its learned end.
+    """
     def __init__(
         self,
         *,
         to: _builtins.int | None = ...,
         stale: _builtins.bool = ...,
         max_batch: _builtins.int = ...,
+        min_position: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_from", b"_from", "_to", b"_to", "from", b"from", "to", b"to"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_from", b"_from", "_min_position", b"_min_position", "_to", b"_to", "from", b"from", "min_position", b"min_position", "to", b"to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_from", b"_from", "_to", b"_to", "from", b"from", "max_batch", b"max_batch", "stale", b"stale", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_from", b"_from", "_min_position", b"_min_position", "_to", b"_to", "from", b"from", "max_batch", b"max_batch", "min_position", b"min_position", "stale", b"stale", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__from: _TypeAlias = _typing.Literal["from"]  # noqa: Y015
     _WhichOneofArgType__from: _TypeAlias = _typing.Literal["_from", b"_from"]  # noqa: Y015
+    _WhichOneofReturnType__min_position: _TypeAlias = _typing.Literal["min_position"]  # noqa: Y015
+    _WhichOneofArgType__min_position: _TypeAlias = _typing.Literal["_min_position", b"_min_position"]  # noqa: Y015
     _WhichOneofReturnType__to: _TypeAlias = _typing.Literal["to"]  # noqa: Y015
     _WhichOneofArgType__to: _TypeAlias = _typing.Literal["_to", b"_to"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__from) -> _WhichOneofReturnType__from | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_position) -> _WhichOneofReturnType__min_position | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__to) -> _WhichOneofReturnType__to | None: ...
 
@@ -832,12 +842,19 @@ class TailRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FROM_FIELD_NUMBER: _builtins.int
+    STALE_FIELD_NUMBER: _builtins.int
+    stale: _builtins.bool
+    """false: the first response covers every append acknowledged before the Tail arrived
+    (confirmed by the leader's read index); true: the contacted replica's view, as it is.
+    """
     def __init__(
         self,
+        *,
+        stale: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "stale", b"stale"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -886,12 +903,19 @@ Global___TruncateResponse: _TypeAlias = TruncateResponse  # noqa: Y015
 class StatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    LOCAL_FIELD_NUMBER: _builtins.int
+    local: _builtins.bool
+    """Answer at once from this replica's own state, without confirming leadership: `role`
+    "leader" then only means its coordinator believes it leads (the pre-vote asks this).
+    """
     def __init__(
         self,
+        *,
+        local: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local", b"local"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -918,10 +942,11 @@ class StatusResponse(_message.Message):
     CATCHUP_BEGIN_FIELD_NUMBER: _builtins.int
     CATCHUP_END_FIELD_NUMBER: _builtins.int
     CATCHUP_DONE_FIELD_NUMBER: _builtins.int
+    LEADER_CONFIRMED_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
-    """leader | follower"""
+    """leader | follower | unconfirmed-leader (docs/protocol.md)"""
     leader: _builtins.str
     """H:P of the leader, empty if unknown"""
     begin: _builtins.int
@@ -941,6 +966,8 @@ class StatusResponse(_message.Message):
     catchup_begin: _builtins.int
     catchup_end: _builtins.int
     catchup_done: _builtins.int
+    leader_confirmed: _builtins.bool
+    """role "leader": a quorum answered a round this leader sent after the request arrived."""
     def __init__(
         self,
         *,
@@ -961,10 +988,11 @@ class StatusResponse(_message.Message):
         catchup_begin: _builtins.int = ...,
         catchup_end: _builtins.int = ...,
         catchup_done: _builtins.int = ...,
+        leader_confirmed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "end", b"end", "id", b"id", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

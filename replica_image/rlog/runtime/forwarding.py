@@ -138,11 +138,14 @@ class Forwarding:
         except grpc.aio.AioRpcError as exc:
             raise RpcError.from_leader(exc, mutating=True) from None
 
-    async def read(self, leader: Peer, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
-        """Stream a consistent read from the leader (a read changes nothing: any error is
-        passed on as it is)."""
+    async def read(
+        self, leader: Peer, request: pb.ReadRequest, time_limit: float | None = None
+    ) -> AsyncIterator[pb.ReadResponse]:
+        """Stream a consistent read from the leader, within `time_limit` seconds if given (a
+        read changes nothing: any error is passed on as it is)."""
         try:
-            async for response in leader.log.Read(request, metadata=((FORWARDED, "1"),)):
+            call = leader.log.Read(request, metadata=((FORWARDED, "1"),), timeout=time_limit)
+            async for response in call:
                 yield response
         except grpc.aio.AioRpcError as exc:
             raise RpcError.from_leader(exc, mutating=False) from None

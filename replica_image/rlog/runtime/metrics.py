@@ -38,6 +38,17 @@ class ReplicaMetrics:
         self.learned = Gauge(
             "rlog_log_learned_position", "Highest position learned with no gap below", registry=r
         )
+        self.read_rounds = Counter(
+            "rlog_read_index_rounds", "Leadership confirmation rounds sent", registry=r
+        )
+        self.read_confirmations = Counter(
+            "rlog_read_index_confirmations", "Reads (and Status) released by a round", registry=r
+        )
+        self.reads_waiting = Gauge(
+            "rlog_reads_waiting_min_position",
+            "Reads waiting for this replica to learn their min_position",
+            registry=r,
+        )
         self.promised = Gauge("rlog_replica_promised", "Highest implicit promise", registry=r)
         self.proposal = Gauge("rlog_coordinator_proposal", "Proposal number in use", registry=r)
         self.appends = Counter("rlog_appends", "Entries appended through this leader", registry=r)

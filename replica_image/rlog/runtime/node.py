@@ -53,12 +53,13 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.election import Election, StandDown
-from rlog.protocol.read_index import Confirmed, ReadIndex, StartRound
+from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime import admission
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
+from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
     READ_CHUNK_BYTES,
@@ -75,6 +76,14 @@ log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
 ADMISSION_STEP = 20_000  # learned entries applied to the admission state per loop turn
+# A read round first asks only as many peers as a quorum needs; the others too if it is not
+# confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
+# are slow, and asking everyone each time would undo the saving).
+READ_ROUND_WIDEN_ROUNDS = 4
+READ_ROUND_WIDEN_MIN = 0.005
+# Reads arriving while a round is in flight: their round leaves this long after that one ends,
+# with every read that arrived meanwhile (fewer rounds under concurrent reads).
+READ_ROUND_GATHER = 0.001
 
 
 class Node:
@@ -124,6 +133,8 @@ class Node:
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
         self.read_index = ReadIndex(config.id, len(config.peers))
         self._read_waiters: dict[object, asyncio.Future[None]] = {}
+        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
+        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
         self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
         if self.unsafe_no_read_index:
             log.warning(
@@ -144,6 +155,8 @@ class Node:
         self._admission_scheduled = False
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
+        # Reads with a min_position wait here for the learned end to reach it.
+        self.learned_watch = LearnedWatch()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -422,7 +435,8 @@ class Node:
 
         async def status_of(peer: Peer) -> pb.StatusResponse | None:
             try:
-                return await peer.log.Status(pb.StatusRequest(), timeout=0.5)
+                # What the peer believes now: no leadership confirmation on this budget.
+                return await peer.log.Status(pb.StatusRequest(local=True), timeout=0.5)
             except grpc.aio.AioRpcError:
                 return None
 
@@ -548,46 +562,61 @@ class Node:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._learned_changed.wait(), 0.05)
 
-    async def _confirm_leadership(self) -> None:
+    async def _confirm_leadership(self, time_limit: float | None = None) -> None:
         """Return once a quorum has followed this leader after now (a heartbeat round sent
         after this call, answered by a quorum that has not promised a higher proposal);
-        raise if leadership is lost or cannot be confirmed in time."""
+        raise if leadership is lost or not confirmed within `time_limit` s (default 2T)."""
         if self.unsafe_no_read_index:
             return
         token = object()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._read_waiters[token] = future
         self.read_index.request(token, self.coordinator.proposal)
         self._drain_read_index()
-        deadline = 2 * self.config.election_timeout
+        limit = 2 * self.config.election_timeout if time_limit is None else time_limit
+        # One timer per read (cheaper than wait_for's wrapping on this hot path).
+        timer = loop.call_later(limit, _unconfirmed, future, limit)
         try:
-            await asyncio.wait_for(future, deadline)
-        except TimeoutError:
-            raise RpcError(
-                Reason.LEADERSHIP_UNCONFIRMED,
-                f"could not confirm within {deadline:g} s that a quorum still follows this "
-                "leader; the read was not served",
-            ) from None
+            await future
         finally:
+            timer.cancel()
             self._read_waiters.pop(token, None)
-            self.read_index.cancel(token)
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                self.read_index.cancel(token)  # a confirmed read is no longer waiting there
 
     def _drain_read_index(self) -> None:
         for output in self.read_index.take():
             if isinstance(output, StartRound):
+                self.metrics.read_rounds.inc()
                 heartbeat = pb.LearnedRequest(
                     proposal=output.proposal,
                     leader=self.config.id,
                     leader_address=self.config.address,
                     log_id=self.config.log_id,
                 )
-                for peer in self.peers.values():
+                first, rest = self._read_round_peers()
+                for peer in first:
                     self.spawn(self._heartbeat(peer, heartbeat, output.round))
+                loop = asyncio.get_running_loop()
+                self._read_round_sent = (output.round, loop.time())
+                if rest:
+                    widen = min(
+                        max(READ_ROUND_WIDEN_MIN, READ_ROUND_WIDEN_ROUNDS * self._read_round_time),
+                        self.config.heartbeat_interval / 2,
+                    )
+                    loop.call_later(widen, self._widen_read_round, output.round, heartbeat, rest)
                 # A round that lost answers is sent again (with every read still waiting).
-                asyncio.get_running_loop().call_later(
+                loop.call_later(
                     self.config.heartbeat_interval, self._read_round_timeout, output.round
                 )
+            elif isinstance(output, Gather):
+                asyncio.get_running_loop().call_later(
+                    READ_ROUND_GATHER, self._send_read_round, output.round
+                )
             elif isinstance(output, Confirmed):
+                self.metrics.read_confirmations.inc(len(output.tokens))
+                self._time_read_round()
                 # The round counts this replica as following itself: only if its own
                 # acceptor has not promised a higher proposal either.
                 still_leading = (
@@ -605,6 +634,37 @@ class Node:
                         future.set_exception(
                             RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
                         )
+
+    def _time_read_round(self) -> None:
+        """A round was confirmed: fold how long it took into the typical round time."""
+        round_id, sent = self._read_round_sent
+        if round_id:
+            took = asyncio.get_running_loop().time() - sent
+            self._read_round_time = 0.8 * self._read_round_time + 0.2 * took
+            self._read_round_sent = (0, 0.0)
+
+    def _send_read_round(self, round_id: int) -> None:
+        if self._stopped:
+            return
+        self.read_index.send_due(round_id)
+        self._drain_read_index()
+
+    def _read_round_peers(self) -> tuple[list[Peer], list[Peer]]:
+        """Whom a read round asks first: the quorum - 1 peers that answered this leader
+        last (with it they make a quorum; the others then never handle the round), and the
+        rest, asked only if those have not confirmed the round in a few typical round times."""
+        answered = self.election.peer_answered
+        ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
+        need = self.read_index.quorum - 1
+        return ranked[:need], ranked[need:]
+
+    def _widen_read_round(
+        self, round_id: int, heartbeat: pb.LearnedRequest, rest: list[Peer]
+    ) -> None:
+        if self._stopped or self.read_index.round != round_id:
+            return  # confirmed (or given up) already
+        for peer in rest:
+            self.spawn(self._heartbeat(peer, heartbeat, round_id))
 
     def _read_round_timeout(self, round_id: int) -> None:
         if self._stopped:
@@ -708,20 +768,23 @@ class Node:
         return position
 
     async def read(
-        self, request: pb.ReadRequest, forwarded: bool
+        self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
     ) -> AsyncIterator[pb.ReadResponse]:
         """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
-        at any VOTING replica."""
+        at any VOTING replica. A `min_position` makes the serving replica wait until it has
+        learned it, until `deadline` (time.monotonic(); None: none)."""
         first = getattr(request, "from") if request.HasField("from") else None
         last = request.to if request.HasField("to") else None
         if not request.stale and not self.is_leader and not forwarded:
             leader = await self.forwarding.await_leader(forwarded=False)
             if leader is not None:
-                async for response in self.forwarding.read(leader, request):
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                async for response in self.forwarding.read(leader, request, timeout):
                     yield response
                 return
             # This replica became the leader meanwhile.
             await self._read_index_wait()
+            await self._await_min_position(request, deadline)
             async for entries in self.read_range(first, last, False):
                 yield pb.ReadResponse(entries=entries)
             return
@@ -734,8 +797,67 @@ class Node:
                 Reason.NOT_VOTING,
                 f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
             )
+        await self._await_min_position(request, deadline)
         async for entries in self.read_range(first, last, request.stale):
             yield pb.ReadResponse(entries=entries)
+
+    async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
+        """Read-your-writes: wait until this replica has learned the request's min_position
+        (woken when its learned end advances), or fail once `deadline` passes."""
+        if not request.HasField("min_position"):
+            return
+        position = request.min_position
+        self.learned_watch.advance(self.core.learned)
+        if position <= self.core.learned:
+            return
+        timeout = None if deadline is None else deadline - time.monotonic()
+        self.metrics.reads_waiting.inc()
+        try:
+            reached = await self.learned_watch.wait(position, timeout)
+        finally:
+            self.metrics.reads_waiting.dec()
+        if not reached:
+            raise RpcError(
+                Reason.NOT_LEARNED,
+                f"replica {self.config.id} has learned up to position {self.core.learned}, "
+                f"not min_position {position}, by the read's deadline",
+                end=self.core.learned,
+            )
+
+    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Entry]]:
+        """Every APPEND entry from `from` on, as this replica learns them, for ever. A
+        non-stale tail starts linearizably: its first entries cover every append acknowledged
+        before it arrived (the leader's read index; a follower has the leader serve them with
+        a consistent read, then follows its own learned entries from there)."""
+        position = getattr(request, "from")
+        if not request.stale:
+            leader = None if self.is_leader else await self.forwarding.await_leader(False)
+            if leader is None:
+                await self._read_index_wait()
+            else:
+                start = pb.ReadRequest(**{"from": position})
+                try:
+                    async for response in self.forwarding.read(leader, start):
+                        if response.entries:
+                            yield list(response.entries)
+                            position = response.entries[-1].position + 1
+                except RpcError as error:
+                    # Past the leader's end: nothing acknowledged there yet; follow from here.
+                    if error.reason != Reason.PAST_END:
+                        raise
+        if position < self.core.begin:
+            raise RpcError(
+                Reason.TRUNCATED,
+                f"position {position} is truncated: the log begins at {self.core.begin}",
+                begin=self.core.begin,
+            )
+        while True:
+            learned = self.core.learned
+            if position <= learned:
+                async for entries in self.read_range(position, learned, True):
+                    yield entries
+                position = learned + 1
+            await self.wait_learned_past(position)
 
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
@@ -814,13 +936,32 @@ class Node:
             except TimeoutError:
                 pass
 
-    def status(self) -> pb.StatusResponse:
+    async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
+        """The status, where a leader first confirms (read index, at most `time_limit` s)
+        that a quorum still follows it: `role` "leader" only if it did, "unconfirmed-leader"
+        (and no `leader`) if it could not in time; never an error for want of a quorum."""
+        if not self.coordinator.leading:
+            return self.status()
+        try:
+            await self._confirm_leadership(time_limit)
+        except RpcError:
+            return self.status(confirmed=False)
+        return self.status(confirmed=True)
+
+    def status(self, confirmed: bool | None = None) -> pb.StatusResponse:
+        """This replica's status. `confirmed`: whether a leader confirmed its leadership
+        after the request arrived (None: not asked; `role` is then what it believes)."""
         leading = self.coordinator.leading
+        role = "leader" if leading else "follower"
+        leader = self.live_leader
+        if leading and confirmed is False:
+            role, leader = "unconfirmed-leader", ""
         return pb.StatusResponse(
             id=self.config.id,
             status=self.core.status,
-            role="leader" if leading else "follower",
-            leader=self.live_leader,
+            role=role,
+            leader=leader,
+            leader_confirmed=leading and confirmed is True,
             begin=self.core.begin,
             end=self.core.end,
             learned=self.core.learned,
@@ -875,6 +1016,7 @@ class Node:
             self.election.stepped_down(time.monotonic())
 
     def _update_metrics(self) -> None:
+        self.learned_watch.advance(self.core.learned)
         m = self.metrics
         m.set_status(self.core.status)
         m.leader.set(1 if self.coordinator.leading else 0)
@@ -895,6 +1037,17 @@ def _refusal_error(refusal: Refuse) -> RpcError:
         next_position=refusal.next_position if reason == Reason.CONDITION_FAILED else None,
         epoch=refusal.epoch if reason == Reason.CONDITION_FAILED else None,
     )
+
+
+def _unconfirmed(future: asyncio.Future[None], limit: float) -> None:
+    if not future.done():
+        future.set_exception(
+            RpcError(
+                Reason.LEADERSHIP_UNCONFIRMED,
+                f"could not confirm within {limit:g} s that a quorum still follows this "
+                "leader; the read was not served",
+            )
+        )
 
 
 def _failure_error(failed: Failed) -> RpcError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -30,6 +31,15 @@ async def _abort(context: grpc.aio.ServicerContext, error: RpcError) -> None:
     """End the call with the error's code and message, and its reason (and fields, and
     whether the request changed nothing) in trailers: clients act on those, not the text."""
     await context.abort(error.code, error.message, trailing_metadata=error.details.trailers())
+
+
+def _answer_by(context: grpc.aio.ServicerContext) -> float | None:
+    """When to give up waiting (time.monotonic()), early enough for the error to reach the
+    caller before its deadline; None if the call has no deadline."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return time.monotonic() + remaining - min(0.25, remaining / 10)
 
 
 class ReplicaService(pbg.ReplicaServicer):
@@ -173,7 +183,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
-            async for response in self.node.read(request, _forwarded(context)):
+            async for response in self.node.read(request, _forwarded(context), _answer_by(context)):
                 yield response
         except RpcError as error:
             await _abort(context, error)
@@ -181,29 +191,24 @@ class LogService(pbg.LogServicer):
     async def Tail(
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
-        node = self.node
-        position = getattr(request, "from")
         try:
-            if position < node.core.begin:
-                raise RpcError(
-                    Reason.TRUNCATED,
-                    f"position {position} is truncated: the log begins at {node.core.begin}",
-                    begin=node.core.begin,
-                )
-            while True:
-                learned = node.core.learned
-                if position <= learned:
-                    async for entries in node.read_range(position, learned, True):
-                        yield pb.ReadResponse(entries=entries)
-                    position = learned + 1
-                await node.wait_learned_past(position)
+            async for entries in self.node.tail(request):
+                yield pb.ReadResponse(entries=entries)
         except RpcError as error:
             await _abort(context, error)
 
     async def Status(
         self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        return self.node.status()
+        if request.local:
+            return self.node.status()
+        # A leader confirms its leadership first, for at most T/2 or half the call's time
+        # left: without a quorum the answer says "unconfirmed-leader", it is never withheld.
+        bound = self.node.config.election_timeout / 2
+        remaining = context.time_remaining()
+        if remaining is not None:
+            bound = min(bound, remaining / 2)
+        return await self.node.confirmed_status(bound)
 
 
 class AdminService(pbg.AdminServicer):

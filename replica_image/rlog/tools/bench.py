@@ -1,9 +1,11 @@
-"""`rlog bench`: append benchmarks against a running log.
+"""`rlog bench`: append (or read) benchmarks against a running log.
 
 - serial (like `mesos-log benchmark`): one writer, one append at a time; with --trace FILE
   every append writes a line `<unix timestamp> <bytes> <milliseconds>`;
 - concurrent: C writers (asyncio tasks sharing one AsyncClient), each appending B values per
-  call, for --count values in all or for --duration seconds.
+  call, for --count values in all or for --duration seconds;
+- `--read N`: the same, each operation a read of the N entries appended first (a
+  linearizable read; `--stale`: a stale read of the contacted replica), instead of an append.
 
 Both report acknowledged appends/s (calls), entries/s, MB/s (payload, 10^6 bytes) and the
 latency percentiles of the calls. A progress bar goes to stderr unless --json or stderr is
@@ -19,6 +21,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import IO, Any
 
 from tqdm import tqdm
@@ -41,6 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", metavar="FILE", help="per-append lines: timestamp bytes ms")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--warmup", type=int, default=0, help="untimed appends first")
+    parser.add_argument(
+        "--read",
+        type=int,
+        metavar="N",
+        help="benchmark reads: append N values first, then each operation reads them all",
+    )
+    parser.add_argument(
+        "--stale", action="store_true", help="with --read: stale reads (no leader round)"
+    )
     parser.add_argument(
         "--stream",
         action="store_true",
@@ -104,15 +116,16 @@ async def _serial(
     value = os.urandom(args.size)
     limit = args.count if args.count is not None else (None if args.duration else 1000)
     latencies: list[float] = []
+    operation = await _operation(client, args, [value])
     for _ in range(args.warmup):
-        await client.append([value])
-    bar = _progress(limit, args, "append")
+        await operation()
+    bar = _progress(limit, args, "read" if args.read else "append")
     try:
         started = time.perf_counter()
         stop_at = started + args.duration if args.duration else math.inf
         while (limit is None or len(latencies) < limit) and time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            await client.append([value])
+            await operation()
             latency = time.perf_counter() - t0
             latencies.append(latency)
             if trace is not None:
@@ -121,7 +134,7 @@ async def _serial(
         elapsed = time.perf_counter() - started
     finally:
         bar.close()
-    return summarize("serial", latencies, len(latencies), args.size, elapsed, {})
+    return summarize("serial", latencies, len(latencies), args.size, elapsed, _extra(args))
 
 
 async def _concurrent(
@@ -133,8 +146,9 @@ async def _concurrent(
     latencies: list[float] = []
     claimed = 0
     entries = 0
+    operation = await _operation(client, args, batch)
     for _ in range(args.warmup):
-        await client.append(batch)
+        await operation()
     bar = _progress(limit, args, "entry")
     started = time.perf_counter()
     stop_at = started + args.duration if args.duration else math.inf
@@ -150,7 +164,10 @@ async def _concurrent(
                 n = args.batch
             claimed += n
             t0 = time.perf_counter()
-            await client.append(batch if n == args.batch else batch[:n])
+            if args.read:
+                await operation()
+            else:
+                await client.append(batch if n == args.batch else batch[:n])
             latency = time.perf_counter() - t0
             latencies.append(latency)
             entries += n
@@ -169,8 +186,33 @@ async def _concurrent(
         entries,
         args.size,
         elapsed,
-        {"concurrency": args.concurrency, "batch": args.batch, "stream": args.stream},
+        {
+            "concurrency": args.concurrency,
+            "batch": args.batch,
+            "stream": args.stream,
+            **_extra(args),
+        },
     )
+
+
+async def _operation(
+    client: AsyncClient, args: argparse.Namespace, values: list[bytes]
+) -> Callable[[], Awaitable[object]]:
+    """What one benchmarked call does: append `values`, or (--read N) read the N entries
+    appended here first."""
+    if not args.read:
+        return lambda: client.append(values)
+    positions = await client.append([os.urandom(args.size) for _ in range(args.read)])
+    first, last = positions[0], positions[-1]
+
+    async def read() -> int:
+        return sum([1 async for _ in client.read(first, last, stale=args.stale)])
+
+    return read
+
+
+def _extra(args: argparse.Namespace) -> dict[str, Any]:
+    return {"read": args.read, "stale": args.stale} if args.read else {}
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
@@ -184,7 +226,8 @@ async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any
 
 def format_summary(result: dict[str, Any]) -> str:
     lat = result["latency_ms"]
-    head = f"{result['mode']}: {result['entries']} entries of {result['size']} bytes"
+    what = f"reads of {result['read']} entries" if result.get("read") else "entries"
+    head = f"{result['mode']}: {result['entries']} {what} of {result['size']} bytes"
     if result["mode"] == "concurrent":
         head += f", {result['concurrency']} writers x {result['batch']} values per append"
     return "\n".join(
@@ -208,6 +251,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--duration must be positive")
     if args.warmup < 0:
         raise ConfigError("--warmup must not be negative")
+    if args.read is not None and args.read < 1:
+        raise ConfigError("--read must be at least 1")
+    if args.stale and not args.read:
+        raise ConfigError("--stale needs --read N")
     if args.trace:
         with open(args.trace, "w") as trace:
             result = asyncio.run(_run(args, trace))

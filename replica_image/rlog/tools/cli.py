@@ -237,13 +237,14 @@ def cmd_read(args: argparse.Namespace) -> int:
     if args.from_ is not None and args.to is not None and args.from_ > args.to:
         raise UsageError(f"--from {args.from_} is after --to {args.to}", args.prog)
     with _client(args) as client:
-        _print_entries(client.read(args.from_, args.to, stale=args.stale), args.json)
+        entries = client.read(args.from_, args.to, stale=args.stale, min_position=args.min_position)
+        _print_entries(entries, args.json)
     return EXIT_OK
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        _print_entries(_flushing(client.tail(args.from_)), args.json)
+        _print_entries(_flushing(client.tail(args.from_, stale=args.stale)), args.json)
     return EXIT_OK
 
 
@@ -413,12 +414,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=_nonnegative, metavar="P", help="inclusive")
     p.add_argument("--json", action="store_true", help='{"position": P, "value": "<base64>"}')
     p.add_argument("--stale", action="store_true", help="read the contacted replica's entries")
+    p.add_argument(
+        "--min-position",
+        type=_nonnegative,
+        metavar="P",
+        help="the serving replica first waits (up to --timeout) until it has learned P",
+    )
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("tail", help="print entries from --from on, following new ones")
     add_endpoint_arguments(p)
     p.add_argument("--from", dest="from_", type=_nonnegative, default=0, metavar="P")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="start from the contacted replica's entries (default: everything acknowledged "
+        "before the tail started comes first, through the leader)",
+    )
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("status", help="print a replica's status")
