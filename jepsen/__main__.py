@@ -23,7 +23,7 @@ from jepsen.nemesis import KINDS, PARTITIONS, expand
 from jepsen.run import UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
 from rlog.config import UNSAFE_NO_READ_INDEX_ENV
 
-DEFAULT_NEMESIS = "partition-leader,pause-leader,kill-random,partition-random,pause-random"
+DEFAULT_NEMESIS = "mix"
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -224,9 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     summary = summarize(results, time.monotonic() - started)
     print(summary, flush=True)
-    (out / "summary.txt").write_text(
-        f"python -m jepsen {' '.join(sys.argv[1:] if argv is None else argv)}\n{summary}\n"
-    )
+    given = sys.argv[1:] if argv is None else argv
+    shown = [a for k, a in enumerate(given) if "--inside" not in (a, given[k - 1] if k else "")]
+    (out / "summary.txt").write_text(f"python -m jepsen {' '.join(shown)}\n{summary}\n")
     if args.expect_violation:
         found = any(r.violation for r in results)
         errors = any(r.error for r in results)
