@@ -24,7 +24,14 @@ def test_a_fault_free_run_is_linearizable(tmp_path):
 
 
 def test_a_short_run_under_process_faults_is_linearizable(tmp_path):
-    kinds = ["pause-leader", "pause-random", "kill-leader", "kill-random", "wipe-leader", "wipe-random"]  # fmt: skip
+    kinds = [
+        "pause-leader",
+        "pause-random",
+        "kill-leader",
+        "kill-random",
+        "wipe-leader",
+        "wipe-random",
+    ]
     result = run_once(
         RunConfig(
             seed=3,
