@@ -15,16 +15,17 @@ Kinds (`--nemesis` takes a comma-separated list, or `mix`; each fault picks one 
   random minority cut off from the majority (needs network namespaces, see network.py).
   Clients still reach every replica;
 - `split-batch`: the leader cut off alone while its clients keep sending batches (which
-  only it accepts: minority-accepted batches), then, once the others elected a new leader,
-  that one cut off alone and the old one let back: the next leader's fill meets both
-  leaders' minority-accepted entries at overlapping positions. This is the scenario in
-  which a fill that settles a batch position by position can tear a batch (see
-  docs/jepsen.md, "Atomic batches").
+  only it accepts: minority-accepted batches); once the others elected a new leader and it
+  wrote its first entries (over the head of that range, at a higher proposal), that one cut
+  off alone and the old one let back: the third leader's fill meets both leaders' entries
+  in one range. This is the scenario in which a fill that settles a batch position by
+  position tears a batch (see docs/jepsen.md, "Atomic batches").
 
 The schedule is a pure function of the seed (`schedule()`): every step draws the same
 numbers in the same order whatever happens in the cluster, so two runs with one seed inject
 the same kinds with the same waits and holds; only *which* replica leads (the target of a
-`-leader` kind) depends on the run. The wall clock only times the holds.
+`-leader` kind, and whether a wipe's precondition holds) depends on the run. The wall clock
+only times the waits and holds.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Step:
 
     kind: str
     wait: float  # healthy time before it
-    hold: float  # how long it lasts (split-batch: each of its two phases)
+    hold: float  # how long it lasts (split-batch: from the third leader's election on)
     pick: float  # in [0, 1): which replica(s) a random kind targets
 
 
@@ -250,7 +251,9 @@ class Nemesis:
         if not self._wait(elected, 10.0):
             return  # no new leader in time: the fault stays a plain partition-leader
         second = found[0]
-        old_end = statuses[second].end  # type: ignore[union-attr]
+        status = statuses[second]
+        assert status is not None  # it leads
+        old_end = status.end
 
         ends = {i: s.end for i, s in enumerate(statuses) if s is not None}
         fault.detail["ends_at_election"] = ends

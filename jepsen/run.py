@@ -185,12 +185,15 @@ def _not_voting(cluster: DevCluster, wiped: set[int]) -> list[str]:
     """Every wiped replica that is not VOTING after healing (it must have recovered: the
     others never let it lose a value, see Nemesis)."""
     statuses = cluster.statuses(timeout=5.0)
-    return [
-        f"replica {i} was wiped and is "
-        + ("down" if (s := statuses[i]) is None else f"{pb.Status.Name(s.status)}: {s.reason}")
-        for i in sorted(wiped)
-        if statuses[i] is None or statuses[i].status != pb.VOTING  # type: ignore[union-attr]
-    ]
+    problems = []
+    for i in sorted(wiped):
+        status = statuses[i]
+        if status is None:
+            problems.append(f"replica {i} was wiped and is down")
+        elif status.status != pb.VOTING:
+            name = pb.Status.Name(status.status)
+            problems.append(f"replica {i} was wiped and is {name}: {status.reason}")
+    return problems
 
 
 def _replica_logs(cluster: DevCluster) -> list[list[tuple[int, str]] | None]:
