@@ -203,7 +203,8 @@ class Nemesis:
         if kind.startswith("wipe") and not self._wait(
             lambda: self._voting_quorum_without(self._target(step)[0][0]), self.quorum_wait
         ):
-            self.skipped.append(kind)
+            if not self._stop.is_set():  # the run ending is no reason to count it
+                self.skipped.append(kind)
             return None
         targets, leader_known = self._target(step)
         if kind.startswith("wipe") and not self._voting_quorum_without(targets[0]):
