@@ -12,7 +12,7 @@ include e2e/cluster/cluster.mk
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean"
-	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=...] | jepsen-checker"
+	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-kind"
 
 $(STAMP): pyproject.toml
@@ -82,20 +82,30 @@ jepsen-checker:
 # JEPSEN_SECONDS of load each, faults from JEPSEN_NEMESIS, every history judged by the
 # checker and the direct checks; prints the totals (runs, faults, operations, violations)
 # and fails if any run shows a violation. Partitions need root and `ip netns`. Not part of
-# `make test` (minutes of load under faults). JEPSEN_READ_INDEX_CHECK=1 adds the proof that
-# the suite catches the bug the read index fixes: partition-leader runs with the read index
-# turned off (a test-only switch) must show a violation, before the ordinary runs.
+# `make test` (minutes of load under faults). JEPSEN_NEMESIS=mix is every kind but
+# split-batch; JEPSEN_HOLD and JEPSEN_INTERVAL (MIN:MAX seconds) time the faults (short holds:
+# more faults per run). JEPSEN_READ_INDEX_CHECK=1 adds the proof that the suite catches the
+# bug the read index fixes: partition-leader runs with the read index turned off (a
+# test-only switch) must show a violation, before the ordinary runs. JEPSEN_SPLIT_FILL_CHECK=1
+# does the same for atomic batches: split-batch runs with the fill that settles a batch
+# position by position (RLOG_UNSAFE_SPLIT_FILL=1) must tear one.
 JEPSEN_RUNS ?= 3
 JEPSEN_SECONDS ?= 20
 JEPSEN_SEED ?= 1
-JEPSEN_NEMESIS ?= partition-leader,pause-leader,kill-random,partition-random,pause-random
+JEPSEN_NEMESIS ?= mix
+JEPSEN_HOLD ?= 3:6
+JEPSEN_INTERVAL ?= 1:3
 JEPSEN_READ_INDEX_CHECK ?=
+JEPSEN_SPLIT_FILL_CHECK ?=
 jepsen: $(STAMP)
 	$(if $(JEPSEN_READ_INDEX_CHECK),$(PY) -m jepsen --runs $(JEPSEN_RUNS) \
 		--seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) --nemesis partition-leader \
 		--unsafe-no-read-index --expect-violation)
+	$(if $(JEPSEN_SPLIT_FILL_CHECK),$(PY) -m jepsen --runs $(JEPSEN_RUNS) \
+		--seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) --nemesis split-batch \
+		--clients 6 --hold 0.5:1 --interval 0.1:0.3 --unsafe-split-fill --expect-violation)
 	$(PY) -m jepsen --runs $(JEPSEN_RUNS) --seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) \
-		--nemesis $(JEPSEN_NEMESIS)
+		--nemesis $(JEPSEN_NEMESIS) --hold $(JEPSEN_HOLD) --interval $(JEPSEN_INTERVAL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

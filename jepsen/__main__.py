@@ -3,7 +3,9 @@
 Exit status 0 when every run's history is linearizable and every direct check passes, 1
 when any run shows a violation, 2 on a usage error. With `--expect-violation`: 0 when some
 run shows a violation (with `--unsafe-no-read-index`, the replicas serve reads the way they
-did before the read index, and `partition-leader` must catch it; see docs/jepsen.md).
+did before the read index, and `partition-leader` must catch it; with `--unsafe-split-fill`,
+they settle batches position by position in a fill, and `split-batch` must catch a torn
+batch; see docs/jepsen.md).
 """
 
 from __future__ import annotations
@@ -13,14 +15,26 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from jepsen import linearizability, network
-from jepsen.nemesis import KINDS, PARTITIONS
-from jepsen.run import RunConfig, RunResult, run_once
+from jepsen.nemesis import KINDS, PARTITIONS, expand
+from jepsen.run import UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
 from rlog.config import UNSAFE_NO_READ_INDEX_ENV
 
-DEFAULT_NEMESIS = "partition-leader,pause-leader,kill-random,partition-random,pause-random"
+DEFAULT_NEMESIS = "mix"
+
+
+def _span(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(":")
+    try:
+        span = (float(low), float(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX (seconds)") from None
+    if not 0 <= span[0] <= span[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= MIN <= MAX")
+    return span
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -38,7 +52,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--nemesis",
         default=DEFAULT_NEMESIS,
-        help=f"comma-separated kinds, or 'none' (kinds: {', '.join(KINDS)})",
+        help=f"comma-separated kinds, 'mix' (every kind but split-batch; the partitions "
+        f"only with root), or 'none' (kinds: {', '.join(KINDS)})",
+    )
+    p.add_argument(
+        "--hold",
+        type=_span,
+        default=(3.0, 6.0),
+        metavar="MIN:MAX",
+        help="how long a fault lasts, seconds (default 3:6; an election takes ~2 s)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_span,
+        default=(1.0, 3.0),
+        metavar="MIN:MAX",
+        help="healthy time before each fault, seconds (default 1:3)",
     )
     p.add_argument(
         "--read-timeout",
@@ -56,9 +85,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "suite catches it",
     )
     p.add_argument(
+        "--unsafe-split-fill",
+        action="store_true",
+        help="TEST ONLY: replicas settle a batch position by position in a fill (as before "
+        "atomic batches; RLOG_UNSAFE_SPLIT_FILL=1), so split-batch can tear a batch",
+    )
+    p.add_argument(
         "--expect-violation",
         action="store_true",
-        help="succeed iff some run shows a violation (with --unsafe-no-read-index)",
+        help="succeed iff some run shows a violation (with an --unsafe-* switch)",
     )
     p.add_argument("--out", type=Path, help="results dir (default ~/.cache/rlog-jepsen/runs/...)")
     p.add_argument("--inside", help=argparse.SUPPRESS)  # TAG:NET, set when re-executed
@@ -68,11 +103,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def summarize(results: list[RunResult], wall: float) -> str:
     checks_s = [r.verdict.seconds for r in results if r.verdict is not None]
     violations = [r for r in results if r.violation]
+    kinds: Counter[str] = Counter()
+    for r in results:
+        kinds.update(r.faults_by_kind)
+    skipped = sum(r.skipped for r in results)
     lines = [
         "",
         f"runs: {len(results)}   faults injected: {sum(r.faults for r in results)}   "
+        f"operations: {sum(r.recorded for r in results)}   "
         f"operations checked: {sum(r.operations for r in results)}   "
         f"violations: {len(violations)}   run errors: {sum(1 for r in results if r.error)}",
+        "faults by kind: "
+        + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
+        + (f"   (skipped: {skipped} wipes without a VOTING quorum)" if skipped else ""),
         f"checker: {sum(checks_s):.3f} s in all, longest {max(checks_s, default=0):.3f} s; "
         f"wall time {wall:.0f} s",
     ]
@@ -101,11 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.unsafe_no_read_index:
         # Inherited by the replicas (DevCluster passes the environment on).
         os.environ[UNSAFE_NO_READ_INDEX_ENV] = "1"
+    if args.unsafe_split_fill:
+        os.environ[UNSAFE_SPLIT_FILL_ENV] = "1"
     kinds = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
-    bad = set(kinds) - set(KINDS)
+    bad = set(kinds) - {*KINDS, "mix"}
     if bad:
-        print(f"unknown nemesis {sorted(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
+        print(
+            f"unknown nemesis {sorted(bad)}; choose from mix, {', '.join(KINDS)}",
+            file=sys.stderr,
+        )
         return 2
+    kinds = expand(kinds, partitions=args.inside is not None or network.available())
     needs_netns = bool(PARTITIONS & set(kinds))
     out = args.out or Path.home() / ".cache" / "rlog-jepsen" / "runs" / time.strftime(
         "%Y%m%d-%H%M%S"
@@ -166,12 +215,18 @@ def main(argv: list[str] | None = None) -> int:
             network=netns,
             election_timeout=args.election_timeout,
             read_timeout=args.read_timeout,
+            hold=args.hold,
+            interval=args.interval,
         )
         result = run_once(config)
         verdict = result.verdict.verdict if result.verdict else "not checked"
         print(f"  [seed {seed}] {verdict}", flush=True)
         results.append(result)
-    print(summarize(results, time.monotonic() - started), flush=True)
+    summary = summarize(results, time.monotonic() - started)
+    print(summary, flush=True)
+    given = sys.argv[1:] if argv is None else argv
+    shown = [a for k, a in enumerate(given) if "--inside" not in (a, given[k - 1] if k else "")]
+    (out / "summary.txt").write_text(f"python -m jepsen {' '.join(shown)}\n{summary}\n")
     if args.expect_violation:
         found = any(r.violation for r in results)
         errors = any(r.error for r in results)

@@ -45,16 +45,23 @@ def replicas_agree(logs: Sequence[Sequence[tuple[int, str]] | None]) -> list[str
     return problems
 
 
-def final_log_holds_the_appends(ops: Sequence[Op], final: Sequence[tuple[int, str]]) -> list[str]:
+def final_log_holds_the_appends(
+    ops: Sequence[Op], final: Sequence[tuple[int, str]], lagging: bool = False
+) -> list[str]:
     """In the log after healing: no value twice, nothing that was never appended, every
-    acknowledged append at its positions, every append whole and contiguous (or absent:
-    only an append of unknown outcome may be)."""
+    acknowledged append at its positions, every append whole and contiguous in call order
+    (or absent: only an append of unknown outcome may be, and a failed one must be).
+
+    `lagging`: the log is one replica's own, which may be a prefix of the log: an
+    acknowledged append past its last position may be missing, and a batch may be cut at
+    its end."""
     problems: list[str] = []
     position_of: dict[str, int] = {}
     for position, value in final:
         if value in position_of:
             problems.append(f"value {value} at positions {position_of[value]} and {position}")
         position_of[value] = position
+    last = final[-1][0] if final else -1
     appended = {v for op in ops if op.f == "append" for v in op.values or []}
     for value in position_of.keys() - appended:
         problems.append(f"value {value} at position {position_of[value]} was never appended")
@@ -70,16 +77,66 @@ def final_log_holds_the_appends(ops: Sequence[Op], final: Sequence[tuple[int, st
                 problems.append(
                     f"append {op.values} acknowledged at {op.positions}: not contiguous"
                 )
-            if present != op.positions:
+            expected = [p if not lagging or p <= last else None for p in op.positions]
+            if present != expected:
                 problems.append(
                     f"append {op.values} acknowledged at {op.positions} but found at {present}"
                 )
         elif any(p is not None for p in present):
-            first = present[0]
-            if first is None or present != list(range(first, first + len(present))):
-                problems.append(f"append {op.values} ({op.result}) is partly or split: {present}")
+            torn = _torn(present, last if lagging else None)
+            if torn:
+                problems.append(f"append {op.values} ({op.result}) is {torn}: {present}")
             elif op.result != INFO:
                 problems.append(f"append {op.values} failed but is in the log at {present}")
+    return problems
+
+
+def _torn(present: Sequence[int | None], last: int | None) -> str:
+    """Why a batch found at `present` (a position per value, None: absent) is not whole and
+    contiguous in call order; "" if it is. `last`: the end of a lagging log, past which the
+    batch may be cut."""
+    known = [(k, p) for k, p in enumerate(present) if p is not None]
+    base = known[0][1] - known[0][0]
+    if any(p != base + k for k, p in known):
+        return "split or out of order"
+    if any(p is None and (last is None or base + k <= last) for k, p in enumerate(present)):
+        return "partly present"
+    return ""
+
+
+def reads_see_batches_whole(ops: Sequence[Op]) -> list[str]:
+    """A read that returns any value of a batch returns it at consecutive positions in call
+    order, and every value of it whose position lies within what the read covers (from its
+    `from` to its last entry)."""
+    problems: list[str] = []
+    batch_of: dict[str, tuple[int, Op]] = {}
+    for op in ops:
+        if op.f == "append" and op.values and len(op.values) > 1:
+            for k, value in enumerate(op.values):
+                batch_of[value] = (k, op)
+    for read in ops:
+        if read.f != "read" or read.result != OK or not read.entries:
+            continue
+        position_of = {v: p for p, v in read.entries}
+        last = read.entries[-1][0]
+        done: set[int] = set()
+        for _, value in read.entries:
+            if value not in batch_of or id(batch_of[value][1]) in done:
+                continue
+            batch = batch_of[value][1]
+            done.add(id(batch))
+            assert batch.values is not None
+            present = [position_of.get(v) for v in batch.values]
+            known = [(k, p) for k, p in enumerate(present) if p is not None]
+            base = known[0][1] - known[0][0]
+            start = read.from_ if read.from_ is not None else -1
+            if any(p != base + k for k, p in known) or any(
+                p is None and start <= base + k <= last for k, p in enumerate(present)
+            ):
+                problems.append(
+                    f"read by {read.process} at {read.invoke}: batch {batch.values} "
+                    f"({batch.result}) torn: {present}"
+                )
     return problems
 
 
@@ -160,11 +217,18 @@ def all_problems(
 ) -> dict[str, list[str]]:
     result: dict[str, list[str]] = defaultdict(list)
     result["replicas agree"] = replicas_agree(replica_logs)
+    result["replica logs"] = [
+        f"replica {i}: {problem}"
+        for i, log in enumerate(replica_logs)
+        if log is not None
+        for problem in final_log_holds_the_appends(ops, log, lagging=True)
+    ]
     if final is None:
         result["final log"] = ["no final read succeeded"]
     else:
         result["final log"] = final_log_holds_the_appends(ops, final)
     result["reads"] = reads_are_sane(ops)
+    result["reads see batches whole"] = reads_see_batches_whole(ops)
     result["append order"] = appends_in_real_time_order(ops)
     result["stale reads"] = [
         f"read by {s.read.process} via {s.read.endpoint} misses {s.missed}"

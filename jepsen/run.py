@@ -1,4 +1,14 @@
-"""One run: a fresh cluster, concurrent clients, the nemesis, healing, then the verdicts."""
+"""One run: a fresh cluster, concurrent clients, the nemesis, healing, then the verdicts.
+
+The workload's operation kinds are the history's `f`: today "append" (one value or a batch
+of up to MAX_BATCH, plain: no session, no condition) and "read" (linearizable: `stale=False`,
+from a position or from the beginning). The kinds to come plug in at `_operation` (draw)
+and beside `_append` / `_read` (perform): "append-idempotent" (a session's sequence number,
+retried on an unknown outcome: each value at most once), "append-if-next" (conditional: it
+lands exactly at the position it names, or fails changing nothing) and "read-min-position"
+(a follower read that may be stale but holds every position below its bound); see
+docs/jepsen.md, "What comes next".
+"""
 
 from __future__ import annotations
 
@@ -16,9 +26,14 @@ from jepsen.nemesis import Nemesis
 from jepsen.network import Netns
 from rlog.client import Client
 from rlog.client.errors import OutcomeUnknown, RlogError
+from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
 
 FINAL_PROCESS = 1000  # the read after healing
+MAX_BATCH = 5  # values per append: 1 (half of them), else 2 to MAX_BATCH
+# Test-only: the replicas settle a batch's positions one by one in a fill, as before atomic
+# batches (read by the replicas; on a branch without atomic batches it changes nothing).
+UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
 
 
 @dataclass
@@ -35,14 +50,20 @@ class RunConfig:
     election_timeout: float | None = None
     read_timeout: float = 3.0  # a read stuck at a paused or cut-off replica gives up
     append_timeout: float = 4.0
+    hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts
+    interval: tuple[float, float] = (1.0, 3.0)  # healthy time between faults
+    recovery_timeout: float = 60.0  # after healing: every replica VOTING and caught up
 
 
 @dataclass
 class RunResult:
     seed: int
     out: Path
-    operations: int = 0
+    operations: int = 0  # checked by Porcupine (failed operations dropped)
+    recorded: int = 0  # every operation of the history
     faults: int = 0
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # wipes skipped: the others were not a VOTING quorum in time
     verdict: linearizability.Verdict | None = None
     problems: dict[str, list[str]] = field(default_factory=dict)
     stale_reads: int = 0
@@ -85,13 +106,13 @@ def _client_loop(
     last_seen: int | None = None  # the highest position this client saw
     try:
         while time.monotonic() < stop_at:
-            if rng.random() < append_ratio:
-                size = 1 if rng.random() < 0.6 else rng.randint(2, 4)
+            if _operation(rng, append_ratio) == "append":
+                size = 1 if rng.random() < 0.5 else rng.randint(2, MAX_BATCH)
                 values = [f"{process}.{counter + k}" for k in range(size)]
                 counter += size
                 op = Op(process, "append", now(), values=values, endpoint=endpoint)
                 try:
-                    positions = client.append(values)
+                    positions = _append(client, values)
                 except OutcomeUnknown as error:
                     op.result, op.error = INFO, f"{type(error).__name__}: {error}"
                 except RlogError as error:
@@ -107,7 +128,7 @@ def _client_loop(
                 from_ = None if last_seen is None or rng.random() < 0.05 else max(0, last_seen - 16)
                 op = Op(process, "read", now(), endpoint=endpoint, from_=from_)
                 try:
-                    entries = [(e.position, e.text) for e in client.read(from_=from_)]
+                    entries = _read(client, from_)
                 except Exception as error:  # a read that failed did not happen
                     op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
                 else:
@@ -120,6 +141,25 @@ def _client_loop(
             time.sleep(rng.uniform(0.0, 0.05) + (0.2 if op.result == FAIL else 0.0))
     finally:
         client.close()
+
+
+def _operation(rng: random.Random, append_ratio: float) -> str:
+    """The next operation's kind (the history's `f`). The seeded draw is where the kinds to
+    come get their share."""
+    return "append" if rng.random() < append_ratio else "read"
+
+
+def _append(client: Client, values: list[str]) -> list[int]:
+    """A plain append: the values land at consecutive positions, or raise (OutcomeUnknown:
+    maybe). Idempotent appends (a session, retried) and conditional ones (if_next) go beside
+    it, each under its own `f`."""
+    return client.append(values)
+
+
+def _read(client: Client, from_: int | None) -> list[tuple[int, str]]:
+    """A linearizable read (stale=False). A `min_position` read goes beside it as
+    "read-min-position", checked by the direct checks (it is not linearizable)."""
+    return [(e.position, e.text) for e in client.read(from_=from_)]
 
 
 def _final_read(cluster: DevCluster, leader: int, history: History) -> list[tuple[int, str]] | None:
@@ -139,6 +179,21 @@ def _final_read(cluster: DevCluster, leader: int, history: History) -> list[tupl
         history.add(op)
         return entries
     return None
+
+
+def _not_voting(cluster: DevCluster, wiped: set[int]) -> list[str]:
+    """Every wiped replica that is not VOTING after healing (it must have recovered: the
+    others never let it lose a value, see Nemesis)."""
+    statuses = cluster.statuses(timeout=5.0)
+    problems = []
+    for i in sorted(wiped):
+        status = statuses[i]
+        if status is None:
+            problems.append(f"replica {i} was wiped and is down")
+        elif status.status != pb.VOTING:
+            name = pb.Status.Name(status.status)
+            problems.append(f"replica {i} was wiped and is {name}: {status.reason}")
+    return problems
 
 
 def _replica_logs(cluster: DevCluster) -> list[list[tuple[int, str]] | None]:
@@ -169,9 +224,18 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         network.heal()
         cluster.addresses = network.endpoints()
     history = History()
-    nemesis = Nemesis(cluster, config.nemesis, random.Random(rng.random()), history, network)
+    nemesis = Nemesis(
+        cluster,
+        config.nemesis,
+        rng.random(),
+        history,
+        network,
+        interval=config.interval,
+        hold=config.hold,
+    )
     final: list[tuple[int, str]] | None = None
     replica_logs: list[list[tuple[int, str]] | None] = []
+    recovered: list[str] = []
 
     def say(text: str) -> None:
         if log:
@@ -214,15 +278,26 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         say(f"{len(history.ops)} operations, {len(nemesis.faults)} faults; healing")
         leader = cluster.wait_for_leader(60)
         try:
+            # A wiped replica recovers (EMPTY -> RECOVERING -> VOTING) before it counts.
             cluster.wait_for(
-                lambda sts: all(s is not None for s in sts) and len({s.learned for s in sts}) == 1,
-                timeout=10,
-                what="every replica caught up",
+                lambda sts: (
+                    all(s is not None and s.status == pb.VOTING for s in sts)
+                    and len({s.learned for s in sts if s is not None}) == 1
+                ),
+                timeout=config.recovery_timeout if nemesis.wiped else 10,
+                what="every replica VOTING and caught up",
             )
         except RlogError as error:  # the direct checks take a lagging log as a prefix
             say(str(error).splitlines()[0])
+        recovered = _not_voting(cluster, nemesis.wiped)
         final = _final_read(cluster, leader, history)
         replica_logs = _replica_logs(cluster)
+        recovered += [
+            f"replica {i} was wiped and holds {len(replica_logs[i] or [])} of the "
+            f"{len(final)} entries after healing"
+            for i in sorted(nemesis.wiped)
+            if final is not None and replica_logs[i] != final
+        ]
     except Exception as error:  # still judge what was recorded
         result.error = f"{type(error).__name__}: {error}"
         say(f"run error: {result.error}")
@@ -235,7 +310,11 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
     history.write(out / "history.jsonl")
     nemesis.write(out / "nemesis.jsonl")
     result.faults = len(nemesis.faults)
+    result.faults_by_kind = nemesis.by_kind()
+    result.skipped = len(nemesis.skipped)
+    result.recorded = len(ops)
     result.problems = checks.all_problems(ops, final, replica_logs)
+    result.problems["wiped replicas recovered"] = recovered
     stale = checks.stale_reads(ops)
     result.stale_reads = len(stale)
     if stale:
@@ -251,6 +330,8 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
             {
                 "verdict": result.verdict.verdict,
                 "check_seconds": result.verdict.seconds,
+                "faults": result.faults_by_kind,
+                "skipped_faults": result.skipped,
                 "problems": result.problems,
                 "first_stale_read_s": result.first_stale_read_s,
                 "first_stale_after_fault_s": result.first_stale_after_fault_s,

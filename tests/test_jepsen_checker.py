@@ -17,9 +17,16 @@ from jepsen.history import FAIL, INFO, OK, Op
 def append(process, invoke, complete, values, position=None, result=OK, error=""):
     positions = list(range(position, position + len(values))) if position is not None else None
     return Op(
-        process, "append", invoke, complete, result, values=values, position=position,
-        positions=positions if result == OK else None, error=error,
-    )  # fmt: skip
+        process,
+        "append",
+        invoke,
+        complete,
+        result,
+        values=values,
+        position=position,
+        positions=positions if result == OK else None,
+        error=error,
+    )
 
 
 def read(process, invoke, complete, entries, from_=None, result=OK):
@@ -160,3 +167,82 @@ def test_bad_input_is_refused(tmp_path):
     bad.write_text('{"process": 0, "f": "delete", "invoke": 1, "complete": 2, "result": "ok"}\n')
     with pytest.raises(ValueError, match="not append or read"):
         linearizability.check(bad)
+
+
+# ---- batches: whole and contiguous, in every log and every read ----------------------------
+
+
+def test_an_acknowledged_batch_must_sit_whole_at_its_positions():
+    ops = [append(0, 10, 20, ["a", "b", "c"], position=4)]
+    assert checks.final_log_holds_the_appends(ops, [(4, "a"), (5, "b"), (6, "c")]) == []
+    assert checks.final_log_holds_the_appends(ops, [(4, "a"), (6, "b"), (7, "c")]) != []
+    assert checks.final_log_holds_the_appends(ops, [(4, "b"), (5, "a"), (6, "c")]) != []
+    assert checks.final_log_holds_the_appends(ops, [(4, "a"), (5, "b")]) != []
+
+
+def test_a_batch_of_unknown_outcome_is_whole_or_absent():
+    ops = [append(1, 10, 90, ["x", "y", "z"], result=INFO, error="OutcomeUnknown")]
+    assert checks.final_log_holds_the_appends(ops, []) == []
+    assert checks.final_log_holds_the_appends(ops, [(7, "x"), (8, "y"), (9, "z")]) == []
+    # Its tail adopted by a fill while its head was overwritten: torn.
+    (problem,) = checks.final_log_holds_the_appends(ops, [(9, "z")])
+    assert "partly present" in problem
+    (problem,) = checks.final_log_holds_the_appends(ops, [(7, "x"), (9, "y"), (10, "z")])
+    assert "split" in problem
+
+
+def test_a_failed_batch_must_be_absent_even_whole():
+    ops = [append(1, 10, 20, ["x", "y"], result=FAIL, error="Unavailable")]
+    (problem,) = checks.final_log_holds_the_appends(ops, [(1, "x"), (2, "y")])
+    assert "failed but is in the log" in problem
+
+
+def test_a_lagging_replica_may_hold_a_prefix_but_not_a_torn_batch():
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        append(0, 21, 30, ["b", "c"], position=2),
+        append(1, 31, 99, ["x", "y", "z"], result=INFO, error="OutcomeUnknown"),
+    ]
+
+    def lagging(log):
+        return checks.final_log_holds_the_appends(ops, log, lagging=True)
+
+    acked = [(1, "a"), (2, "b"), (3, "c")]
+    assert lagging([(1, "a")]) == []
+    assert lagging([(1, "a"), (2, "b")]) == []
+    assert lagging([*acked, (4, "x")]) == []  # the unknown batch cut at the log's end
+    assert lagging([(1, "a"), (3, "c")]) != []
+    assert lagging([*acked, (5, "y")]) != []
+    assert checks.final_log_holds_the_appends(ops, [(1, "a"), (2, "b")]) != []  # not lagging
+
+
+def test_replica_logs_are_checked_like_the_final_log():
+    ops = [append(1, 10, 99, ["x", "y"], result=INFO, error="OutcomeUnknown")]
+    problems = checks.all_problems(ops, [], [[], [(2, "y")], None])
+    assert problems["replica logs"] == [
+        "replica 1: append ['x', 'y'] (info) is partly present: [None, 2]"
+    ]
+    assert problems["final log"] == []
+
+
+def test_a_read_must_see_a_batch_whole():
+    batch = append(0, 10, 20, ["a", "b", "c"], position=2)
+    whole = read(1, 21, 30, [(1, "o"), (2, "a"), (3, "b"), (4, "c")])
+    tail = read(1, 21, 30, [(3, "b"), (4, "c")], from_=3)  # `from` cuts it: fine
+    torn = read(1, 21, 30, [(1, "o"), (2, "a"), (4, "c")])
+    split = read(1, 21, 30, [(2, "a"), (3, "b"), (5, "c")])
+    other = append(2, 5, 8, ["o"], position=1)
+    assert checks.reads_see_batches_whole([other, batch, whole, tail]) == []
+    assert len(checks.reads_see_batches_whole([other, batch, torn])) == 1
+    assert len(checks.reads_see_batches_whole([other, batch, split])) == 1
+    # Unknown outcome: the same rule (a read shows it whole or not at all).
+    unknown = append(0, 10, 99, ["a", "b", "c"], result=INFO, error="OutcomeUnknown")
+    assert len(checks.reads_see_batches_whole([other, unknown, torn])) == 1
+    assert verdict_of([other, unknown, torn]) == linearizability.VIOLATION
+
+
+def verdict_of(ops: list[Op]) -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return linearizability.check(write(Path(tmp) / "history.jsonl", ops)).status
