@@ -5,12 +5,13 @@ one machine, every figure of issue 12's targets table, one JSON-lines results fi
                         [--no-etcd] [--spark | --no-spark] [--out FILE] [--work DIR]
 
 Steps (each measurement is a "point" record, see bench/kitlib.py):
-1. etcd 3.4 (bench/etcd_cluster.sh, 3 members): serial puts; 1 KiB puts at each writer count;
-   puts of each value size at the largest writer count (bench/etcd_put.py, leader target);
-2. rlog, 3 replicas (`rlog dev` layout, lmdb, data on the real disk), `rlog bench` to the
-   leader: serial appends; single-entry writers at each writer count, one unary call per
-   append and on one AppendStream; batched (8 writers x 64 entries per call) at each value
-   size;
+1. + 2. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
+   raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
+   `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
+   counterparts so that both see the same load: serial puts, then serial appends; at each
+   writer count 1 KiB puts, then single-entry appends with one unary call each and on the
+   stream client (one AppendStream); at each value size puts (largest writer count), then
+   batched appends (8 writers x 64 entries per call);
 3. rlog, 5 replicas: batched 1 KiB, the stream client at the largest writer count, serial;
 4. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
    (bench/catchup.py);
@@ -24,6 +25,7 @@ largest-writer-count runs feed the CDF plots (bench/plots.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +89,9 @@ def git_commit() -> str:
 # ---- etcd ------------------------------------------------------------------------------
 
 
-def etcd_step(run: Run, args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def etcd_cluster(run: Run, args: argparse.Namespace) -> Iterator[None]:
+    """A 3-member etcd 3.4 (bench/etcd_cluster.sh) for the duration of the block."""
     cluster = [str(BENCH / "etcd_cluster.sh")]
     data = str(Path(args.work) / "etcd")
     subprocess.run([*cluster, "stop", data], capture_output=True)
@@ -97,12 +102,7 @@ def etcd_step(run: Run, args: argparse.Namespace) -> None:
             ["etcd", "--version"], capture_output=True, text=True
         ).stdout.splitlines()[0]
         run.add({"kind": "etcd", "version": version})
-        etcd_put(run, args, serial=args.serial, writers=0, size=1024)
-        for writers in args.writers:
-            etcd_put(run, args, serial=0, writers=writers, size=1024)
-        for size in args.sizes:
-            if size != 1024:
-                etcd_put(run, args, serial=0, writers=max(args.writers), size=size)
+        yield
     finally:
         subprocess.run([*cluster, "stop", data], capture_output=True)
 
@@ -150,27 +150,47 @@ def cdf_record(point: dict[str, Any], cdf: list[list[float]]) -> dict[str, Any]:
 # ---- rlog ------------------------------------------------------------------------------
 
 
-def rlog_step(run: Run, args: argparse.Namespace, replicas: int) -> None:
+@contextlib.contextmanager
+def rlog_cluster(args: argparse.Namespace, replicas: int) -> Iterator[str]:
+    """An `rlog dev`-style log (lmdb, data on the real disk); yields the leader's endpoint."""
     from rlog.tools.dev import DevCluster
 
     note(f"rlog: {replicas} replicas")
     root = Path(args.work) / f"rlog{replicas}"
     shutil.rmtree(root, ignore_errors=True)
     with DevCluster(replicas, root) as cluster:
-        leader = cluster.wait_for_leader()
-        endpoint = cluster.endpoints[leader]
-        big = max(args.writers)
-        rlog_bench(run, args, endpoint, replicas, "serial", 1, 1, 1024)
-        if replicas == 3:
-            for writers in args.writers:
-                rlog_bench(run, args, endpoint, replicas, "unary", writers, 1, 1024)
-            for writers in args.writers:
-                rlog_bench(run, args, endpoint, replicas, "stream", writers, 1, 1024)
-            for size in args.sizes:
-                rlog_bench(run, args, endpoint, replicas, "batched", 8, 64, size)
-        else:
-            rlog_bench(run, args, endpoint, replicas, "stream", big, 1, 1024)
-            rlog_bench(run, args, endpoint, replicas, "batched", 8, 64, 1024)
+        yield cluster.endpoints[cluster.wait_for_leader()]
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def side_by_side(run: Run, args: argparse.Namespace) -> None:
+    """etcd and rlog (3 replicas) both up, each etcd measurement followed at once by its rlog
+    counterparts, so both see the same load on a shared machine (the idle system's heartbeats
+    cost little). Without etcd (--no-etcd) the same rlog runs."""
+    with contextlib.ExitStack() as stack:
+        etcd = not args.no_etcd
+        if etcd:
+            stack.enter_context(etcd_cluster(run, args))
+        endpoint = stack.enter_context(rlog_cluster(args, 3))
+        if etcd:
+            etcd_put(run, args, serial=args.serial, writers=0, size=1024)
+        rlog_bench(run, args, endpoint, 3, "serial", 1, 1, 1024)
+        for writers in args.writers:
+            if etcd:
+                etcd_put(run, args, serial=0, writers=writers, size=1024)
+            rlog_bench(run, args, endpoint, 3, "unary", writers, 1, 1024)
+            rlog_bench(run, args, endpoint, 3, "stream", writers, 1, 1024)
+        for size in args.sizes:
+            if etcd and size != 1024:
+                etcd_put(run, args, serial=0, writers=max(args.writers), size=size)
+            rlog_bench(run, args, endpoint, 3, "batched", 8, 64, size)
+
+
+def five_replicas(run: Run, args: argparse.Namespace) -> None:
+    with rlog_cluster(args, 5) as endpoint:
+        rlog_bench(run, args, endpoint, 5, "serial", 1, 1, 1024)
+        rlog_bench(run, args, endpoint, 5, "stream", max(args.writers), 1, 1024)
+        rlog_bench(run, args, endpoint, 5, "batched", 8, 64, 1024)
 
 
 def rlog_bench(
@@ -257,7 +277,7 @@ def spark_step(run: Run, args: argparse.Namespace) -> None:
     cmd += ["--dir", str(Path(args.work) / "spark")]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     shutil.rmtree(Path(args.work) / "spark", ignore_errors=True)
-    shown = shlex.join(["python", "bench/spark_source.py", *cmd[3:-2]])
+    shown = shlex.join(["python", "bench/spark_source.py", *cmd[2:-2]])
     run.add({"kind": "spark", "rates": parse_spark(out), "command": shown})
 
 
@@ -459,11 +479,9 @@ def main() -> int:
     }
     run.add(meta)
     note(f"results -> {out}")
-    if not args.no_etcd:
-        etcd_step(run, args)
-    rlog_step(run, args, 3)
+    side_by_side(run, args)
     if not args.no_five:
-        rlog_step(run, args, 5)
+        five_replicas(run, args)
     catchup_step(run, args)
     if with_spark:
         spark_step(run, args)

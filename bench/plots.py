@@ -29,8 +29,9 @@ BENCH = Path(__file__).resolve().parent
 
 
 def subtitle(meta: dict[str, Any]) -> str:
-    load = meta.get("load_start", [0.0])[0]
-    return f"{meta.get('run', '')}, {meta.get('cpus', '?')} cpus, load {load:.1f} at the start"
+    """Run, cores and the load average seen by the measurements (kit.py adds load_range)."""
+    low, high = meta.get("load_range") or [meta.get("load_start", [0.0])[0]] * 2
+    return f"{meta.get('run', '')}, {meta.get('cpus', '?')} cpus, load average {low:.1f}-{high:.1f}"
 
 
 def series(points: list[dict[str, Any]], x: str, **match: Any) -> tuple[list[Any], list[Any]]:
@@ -51,6 +52,8 @@ def throughput(points: list[dict[str, Any]], meta: dict[str, Any], out: Path) ->
         if xs:
             ax.plot(xs, [p["entries_per_s"] for p in chosen], marker="o", label=label)
     ax.set_xscale("log", base=2)
+    ticks = sorted({p["writers"] for p in points if p["series"] in ("put", "unary", "stream")})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("writers (one single-entry append in flight each)")
     ax.set_ylabel("acknowledged 1 KiB entries/s")
     ax.set_title("Throughput vs concurrency, 3 members/replicas\n" + subtitle(meta), fontsize=10)
@@ -98,6 +101,8 @@ def mb_per_s(points: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> P
         if xs:
             ax.plot(xs, [p["mb_per_s"] for p in chosen], marker="o", label=label)
     ax.set_xscale("log", base=2)
+    ticks = sorted({p["size"] for p in points if p["series"] in ("put", "batched")})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("value size (bytes)")
     ax.set_ylabel("acknowledged MB/s (payload, 10^6 B)")
     ax.set_title("MB/s vs value size, 3 members/replicas\n" + subtitle(meta), fontsize=10)
@@ -171,6 +176,9 @@ def main() -> int:
     records = read_results(Path(args.results))
     meta = next(r for r in records if r["kind"] == "meta")
     points = [r for r in records if r["kind"] == "point"]
+    loads = [p["load1"] for p in points if "load1" in p]
+    if loads:
+        meta = {**meta, "load_range": [min(loads), max(loads)]}
     written = [
         throughput(points, meta, out),
         latency_cdf(records, meta, out),

@@ -35,6 +35,12 @@ MODES = {
 }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def py_spy() -> str:
     found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(found).exists():
@@ -76,6 +82,8 @@ def main() -> int:
             running = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
             time.sleep(1)  # past the warm-up, into the steady state
             spies = []
+            cpu_before = {role: cpu_seconds(pid) for role, pid in roles.items()}
+            sampled = time.monotonic()
             for role, pid in roles.items():
                 for fmt, ext in (("flamegraph", "svg"), ("raw", "txt")):
                     cmd = [spy, "record", "--pid", str(pid), "--rate", str(args.rate)]
@@ -88,6 +96,8 @@ def main() -> int:
                 _, err = spy_process.communicate()
                 if spy_process.returncode != 0:
                     raise SystemExit(f"py-spy failed: {err.decode(errors='replace')}")
+            sampled = time.monotonic() - sampled
+            cpu = {role: cpu_seconds(pid) - cpu_before[role] for role, pid in roles.items()}
             result = json.loads(running.communicate()[0])
             entries = int(result["entries_per_s"] * int(args.seconds))
             summary += [
@@ -97,8 +107,16 @@ def main() -> int:
                 f"{result['latency_ms']['p50']} ms; ~{entries} entries while sampling; "
                 f"load {load:.1f} at the start",
                 "",
-                "```",
             ]
+            summary.append(
+                "replica CPU (user + system, /proc) while sampling: "
+                + ", ".join(
+                    f"{role} {cpu[role]:.2f} s = {cpu[role] / sampled:.0%} of a core = "
+                    f"{cpu[role] / max(entries, 1) * 1e6:.0f} us/entry"
+                    for role in roles
+                )
+            )
+            summary += ["", "```"]
             for role in roles:
                 text = report(out / f"{mode}-{role}.txt", 12, args.rate, entries)
                 (out / f"{mode}-{role}-top.txt").write_text(text + "\n")

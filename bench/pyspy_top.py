@@ -46,7 +46,9 @@ def grouped(lines: list[str]) -> list[str]:
 
 
 def report(path: Path, top: int, rate: float, entries: int | None) -> str:
-    own, inclusive, total = self_time(grouped(path.read_text().splitlines()))
+    raw = path.read_text().splitlines()
+    own, inclusive, total = self_time(grouped(raw))
+    own_lines, _, _ = self_time(raw)
     seconds = total / rate
     lines = [f"{path.name}: {total} samples at {rate:g}/s = {seconds:.2f} s of busy threads"]
     if entries:
@@ -57,6 +59,16 @@ def report(path: Path, top: int, rate: float, entries: int | None) -> str:
         for name, samples in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
             per = f"  {samples / rate / entries * 1e6:7.2f} us/entry" if entries else ""
             lines.append(f"    {100 * samples / max(total, 1):5.1f}%{per}  {name}")
+    lines.append("  lines of the top 3 self-time functions (C calls show on their Python line):")
+    for name, _ in sorted(own.items(), key=lambda kv: -kv[1])[:3]:
+        split = sorted(
+            ((n, frame) for frame, n in own_lines.items() if function_of(frame) == name),
+            reverse=True,
+        )
+        lines.append(
+            f"    {name}: "
+            + ", ".join(f"line {frame.rsplit(':', 1)[-1].rstrip(')')} {n}" for n, frame in split)
+        )
     return "\n".join(lines)
 
 
