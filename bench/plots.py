@@ -30,8 +30,11 @@ BENCH = Path(__file__).resolve().parent
 
 def subtitle(meta: dict[str, Any]) -> str:
     """Run, cores and the load average seen by the measurements (kit.py adds load_range)."""
-    low, high = meta.get("load_range") or [meta.get("load_start", [0.0])[0]] * 2
-    return f"{meta.get('run', '')}, {meta.get('cpus', '?')} cpus, load average {low:.1f}-{high:.1f}"
+    head = f"{meta.get('run', '')}, {meta.get('cpus', '?')} cpus"
+    if "load_range" in meta:
+        low, high = meta["load_range"]
+        return f"{head}, load average {low:.1f}-{high:.1f}"
+    return f"{head}, load average {meta.get('load_start', [0.0])[0]:.1f} at the start"
 
 
 def series(points: list[dict[str, Any]], x: str, **match: Any) -> tuple[list[Any], list[Any]]:
