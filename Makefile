@@ -8,17 +8,18 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo demo-local bench clean e2e-operator prometheus prometheus-background jepsen jepsen-checker
+.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator prometheus prometheus-background jepsen jepsen-checker
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean"
+	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-kind"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -66,12 +67,24 @@ demo: $(STAMP) cluster-up
 demo-local: $(STAMP)
 	examples/local_demo.sh $(VENV)/bin/rlog
 
-# The default benchmark set (bench/run.sh, a few minutes on 2 cores; results under
-# bench/results/bench-<date>/): storage engines, `rlog bench` serial and concurrent against an
-# `rlog dev` log, catch-up of a wiped replica. BENCH_ETCD=1 adds the etcd comparison and
-# BENCH_SPARK=1 the Spark source and sink; bench/README.md lists every variable. Not in `test`.
+# The benchmark kit (bench/README.md lists every variable; not in `test`): rlog next to etcd
+# 3.4 in one go (about 10 min on 2 cores, BENCH_QUICK=1 about 3): concurrency and value-size
+# sweeps, 3 vs 5 replicas, catch-up, Spark, latency CDFs -> bench/results/bench-<date>.jsonl
+# (every figure of issue 12's targets table with its ratio, target and command), a markdown
+# summary next to it, and the plots redrawn into bench/plots/.
 bench: $(STAMP)
 	BENCH_PYTHON=$(PY) bench/run.sh
+
+# py-spy flame graphs (SVG) of the leader and a follower during the serial, concurrent, stream
+# and batched modes, and their top functions as text -> bench/results/profile-<date>/.
+PROFILE_SECONDS ?= 10
+bench-profile: $(STAMP)
+	$(PY) bench/pyspy_profile.py --seconds $(PROFILE_SECONDS)
+
+# RSS of each replica sampled during SOAK_MINUTES of the batched benchmark: start/peak/end.
+SOAK_MINUTES ?= 10
+bench-soak: $(STAMP)
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
 # The linearizability checker (Go, Porcupine pinned in jepsen/checker/go.sum), built once into
 # ~/.cache/rlog-jepsen; the tests and `make jepsen` build it on first use too.

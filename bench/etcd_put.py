@@ -91,6 +91,16 @@ def lat_stats(lat_ns: list[int]) -> dict[str, float]:
     }
 
 
+def with_cdf(result: dict, cdf: bool) -> dict:
+    """The result without its raw latencies, with their quantiles if asked (bench/kitlib)."""
+    lat_ns = result.pop("latencies_ns")
+    if cdf:
+        from kitlib import quantiles  # bench/ is on sys.path when this runs as a script
+
+        result["cdf_ms"] = quantiles(x / 1e6 for x in lat_ns)
+    return result
+
+
 def cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -137,6 +147,7 @@ def run_serial(
         "puts_per_s": round(n / wall, 1),
         **lat_stats(lat),
         "client_cpu_pct": round(100 * cpu / wall, 1),
+        "latencies_ns": lat,
     }
 
 
@@ -200,6 +211,7 @@ async def run_concurrent(
         "puts_per_s": round(acked / wall, 1),
         **lat_stats(lat),
         "client_cpu_pct": round(100 * cpu / wall, 1),
+        "latencies_ns": lat,
     }
 
 
@@ -217,6 +229,9 @@ def main() -> None:
         help="send every put to the raft leader (default) or round-robin to all endpoints",
     )
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds/10 serial puts of warmup")
+    ap.add_argument(
+        "--cdf", action="store_true", help="add latency quantiles (cdf_ms) for the CDF plots"
+    )
     args = ap.parse_args()
 
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
@@ -240,7 +255,7 @@ def main() -> None:
             pb2, pb2_grpc, st["leader"] if args.target == "leader" else endpoints[0],
             args.serial, value, warmup=int(args.warmup * 10) + 1,
         )  # fmt: skip
-        results.append({**common, **r})
+        results.append({**common, **with_cdf(r, args.cdf)})
         print(json.dumps(results[-1]), flush=True)
     if args.concurrency > 0:
         targets = [st["leader"]] if args.target == "leader" else endpoints
@@ -249,7 +264,7 @@ def main() -> None:
                 pb2, pb2_grpc, targets, args.concurrency, args.duration, value, args.warmup
             )
         )
-        results.append({**common, **r})
+        results.append({**common, **with_cdf(r, args.cdf)})
         print(json.dumps(results[-1]), flush=True)
 
     print(

@@ -1,0 +1,505 @@
+"""The benchmark kit's driver (`make bench`, bench/run.sh): rlog next to etcd 3.4 in one run on
+one machine, every figure of issue 12's targets table, one JSON-lines results file.
+
+    python bench/kit.py [--quick] [--seconds S] [--writers 1,4,16,64] [--sizes 128,1024,4096,16384]
+                        [--no-etcd] [--spark | --no-spark] [--out FILE] [--work DIR]
+
+Steps (each measurement is a "point" record, see bench/kitlib.py):
+1. + 2. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
+   raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
+   `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
+   counterparts so that both see the same load: serial puts, then serial appends; at each
+   writer count 1 KiB puts, then single-entry appends with one unary call each and on the
+   stream client (one AppendStream); at each value size puts (largest writer count), then
+   batched appends (8 writers x 64 entries per call);
+3. rlog, 5 replicas: batched 1 KiB, the stream client at the largest writer count, serial;
+4. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
+   (bench/catchup.py);
+5. Spark (when pyspark is installed, not in --quick): the batch source into noop next to
+   Spark's JVM-only baseline, and the sink (bench/spark_source.py).
+Then the figures (ratio = rlog / baseline, targets from bench/targets.json) and a markdown
+summary next to the results file. Latency quantiles ("cdf" records) of the serial and
+largest-writer-count runs feed the CDF plots (bench/plots.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kitlib import figure, find_point, load_targets, quantiles, summary_markdown
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+
+def note(text: str) -> None:
+    load = os.getloadavg()[0]
+    print(f"== {time.strftime('%H:%M:%S')} (load {load:.1f}) {text}", file=sys.stderr, flush=True)
+
+
+def csv_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+class Run:
+    """Collects the records of one run and appends each to the results file as it comes."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.records: list[dict[str, Any]] = []
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
+
+    def add(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.records.append(record)
+        with self.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        return record
+
+    def points(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == "point"]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+# ---- etcd ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def etcd_cluster(run: Run, args: argparse.Namespace) -> Iterator[None]:
+    """A 3-member etcd 3.4 (bench/etcd_cluster.sh) for the duration of the block."""
+    cluster = [str(BENCH / "etcd_cluster.sh")]
+    data = str(Path(args.work) / "etcd")
+    subprocess.run([*cluster, "stop", data], capture_output=True)
+    note("etcd 3.4: 3 members")
+    subprocess.run([*cluster, "start", data], check=True, stdout=subprocess.DEVNULL)
+    try:
+        version = subprocess.run(
+            ["etcd", "--version"], capture_output=True, text=True
+        ).stdout.splitlines()[0]
+        run.add({"kind": "etcd", "version": version})
+        yield
+    finally:
+        subprocess.run([*cluster, "stop", data], capture_output=True)
+
+
+def etcd_put(run: Run, args: argparse.Namespace, serial: int, writers: int, size: int) -> None:
+    cmd = [args.python, str(BENCH / "etcd_put.py"), "--serial", str(serial)]
+    cmd += ["--concurrency", str(writers), "--duration", str(args.seconds)]
+    cmd += ["--value-size", str(size), "--cdf"]
+    note(f"  etcd_put serial={serial} writers={writers} size={size}")
+    load = os.getloadavg()[0]
+    lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+    shown = shlex.join(["python", *cmd[1:]]).replace(str(ROOT) + "/", "")
+    for line in lines:
+        r = json.loads(line)
+        series = "serial" if r["mode"] == "serial" else "put"
+        point = run.add(
+            {
+                "kind": "point",
+                "system": "etcd",
+                "series": series,
+                "replicas": r["members"],
+                "writers": r.get("concurrency", 1),
+                "batch": 1,
+                "size": size,
+                "seconds": r["seconds"],
+                "entries_per_s": r["puts_per_s"],
+                "mb_per_s": round(r["puts_per_s"] * size / 1e6, 3),
+                "p50_ms": r["p50_ms"],
+                "p99_ms": r["p99_ms"],
+                "errors": r.get("errors", 0),
+                "client_cpu_pct": r["client_cpu_pct"],
+                "load1": round(load, 2),
+                "command": shown,
+            }
+        )
+        if size == 1024 and (series == "serial" or point["writers"] == max(args.writers)):
+            run.add(cdf_record(point, r["cdf_ms"]))
+
+
+def cdf_record(point: dict[str, Any], cdf: list[list[float]]) -> dict[str, Any]:
+    keys = ("system", "series", "replicas", "writers", "batch", "size")
+    return {"kind": "cdf", **{k: point[k] for k in keys}, "quantiles_ms": cdf}
+
+
+# ---- rlog ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def rlog_cluster(args: argparse.Namespace, replicas: int) -> Iterator[str]:
+    """An `rlog dev`-style log (lmdb, data on the real disk); yields the leader's endpoint."""
+    from rlog.tools.dev import DevCluster
+
+    note(f"rlog: {replicas} replicas")
+    root = Path(args.work) / f"rlog{replicas}"
+    shutil.rmtree(root, ignore_errors=True)
+    with DevCluster(replicas, root) as cluster:
+        yield cluster.endpoints[cluster.wait_for_leader()]
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def side_by_side(run: Run, args: argparse.Namespace) -> None:
+    """etcd and rlog (3 replicas) both up, each etcd measurement followed at once by its rlog
+    counterparts, so both see the same load on a shared machine (the idle system's heartbeats
+    cost little). Without etcd (--no-etcd) the same rlog runs."""
+    with contextlib.ExitStack() as stack:
+        etcd = not args.no_etcd
+        if etcd:
+            stack.enter_context(etcd_cluster(run, args))
+        endpoint = stack.enter_context(rlog_cluster(args, 3))
+        if etcd:
+            etcd_put(run, args, serial=args.serial, writers=0, size=1024)
+        rlog_bench(run, args, endpoint, 3, "serial", 1, 1, 1024)
+        for writers in args.writers:
+            if etcd:
+                etcd_put(run, args, serial=0, writers=writers, size=1024)
+            rlog_bench(run, args, endpoint, 3, "unary", writers, 1, 1024)
+            rlog_bench(run, args, endpoint, 3, "stream", writers, 1, 1024)
+        for size in args.sizes:
+            if etcd and size != 1024:
+                etcd_put(run, args, serial=0, writers=max(args.writers), size=size)
+            rlog_bench(run, args, endpoint, 3, "batched", 8, 64, size)
+
+
+def five_replicas(run: Run, args: argparse.Namespace) -> None:
+    with rlog_cluster(args, 5) as endpoint:
+        rlog_bench(run, args, endpoint, 5, "serial", 1, 1, 1024)
+        rlog_bench(run, args, endpoint, 5, "stream", max(args.writers), 1, 1024)
+        rlog_bench(run, args, endpoint, 5, "batched", 8, 64, 1024)
+
+
+def rlog_bench(
+    run: Run,
+    args: argparse.Namespace,
+    endpoint: str,
+    replicas: int,
+    series: str,
+    writers: int,
+    batch: int,
+    size: int,
+) -> None:
+    trace = Path(args.work) / "trace.txt"
+    bench = ["bench", "--endpoint", endpoint, "--json", "--size", str(size)]
+    if series == "serial":
+        bench += ["--mode", "serial", "--count", str(args.serial), "--warmup", "20"]
+    else:
+        bench += ["--mode", "concurrent", "--concurrency", str(writers), "--batch", str(batch)]
+        bench += ["--duration", str(args.seconds), "--warmup", "20"]
+        if series == "stream":
+            bench.append("--stream")
+    note(f"  rlog bench {series} writers={writers} batch={batch} size={size}")
+    load = os.getloadavg()[0]
+    cmd = [args.python, "-m", "rlog.tools.cli", *bench, "--trace", str(trace)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    point = run.add(
+        {
+            "kind": "point",
+            "system": "rlog",
+            "series": series,
+            "replicas": replicas,
+            "writers": writers,
+            "batch": batch,
+            "size": size,
+            "seconds": r["seconds"],
+            "entries_per_s": r["entries_per_s"],
+            "appends_per_s": r["appends_per_s"],
+            "mb_per_s": r["mb_per_s"],
+            "p50_ms": r["latency_ms"]["p50"],
+            "p99_ms": r["latency_ms"]["p99"],
+            "load1": round(load, 2),
+            "command": shlex.join(["rlog", *bench])
+            + f"  # leader of a {replicas}-replica rlog dev log",
+        }
+    )
+    keep_cdf = series == "serial" or (writers == max(args.writers) and batch == 1)
+    if keep_cdf and size == 1024 and replicas == 3:
+        ms = [float(line.split()[2]) for line in trace.read_text().splitlines() if line]
+        run.add(cdf_record(point, quantiles(ms)))
+    trace.unlink(missing_ok=True)
+
+
+# ---- catch-up and Spark --------------------------------------------------------------------
+
+
+def catchup_step(run: Run, args: argparse.Namespace) -> None:
+    note(f"catch-up of a wiped follower ({args.catchup_mb} MB of 4 KiB entries)")
+    cmd = [args.python, str(BENCH / "catchup.py"), "--megabytes", str(args.catchup_mb)]
+    cmd += ["--dir", str(Path(args.work) / "catchup")]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.splitlines()[-1])
+    shown = shlex.join(["python", "bench/catchup.py", "--megabytes", str(args.catchup_mb)])
+    run.add({"kind": "catchup", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
+
+
+SPARK_LINE = re.compile(r"^(?P<what>.+?)\s+(?P<rows>\d+) rows\s+(?P<s>[\d.]+) s\s+(?P<rate>[\d,]+)")
+
+
+def parse_spark(text: str) -> dict[str, float]:
+    """rows/s per measurement from bench/spark_source.py's output lines."""
+    rates = {}
+    for line in text.splitlines():
+        m = SPARK_LINE.match(line)
+        if m:
+            rates[m["what"].strip()] = float(m["rate"].replace(",", ""))
+    return rates
+
+
+def spark_step(run: Run, args: argparse.Namespace) -> None:
+    note(f"Spark source and sink ({args.spark_rows} rows of 100 B)")
+    cmd = [args.python, str(BENCH / "spark_source.py"), "--entries", str(args.spark_rows)]
+    cmd += ["--repeat", "1", "--partitions", "3", "--sink-rows", str(args.spark_sink_rows)]
+    cmd += ["--dir", str(Path(args.work) / "spark")]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    shutil.rmtree(Path(args.work) / "spark", ignore_errors=True)
+    shown = shlex.join(["python", "bench/spark_source.py", *cmd[2:-2]])
+    run.add({"kind": "spark", "rates": parse_spark(out), "command": shown})
+
+
+# ---- figures ---------------------------------------------------------------------------
+
+
+def figures(run: Run, args: argparse.Namespace) -> None:
+    targets = load_targets(BENCH / "targets.json")
+    points = run.points()
+    big = max(args.writers)
+
+    def rlog(**m: Any) -> dict[str, Any] | None:
+        return find_point(points, system="rlog", **m)
+
+    def etcd(**m: Any) -> dict[str, Any] | None:
+        return find_point(points, system="etcd", **m)
+
+    def value(p: dict[str, Any] | None, key: str) -> float | None:
+        return None if p is None else p[key]
+
+    def command(p: dict[str, Any] | None) -> str | None:
+        return None if p is None else p["command"]
+
+    def add(name: str, what: str, unit: str, ours: Any, theirs: Any, key: str, **kw: Any) -> None:
+        base_name = kw.pop("baseline_name", "etcd 3.4" if theirs is not None else None)
+        run.add(
+            figure(
+                name,
+                what,
+                unit,
+                value(ours, key),
+                value(theirs, key),
+                base_name,
+                kw.pop("better", "higher"),
+                command(ours),
+                command(theirs),
+                targets,
+            )
+        )
+
+    etcd_big = etcd(series="put", writers=big, size=1024)
+    add(
+        "unary_writers",
+        f"{big} single-entry writers, one unary call each",
+        "entries/s",
+        rlog(series="unary", writers=big, size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
+        "stream_writers",
+        f"{big} single-entry writers, stream client",
+        "entries/s",
+        rlog(series="stream", writers=big, size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+        add(
+            f"serial_{label}",
+            f"serial append {label} latency",
+            "ms",
+            rlog(series="serial", replicas=3),
+            etcd(series="serial"),
+            key,
+            better="lower",
+        )
+    add(
+        "batched_1k",
+        f"batched 64 x 1 KiB per call, 8 writers (etcd: {big} single-put writers)",
+        "entries/s",
+        rlog(series="batched", size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
+        "batched_4k_mb",
+        f"batched 64 x 4 KiB per call, 8 writers (etcd: {big} single-put writers of 4 KiB)",
+        "MB/s",
+        rlog(series="batched", size=4096, replicas=3),
+        etcd(series="put", writers=big, size=4096),
+        "mb_per_s",
+    )
+    add(
+        "replicas_5_vs_3_batched",
+        "5 replicas vs 3, batched 64 x 1 KiB, 8 writers",
+        "entries/s",
+        rlog(series="batched", size=1024, replicas=5),
+        rlog(series="batched", size=1024, replicas=3),
+        "entries_per_s",
+        baseline_name="rlog, 3 replicas",
+    )
+    add(
+        "replicas_5_vs_3_stream",
+        f"5 replicas vs 3, {big} single-entry writers, stream client",
+        "entries/s",
+        rlog(series="stream", writers=big, replicas=5),
+        rlog(series="stream", writers=big, replicas=3),
+        "entries_per_s",
+        baseline_name="rlog, 3 replicas",
+    )
+    catchup = next((r for r in run.records if r["kind"] == "catchup"), None)
+    if catchup is not None:
+        run.add(
+            figure(
+                "catchup_mb",
+                f"EMPTY (wiped) follower catch-up, {catchup['megabytes']} MB of 4 KiB entries",
+                "MB/s",
+                catchup["catchup_mb_per_s"],
+                None,
+                None,
+                "higher",
+                catchup["command"],
+                targets=targets,
+            )
+        )
+    spark = next((r for r in run.records if r["kind"] == "spark"), None)
+    if spark is not None:
+        rates = spark["rates"]
+        run.add(
+            figure(
+                "spark_source_noop",
+                f"Spark batch source, {args.spark_rows} x 100 B into noop",
+                "rows/s",
+                rates.get("rlog source, 3 partitions -> noop"),
+                rates.get("JVM spark.range + 100 B binary -> noop"),
+                "Spark JVM spark.range",
+                "higher",
+                spark["command"],
+                spark["command"] + "  # same session",
+                targets,
+            )
+        )
+        sink = next((v for k, v in rates.items() if k.startswith("sink:")), None)
+        run.add(
+            figure(
+                "spark_sink",
+                f"Spark sink, {args.spark_sink_rows} x 100 B (2 tasks)",
+                "rows/s",
+                sink,
+                None,
+                None,
+                "higher",
+                spark["command"],
+                targets=targets,
+            )
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs, no Spark")
+    parser.add_argument("--seconds", type=float, help="each timed run (default 8, quick 3)")
+    parser.add_argument("--serial", type=int, help="serial appends/puts (default 1000, quick 300)")
+    parser.add_argument("--writers", type=csv_ints, default=[1, 4, 16, 64])
+    parser.add_argument("--sizes", type=csv_ints, default=[128, 1024, 4096, 16384])
+    parser.add_argument("--catchup-mb", type=float, help="catch-up log size (50, quick 20)")
+    parser.add_argument("--no-etcd", action="store_true", help="rlog only")
+    parser.add_argument("--no-five", action="store_true", help="skip the 5-replica runs")
+    spark = parser.add_mutually_exclusive_group()
+    spark.add_argument("--spark", action="store_true", help="run Spark even in --quick")
+    spark.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--spark-rows", type=int, default=1_000_000)
+    parser.add_argument("--spark-sink-rows", type=int, default=200_000)
+    parser.add_argument("--out", help="results file (default bench/results/bench-<date>.jsonl)")
+    parser.add_argument("--work", default=str(Path.home() / ".cache/rlog-bench/kit"))
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    args.seconds = args.seconds or (3.0 if args.quick else 8.0)
+    args.serial = args.serial or (300 if args.quick else 1000)
+    args.catchup_mb = args.catchup_mb or (20.0 if args.quick else 50.0)
+    if 1024 not in args.sizes or 4096 not in args.sizes:
+        parser.error("--sizes must include 1024 and 4096 (figures of the targets table)")
+    with_spark = args.spark or (
+        not args.no_spark and not args.quick and importlib.util.find_spec("pyspark") is not None
+    )
+
+    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
+    out = Path(args.out) if args.out else BENCH / "results" / f"bench-{stamp}.jsonl"
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    run = Run(out)
+    started = time.monotonic()
+    meta = {
+        "kind": "meta",
+        "run": out.stem,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_start": [round(x, 2) for x in os.getloadavg()],
+        "commit": git_commit(),
+        "mode": "quick" if args.quick else "full",
+        "seconds": args.seconds,
+        "serial": args.serial,
+        "writers": args.writers,
+        "sizes": args.sizes,
+        "catchup_mb": args.catchup_mb,
+        "spark": with_spark,
+        "command": shlex.join(["python", "bench/kit.py", *sys.argv[1:]]),
+    }
+    run.add(meta)
+    note(f"results -> {out}")
+    side_by_side(run, args)
+    if not args.no_five:
+        five_replicas(run, args)
+    catchup_step(run, args)
+    if with_spark:
+        spark_step(run, args)
+    figures(run, args)
+    run.add(
+        {
+            "kind": "end",
+            "load_end": [round(x, 2) for x in os.getloadavg()],
+            "wall_seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    end = run.records[-1]
+    summary = summary_markdown([{**meta, **end, "kind": "meta"}, *run.records[1:]])
+    out.with_suffix(".md").write_text(summary)
+    print(summary)
+    note(f"results in {out} and {out.with_suffix('.md')}; plots: python bench/plots.py {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

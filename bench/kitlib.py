@@ -1,0 +1,222 @@
+"""Pure helpers of the benchmark kit (bench/kit.py, bench/plots.py, bench/soak.py): latency
+quantiles for CDFs, figure records with their ratio and target, the markdown summary.
+
+A results file is JSON lines, one record each, told apart by "kind":
+- "meta": the run (time, host, cpus, load average, commit, variables);
+- "point": one measurement (system, series, replicas, writers, batch, size, rates, latency);
+- "cdf": latency quantiles of one measurement, for the CDF plots;
+- "figure": one figure of issue 12's targets table: rlog's value, the baseline's (etcd, or
+  Spark's JVM path, or rlog with 3 replicas) where one exists, ratio = rlog / baseline, target,
+  and the exact commands that produced both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+# The figures of issue 12's targets table (bench/targets.json has one target slot for each).
+FIGURE_NAMES: tuple[str, ...] = (
+    "unary_writers",
+    "stream_writers",
+    "serial_p50",
+    "serial_p99",
+    "batched_1k",
+    "batched_4k_mb",
+    "replicas_5_vs_3_batched",
+    "replicas_5_vs_3_stream",
+    "catchup_mb",
+    "spark_source_noop",
+    "spark_sink",
+    "soak_rss",
+)
+
+# Quantiles kept for a CDF: every half percent, and the tail in more detail.
+CDF_QUANTILES: tuple[float, ...] = (*(q / 2 for q in range(201)), 99.9, 99.99)
+
+
+def percentile(ascending: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of an ascending sequence; q=0 is the minimum."""
+    if not ascending:
+        raise ValueError("percentile of no values")
+    rank = max(1, math.ceil(q / 100 * len(ascending)))
+    return float(ascending[min(rank, len(ascending)) - 1])
+
+
+def quantiles(values: Iterable[float]) -> list[list[float]]:
+    """[[q, value], ...] at CDF_QUANTILES, sorted by q (the x/y of a CDF plot)."""
+    ordered = sorted(values)
+    return [[q, round(percentile(ordered, q), 4)] for q in sorted(CDF_QUANTILES)]
+
+
+def ratio(value: float | None, baseline: float | None) -> float | None:
+    """value / baseline, or None when either is missing or the baseline is zero."""
+    if value is None or baseline is None or baseline == 0:
+        return None
+    return value / baseline
+
+
+def target_met(target: dict[str, Any] | None, figure_ratio: float | None) -> bool | None:
+    """Whether the ratio meets a target {"ratio_at_least": x} or {"ratio_at_most": x};
+    None when there is no target or no ratio."""
+    if not target or figure_ratio is None:
+        return None
+    if "ratio_at_least" in target:
+        return figure_ratio >= float(target["ratio_at_least"])
+    if "ratio_at_most" in target:
+        return figure_ratio <= float(target["ratio_at_most"])
+    raise ValueError(f"unknown target {target}")
+
+
+def describe_target(target: dict[str, Any] | None) -> str:
+    if not target:
+        return "-"
+    if "ratio_at_least" in target:
+        return f"ratio >= {target['ratio_at_least']}"
+    if "ratio_at_most" in target:
+        return f"ratio <= {target['ratio_at_most']}"
+    raise ValueError(f"unknown target {target}")
+
+
+def figure(
+    name: str,
+    what: str,
+    unit: str,
+    rlog: float | None,
+    baseline: float | None,
+    baseline_name: str | None,
+    better: str,
+    command: str | None,
+    baseline_command: str | None = None,
+    targets: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One figure record; its ratio is rlog / baseline (for latencies lower is better)."""
+    if name not in FIGURE_NAMES:
+        raise ValueError(f"unknown figure {name!r}: add it to FIGURE_NAMES and targets.json")
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be higher or lower, not {better!r}")
+    figure_ratio = ratio(rlog, baseline)
+    target = (targets or {}).get(name)
+    return {
+        "kind": "figure",
+        "name": name,
+        "what": what,
+        "unit": unit,
+        "rlog": rlog,
+        "baseline": baseline,
+        "baseline_name": baseline_name,
+        "ratio": None if figure_ratio is None else round(figure_ratio, 3),
+        "better": better,
+        "target": target,
+        "met": target_met(target, figure_ratio),
+        "command": command,
+        "baseline_command": baseline_command,
+    }
+
+
+def load_targets(path: Path) -> dict[str, Any]:
+    """bench/targets.json: {figure name: target or null}; entries starting with "_" are notes."""
+    raw = json.loads(path.read_text())
+    return {k: v for k, v in raw.items() if not k.startswith("_") and v}
+
+
+def find_point(points: Iterable[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
+    """The last point whose fields equal every `match` item (a rerun replaces a point)."""
+    found = None
+    for point in points:
+        if all(point.get(k) == v for k, v in match.items()):
+            found = point
+    return found
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return f"{value:.2f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}"
+
+
+def summary_markdown(records: Sequence[dict[str, Any]]) -> str:
+    """The figures as a markdown table (ratio and target columns), then every point."""
+    meta = next((r for r in records if r["kind"] == "meta"), {})
+    figures = [r for r in records if r["kind"] == "figure"]
+    points = [r for r in records if r["kind"] == "point"]
+    lines = []
+    if meta:
+        load = meta.get("load_start", [])
+        end = meta.get("load_end", [])
+        lines.append(
+            f"# {meta.get('run', 'bench')}: {meta.get('host', '?')}, {meta.get('cpus', '?')} cpus, "
+            f"commit {meta.get('commit', '?')}, {meta.get('mode', '?')} mode"
+        )
+        lines.append("")
+        lines.append(
+            "load average at the start "
+            + "/".join(f"{x:.1f}" for x in load)
+            + (", at the end " + "/".join(f"{x:.1f}" for x in end) if end else "")
+            + (f"; wall time {meta['wall_seconds']:.0f} s" if "wall_seconds" in meta else "")
+        )
+        lines.append("")
+    lines.append("| figure | unit | rlog | baseline | value | ratio | target | met |")
+    lines.append("| --- | --- | ---: | --- | ---: | ---: | --- | --- |")
+    for f in figures:
+        met = {True: "yes", False: "no", None: "-"}[f["met"]]
+        ratio_text = "-" if f["ratio"] is None else f"{f['ratio']:.2f}"
+        lines.append(
+            f"| {f['what']} | {f['unit']} | {_number(f['rlog'], f['unit'])} | "
+            f"{f['baseline_name'] or '-'} | {_number(f['baseline'], f['unit'])} | {ratio_text} | "
+            f"{describe_target(f['target'])} | {met} |"
+        )
+    lines.append("")
+    lines.append("Ratio = rlog / baseline (lower is better for latencies). Commands:")
+    lines.append("")
+    for f in figures:
+        lines.append(f"- {f['what']}: `{f['command']}`")
+        if f["baseline_command"]:
+            lines.append(f"  - baseline: `{f['baseline_command']}`")
+    lines.append("")
+    lines.append("## every point")
+    lines.append("")
+    lines.append(
+        "| system | series | replicas | writers | batch | value B | entries/s | MB/s "
+        "| p50 ms | p99 ms | load |"
+    )
+    lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for p in points:
+        lines.append(
+            f"| {p['system']} | {p['series']} | {p.get('replicas', '-')} | {p['writers']} | "
+            f"{p['batch']} | {p['size']} | {p['entries_per_s']:,.0f} | {p['mb_per_s']:.2f} | "
+            f"{p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {p.get('load1', 0):.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def self_time(raw_lines: Iterable[str]) -> tuple[dict[str, int], dict[str, int], int]:
+    """From py-spy's raw (collapsed) output, lines `frame;frame;...;leaf COUNT`: samples per
+    leaf frame (self time), per frame anywhere on the stack (inclusive, counted once per
+    stack) and the total."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in raw_lines:
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+    return own, inclusive, total
