@@ -227,8 +227,12 @@ class Sim:
         only at a position holding its own entry."""
         self.values_sent += 1
         position = self.coords[c].next_position
+        # (a position below a replica's begin is learned there but no longer held)
         if any(
-            core.is_learned(position) and core.get(position).value == value for core in self.cores
+            core.is_learned(position)
+            and position >= core.begin
+            and core.get(position).value == value
+            for core in self.cores
         ):
             self.duplicates_of_learned += 1
         self._propose_append(c, (c, f"dup{self.values_sent}-{value.decode()}"), value)
