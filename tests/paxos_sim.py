@@ -30,7 +30,6 @@ import random
 from dataclasses import dataclass, field
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import AdmissionState
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -228,11 +227,11 @@ class Sim:
         only at a position holding its own entry."""
         self.values_sent += 1
         position = self.coords[c].next_position
-        # A position below a replica's begin counts as learned but has no record (truncated).
+        # (a position below a replica's begin is learned there but no longer held)
         if any(
             core.is_learned(position)
-            and (held := core.get(position)) is not None
-            and held.value == value
+            and position >= core.begin
+            and core.get(position).value == value
             for core in self.cores
         ):
             self.duplicates_of_learned += 1
@@ -403,10 +402,6 @@ class Sim:
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
             elif isinstance(output, Leading):
-                # No conditional or session appends here: an empty admission state is exact.
-                self.coords[c].admission_ready(
-                    output.proposal, AdmissionState(1 << 40, output.next_position)
-                )
                 self.elections[c].on_leading(self.now)
                 if c in self._timed:
                     self.timed_leaders += 1
