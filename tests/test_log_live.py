@@ -174,7 +174,9 @@ def test_append_without_quorum_fails_after_its_timeout(tmp_path):
         3, tmp_path, election_timeout=0.5, replica_args=["--append-timeout", "2"]
     ) as cluster:
         leader = cluster.wait_for_leader()
-        with Client(cluster.endpoints[leader]) as client:
+        # The client re-sends an append of unknown outcome in its session until its own
+        # deadline (8 s here), then raises: still well within 20 s.
+        with Client(cluster.endpoints[leader], append_timeout=8) as client:
             append_acked(client, [b"with quorum"])
             for i in range(3):
                 if i != leader:

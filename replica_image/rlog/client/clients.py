@@ -507,6 +507,7 @@ class AsyncClient:
         attempt = 0
         uncertain = False  # an earlier try may have been applied
         renewed = False  # the session was replaced after a first try found it expired
+        first_error: RlogError | None = None  # what the first unknown outcome said
         try:
             while True:
                 attempt += 1
@@ -546,6 +547,14 @@ class AsyncClient:
                     if not uncertain:
                         raise
                     if out_of_time:
+                        if isinstance(error, Timeout) and first_error is not None:
+                            # The deadline cut the last try: say what the replicas said.
+                            raise OutcomeUnknownTimeout(
+                                f"not acknowledged within the append deadline after {attempt} "
+                                f"tries; the first ended with: {first_error}",
+                                error.code,
+                                error.endpoint,
+                            ) from None
                         if isinstance(error, OutcomeUnknown):
                             raise
                         raise OutcomeUnknownUnavailable(
@@ -554,6 +563,7 @@ class AsyncClient:
                             error.code,
                             error.endpoint,
                         ) from None
+                    first_error = first_error or error
                     await asyncio.sleep(min(0.05 * attempt, 0.5))
                     continue
                 session.answered(positions)

@@ -36,6 +36,9 @@ raises an `OutcomeUnknown`: besides OUTCOME_UNKNOWN, a timeout of an append rais
 `OutcomeUnknownTimeout` (a `Timeout` and an `OutcomeUnknown`) and a connection lost (or a
 replica stopping) while an append was in flight raises `OutcomeUnknownUnavailable` (an
 `Unavailable` and an `OutcomeUnknown`). Never retry those blindly: read the log to find out.
+(The client itself re-sends such an append in its session, where a retry cannot apply it
+twice, until the append deadline; an append still unknown then raises one of these, or
+`SessionExpiredOutcomeUnknown` if its session expired in between.)
 """
 
 from __future__ import annotations

@@ -9,15 +9,24 @@ TRUNCATE entry that set the beginning states it too). From then on it applies ea
 entry as the contiguous learned prefix advances (`catch_up`, a few microseconds an entry).
 A leader takes a copy as of its first position (`snapshot`) after its fill: only the
 positions it filled are left to apply. The scan yields to the event loop between chunks.
+`AdmissionDriver` runs this for the node (`runtime/node.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
+from rlog.config import ReplicaConfig
 from rlog.protocol.admission import AdmissionState, carries_epoch
+from rlog.protocol.coordinator import Coordinator
 from rlog.protocol.replica import ReplicaCore
+
+log = logging.getLogger("rlog.node")
 
 SCAN_CHUNK = 4096  # positions per read (then the event loop runs)
 
@@ -107,3 +116,108 @@ async def _epoch_before(core: ReplicaCore, below: int) -> int:
         last = first - 1
         await asyncio.sleep(0)
     return 0
+
+
+ADMISSION_STEP = 20_000  # learned entries applied to the admission state per loop turn
+
+
+class AdmissionDriver:
+    """The node's side of admission: loads the tracker at start, applies learned entries
+    to it as they come (a bounded number per event-loop turn), and hands a new leader's
+    coordinator its state once the fill is learned locally (the coordinator holds every
+    append until then)."""
+
+    def __init__(
+        self,
+        core: ReplicaCore,
+        coordinator: Coordinator,
+        config: ReplicaConfig,
+        learned_changed: asyncio.Event,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        dispatch: Callable[[], None],
+    ) -> None:
+        self.core = core
+        self.coordinator = coordinator
+        self.config = config
+        self.tracker = AdmissionTracker(core, config.session_window)
+        self.learned_changed = learned_changed
+        self.spawn = spawn
+        self.dispatch = dispatch
+        self.stopped = False
+        self._scheduled = False
+
+    def start(self) -> None:
+        self.spawn(self._load())
+
+    async def _load(self) -> None:
+        while True:
+            try:
+                await self.tracker.load()
+                break
+            except NotLearned as exc:  # e.g. a truncation during the scan
+                log.info("admission state not loaded (%s); scanning again", exc)
+                await asyncio.sleep(0.2)
+        state = self.tracker.state
+        log.info(
+            "admission state loaded in %.3f s (%d sessions in the window)",
+            self.tracker.load_seconds,
+            len(state.sessions) if state else 0,
+        )
+
+    def on_learned(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_later(0.02, self._track)
+
+    def _track(self) -> None:
+        """Apply newly learned entries, a bounded number at a time; far behind (a replica
+        that caught up a whole window at once), scan again."""
+        self._scheduled = False
+        if self.stopped:
+            return
+        remaining = self.tracker.catch_up(limit=ADMISSION_STEP)
+        if remaining > self.config.session_window:
+            self.spawn(self._load())
+        elif remaining:
+            self.on_learned()
+
+    def on_leading(self, proposal: int, index: int) -> None:
+        self.spawn(self._prepare(proposal, index))
+
+    def _still_leading(self, proposal: int) -> bool:
+        return self.coordinator.leading and self.coordinator.proposal == proposal
+
+    async def _prepare(self, proposal: int, index: int) -> None:
+        """Hand the coordinator the state as of index + 1, once position `index` is learned
+        here and the tracker is loaded."""
+        deadline = time.monotonic() + self.config.append_timeout
+        while self.core.learned < index or self.tracker.state is None:
+            if not self._still_leading(proposal):
+                return
+            if self.tracker.state is not None and time.monotonic() > deadline:
+                # (A state still loading at start-up is waited for: it is bounded by the
+                # window scan, and every replica of a restarted log loads one.)
+                self.coordinator.step_down(f"position {index} is not learned locally in time")
+                self.dispatch()
+                return
+            self.learned_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.learned_changed.wait(), 0.05)
+        if not self._still_leading(proposal):
+            return
+        started = time.perf_counter()
+        try:
+            state = self.tracker.snapshot(index)
+        except NotLearned as exc:
+            self.coordinator.step_down(f"no admission state: {exc}")
+            self.dispatch()
+            return
+        if self.coordinator.admission_ready(proposal, state):
+            log.info(
+                "admitting appends from position %d (epoch %d, %d sessions; %.3f s)",
+                index + 1,
+                state.epoch,
+                len(state.sessions),
+                time.perf_counter() - started,
+            )
+            self.dispatch()

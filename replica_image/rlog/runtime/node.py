@@ -55,7 +55,7 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.election import Election, StandDown
 from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime import admission
+from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
@@ -75,7 +75,6 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
-ADMISSION_STEP = 20_000  # learned entries applied to the admission state per loop turn
 # A read round first asks only as many peers as a quorum needs; the others too if it is not
 # confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
 # are slow, and asking everyone each time would undo the saving).
@@ -150,13 +149,14 @@ class Node:
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
-        # The admission state of the learned entries, handed to the coordinator as it leads.
-        self.admission = admission.AdmissionTracker(self.core, config.session_window)
-        self._admission_scheduled = False
         self._pump_scheduled = False
         self._learned_changed = asyncio.Event()
         # Reads with a min_position wait here for the learned end to reach it.
         self.learned_watch = LearnedWatch()
+        # The admission state of the learned entries, handed to the coordinator as it leads.
+        self.admission = AdmissionDriver(
+            self.core, self.coordinator, config, self._learned_changed, self.spawn, self._dispatch
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -196,7 +196,7 @@ class Node:
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
         self._update_metrics()
-        self.spawn(self._load_admission())
+        self.admission.start()
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
 
@@ -204,6 +204,7 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         self._stopped = True
+        self.admission.stopped = True
         self.peers.stop()
         for future in self._waiters.values():
             if not future.done():
@@ -278,7 +279,7 @@ class Node:
         if batch is not None:
             self.journal.persist_nowait(batch)
             self._learned_changed.set()
-            self._schedule_admission()
+            self.admission.on_learned()
             self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
@@ -362,7 +363,7 @@ class Node:
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
                 self.spawn(self._send_heartbeats())
-                self.spawn(self._prepare_admission(output.proposal, output.next_position - 1))
+                self.admission.on_leading(output.proposal, output.next_position - 1)
             elif isinstance(output, Demoted):
                 self._fail_reads(f"not leading any more: {output.reason}")
                 if self.election.on_demoted(time.monotonic(), output.retry_after):
@@ -469,74 +470,6 @@ class Node:
         if round_id:
             self.read_index.on_answer(round_id, peer.id, answer.promised)
             self._drain_read_index()
-
-    # ---- admission ---------------------------------------------------------------------
-
-    async def _load_admission(self) -> None:
-        while True:
-            try:
-                await self.admission.load()
-                break
-            except admission.NotLearned as exc:  # e.g. a truncation during the scan
-                log.info("admission state not loaded (%s); scanning again", exc)
-                await asyncio.sleep(0.2)
-        log.info(
-            "admission state loaded in %.3f s (%d sessions in the window)",
-            self.admission.load_seconds,
-            len(self.admission.state.sessions) if self.admission.state else 0,
-        )
-
-    def _schedule_admission(self) -> None:
-        if not self._admission_scheduled:
-            self._admission_scheduled = True
-            asyncio.get_running_loop().call_later(0.02, self._track_admission)
-
-    def _track_admission(self) -> None:
-        """Apply newly learned entries to the admission state, a bounded number at a time;
-        far behind (a replica that caught up a whole window at once), scan it again."""
-        self._admission_scheduled = False
-        if self._stopped:
-            return
-        remaining = self.admission.catch_up(limit=ADMISSION_STEP)
-        if remaining > self.config.session_window:
-            self.spawn(self._load_admission())
-        elif remaining:
-            self._schedule_admission()
-
-    async def _prepare_admission(self, proposal: int, index: int) -> None:
-        """Hand the coordinator the admission state as of index + 1 (it holds every append
-        until then): the tracker's, once the fill is learned locally (runtime/admission.py)."""
-        deadline = time.monotonic() + self.config.append_timeout
-        while self.core.learned < index or self.admission.state is None:
-            if not self.coordinator.leading or self.coordinator.proposal != proposal:
-                return
-            if self.admission.state is not None and time.monotonic() > deadline:
-                # (A state still loading at start-up is waited for: it is bounded by the
-                # window scan, and every replica of a restarted log loads one.)
-                self.coordinator.step_down(f"position {index} is not learned locally in time")
-                self._dispatch()
-                return
-            self._learned_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
-        if not self.coordinator.leading or self.coordinator.proposal != proposal:
-            return
-        started = time.perf_counter()
-        try:
-            state = self.admission.snapshot(index)
-        except admission.NotLearned as exc:
-            self.coordinator.step_down(f"no admission state: {exc}")
-            self._dispatch()
-            return
-        if self.coordinator.admission_ready(proposal, state):
-            log.info(
-                "admitting appends from position %d (epoch %d, %d sessions; %.3f s)",
-                index + 1,
-                state.epoch,
-                len(state.sessions),
-                time.perf_counter() - started,
-            )
-            self._dispatch()
 
     # ---- the read index ----------------------------------------------------------------
 
