@@ -946,7 +946,7 @@ class StatusResponse(_message.Message):
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
-    """leader | follower | unconfirmed-leader (docs/protocol.md)"""
+    """leader (confirmed by a quorum) | follower (docs/protocol.md)"""
     leader: _builtins.str
     """H:P of the leader, empty if unknown"""
     begin: _builtins.int

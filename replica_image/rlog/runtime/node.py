@@ -871,8 +871,9 @@ class Node:
 
     async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
         """The status, where a leader first confirms (read index, at most `time_limit` s)
-        that a quorum still follows it: `role` "leader" only if it did, "unconfirmed-leader"
-        (and no `leader`) if it could not in time; never an error for want of a quorum."""
+        that a quorum still follows it: `role` "leader" only if it did; if it could not in time,
+        "follower" with no `leader` and a `reason` saying so (the status contract knows two
+        roles); never an error for want of a quorum."""
         if not self.coordinator.leading:
             return self.status()
         try:
@@ -887,8 +888,9 @@ class Node:
         leading = self.coordinator.leading
         role = "leader" if leading else "follower"
         leader = self.live_leader
-        if leading and confirmed is False:
-            role, leader = "unconfirmed-leader", ""
+        unconfirmed = leading and confirmed is False
+        if unconfirmed:
+            role, leader = "follower", ""
         return pb.StatusResponse(
             id=self.config.id,
             status=self.core.status,
@@ -904,7 +906,12 @@ class Node:
             replicas=len(self.config.peers),
             address=self.config.address,
             permit=self.permit,
-            reason=self.reason,
+            reason=(
+                self.reason
+                or "leads, but could not confirm within the call that a quorum still follows it"
+                if unconfirmed
+                else self.reason
+            ),
             catchup_begin=self.catchup[0],
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],

@@ -203,7 +203,8 @@ class LogService(pbg.LogServicer):
         if request.local:
             return self.node.status()
         # A leader confirms its leadership first, for at most T/2 or half the call's time
-        # left: without a quorum the answer says "unconfirmed-leader", it is never withheld.
+        # left: without a quorum it answers "follower" with no leader and a reason, and is
+        # never withheld.
         bound = self.node.config.election_timeout / 2
         remaining = context.time_remaining()
         if remaining is not None:
