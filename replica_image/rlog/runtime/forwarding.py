@@ -31,7 +31,7 @@ class KnownLeader:
 
     leading: bool  # this replica leads
     leader_id: int | None  # the leader last heard from, if any
-    last_heard: float  # when (time.monotonic())
+    heard_ago: float  # seconds of election time since it was last heard from
     reason: str  # why this replica cannot serve, if it says
 
 
@@ -65,7 +65,7 @@ class Forwarding:
                 not forwarded
                 and known.leader_id is not None
                 and known.leader_id != self.config.id
-                and time.monotonic() - known.last_heard < 2 * self.config.election_timeout
+                and known.heard_ago < 2 * self.config.election_timeout
             ):
                 return self.peers[known.leader_id]
             if time.monotonic() > deadline:

@@ -75,6 +75,27 @@ from rlog.storage import Storage
 log = logging.getLogger("rlog.node")
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
+
+
+class ElectionClock:
+    """The election's time (etcd raft counts ticks for the same reason): it advances with the
+    election loop's turns, by the real time elapsed but at most two ticks per turn. A process
+    starved of CPU (an overloaded machine, a long GC-like pause) then does not find on waking
+    that whole timeouts went by while the answers that prove a quorum still follows it sit
+    unread in its sockets; it reads them within the next turns. Liveness only: no safety
+    property rests on time (reads are confirmed by a quorum, not by a lease)."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._real = time.monotonic()
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self) -> None:
+        real = time.monotonic()
+        self._now += min(max(real - self._real, 0.0), 2 * ELECTION_TICK)
+        self._real = real
 # A read round first asks only as many peers as a quorum needs; the others too if it is not
 # confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
 # are slow, and asking everyone each time would undo the saving).
@@ -119,6 +140,7 @@ class Node:
         )
         self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # When to stand for election, whom this replica follows (the rules: election.py).
+        self.clock = ElectionClock()
         self.election = Election(
             config.id,
             config.address,
@@ -126,7 +148,7 @@ class Node:
             config.election_timeout,
             self.core,
             self.coordinator,
-            time.monotonic(),
+            self.clock.now(),
             random.Random(),
         )
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
@@ -240,7 +262,7 @@ class Node:
     # ---- acceptor / learner ------------------------------------------------------------
 
     async def handle_promise(self, request: pb.PromiseRequest) -> pb.PromiseResponse:
-        if not request.positions and self.election.refuses(request.candidate, time.monotonic()):
+        if not request.positions and self.election.refuses(request.candidate, self.clock.now()):
             self.metrics.rejects.labels("promise").inc()
             return pb.PromiseResponse(
                 verdict=pb.REJECT,
@@ -252,7 +274,7 @@ class Node:
         assert isinstance(reply.response, pb.PromiseResponse)
         if reply.response.verdict == pb.ACCEPT:
             # Before the persist: our own candidacy must not start while another is under way.
-            self.election.on_promise_accepted(time.monotonic(), request.candidate)
+            self.election.on_promise_accepted(self.clock.now(), request.candidate)
         if reply.persist is not None:
             await self.journal.persist(reply.persist)
         if reply.response.verdict == pb.REJECT:
@@ -284,7 +306,7 @@ class Node:
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
         step_down = self.election.on_heartbeat(
-            time.monotonic(), request.leader, request.leader_address, request.proposal
+            self.clock.now(), request.leader, request.leader_address, request.proposal
         )
         if step_down is not None:
             self.coordinator.step_down(step_down.reason)
@@ -313,7 +335,7 @@ class Node:
         )
         self.reason = ""
         self.catchup = (0, 0, 0)
-        self.last_heard = time.monotonic()  # a new voter first listens for a leader
+        self.last_heard = self.clock.now()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
 
@@ -357,7 +379,7 @@ class Node:
                     "elected with proposal %d, filling up to %d", output.proposal, output.index
                 )
             elif isinstance(output, Leading):
-                self.election.on_leading(time.monotonic())
+                self.election.on_leading(self.clock.now())
                 self.reason = ""
                 log.info(
                     "leading at proposal %d from position %d", output.proposal, output.next_position
@@ -366,7 +388,7 @@ class Node:
                 self.admission.on_leading(output.proposal, output.next_position - 1)
             elif isinstance(output, Demoted):
                 self._fail_reads(f"not leading any more: {output.reason}")
-                if self.election.on_demoted(time.monotonic(), output.retry_after):
+                if self.election.on_demoted(self.clock.now(), output.retry_after):
                     self.metrics.elections.labels("demoted").inc()
                 else:
                     self.metrics.elections.labels("lost").inc()
@@ -380,7 +402,7 @@ class Node:
         self._dispatch()
 
     def _on_reply(self, send: Send, response: Response) -> None:
-        self.election.on_peer_answered(time.monotonic(), send.to)
+        self.election.on_peer_answered(self.clock.now(), send.to)
         self.coordinator.on_reply(send.round, send.to, response)
         self._dispatch()
 
@@ -405,10 +427,11 @@ class Node:
         self.election.restart_timer()  # a (re)started loop first listens a full timeout
         while True:
             await asyncio.sleep(ELECTION_TICK)
+            self.clock.advance()
             self._check_quorum()
-            if self.election.tick(time.monotonic()) is None:
+            if self.election.tick(self.clock.now()) is None:
                 continue
-            outcome = self.election.on_pre_vote(time.monotonic(), await self._peer_statuses())
+            outcome = self.election.on_pre_vote(self.clock.now(), await self._peer_statuses())
             if isinstance(outcome, StandDown):
                 log.debug("not standing for election: %s", outcome.reason)
                 continue
@@ -421,7 +444,7 @@ class Node:
         """Step down if a quorum has not answered lately (`Election.check_quorum`)."""
         if self.unsafe_no_read_index:
             return  # test only: as before check-quorum existed
-        now = time.monotonic()
+        now = self.clock.now()
         step = self.election.check_quorum(now)
         if step is None:
             return
@@ -466,7 +489,7 @@ class Node:
         answer = await self.peers.heartbeat(peer, heartbeat)
         if answer is None or self._stopped:
             return
-        self.election.on_peer_answered(time.monotonic(), peer.id)
+        self.election.on_peer_answered(self.clock.now(), peer.id)
         if round_id:
             self.read_index.on_answer(round_id, peer.id, answer.promised)
             self._drain_read_index()
@@ -918,7 +941,12 @@ class Node:
         )
 
     def _known_leader(self) -> KnownLeader:
-        return KnownLeader(self.coordinator.leading, self.leader_id, self.last_heard, self.reason)
+        return KnownLeader(
+            self.coordinator.leading,
+            self.leader_id,
+            self.clock.now() - self.last_heard,
+            self.reason,
+        )
 
     def set_permit(self, permit: bool) -> None:
         """Grant or revoke the initialization permit (the operator's admin call)."""
@@ -931,7 +959,7 @@ class Node:
     def live_leader(self) -> str:
         """The leader's address if this replica leads or heard it within an election
         timeout; empty otherwise (a stale leader must not look alive to a pre-vote)."""
-        return self.election.live_leader(time.monotonic())
+        return self.election.live_leader(self.clock.now())
 
     @property
     def leader_id(self) -> int | None:
@@ -953,7 +981,7 @@ class Node:
             self.coordinator.step_down("asked to step down")
             self._dispatch()
             # Give another replica the chance: wait out a full election timeout first.
-            self.election.stepped_down(time.monotonic())
+            self.election.stepped_down(self.clock.now())
 
     def _update_metrics(self) -> None:
         self.learned_watch.advance(self.core.learned)
