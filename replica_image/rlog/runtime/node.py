@@ -96,6 +96,8 @@ class ElectionClock:
         real = time.monotonic()
         self._now += min(max(real - self._real, 0.0), 2 * ELECTION_TICK)
         self._real = real
+
+
 # A read round first asks only as many peers as a quorum needs; the others too if it is not
 # confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
 # are slow, and asking everyone each time would undo the saving).
