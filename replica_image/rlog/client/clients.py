@@ -378,6 +378,7 @@ class _Waiting:
     values: list[bytes]
     deadline: float | None
     future: asyncio.Future[list[int]]
+    group_deadline: float | None = None  # set when its group is formed
 
 
 class _AppendGroups:
@@ -420,17 +421,24 @@ class _AppendGroups:
         self._send_more()
         remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), remaining)
-        except TimeoutError:
-            if self._withdraw(waiting):
-                raise Timeout(
-                    f"the append waited {remaining:g} s to be sent and was not: nothing sent",
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), remaining)
+            except TimeoutError:
+                if self._withdraw(waiting):
+                    raise Timeout(
+                        f"the append timed out after {remaining:g} s waiting to be sent: "
+                        "nothing sent",
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ) from None
+                if waiting.group_deadline == deadline:
+                    # The group's deadline is this caller's: its verdict (the server's
+                    # error, its endpoint) is due now, and says more than a bare timeout.
+                    return await asyncio.shield(future)
+                raise OutcomeUnknownTimeout(
+                    f"the append timed out after {remaining:g} s while its group was still "
+                    "being retried: outcome unknown",
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                 ) from None
-            raise OutcomeUnknownTimeout(
-                f"the append was not acknowledged within {remaining:g} s: outcome unknown",
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-            ) from None
         except asyncio.CancelledError:
             self._withdraw(waiting)
             raise
@@ -471,6 +479,8 @@ class _AppendGroups:
     async def _send_group(self, group: list[_Waiting]) -> None:
         deadlines = [w.deadline for w in group]
         deadline = None if None in deadlines else max(d for d in deadlines if d is not None)
+        for waiting in group:
+            waiting.group_deadline = deadline
         values = [value for w in group for value in w.values]
         try:
             positions = await self._client._exactly_once_append(
