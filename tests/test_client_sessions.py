@@ -1,16 +1,20 @@
 """The exactly-once client's retry rules, against the real `LogService` over a node that
 answers from a script: which errors it retries (only once an outcome is unknown), which it
-raises at once, and that a retry carries the same session and sequence."""
+raises at once, and that a retry carries the same session and sequence. Then its coalescing
+of concurrent appends into groups (one session sequence each), against real replicas."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from faultproxy import FaultProxy
 
-from rlog.client import AsyncClient
+from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
+    EntryTooLarge,
     OutcomeUnknown,
     SessionExpired,
     SessionExpiredOutcomeUnknown,
@@ -22,6 +26,7 @@ from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
 from rlog.runtime.server import LogService
+from rlog.tools.dev import DevCluster
 
 
 class _ScriptedNode:
@@ -104,3 +109,102 @@ async def test_an_expired_session_on_a_first_try_opens_a_new_one(scripted):
             await client.append(b"w")
         assert not isinstance(error.value, OutcomeUnknown)
     assert [c.session for c in node.sent][:2] == [100, 200]
+
+
+# ---- coalescing, against real replicas -----------------------------------------------------
+
+
+def log_of(cluster: DevCluster) -> dict[int, bytes]:
+    with Client(cluster.endpoints) as client:
+        entries = list(client.read())
+    values = [e.value for e in entries]
+    assert len(values) == len(set(values)), "a value is in the log twice"
+    return {e.position: e.value for e in entries}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "unary"])
+def test_concurrent_appends_travel_in_groups_and_land_once(tmp_path, stream):
+    """Many concurrent single-value appends through one exactly-once client are sent as far
+    fewer requests (groups, one session sequence each); every value is in the log once, at
+    the position its caller was given."""
+    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+        cluster.wait_for_leader()
+        values = [f"v{i}".encode() for i in range(300)]
+
+        async def run() -> tuple[list[list[int]], int]:
+            async with AsyncClient(cluster.endpoints, stream=stream) as client:
+                positions = await asyncio.gather(*(client.append(v) for v in values))
+                return positions, client.append_requests
+
+        positions, requests = asyncio.run(run())
+        assert requests < len(values) // 10
+        acknowledged = {p: v for (p,), v in zip(positions, values, strict=True)}
+        assert log_of(cluster) == acknowledged
+
+
+@pytest.mark.slow
+def test_groups_cut_mid_flight_are_retried_whole_and_land_once(tmp_path):
+    """Stream clients behind proxies that cut connections at random: a group whose request
+    or answer was lost is re-sent whole with its sequence (to whichever endpoint); the log
+    holds every acknowledged value once, at the acknowledged position, and nothing else."""
+    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+        cluster.wait_for_leader()
+        proxies = [FaultProxy(a, 0.1, seed=i).start() for i, a in enumerate(cluster.endpoints)]
+        try:
+            acknowledged: dict[int, bytes] = {}
+            retried = appends = requests = 0
+
+            async def writer(i: int) -> None:
+                nonlocal retried, appends, requests
+                order = [p.address for p in proxies[i % 3 :] + proxies[: i % 3]]
+                async with AsyncClient(order, stream=True, append_timeout=60) as client:
+                    for n in range(25):
+                        values = [f"w{i}-{n}-{k}".encode() for k in range(40)]
+                        answers = await asyncio.gather(*(client.append(v) for v in values))
+                        for (position,), value in zip(answers, values, strict=True):
+                            assert position not in acknowledged
+                            acknowledged[position] = value
+                    retried += client.retried_appends
+                    appends += 25 * 40
+                    requests += client.append_requests
+
+            async def writers() -> None:
+                await asyncio.gather(*(writer(i) for i in range(3)))
+
+            asyncio.run(writers())
+            assert sum(p.cuts for p in proxies) > 0
+            assert retried > 0
+            assert requests < appends
+        finally:
+            for proxy in proxies:
+                proxy.stop()
+        assert log_of(cluster) == acknowledged
+
+
+@pytest.mark.slow
+def test_a_bad_value_in_a_group_fails_only_its_own_append(tmp_path):
+    """A value over the replicas' entry size limit, coalesced with good ones: the group is
+    refused whole (nothing appended), its parts are re-sent alone, and only the bad one
+    fails; every good value is in the log once."""
+    with DevCluster(3, tmp_path, election_timeout=0.5, max_entry_size=4096) as cluster:
+        cluster.wait_for_leader()
+        values = [f"v{i}".encode() for i in range(40)]
+        values[20] = b"x" * 8192
+
+        async def run() -> tuple[list[list[int] | BaseException], int]:
+            async with AsyncClient(cluster.endpoints, stream=True) as client:
+                answers = await asyncio.gather(
+                    *(client.append(v) for v in values), return_exceptions=True
+                )
+                return answers, client._groups.groups
+
+        answers, groups = asyncio.run(run())
+        assert isinstance(answers[20], EntryTooLarge)
+        assert groups < len(values)  # the bad value travelled in a group with others
+        acknowledged = {}
+        for answer, value in zip(answers, values, strict=True):
+            if value != values[20]:
+                assert isinstance(answer, list), answer
+                acknowledged[answer[0]] = value
+        assert log_of(cluster) == acknowledged

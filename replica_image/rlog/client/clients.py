@@ -29,6 +29,7 @@ raises an `rlog.client.errors.OutcomeUnknown`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import threading
@@ -47,6 +48,7 @@ from typing import Any, TypeVar
 import grpc
 
 from rlog.client.errors import (
+    InvalidArgument,
     OutcomeUnknown,
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
@@ -187,8 +189,9 @@ class _AppendStream:
     MAX_COALESCED_VALUES = 4096
     MAX_COALESCED_BYTES = 4 * 1024 * 1024
 
-    def __init__(self, endpoint: _Endpoint) -> None:
+    def __init__(self, endpoint: _Endpoint, on_request: Callable[[], None]) -> None:
         self.address = endpoint.address
+        self._on_request = on_request  # counts each request sent
         # (append id, values, alone, fields): `alone` appends are never coalesced (a re-send,
         # or one with conditions or a session: `fields`, copied into its request)
         self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
@@ -234,6 +237,7 @@ class _AppendStream:
                 request.CopyFrom(item[3])
             request.values.extend(value for _, values in parts for value in values)
             request.id = request_id
+            self._on_request()
             yield request
 
     def _settle(self, response: pb.AppendResponse) -> None:
@@ -292,6 +296,18 @@ class _AppendStream:
                 and is_connect_failure(details)
             ):
                 self._fail(_NotSent(error))
+            elif type(error) is RlogError:
+                # gRPC's own verdict on the broken transport (INTERNAL "Internal error from
+                # Core" when a connection dies mid-frame), no server's: appends still
+                # pending on the stream may or may not have been applied.
+                self._fail(
+                    OutcomeUnknownUnavailable(
+                        f"the append stream to {self.address} broke with appends in flight "
+                        f"({error}): outcome unknown",
+                        exc.code(),
+                        self.address,
+                    )
+                )
             else:
                 self._fail(error)
         except asyncio.CancelledError:
@@ -355,6 +371,161 @@ def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
     return False
 
 
+@dataclass(slots=True)
+class _Waiting:
+    """An append waiting for a group: its values, its caller's deadline, its result."""
+
+    values: list[bytes]
+    deadline: float | None
+    future: asyncio.Future[list[int]]
+    group_deadline: float | None = None  # set when its group is formed
+
+
+class _AppendGroups:
+    """Exactly-once appends without conditions, coalesced above the session layer.
+
+    Appends from concurrent callers that are waiting to be sent are merged into one group;
+    a group takes ONE (session, sequence) and travels as ONE AppendRequest (unary or on the
+    stream): one atomic batch and one dedupe unit, re-sent whole with the same sequence
+    while its outcome is unknown; the answer's positions are split back to each caller in
+    order. Groups form under back-pressure: at most `MAX_IN_FLIGHT` are in flight, and
+    appends arriving meanwhile wait and form the next ones. A group refused as invalid
+    (nothing appended: a bad value) is re-sent part by part with fresh sequences, so one
+    caller's bad value never fails another's append.
+
+    Deadlines: a group retries until the latest deadline of its callers (the last to
+    arrive); each caller waits until its own, then raises `OutcomeUnknownTimeout` while the
+    group goes on for the others. A caller that stops waiting before its group is sent is
+    taken out of the queue (never sent)."""
+
+    MAX_IN_FLIGHT = 4
+    MAX_VALUES = _AppendStream.MAX_COALESCED_VALUES
+    MAX_BYTES = _AppendStream.MAX_COALESCED_BYTES
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._in_flight = 0
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Groups sent (a group re-sent after an unknown outcome counts once).
+        self.groups = 0
+
+    async def append(self, values: list[bytes], deadline: float | None) -> list[int]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[int]] = loop.create_future()
+        # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        waiting = _Waiting(values, deadline, future)
+        self._waiting.append(waiting)
+        self._send_more()
+        remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+        try:
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), remaining)
+            except TimeoutError:
+                if self._withdraw(waiting):
+                    raise Timeout(
+                        f"the append timed out after {remaining:g} s waiting to be sent: "
+                        "nothing sent",
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ) from None
+                if waiting.group_deadline == deadline:
+                    # The group's deadline is this caller's: its verdict (the server's
+                    # error, its endpoint) is due now, and says more than a bare timeout.
+                    return await asyncio.shield(future)
+                raise OutcomeUnknownTimeout(
+                    f"the append timed out after {remaining:g} s while its group was still "
+                    "being retried: outcome unknown",
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ) from None
+        except asyncio.CancelledError:
+            self._withdraw(waiting)
+            raise
+
+    def _withdraw(self, waiting: _Waiting) -> bool:
+        """Take a waiting append out of the queue; False if its group was already formed."""
+        try:
+            self._waiting.remove(waiting)
+        except ValueError:
+            return False
+        return True
+
+    def _send_more(self) -> None:
+        while not self._closed and self._waiting and self._in_flight < self.MAX_IN_FLIGHT:
+            group = [self._waiting.popleft()]
+            count, size = len(group[0].values), sum(len(v) for v in group[0].values)
+            while self._waiting:
+                following = self._waiting[0]
+                extra = sum(len(v) for v in following.values)
+                if count + len(following.values) > self.MAX_VALUES or size + extra > self.MAX_BYTES:
+                    break
+                group.append(self._waiting.popleft())
+                count += len(following.values)
+                size += extra
+            self._in_flight += 1
+            self.groups += 1
+            task = asyncio.get_running_loop().create_task(self._send(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, group: list[_Waiting]) -> None:
+        try:
+            await self._send_group(group)
+        finally:
+            self._in_flight -= 1
+            self._send_more()
+
+    async def _send_group(self, group: list[_Waiting]) -> None:
+        deadlines = [w.deadline for w in group]
+        deadline = None if None in deadlines else max(d for d in deadlines if d is not None)
+        for waiting in group:
+            waiting.group_deadline = deadline
+        values = [value for w in group for value in w.values]
+        try:
+            positions = await self._client._exactly_once_append(
+                values, pb.AppendRequest(), deadline
+            )
+            if len(positions) != len(values):
+                raise RlogError(
+                    f"the server returned {len(positions)} positions for {len(values)} values"
+                )
+        except InvalidArgument as error:
+            if len(group) == 1 or isinstance(error, OutcomeUnknown):
+                _fail(group, error)
+                return
+            # Nothing of the group was appended: each part alone, in a fresh sequence.
+            await asyncio.gather(*(self._send_group([w]) for w in group))
+            return
+        except asyncio.CancelledError:
+            _fail(group, RlogError("the client is closed"))
+            raise
+        except Exception as error:
+            _fail(group, error)
+            return
+        for waiting in group:
+            taken, positions = positions[: len(waiting.values)], positions[len(waiting.values) :]
+            if not waiting.future.done():
+                waiting.future.set_result(taken)
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks, self._tasks = self._tasks, set()
+        for task in list(tasks):
+            task.cancel()
+        for task in list(tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        waiting, self._waiting = self._waiting, collections.deque()
+        _fail(list(waiting), RlogError("the client is closed"))
+
+
+def _fail(group: list[_Waiting], error: BaseException) -> None:
+    for waiting in group:
+        if not waiting.future.done():
+            waiting.future.set_exception(error)
+
+
 class AsyncClient:
     """An asyncio client of an rlog log. Use it within one event loop.
 
@@ -384,6 +555,9 @@ class AsyncClient:
         self._session = _Session()
         # Appends re-sent because their outcome was unknown (exactly-once mode).
         self.retried_appends = 0
+        # AppendRequests sent (each try, each coalesced request, counts once).
+        self.append_requests = 0
+        self._groups = _AppendGroups(self)
         self._streams: dict[int, _AppendStream] = {}
         self.timeout = timeout
         self.append_timeout = append_timeout
@@ -480,10 +654,12 @@ class AsyncClient:
             fields = pb.AppendRequest()
             fields.CopyFrom(request)
             del fields.values[:]
-        if exactly_once:
+        if exactly_once and if_next is None and not epoch:
+            positions = await self._groups.append(list(request.values), self._append_deadline())
+        elif exactly_once:
             assert fields is not None
             positions = await self._exactly_once_append(
-                list(request.values), fields, renew=if_next is None
+                list(request.values), fields, self._append_deadline(), renew=if_next is None
             )
         else:
             positions = await self._one_append(list(request.values), fields, self.append_timeout)
@@ -495,13 +671,25 @@ class AsyncClient:
         self.last_appended = max(self.last_appended, positions[-1])
         return positions
 
+    def _append_deadline(self) -> float | None:
+        """The event-loop time an append starting now must be answered by (None: never)."""
+        if self.append_timeout is None:
+            return None
+        return asyncio.get_running_loop().time() + self.append_timeout
+
+    def _count_request(self) -> None:
+        self.append_requests += 1
+
     async def _exactly_once_append(
-        self, values: list[bytes], fields: pb.AppendRequest, renew: bool = True
+        self,
+        values: list[bytes],
+        fields: pb.AppendRequest,
+        deadline: float | None,
+        renew: bool = True,
     ) -> list[int]:
         """Append in the client's session; re-send (same session and sequence) while the
-        outcome is unknown or no leader answers, until the append deadline."""
+        outcome is unknown or no leader answers, until `deadline` (event-loop time)."""
         loop = asyncio.get_running_loop()
-        deadline = None if self.append_timeout is None else loop.time() + self.append_timeout
         session = await self._session.current(self, deadline, renew)
         sequence = session.take_sequence()
         attempt = 0
@@ -580,6 +768,7 @@ class AsyncClient:
         if fields is not None:
             request.CopyFrom(fields)
         request.values.extend(values)
+        self._count_request()
         response = await self._call(
             lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
         )
@@ -601,7 +790,7 @@ class AsyncClient:
         for index in self._order():
             stream = self._streams.get(index)
             if stream is None or stream.broken:
-                stream = _AppendStream(self._endpoint(index))
+                stream = _AppendStream(self._endpoint(index), self._count_request)
                 self._streams[index] = stream
             try:
                 positions = await stream.append(values, deadline_s, fields)
@@ -868,6 +1057,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         self._closed = True
+        await self._groups.close()
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             await stream.close()
