@@ -101,7 +101,9 @@ jepsen-checker:
 # bug the read index fixes: partition-leader runs with the read index turned off (a
 # test-only switch) must show a violation, before the ordinary runs. JEPSEN_SPLIT_FILL_CHECK=1
 # does the same for atomic batches: split-batch runs with the fill that settles a batch
-# position by position (RLOG_UNSAFE_SPLIT_FILL=1) must tear one.
+# position by position (RLOG_UNSAFE_SPLIT_FILL=1) must tear one. JEPSEN_DEDUPE_CHECK=1 does it
+# for exactly-once appends: leader kills, every append through a session, with leaders that
+# append a retried session append again (RLOG_UNSAFE_NO_DEDUPE=1), must show a value twice.
 JEPSEN_RUNS ?= 3
 JEPSEN_SECONDS ?= 20
 JEPSEN_SEED ?= 1
@@ -110,6 +112,7 @@ JEPSEN_HOLD ?= 3:6
 JEPSEN_INTERVAL ?= 1:3
 JEPSEN_READ_INDEX_CHECK ?=
 JEPSEN_SPLIT_FILL_CHECK ?=
+JEPSEN_DEDUPE_CHECK ?=
 jepsen: $(STAMP)
 	$(if $(JEPSEN_READ_INDEX_CHECK),$(PY) -m jepsen --runs $(JEPSEN_RUNS) \
 		--seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) --nemesis partition-leader \
@@ -117,6 +120,9 @@ jepsen: $(STAMP)
 	$(if $(JEPSEN_SPLIT_FILL_CHECK),$(PY) -m jepsen --runs $(JEPSEN_RUNS) \
 		--seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) --nemesis split-batch \
 		--clients 6 --hold 0.5:1 --interval 0.1:0.3 --unsafe-split-fill --expect-violation)
+	$(if $(JEPSEN_DEDUPE_CHECK),$(PY) -m jepsen --runs $(JEPSEN_RUNS) \
+		--seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) --nemesis kill-leader --mix idempotent \
+		--clients 6 --hold 0.3:1 --interval 0.3:0.8 --unsafe-no-dedupe --expect-violation)
 	$(PY) -m jepsen --runs $(JEPSEN_RUNS) --seconds $(JEPSEN_SECONDS) --seed $(JEPSEN_SEED) \
 		--nemesis $(JEPSEN_NEMESIS) --hold $(JEPSEN_HOLD) --interval $(JEPSEN_INTERVAL)
 

@@ -5,7 +5,8 @@ when any run shows a violation, 2 on a usage error. With `--expect-violation`: 0
 run shows a violation (with `--unsafe-no-read-index`, the replicas serve reads the way they
 did before the read index, and `partition-leader` must catch it; with `--unsafe-split-fill`,
 they settle batches position by position in a fill, and `split-batch` must catch a torn
-batch; see docs/jepsen.md).
+batch; with `--unsafe-no-dedupe`, leaders append a retried session append again, and the
+leader faults must catch a value appended twice; see docs/jepsen.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from jepsen import linearizability, network
 from jepsen.nemesis import KINDS, PARTITIONS, expand
-from jepsen.run import UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
-from rlog.config import UNSAFE_NO_READ_INDEX_ENV
+from jepsen.run import MIXES, UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
+from rlog.config import UNSAFE_NO_DEDUPE_ENV, UNSAFE_NO_READ_INDEX_ENV
 
 DEFAULT_NEMESIS = "mix"
 
@@ -49,6 +50,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--readers", type=int, default=3, help="reading clients; reader i uses replica i mod N"
     )
     p.add_argument("--replicas", type=int, default=3)
+    p.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="all",
+        help="the writers' operation kinds: all (default: plain, idempotent, if-next and "
+        "epoch-fenced appends, linearizable and min_position reads), plain (plain appends, "
+        "linearizable reads), idempotent (every append through a session)",
+    )
     p.add_argument(
         "--nemesis",
         default=DEFAULT_NEMESIS,
@@ -89,6 +98,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="TEST ONLY: replicas settle a batch position by position in a fill (as before "
         "atomic batches; RLOG_UNSAFE_SPLIT_FILL=1), so split-batch can tear a batch",
+    )
+    p.add_argument(
+        "--unsafe-no-dedupe",
+        action="store_true",
+        help="TEST ONLY: leaders append a retried session append again instead of answering "
+        "it with its positions (RLOG_UNSAFE_NO_DEDUPE=1), so a retry can duplicate a value",
     )
     p.add_argument(
         "--expect-violation",
@@ -146,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[UNSAFE_NO_READ_INDEX_ENV] = "1"
     if args.unsafe_split_fill:
         os.environ[UNSAFE_SPLIT_FILL_ENV] = "1"
+    if args.unsafe_no_dedupe:
+        os.environ[UNSAFE_NO_DEDUPE_ENV] = "1"
     kinds = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
     bad = set(kinds) - {*KINDS, "mix"}
     if bad:
@@ -217,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             read_timeout=args.read_timeout,
             hold=args.hold,
             interval=args.interval,
+            mix=MIXES[args.mix],
         )
         result = run_once(config)
         verdict = result.verdict.verdict if result.verdict else "not checked"

@@ -6,11 +6,23 @@ search, so they also say *which* operation went wrong, and when.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jepsen.history import INFO, OK, Op
+from jepsen.history import (
+    APPEND_EPOCH,
+    APPEND_IF_NEXT,
+    APPENDS,
+    INFO,
+    OK,
+    READ,
+    READ_MIN_POSITION,
+    READS,
+    TAKE_EPOCH,
+    Op,
+)
 
 
 @dataclass
@@ -62,11 +74,11 @@ def final_log_holds_the_appends(
             problems.append(f"value {value} at positions {position_of[value]} and {position}")
         position_of[value] = position
     last = final[-1][0] if final else -1
-    appended = {v for op in ops if op.f == "append" for v in op.values or []}
+    appended = {v for op in ops if op.f in APPENDS for v in op.values or []}
     for value in position_of.keys() - appended:
         problems.append(f"value {value} at position {position_of[value]} was never appended")
     for op in ops:
-        if op.f != "append" or not op.values:
+        if op.f not in APPENDS or not op.values:
             continue
         present = [position_of.get(v) for v in op.values]
         if op.result == OK:
@@ -111,11 +123,11 @@ def reads_see_batches_whole(ops: Sequence[Op]) -> list[str]:
     problems: list[str] = []
     batch_of: dict[str, tuple[int, Op]] = {}
     for op in ops:
-        if op.f == "append" and op.values and len(op.values) > 1:
+        if op.f in APPENDS and op.values and len(op.values) > 1:
             for k, value in enumerate(op.values):
                 batch_of[value] = (k, op)
     for read in ops:
-        if read.f != "read" or read.result != OK or not read.entries:
+        if read.f not in READS or read.result != OK or not read.entries:
             continue
         position_of = {v: p for p, v in read.entries}
         last = read.entries[-1][0]
@@ -143,9 +155,9 @@ def reads_see_batches_whole(ops: Sequence[Op]) -> list[str]:
 def reads_are_sane(ops: Sequence[Op]) -> list[str]:
     """Every read returns increasing positions, each value once, only values appended."""
     problems: list[str] = []
-    appended = {v for op in ops if op.f == "append" for v in op.values or []}
+    appended = {v for op in ops if op.f in APPENDS for v in op.values or []}
     for op in ops:
-        if op.f != "read" or op.result != OK:
+        if op.f not in READS or op.result != OK:
             continue
         positions = [p for p, _ in op.entries or []]
         values = [v for _, v in op.entries or []]
@@ -161,7 +173,7 @@ def reads_are_sane(ops: Sequence[Op]) -> list[str]:
 def appends_in_real_time_order(ops: Sequence[Op]) -> list[str]:
     """An append that completed before another began has a lower position."""
     acked = sorted(
-        (op for op in ops if op.f == "append" and op.result == OK and op.position is not None),
+        (op for op in ops if op.f in APPENDS and op.result == OK and op.position is not None),
         key=lambda op: op.invoke,
     )
     problems: list[str] = []
@@ -192,13 +204,13 @@ def stale_reads(ops: Sequence[Op]) -> list[StaleRead]:
     # (time it was known, position, value), in time order
     known: list[tuple[int, int, str]] = []
     for op in ops:
-        if op.f == "append" and op.result == OK and op.positions and op.values:
+        if op.f in APPENDS and op.result == OK and op.positions and op.values:
             known += [(op.complete, p, v) for p, v in zip(op.positions, op.values, strict=False)]
-        elif op.f == "read" and op.result == OK:
+        elif op.f in READS and op.result == OK:
             known += [(op.complete, p, v) for p, v in op.entries or []]
     known.sort()
     found: list[StaleRead] = []
-    for read in (op for op in ops if op.f == "read" and op.result == OK):
+    for read in (op for op in ops if op.f == READ and op.result == OK):
         values = {v for _, v in read.entries or []}
         for at, position, value in known:
             if at >= read.invoke:
@@ -208,6 +220,68 @@ def stale_reads(ops: Sequence[Op]) -> list[StaleRead]:
                 break
     found.sort(key=lambda s: s.read.invoke)
     return found
+
+
+def conditional_appends_land_where_they_said(ops: Sequence[Op]) -> list[str]:
+    """An acknowledged append-if-next is at the position it named. (A refused one must be
+    absent: `final_log_holds_the_appends` holds every failed append to that.)"""
+    return [
+        f"append {op.values} if_next={op.if_next} acknowledged at {op.position}"
+        for op in ops
+        if op.f == APPEND_IF_NEXT and op.result == OK and op.position != op.if_next
+    ]
+
+
+def epochs_fence(ops: Sequence[Op]) -> list[str]:
+    """Writer epochs, by the positions the log gave them: a newer epoch's EPOCH entry comes
+    after an older one's, and no append fenced by an epoch was acknowledged at a position
+    after the EPOCH entry of a newer epoch (from there on its epoch is fenced). A take-epoch
+    of unknown outcome has no known position, so it fences nothing here."""
+    problems: list[str] = []
+    taken = sorted(
+        (op.position, op.epoch)
+        for op in ops
+        if op.f == TAKE_EPOCH and op.result == OK
+        if op.position is not None and op.epoch is not None
+    )
+    for (p1, e1), (p2, e2) in itertools.pairwise(taken):
+        if e2 <= e1:
+            problems.append(f"epoch {e1} taken at {p1} but epoch {e2} at {p2}")
+    for op in ops:
+        if op.f != APPEND_EPOCH or op.result != OK or not op.positions or op.epoch is None:
+            continue
+        for position, epoch in taken:
+            if epoch > op.epoch and op.positions[-1] > position:
+                problems.append(
+                    f"append {op.values} with epoch {op.epoch} acknowledged at "
+                    f"{op.positions} after epoch {epoch} was taken at {position}"
+                )
+                break
+    return problems
+
+
+def min_position_reads(ops: Sequence[Op], final: Sequence[tuple[int, str]] | None) -> list[str]:
+    """A read-min-position (stale, at any replica) holds its bound (read-your-writes: the
+    bound is the client's last acknowledged position, so that entry is in the read), and
+    its entries are the final log's, all of them from its `from` to its last position."""
+    problems: list[str] = []
+    final_at = dict(final or [])
+    final_positions = sorted(final_at)
+    for read in ops:
+        if read.f != READ_MIN_POSITION or read.result != OK or read.min_position is None:
+            continue
+        entries = read.entries or []
+        last = entries[-1][0] if entries else -1
+        who = f"read-min-position by {read.process} via {read.endpoint} at {read.invoke}"
+        if read.min_position > 0 and read.min_position not in dict(entries):
+            problems.append(f"{who}: misses its bound {read.min_position} (read to {last})")
+        if final is None:
+            continue
+        start = read.from_ if read.from_ is not None else -1
+        expected = [(p, final_at[p]) for p in final_positions if start <= p <= last]
+        if list(entries) != expected:
+            problems.append(f"{who}: {len(entries)} entries to {last}, not the final log's")
+    return problems
 
 
 def all_problems(
@@ -230,6 +304,9 @@ def all_problems(
     result["reads"] = reads_are_sane(ops)
     result["reads see batches whole"] = reads_see_batches_whole(ops)
     result["append order"] = appends_in_real_time_order(ops)
+    result["conditional appends"] = conditional_appends_land_where_they_said(ops)
+    result["epochs fence"] = epochs_fence(ops)
+    result["read-your-writes"] = min_position_reads(ops, final)
     result["stale reads"] = [
         f"read by {s.read.process} via {s.read.endpoint} misses {s.missed}"
         for s in stale_reads(ops)

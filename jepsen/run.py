@@ -1,13 +1,12 @@
 """One run: a fresh cluster, concurrent clients, the nemesis, healing, then the verdicts.
 
-The workload's operation kinds are the history's `f`: today "append" (one value or a batch
-of up to MAX_BATCH, plain: no session, no condition) and "read" (linearizable: `stale=False`,
-from a position or from the beginning). The kinds to come plug in at `_operation` (draw)
-and beside `_append` / `_read` (perform): "append-idempotent" (a session's sequence number,
-retried on an unknown outcome: each value at most once), "append-if-next" (conditional: it
-lands exactly at the position it names, or fails changing nothing) and "read-min-position"
-(a follower read that may be stale but holds every position below its bound); see
-docs/jepsen.md, "What comes next".
+The workload's operation kinds are the history's `f` (jepsen/history.py), drawn by
+`_operation` in the shares of `Mix`: appends of one value or a batch of up to MAX_BATCH,
+"append" (plain: no session), "append-idempotent" (the default client's session, which
+retries unknown outcomes itself), "append-if-next" (at the next position the client
+believes), "append-epoch" (fenced by the writer epoch the client took with "take-epoch");
+reads "read" (linearizable: `stale=False`) and "read-min-position" (stale, at the client's
+own replica, bound by the client's last acknowledged position). See docs/jepsen.md.
 """
 
 from __future__ import annotations
@@ -20,13 +19,31 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from jepsen import checks, linearizability
-from jepsen.history import FAIL, INFO, OK, History, Op, now
+from jepsen.history import (
+    APPEND,
+    APPEND_EPOCH,
+    APPEND_IDEMPOTENT,
+    APPEND_IF_NEXT,
+    APPENDS,
+    FAIL,
+    INFO,
+    OK,
+    READ,
+    READ_MIN_POSITION,
+    TAKE_EPOCH,
+    History,
+    Op,
+    now,
+)
 from jepsen.nemesis import Nemesis
 from jepsen.network import Netns
 from rlog.client import Client
-from rlog.client.errors import OutcomeUnknown, RlogError
+from rlog.client.errors import ConditionFailed, OutcomeUnknown, RlogError, from_rpc_error
 from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
 
 FINAL_PROCESS = 1000  # the read after healing
@@ -34,6 +51,26 @@ MAX_BATCH = 5  # values per append: 1 (half of them), else 2 to MAX_BATCH
 # Test-only: the replicas settle a batch's positions one by one in a fill, as before atomic
 # batches (read by the replicas; on a branch without atomic batches it changes nothing).
 UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
+
+
+@dataclass
+class Mix:
+    """The shares of the operation kinds a writing client draws (its `append_ratio` splits
+    appends from reads; these split each further)."""
+
+    idempotent: float = 0.0  # of appends: through the session client
+    if_next: float = 0.0  # of appends: conditional on the next position
+    epoch: float = 0.0  # of appends: fenced by the client's writer epoch (take-epoch first)
+    take_epoch: float = 0.0  # of epoch appends: take a new epoch instead
+    min_position: float = 0.0  # of reads: stale, at the client's own replica, bound by it
+
+
+# The default mix: every kind, plain and linearizable ones still the larger part.
+ALL_KINDS = Mix(idempotent=0.3, if_next=0.15, epoch=0.15, take_epoch=0.15, min_position=0.3)
+PLAIN_ONLY = Mix()
+# Every append through the session client (the dedupe proof: as many retries as can be).
+IDEMPOTENT_ONLY = Mix(idempotent=1.0)
+MIXES = {"all": ALL_KINDS, "plain": PLAIN_ONLY, "idempotent": IDEMPOTENT_ONLY}
 
 
 @dataclass
@@ -53,6 +90,7 @@ class RunConfig:
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts
     interval: tuple[float, float] = (1.0, 3.0)  # healthy time between faults
     recovery_timeout: float = 60.0  # after healing: every replica VOTING and caught up
+    mix: Mix = field(default_factory=lambda: ALL_KINDS)  # the writers' operation kinds
 
 
 @dataclass
@@ -86,87 +124,169 @@ class RunResult:
         )
 
 
+@dataclass
+class _Writer:
+    """What one client believes and holds between operations."""
+
+    plain: Client  # exactly_once=False
+    session: Client  # the default: a session, unknown outcomes retried in it
+    endpoint: str
+    last_seen: int | None = None  # the highest position this client saw
+    next_hint: int | None = None  # the log's next position as last reported to it
+    epoch: int | None = None  # the writer epoch it took last
+
+
 def _client_loop(
     process: int,
     endpoint: str,
+    others: list[str],
     history: History,
     rng: random.Random,
     stop_at: float,
     append_ratio: float,
     config: RunConfig,
 ) -> None:
-    """One client: one operation at a time until `stop_at`, through one endpoint."""
-    client = Client(
-        [endpoint],
-        timeout=2.0,
-        append_timeout=config.append_timeout,
-        read_timeout=config.read_timeout,
-    )
+    """One client: one operation at a time until `stop_at`, through one endpoint (the
+    session client may retry through the others)."""
+
+    def client(endpoints: list[str], exactly_once: bool) -> Client:
+        return Client(
+            endpoints,
+            timeout=2.0,
+            append_timeout=config.append_timeout,
+            read_timeout=config.read_timeout,
+            exactly_once=exactly_once,
+        )
+
+    writer = _Writer(client([endpoint], False), client([endpoint, *others], True), endpoint)
     counter = 0
-    last_seen: int | None = None  # the highest position this client saw
     try:
         while time.monotonic() < stop_at:
-            if _operation(rng, append_ratio) == "append":
+            f = _operation(rng, append_ratio, config.mix, writer)
+            if f in APPENDS:
                 size = 1 if rng.random() < 0.5 else rng.randint(2, MAX_BATCH)
                 values = [f"{process}.{counter + k}" for k in range(size)]
                 counter += size
-                op = Op(process, "append", now(), values=values, endpoint=endpoint)
-                try:
-                    positions = _append(client, values)
-                except OutcomeUnknown as error:
-                    op.result, op.error = INFO, f"{type(error).__name__}: {error}"
-                except RlogError as error:
-                    op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
-                except Exception as error:  # unexpected: it may have reached a server
-                    op.result, op.error = INFO, f"{type(error).__name__}: {error}"
-                else:
-                    op.result, op.position, op.positions = OK, positions[0], list(positions)
-                    last_seen = max(last_seen or 0, positions[-1])
+                op = Op(process, f, now(), values=values, endpoint=endpoint)
+                _append(writer, op)
+            elif f == TAKE_EPOCH:
+                op = Op(process, f, now(), endpoint=endpoint)
+                _take_epoch(writer, op, config.append_timeout)
             else:
-                # Mostly the recent end of the log as this client last saw it (histories
-                # stay small), sometimes all of it.
-                from_ = None if last_seen is None or rng.random() < 0.05 else max(0, last_seen - 16)
-                op = Op(process, "read", now(), endpoint=endpoint, from_=from_)
-                try:
-                    entries = _read(client, from_)
-                except Exception as error:  # a read that failed did not happen
-                    op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
-                else:
-                    op.result, op.entries = OK, entries
-                    if entries:
-                        last_seen = max(last_seen or 0, entries[-1][0])
+                op = Op(process, f, now(), endpoint=endpoint)
+                _read(writer, op, rng)
             op.complete = now()
             history.add(op)
             # A little slower after a failure: a killed replica refuses at once.
             time.sleep(rng.uniform(0.0, 0.05) + (0.2 if op.result == FAIL else 0.0))
     finally:
-        client.close()
+        writer.plain.close()
+        writer.session.close()
 
 
-def _operation(rng: random.Random, append_ratio: float) -> str:
-    """The next operation's kind (the history's `f`). The seeded draw is where the kinds to
-    come get their share."""
-    return "append" if rng.random() < append_ratio else "read"
+def _operation(rng: random.Random, append_ratio: float, mix: Mix, writer: _Writer) -> str:
+    """The next operation's kind (the history's `f`), drawn from the seeded stream."""
+    if rng.random() < append_ratio:
+        draw = rng.random()
+        if draw < mix.idempotent:
+            return APPEND_IDEMPOTENT
+        draw -= mix.idempotent
+        if draw < mix.if_next:
+            return APPEND_IF_NEXT
+        draw -= mix.if_next
+        if draw < mix.epoch:
+            take = writer.epoch is None or rng.random() < mix.take_epoch
+            return TAKE_EPOCH if take else APPEND_EPOCH
+        return APPEND
+    if writer.last_seen is not None and rng.random() < mix.min_position:
+        return READ_MIN_POSITION
+    return READ
 
 
-def _append(client: Client, values: list[str]) -> list[int]:
-    """A plain append: the values land at consecutive positions, or raise (OutcomeUnknown:
-    maybe). Idempotent appends (a session, retried) and conditional ones (if_next) go beside
-    it, each under its own `f`."""
-    return client.append(values)
+def _append(writer: _Writer, op: Op) -> None:
+    """Perform an append of any kind and record its outcome in `op`: ok with the positions
+    it got (an idempotent one: the positions its session finally got, after its own
+    retries), info if it may or may not have happened, fail if it certainly did not."""
+    assert op.values is not None
+    try:
+        if op.f == APPEND_IDEMPOTENT:
+            positions = writer.session.append(op.values)
+        elif op.f == APPEND_IF_NEXT:
+            # The next position as this client believes it: what the log last reported,
+            # else one past the highest position it saw.
+            believed = writer.next_hint
+            if believed is None or (writer.last_seen is not None and believed <= writer.last_seen):
+                believed = (writer.last_seen or 0) + 1
+            op.if_next = believed
+            positions = writer.plain.append(op.values, if_next=believed)
+        elif op.f == APPEND_EPOCH:
+            op.epoch = writer.epoch
+            positions = writer.plain.append(op.values, epoch=writer.epoch or 0)
+        else:
+            positions = writer.plain.append(op.values)
+    except OutcomeUnknown as error:
+        op.result, op.error = INFO, f"{type(error).__name__}: {error}"
+    except ConditionFailed as error:
+        op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
+        if error.next_position is not None:
+            writer.next_hint = error.next_position
+    except RlogError as error:
+        op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
+    except Exception as error:  # unexpected: it may have reached a server
+        op.result, op.error = INFO, f"{type(error).__name__}: {error}"
+    else:
+        op.result, op.position, op.positions = OK, positions[0], list(positions)
+        writer.last_seen = max(writer.last_seen or 0, positions[-1])
+        writer.next_hint = positions[-1] + 1
 
 
-def _read(client: Client, from_: int | None) -> list[tuple[int, str]]:
-    """A linearizable read (stale=False). A `min_position` read goes beside it as
-    "read-min-position", checked by the direct checks (it is not linearizable)."""
-    return [(e.position, e.text) for e in client.read(from_=from_)]
+def _take_epoch(writer: _Writer, op: Op, timeout: float) -> None:
+    """Take a new writer epoch through a bare Log stub: its answer says where the EPOCH
+    entry went, which the fencing check needs (the client returns the epoch alone)."""
+    with grpc.insecure_channel(writer.endpoint) as channel:
+        try:
+            response = pbg.LogStub(channel).TakeEpoch(pb.TakeEpochRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc, writer.endpoint, mutating=True)
+            unknown = isinstance(error, OutcomeUnknown)
+            op.result, op.error = (INFO if unknown else FAIL), f"{type(error).__name__}: {error}"
+            return
+    op.result, op.epoch, op.position = OK, int(response.epoch), int(response.position)
+    writer.epoch = op.epoch
+    writer.last_seen = max(writer.last_seen or 0, op.position)
+
+
+def _read(writer: _Writer, op: Op, rng: random.Random) -> None:
+    """A linearizable read (stale=False), or a stale one at the client's own replica that
+    must hold the client's last acknowledged position (read-your-writes)."""
+    last_seen = writer.last_seen
+    # Mostly the recent end of the log as this client last saw it (histories stay small),
+    # sometimes all of it.
+    op.from_ = None if last_seen is None or rng.random() < 0.05 else max(0, last_seen - 16)
+    try:
+        if op.f == READ_MIN_POSITION:
+            client = writer.session
+            op.min_position = max(client.last_appended, writer.plain.last_appended)
+            op.from_ = max(0, (op.min_position or writer.last_seen or 0) - 16)
+            found = client.read(
+                from_=op.from_, stale=True, endpoint=writer.endpoint, min_position=op.min_position
+            )
+        else:
+            found = writer.plain.read(from_=op.from_)
+        entries = [(e.position, e.text) for e in found]
+    except Exception as error:  # a read that failed did not happen
+        op.result, op.error = FAIL, f"{type(error).__name__}: {error}"
+    else:
+        op.result, op.entries = OK, entries
+        if entries:
+            writer.last_seen = max(writer.last_seen or 0, entries[-1][0])
 
 
 def _final_read(cluster: DevCluster, leader: int, history: History) -> list[tuple[int, str]] | None:
     """A non-stale read through the leader after healing, recorded like any other."""
     endpoint = cluster.addresses[leader]
     for _ in range(5):
-        op = Op(FINAL_PROCESS, "read", now(), endpoint=endpoint)
+        op = Op(FINAL_PROCESS, READ, now(), endpoint=endpoint)
         try:
             with Client([endpoint], timeout=5.0, read_timeout=10.0) as client:
                 entries = [(e.position, e.text) for e in client.read()]
@@ -256,6 +376,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
                 args=(
                     p,
                     cluster.addresses[slot % config.replicas],
+                    [a for k, a in enumerate(cluster.addresses) if k != slot % config.replicas],
                     history,
                     random.Random(rng.random()),
                     stop_at,

@@ -145,12 +145,14 @@ def test_a_refused_append_changes_nothing():
 # ---- through the coordinator ---------------------------------------------------------------
 
 
-def leading_coordinator() -> tuple[Coordinator, list[ReplicaCore]]:
+def leading_coordinator(
+    config: CoordinatorConfig | None = None,
+) -> tuple[Coordinator, list[ReplicaCore]]:
     """A single-replica log's coordinator, leading, with an empty admission state."""
     storage = MemoryStorage()
     core = ReplicaCore(storage)
     storage.apply(core.set_status(pb.VOTING))
-    coordinator = Coordinator(0, 1, core, CoordinatorConfig())
+    coordinator = Coordinator(0, 1, core, config or CoordinatorConfig())
     coordinator.elect()
     run(coordinator, core)
     assert coordinator.leading
@@ -239,6 +241,23 @@ def test_the_coordinator_refuses_dedupes_and_fences_in_position_order():
     stored = core.get(session + 1)
     assert stored is not None
     assert (stored.epoch, stored.session, stored.sequence) == (1, session, 1)
+
+
+def test_the_test_only_no_dedupe_switch_appends_a_retry_again():
+    """RLOG_UNSAFE_NO_DEDUPE=1 (the consistency suite's proof that it catches duplicates):
+    a retry of an answered session append is appended a second time."""
+    coordinator, (core,) = leading_coordinator(CoordinatorConfig(no_dedupe=True))
+    coordinator.propose("session", [pb.Action(type=pb.SESSION)])
+    coordinator.pump()
+    (session,) = next(o for o in run(coordinator, core) if isinstance(o, Done)).positions
+    first = Conditions(session=session, sequence=1)
+    coordinator.propose("a1", [pb.Action(type=pb.APPEND, value=b"x")], first)
+    coordinator.pump()
+    (original,) = [o for o in run(coordinator, core) if isinstance(o, Done)]
+    coordinator.propose("a1-retry", [pb.Action(type=pb.APPEND, value=b"x")], first)
+    coordinator.pump()
+    (retry,) = [o for o in run(coordinator, core) if isinstance(o, Done)]
+    assert original.positions == [session + 1] and retry.positions == [session + 2]
 
 
 @pytest.mark.parametrize("window", [1, 3, 1000])

@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from jepsen import checks, linearizability
-from jepsen.history import FAIL, INFO, OK, Op
+from jepsen.history import (
+    APPEND_EPOCH,
+    APPEND_IDEMPOTENT,
+    APPEND_IF_NEXT,
+    FAIL,
+    INFO,
+    OK,
+    READ_MIN_POSITION,
+    TAKE_EPOCH,
+    Op,
+)
 
 
 def append(process, invoke, complete, values, position=None, result=OK, error=""):
@@ -165,7 +175,7 @@ def test_replicas_disagreeing_on_a_position_are_reported():
 def test_bad_input_is_refused(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"process": 0, "f": "delete", "invoke": 1, "complete": 2, "result": "ok"}\n')
-    with pytest.raises(ValueError, match="not append or read"):
+    with pytest.raises(ValueError, match="not an append, take-epoch or read kind"):
         linearizability.check(bad)
 
 
@@ -246,3 +256,68 @@ def verdict_of(ops: list[Op]) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         return linearizability.check(write(Path(tmp) / "history.jsonl", ops)).status
+
+
+def kind(op: Op, f: str, **fields: object) -> Op:
+    """`op` recorded as another operation kind, with that kind's fields."""
+    op.f = f
+    for name, value in fields.items():
+        setattr(op, name, value)
+    return op
+
+
+def test_every_append_kind_is_an_append_to_the_model(tmp_path):
+    ops = [
+        kind(append(0, 10, 20, ["a"], position=1), APPEND_IDEMPOTENT),
+        kind(append(1, 21, 30, ["b", "c"], position=3), APPEND_IF_NEXT, if_next=3),
+        kind(append(2, 31, 40, ["d"], position=6), APPEND_EPOCH, epoch=1),
+        read(1, 41, 45, [(1, "a"), (3, "b"), (4, "c"), (6, "d")]),
+    ]
+    assert verdict(tmp_path, ops).verdict == "linearizable"
+    assert not any(checks.all_problems(ops, ops[-1].entries, []).values())
+
+
+def test_an_if_next_append_acknowledged_elsewhere_fails(tmp_path):
+    ops = [
+        append(0, 10, 20, ["a"], position=1),
+        kind(append(1, 21, 30, ["b"], position=3), APPEND_IF_NEXT, if_next=2),
+        read(1, 41, 45, [(1, "a"), (3, "b")]),
+    ]
+    assert verdict(tmp_path, ops).verdict != "linearizable"
+    assert len(checks.conditional_appends_land_where_they_said(ops)) == 1
+
+
+def test_a_refused_conditional_append_must_be_absent():
+    refused = kind(append(1, 21, 30, ["b"], result=FAIL), APPEND_IF_NEXT, if_next=2)
+    ops = [append(0, 10, 20, ["a"], position=1), refused]
+    assert checks.final_log_holds_the_appends(ops, [(1, "a")]) == []
+    assert len(checks.final_log_holds_the_appends(ops, [(1, "a"), (2, "b")])) == 1
+
+
+def test_an_append_of_a_fenced_epoch_after_the_newer_epoch_is_reported():
+    take_1 = Op(0, TAKE_EPOCH, 1, 2, OK, epoch=1, position=1)
+    take_2 = Op(1, TAKE_EPOCH, 3, 4, OK, epoch=2, position=5)
+    before = kind(append(0, 5, 6, ["a"], position=3), APPEND_EPOCH, epoch=1)
+    after = kind(append(0, 7, 8, ["b"], position=6), APPEND_EPOCH, epoch=1)
+    newer = kind(append(1, 7, 8, ["c"], position=7), APPEND_EPOCH, epoch=2)
+    assert checks.epochs_fence([take_1, take_2, before, newer]) == []
+    (problem,) = checks.epochs_fence([take_1, take_2, before, after, newer])
+    assert "epoch 1 acknowledged at [6] after epoch 2 was taken at 5" in problem
+    backwards = Op(2, TAKE_EPOCH, 3, 4, OK, epoch=3, position=4)
+    assert len(checks.epochs_fence([take_1, take_2, backwards])) == 1
+
+
+def test_a_min_position_read_must_hold_its_bound_and_the_final_log():
+    final = [(1, "a"), (2, "b"), (4, "c")]
+
+    def stale(entries: list[tuple[int, str]], bound: int) -> Op:
+        return kind(read(3, 1, 2, entries, from_=0), READ_MIN_POSITION, min_position=bound)
+
+    assert checks.min_position_reads([stale([(1, "a"), (2, "b")], 2)], final) == []
+    assert len(checks.min_position_reads([stale([(1, "a")], 2)], final)) == 1  # stale
+    assert len(checks.min_position_reads([stale([(1, "a"), (4, "c")], 4)], final)) == 1  # a hole
+    assert len(checks.min_position_reads([stale([(1, "a"), (2, "x")], 2)], final)) == 1
+    # Not linearizable, so Porcupine leaves it out: a read that is stale by then is fine.
+    late = [append(0, 10, 20, ["a"], position=1), stale([], 0)]
+    late[1].invoke, late[1].complete = 30, 40
+    assert verdict_of(late) == linearizability.LINEARIZABLE

@@ -1,5 +1,7 @@
 """Short live runs of the consistency suite: concurrent clients append (single values and
-batches) and read through three real replicas, without faults and then under a short seeded
+batches; plain, idempotent through a session, conditional on the next position, fenced by
+a writer epoch) and read (linearizable, and stale bounded by min_position) through three
+real replicas, without faults and then under a short seeded
 mix of process faults (SIGSTOP, SIGKILL and restart, wiped data dirs; no partitions: they
 need root); the recorded history must be linearizable (Porcupine) and pass every direct
 check. The long runs, with partitions, are `make jepsen` (see docs/jepsen.md)."""
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from jepsen.history import History
+from jepsen.history import APPENDS, READS, TAKE_EPOCH, History, load
 from jepsen.nemesis import Nemesis, Step
 from jepsen.run import RunConfig, run_once
 from rlog.proto import rlog_pb2 as pb
@@ -25,6 +27,9 @@ def test_a_fault_free_run_is_linearizable(tmp_path):
     assert {name: problems for name, problems in result.problems.items() if problems} == {}
     assert result.operations > 0
     assert result.faults == 0
+    # Every operation kind was performed and completed at least once.
+    done = {op.f for op in load(tmp_path / "history.jsonl") if op.result == "ok"}
+    assert done == {*APPENDS, *READS, TAKE_EPOCH}
 
 
 def test_a_short_run_under_process_faults_is_linearizable(tmp_path):

@@ -19,6 +19,12 @@
 //     positions >= from (all of them, from the beginning, when from is null): a read must
 //     see every append linearized before it and nothing else.
 //
+// Append kinds ("append", "append-idempotent", "append-epoch", "append-if-next") are all
+// appends to the model; an ok append-if-next is legal only at the position it named
+// (`if_next`). "take-epoch" and "read-min-position" (a stale read) are not linearizable
+// operations of this model: they are left out (the recorder checks them directly), though
+// what a read-min-position returned still places unknown appends.
+//
 // An unknown append some read returned (any of its values) is given the position that read
 // implies as its output; one no read returned is a no-op wherever it is linearized (nothing
 // later shows it).
@@ -55,6 +61,9 @@ type record struct {
 	Position  *int64               `json:"position"`
 	Positions []int64              `json:"positions"` // every value's position (checked by the recorder)
 	Entries   [][2]json.RawMessage `json:"entries"`
+	IfNext    *int64               `json:"if_next"`
+	Epoch     *int64               `json:"epoch"`        // append-epoch, take-epoch (checked by the recorder)
+	MinPos    *int64               `json:"min_position"` // read-min-position (checked by the recorder)
 	Endpoint  string               `json:"endpoint"`
 	Error     string               `json:"error"`
 }
@@ -64,7 +73,10 @@ type entry struct {
 	Value    string
 }
 
-type appendInput struct{ Values []string }
+type appendInput struct {
+	Values []string
+	IfNext *int64 // append-if-next: the position its first value must land at
+}
 
 type appendOutput struct {
 	Position int64
@@ -130,7 +142,7 @@ func step(state, input, output interface{}) (bool, interface{}) {
 		if !out.Known {
 			return true, s
 		}
-		if out.Position <= s.last() {
+		if out.Position <= s.last() || (in.IfNext != nil && out.Position != *in.IfNext) {
 			return false, s
 		}
 		entries := make([]entry, len(s.Entries), len(s.Entries)+len(in.Values))
@@ -240,7 +252,7 @@ func parseHistory(r io.Reader) ([]porcupine.Operation, summary, error) {
 		if *rec.Complete > maxTime {
 			maxTime = *rec.Complete
 		}
-		if rec.F != "read" || rec.Result != "ok" {
+		if !isRead(rec.F) || rec.Result != "ok" {
 			continue
 		}
 		entries, err := parseEntries(rec.Entries)
@@ -279,10 +291,14 @@ func parseHistory(r io.Reader) ([]porcupine.Operation, summary, error) {
 			Return:   *rec.Complete,
 			Metadata: metadata{Endpoint: rec.Endpoint, Error: rec.Error, Unknown: rec.Result == "info"},
 		}
-		switch rec.F {
-		case "append":
+		if rec.F == "take-epoch" || rec.F == "read-min-position" {
+			sum.Skipped++ // not linearizable operations of the log model: checked directly
+			continue
+		}
+		switch {
+		case isAppend(rec.F):
 			sum.Appends++
-			op.Input = appendInput{rec.Values}
+			op.Input = appendInput{rec.Values, rec.IfNext}
 			if rec.Result == "ok" {
 				op.Output = appendOutput{*rec.Position, true}
 			} else {
@@ -299,7 +315,7 @@ func parseHistory(r io.Reader) ([]porcupine.Operation, summary, error) {
 				op.Return = maxTime + 1
 				delete(ids, *rec.Process)
 			}
-		case "read":
+		case rec.F == "read":
 			sum.Reads++
 			op.Input = readInput{rec.From}
 			op.Output = readOutput{reads[i]}
@@ -310,6 +326,17 @@ func parseHistory(r io.Reader) ([]porcupine.Operation, summary, error) {
 	return ops, sum, nil
 }
 
+// isAppend: every append kind lands its values at consecutive positions. An idempotent
+// append is one operation from its first try to its client's last retry; an epoch-fenced
+// append is a plain one to the model (fencing is a direct check, jepsen/checks.py).
+func isAppend(f string) bool {
+	return f == "append" || f == "append-idempotent" || f == "append-if-next" || f == "append-epoch"
+}
+
+// isRead: "read-min-position" reads are stale (not linearizable): not given to Porcupine,
+// but what they returned still tells where an unknown append landed.
+func isRead(f string) bool { return f == "read" || f == "read-min-position" }
+
 func validate(rec record) error {
 	switch {
 	case rec.Process == nil || rec.Invoke == nil || rec.Complete == nil:
@@ -319,20 +346,24 @@ func validate(rec record) error {
 	case rec.Result != "ok" && rec.Result != "fail" && rec.Result != "info":
 		return fmt.Errorf("result %q is not ok, fail or info", rec.Result)
 	}
-	switch rec.F {
-	case "append":
+	switch {
+	case isAppend(rec.F):
 		if len(rec.Values) == 0 {
 			return errors.New("an append needs values")
 		}
 		if rec.Result == "ok" && rec.Position == nil {
 			return errors.New("a completed append needs its position")
 		}
-	case "read":
+		if rec.F == "append-if-next" && rec.IfNext == nil {
+			return errors.New("an append-if-next needs its if_next")
+		}
+	case isRead(rec.F):
 		if rec.Result == "info" {
 			return errors.New("a read has no unknown outcome: it changes nothing (use fail)")
 		}
+	case rec.F == "take-epoch":
 	default:
-		return fmt.Errorf("f %q is not append or read", rec.F)
+		return fmt.Errorf("f %q is not an append, take-epoch or read kind", rec.F)
 	}
 	return nil
 }
@@ -362,6 +393,7 @@ type summary struct {
 	Reads      int     `json:"reads"`
 	Unknown    int     `json:"unknown"`
 	Failed     int     `json:"failed"`
+	Skipped    int     `json:"checked_directly"` // take-epoch and read-min-position
 	Seconds    float64 `json:"check_seconds"`
 }
 

@@ -31,6 +31,19 @@ UNSAFE_NO_READ_INDEX_ENV = "RLOG_UNSAFE_NO_READ_INDEX"
 UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
 
 
+# TEST ONLY, never in production: with this environment variable set to 1, a leader appends
+# a session append again whose sequence number the log already answered, instead of
+# returning the original positions: a client's retry of an append whose first try was
+# chosen duplicates it (exactly-once appends off). The consistency suite sets it
+# (`python -m jepsen --unsafe-no-dedupe`, docs/jepsen.md) to show that it catches that.
+UNSAFE_NO_DEDUPE_ENV = "RLOG_UNSAFE_NO_DEDUPE"
+
+
+def unsafe_no_dedupe() -> bool:
+    """Whether the test-only dedupe switch is off (`RLOG_UNSAFE_NO_DEDUPE=1`)."""
+    return os.environ.get(UNSAFE_NO_DEDUPE_ENV) == "1"
+
+
 def unsafe_split_fill() -> bool:
     """Whether the test-only split fill is on (`RLOG_UNSAFE_SPLIT_FILL=1`)."""
     return os.environ.get(UNSAFE_SPLIT_FILL_ENV) == "1"

@@ -174,6 +174,9 @@ class CoordinatorConfig:
     # parallel, as before client batches were marked: a batch accepted by a minority can
     # then be chosen in part. The randomized simulation uses it to show that it finds that.
     split_fill: bool = False
+    # TEST ONLY (RLOG_UNSAFE_NO_DEDUPE=1): a session append the log already answered is
+    # appended again instead of answered with its positions, so retries duplicate values.
+    no_dedupe: bool = False
 
 
 class Coordinator:
@@ -421,7 +424,7 @@ class Coordinator:
                     if isinstance(verdict, Refuse):
                         self._outbox.append(Refused(token, verdict))
                         continue
-                    if isinstance(verdict, Duplicate):
+                    if isinstance(verdict, Duplicate) and not self.config.no_dedupe:
                         self._answer_duplicate(token, verdict.positions, first, tokens)
                         continue
                     if conditions.session and conditions.acked_below:

@@ -31,10 +31,12 @@ import grpc
 
 from rlog.client.wire import Reason
 from rlog.config import (
+    UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
     UNSAFE_SPLIT_FILL_ENV,
     ConfigError,
     ReplicaConfig,
+    unsafe_no_dedupe,
     unsafe_split_fill,
 )
 from rlog.proto import rlog_pb2 as pb
@@ -128,6 +130,7 @@ class Node:
                 max_batch_bytes=config.max_batch_bytes,
                 max_inflight_batches=config.max_inflight_batches,
                 split_fill=unsafe_split_fill(),
+                no_dedupe=unsafe_no_dedupe(),
             ),
             log_id=config.log_id,
         )
@@ -169,6 +172,11 @@ class Node:
                 "%s=1: fills settle positions one by one, an append's entries may be chosen "
                 "in part (test only)",
                 UNSAFE_SPLIT_FILL_ENV,
+            )
+        if self.coordinator.config.no_dedupe:
+            log.warning(
+                "%s=1: retried session appends are appended again, NOT exactly once (test only)",
+                UNSAFE_NO_DEDUPE_ENV,
             )
         self._prev_leader_learned = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
