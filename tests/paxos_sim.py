@@ -30,6 +30,7 @@ import random
 from dataclasses import dataclass, field
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import AdmissionState
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -402,6 +403,10 @@ class Sim:
                 self.pending.pop(output.token, None)
                 self.failed.append(output)
             elif isinstance(output, Leading):
+                # No conditional or session appends here: an empty admission state is exact.
+                self.coords[c].admission_ready(
+                    output.proposal, AdmissionState(1 << 40, output.next_position)
+                )
                 self.elections[c].on_leading(self.now)
                 if c in self._timed:
                     self.timed_leaders += 1
