@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 from faultproxy import FaultProxy
+from test_wire import serving
 
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
@@ -22,10 +22,8 @@ from rlog.client.errors import (
 )
 from rlog.client.wire import Reason
 from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
-from rlog.runtime.server import LogService
 from rlog.tools.dev import DevCluster
 
 
@@ -55,14 +53,8 @@ class _ScriptedNode:
 @pytest.fixture
 async def scripted() -> AsyncIterator[tuple[str, _ScriptedNode]]:
     node = _ScriptedNode([])
-    server = grpc.aio.server()
-    pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}", node
-    finally:
-        await server.stop(grace=None)
+    async with serving(node) as address:
+        yield address, node
 
 
 def unknown() -> RpcError:

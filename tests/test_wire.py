@@ -5,6 +5,7 @@ whatever its message says. Errors are raised through the real replica services
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -219,17 +220,24 @@ class _FailingNode:
         yield []
 
 
-@pytest.fixture
-async def failing_replica() -> AsyncIterator[tuple[str, _FailingNode]]:
-    node = _FailingNode()
+@contextlib.asynccontextmanager
+async def serving(node: object) -> AsyncIterator[str]:
+    """The real Log service over a stand-in node, on a loopback port: its address."""
     server = grpc.aio.server()
     pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        yield f"127.0.0.1:{port}", node
+        yield f"127.0.0.1:{port}"
     finally:
         await server.stop(grace=None)
+
+
+@pytest.fixture
+async def failing_replica() -> AsyncIterator[tuple[str, _FailingNode]]:
+    node = _FailingNode()
+    async with serving(node) as address:
+        yield address, node
 
 
 def _random_error(reason: Reason) -> RpcError:
