@@ -177,9 +177,46 @@ class Action(_message.Message):
 Global___Action: _TypeAlias = Action  # noqa: Y015
 
 @_typing.final
-class Metadata(_message.Message):
-    """What a replica persists besides its actions."""
+class Run(_message.Message):
+    """What a replica persists besides its actions.
+    A run: consecutive positions written together (one client batch, or part of one), stored
+    and sent as ONE record. `head` holds the fields every position of the run shares (type,
+    Paxos bookkeeping, origin, batch bounds, session, sequence, epoch; its `position` and
+    `value` are unset); the values are packed (docs/data-path.md): `data` is the values back
+    to back and `offsets` is count+1 little-endian uint32 offsets into `data`, the first 0 (the
+    layout of an Arrow binary column), so no Python object per value is needed to move it.
+    """
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_FIELD_NUMBER: _builtins.int
+    HEAD_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    first: _builtins.int
+    """position of the first value"""
+    data: _builtins.bytes
+    offsets: _builtins.bytes
+    @_builtins.property
+    def head(self) -> Global___Action: ...
+    def __init__(
+        self,
+        *,
+        first: _builtins.int = ...,
+        head: Global___Action | None = ...,
+        data: _builtins.bytes = ...,
+        offsets: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["head", b"head"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "first", b"first", "head", b"head", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Run: _TypeAlias = Run  # noqa: Y015
+
+@_typing.final
+class Metadata(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -308,9 +345,13 @@ class WriteRequest(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
     LEARNED_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     leader: _builtins.int
     log_id: _builtins.str
+    id: _builtins.int
+    """WriteStream: echoed in the response"""
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """position, type, value, truncate_to, tombstone"""
@@ -318,6 +359,10 @@ class WriteRequest(_message.Message):
     @_builtins.property
     def learned(self) -> Global___LearnedRequest:
         """learned ranges of earlier batches, piggybacked (optional)"""
+
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """APPEND runs, besides `actions` (positions never overlap)"""
 
     def __init__(
         self,
@@ -327,10 +372,12 @@ class WriteRequest(_message.Message):
         leader: _builtins.int = ...,
         log_id: _builtins.str = ...,
         learned: Global___LearnedRequest | None = ...,
+        runs: _abc.Iterable[Global___Run] | None = ...,
+        id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "proposal", b"proposal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "proposal", b"proposal", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -343,20 +390,24 @@ class WriteResponse(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     PROPOSAL_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     proposal: _builtins.int
     """REJECT: the promise that beat the request"""
     status: Global___Status.ValueType
+    id: _builtins.int
+    """WriteStream: the request's id"""
     def __init__(
         self,
         *,
         verdict: Global___Verdict.ValueType = ...,
         proposal: _builtins.int = ...,
         status: Global___Status.ValueType = ...,
+        id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposal", b"proposal", "status", b"status", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "proposal", b"proposal", "status", b"status", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -398,6 +449,7 @@ class LearnedRequest(_message.Message):
     LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
     LEADER_LEARNED_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     """`ranges` are learned where performed == proposal"""
     leader: _builtins.int
@@ -413,6 +465,10 @@ class LearnedRequest(_message.Message):
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """full learned actions (fill results, repairs)"""
 
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """full learned runs (catch-up), besides `actions`"""
+
     def __init__(
         self,
         *,
@@ -423,10 +479,11 @@ class LearnedRequest(_message.Message):
         leader_address: _builtins.str = ...,
         leader_learned: _builtins.int = ...,
         log_id: _builtins.str = ...,
+        runs: _abc.Iterable[Global___Run] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "leader_address", b"leader_address", "leader_learned", b"leader_learned", "log_id", b"log_id", "proposal", b"proposal", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "leader_address", b"leader_address", "leader_learned", b"leader_learned", "log_id", b"log_id", "proposal", b"proposal", "ranges", b"ranges", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -555,20 +612,26 @@ class FetchResponse(_message.Message):
 
     ACTIONS_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
     begin: _builtins.int
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """learned actions only"""
+
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """learned runs, besides `actions` (in position order with them)"""
 
     def __init__(
         self,
         *,
         actions: _abc.Iterable[Global___Action] | None = ...,
         begin: _builtins.int = ...,
+        runs: _abc.Iterable[Global___Run] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "begin", b"begin"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "begin", b"begin", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -609,6 +672,8 @@ class AppendRequest(_message.Message):
     ACKED_BELOW_FIELD_NUMBER: _builtins.int
     IF_NEXT_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: echoed in the response (responses may be reordered)"""
     session: _builtins.int
@@ -622,6 +687,9 @@ class AppendRequest(_message.Message):
     """append only if the log's next position is this one"""
     epoch: _builtins.int
     """append only if this writer epoch is still the highest (0: none)"""
+    data: _builtins.bytes
+    """Packed values (docs/data-path.md), instead of `values` (never both): count+1 LE uint32"""
+    offsets: _builtins.bytes
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
@@ -634,10 +702,12 @@ class AppendRequest(_message.Message):
         acked_below: _builtins.int = ...,
         if_next: _builtins.int | None = ...,
         epoch: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        offsets: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "if_next", b"if_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "acked_below", b"acked_below", "epoch", b"epoch", "id", b"id", "if_next", b"if_next", "sequence", b"sequence", "session", b"session", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "acked_below", b"acked_below", "data", b"data", "epoch", b"epoch", "id", b"id", "if_next", b"if_next", "offsets", b"offsets", "sequence", b"sequence", "session", b"session", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__if_next: _TypeAlias = _typing.Literal["if_next"]  # noqa: Y015
     _WhichOneofArgType__if_next: _TypeAlias = _typing.Literal["_if_next", b"_if_next"]  # noqa: Y015
@@ -657,6 +727,8 @@ class AppendResponse(_message.Message):
     NEXT_POSITION_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     BEGIN_FIELD_NUMBER: _builtins.int
+    FIRST_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: the request's id"""
     code: _builtins.int
@@ -670,6 +742,9 @@ class AppendResponse(_message.Message):
     epoch: _builtins.int
     begin: _builtins.int
     """AppendStream, TRUNCATED: the first position the log holds"""
+    first: _builtins.int
+    """Packed answer: the values went to positions first .. first+count-1 (then `positions` is empty)"""
+    count: _builtins.int
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -683,10 +758,12 @@ class AppendResponse(_message.Message):
         next_position: _builtins.int = ...,
         epoch: _builtins.int = ...,
         begin: _builtins.int | None = ...,
+        first: _builtins.int = ...,
+        count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_begin", b"_begin", "begin", b"begin"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_begin", b"_begin", "begin", b"begin", "code", b"code", "epoch", b"epoch", "error", b"error", "id", b"id", "next_position", b"next_position", "positions", b"positions", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_begin", b"_begin", "begin", b"begin", "code", b"code", "count", b"count", "epoch", b"epoch", "error", b"error", "first", b"first", "id", b"id", "next_position", b"next_position", "positions", b"positions", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__begin: _TypeAlias = _typing.Literal["begin"]  # noqa: Y015
     _WhichOneofArgType__begin: _TypeAlias = _typing.Literal["_begin", b"_begin"]  # noqa: Y015
@@ -822,16 +899,22 @@ class ReadResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entry]: ...
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """packed entries (head unset), instead of `entries`"""
+
     def __init__(
         self,
         *,
         entries: _abc.Iterable[Global___Entry] | None = ...,
+        runs: _abc.Iterable[Global___Run] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

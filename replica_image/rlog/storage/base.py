@@ -8,6 +8,7 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from rlog.packed import clip, run_last
 from rlog.proto import rlog_pb2 as pb
 
 
@@ -17,23 +18,37 @@ class StorageError(Exception):
 
 @dataclass
 class WriteBatch:
-    """Changes applied atomically: metadata (if given), actions (put by position), and the
-    deletion of every action below `delete_below` (if given)."""
+    """Changes applied atomically, in this order: the deletion of every record below
+    `delete_below` (if given), `runs` (each stored as ONE record; it replaces whatever was
+    stored at its positions), `actions` (put by position; an action at a position inside a
+    stored run replaces that position only: the engine splits the run), then metadata (if
+    given)."""
 
     metadata: pb.Metadata | None = None
     actions: list[pb.Action] = field(default_factory=list)
     delete_below: int | None = None
     sync: bool = True
+    runs: list[pb.Run] = field(default_factory=list)
 
     def merge(self, later: WriteBatch) -> None:
-        """Fold a later batch into this one (group commit: many batches, one fsync)."""
+        """Fold a later batch into this one (group commit: many batches, one fsync). The
+        later batch's records win where they overlap this one's."""
         if later.metadata is not None:
             self.metadata = later.metadata
+        if later.runs:
+            # Runs are applied before actions: an earlier action under a later run must go.
+            covered = [(r.first, run_last(r)) for r in later.runs]
+            self.actions = [
+                a for a in self.actions if not any(lo <= a.position <= hi for lo, hi in covered)
+            ]
+            self.runs.extend(later.runs)
         self.actions.extend(later.actions)
         if later.delete_below is not None:
-            self.delete_below = max(self.delete_below or 0, later.delete_below)
-            # Actions below the new begin must not be re-created by the merged batch.
-            self.actions = [a for a in self.actions if a.position >= self.delete_below]
+            cut = max(self.delete_below or 0, later.delete_below)
+            self.delete_below = cut
+            # Records below the new begin must not be re-created by the merged batch.
+            self.actions = [a for a in self.actions if a.position >= cut]
+            self.runs = [clip(r, cut, run_last(r)) for r in self.runs if run_last(r) >= cut]
         self.sync = self.sync or later.sync
 
 
@@ -52,6 +67,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         """Stored actions with first <= position <= last, in position order."""
+
+    def scan_records(self, first: int, last: int) -> Iterator[pb.Action | pb.Run]:
+        """Stored records overlapping [first, last], in position order, clipped to it: a run
+        as stored (its bytes are not re-encoded per position; engines that store runs
+        override this), any other position as its action."""
+        yield from self.scan(first, last)
 
     @abc.abstractmethod
     def last_position(self) -> int | None:
