@@ -59,26 +59,51 @@ def ratio(value: float | None, baseline: float | None) -> float | None:
     return value / baseline
 
 
-def target_met(target: dict[str, Any] | None, figure_ratio: float | None) -> bool | None:
-    """Whether the ratio meets a target {"ratio_at_least": x} or {"ratio_at_most": x};
-    None when there is no target or no ratio."""
-    if not target or figure_ratio is None:
+_TARGET_KEYS = ("ratio_at_least", "ratio_at_most", "value_at_least", "value_at_most")
+
+
+def target_met(
+    target: dict[str, Any] | None, figure_ratio: float | None, value: float | None = None
+) -> bool | None:
+    """Whether a figure meets its target: every bound it names must hold, on the ratio
+    (`ratio_at_least`, `ratio_at_most`) and on rlog's own value (`value_at_least`,
+    `value_at_most`, in the figure's unit). None when there is no target, or when a bound's
+    number was not measured."""
+    if not target:
         return None
-    if "ratio_at_least" in target:
-        return figure_ratio >= float(target["ratio_at_least"])
-    if "ratio_at_most" in target:
-        return figure_ratio <= float(target["ratio_at_most"])
-    raise ValueError(f"unknown target {target}")
+    unknown = [k for k in target if k not in _TARGET_KEYS]
+    if unknown:
+        raise ValueError(f"unknown target {target}")
+    checks = {
+        "ratio_at_least": (figure_ratio, lambda x, t: x >= t),
+        "ratio_at_most": (figure_ratio, lambda x, t: x <= t),
+        "value_at_least": (value, lambda x, t: x >= t),
+        "value_at_most": (value, lambda x, t: x <= t),
+    }
+    met = True
+    for key, bound in target.items():
+        measured, holds = checks[key]
+        if measured is None:
+            return None
+        met = met and holds(measured, float(bound))
+    return met
 
 
 def describe_target(target: dict[str, Any] | None) -> str:
     if not target:
         return "-"
-    if "ratio_at_least" in target:
-        return f"ratio >= {target['ratio_at_least']}"
-    if "ratio_at_most" in target:
-        return f"ratio <= {target['ratio_at_most']}"
-    raise ValueError(f"unknown target {target}")
+    words = {
+        "ratio_at_least": "ratio >= {}",
+        "ratio_at_most": "ratio <= {}",
+        "value_at_least": ">= {}",
+        "value_at_most": "<= {}",
+    }
+    parts = []
+    for key, bound in target.items():
+        if key not in words:
+            raise ValueError(f"unknown target {target}")
+        parts.append(words[key].format(f"{bound:,}" if isinstance(bound, int) else bound))
+    return " and ".join(parts)
 
 
 def figure(
@@ -111,7 +136,7 @@ def figure(
         "ratio": None if figure_ratio is None else round(figure_ratio, 3),
         "better": better,
         "target": target,
-        "met": target_met(target, figure_ratio),
+        "met": target_met(target, figure_ratio, rlog),
         "command": command,
         "baseline_command": baseline_command,
     }

@@ -59,6 +59,33 @@ def test_figure_ratio_and_targets() -> None:
         kitlib.target_met({"ratio_above": 1}, 2.0)
 
 
+def test_value_targets_and_combined_bounds() -> None:
+    targets = {
+        "batched_1k": {"value_at_least": 60000},
+        "spark_source_noop": {"value_at_least": 1000000, "ratio_at_least": 0.3},
+    }
+    short = kitlib.figure(
+        "batched_1k", "w", "entries/s", 16000, 2600, "etcd", "higher", "a", "b", targets
+    )
+    assert short["met"] is False  # a ratio of 6 does not make up for the absolute bound
+    enough = kitlib.figure(
+        "batched_1k", "w", "entries/s", 61000, 2600, "etcd", "higher", "a", "b", targets
+    )
+    assert enough["met"] is True
+    # Both bounds must hold: fast enough in rows/s but below 0.3x the JVM is not met.
+    fast_but_far = kitlib.figure(
+        "spark_source_noop", "w", "rows/s", 1.2e6, 5e6, "jvm", "higher", "a", "b", targets
+    )
+    assert fast_but_far["met"] is False
+    both = kitlib.figure(
+        "spark_source_noop", "w", "rows/s", 1.2e6, 3e6, "jvm", "higher", "a", "b", targets
+    )
+    assert both["met"] is True
+    # A bound on a number that was not measured leaves the verdict open.
+    assert kitlib.target_met({"ratio_at_least": 0.3}, None, 5.0) is None
+    assert kitlib.describe_target(targets["spark_source_noop"]) == ">= 1,000,000 and ratio >= 0.3"
+
+
 def test_targets_file_skips_notes_and_nulls(tmp_path: Path) -> None:
     path = tmp_path / "targets.json"
     path.write_text('{"_what": "a note", "a": null, "b": {"ratio_at_least": 2}}')
