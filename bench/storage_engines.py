@@ -11,10 +11,10 @@ then a scan of a 100k-entry log and the deletion of its 100k prefix.
 Suite `runs` (one record per run, docs/data-path.md): synced group commits of K runs of
 64 x 1 KiB values (K = 1, 4, 16), each batch one durable commit; then reads of a 64 MiB log
 of runs (after one untimed pass, so both read from the page cache): one `scan_records` over
-all of it, and catch-up-like reads (consecutive
-`scan_records` ranges of 500 positions that start and end inside runs, so both ends are
-clipped). Every cell runs once per engine per round, engines interleaved (the order rotates
-each round), and the tables give each engine's median over the rounds.
+all of it, catch-up-like reads (consecutive `scan_records` ranges of 500 positions that
+start and end inside runs, so both ends are clipped), and the time to open that data dir
+again (a restart). Every cell runs once per engine per round, engines interleaved (the
+order rotates each round), and the tables give each engine's median over the rounds.
 
 Prints markdown tables (docs/storage-engines.md keeps them).
 
@@ -202,8 +202,12 @@ def run_read_cell(engine: str, d: Path) -> dict[str, float]:
         catch_up = time.perf_counter() - t0
     finally:
         store.close()
+    t0 = time.perf_counter()
+    open_storage(d, engine).close()  # a restart: what opening a 64 MiB log costs
+    reopen = time.perf_counter() - t0
     lat.sort()
     return {
+        "reopen_ms": reopen * 1e3,
         "scan_mb_s": nbytes / scan / 1e6,
         "catch_up_mb_s": got / catch_up / 1e6,
         "catch_up_p50_ms": statistics.median(lat) * 1e3,
@@ -240,7 +244,7 @@ def runs_suite(root: Path, engines: list[str], seconds: float, rounds: int) -> N
             reads.setdefault(engine, []).append(r)
             print(
                 f"  round {rnd} {engine} reads: scan {r['scan_mb_s']:.0f} MB/s "
-                f"catch-up {r['catch_up_mb_s']:.0f} MB/s",
+                f"catch-up {r['catch_up_mb_s']:.0f} MB/s reopen {r['reopen_ms']:.1f} ms",
                 file=sys.stderr,
                 flush=True,
             )
@@ -268,15 +272,15 @@ def runs_suite(root: Path, engines: list[str], seconds: float, rounds: int) -> N
     print()
     print(
         f"| engine | scan_records MB/s (median of {rounds}) | range | catch-up MB/s | range "
-        f"| catch-up p50 ms per {CATCH_UP_SPAN} positions |"
+        f"| catch-up p50 ms per {CATCH_UP_SPAN} positions | reopen ms |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for engine in engines:
         cells = reads[engine]
         print(
             f"| {engine} | {med(cells, 'scan_mb_s'):,.0f} | {spread(cells, 'scan_mb_s', ',.0f')} "
             f"| {med(cells, 'catch_up_mb_s'):,.0f} | {spread(cells, 'catch_up_mb_s', ',.0f')} "
-            f"| {med(cells, 'catch_up_p50_ms'):.2f} |"
+            f"| {med(cells, 'catch_up_p50_ms'):.2f} | {med(cells, 'reopen_ms'):.1f} |"
         )
 
 

@@ -17,13 +17,14 @@ Action records, which this code replays as they are.
 
 Every segment starts with a checkpoint frame (the metadata and the begin as of its
 creation), written to a temp file, fsync'd and renamed into place, so any suffix of the
-segments replays to the full state. A segment that holds no live action any more (all
+segments replays to the full state. A segment that holds no live record any more (all
 overwritten or deleted below a truncation) is unlinked after the next synced batch: that is
 the compaction, and it is what deletion below a position amounts to on disk.
 
-The index (position -> segment, offset, length) lives in memory and is rebuilt at open by
-replaying the segments: memory is O(live positions) (~150 B each) and open time is
-O(live bytes). Segments that are only partly dead are not rewritten.
+The index (record key -> segment, offset, length) lives in memory and is rebuilt at open by
+replaying the segments: memory is O(live records) (~150 B each; a run of any length is one)
+and open time is O(live bytes) (every segment is read and its frames' CRCs checked).
+Segments that are only partly dead are not rewritten.
 """
 
 from __future__ import annotations
