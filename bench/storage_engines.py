@@ -1,11 +1,22 @@
 """Group-commit throughput of the storage engines on this machine's real disk.
 
     .venv/bin/python bench/storage_engines.py [--dir DIR] [--seconds S] [--engines a,b]
+        [--suite actions|runs|all] [--rounds R]
 
-For every engine: synced batches of N actions (N = 1, 16, 64, 256) with 1 KiB values, each
-batch one `apply(WriteBatch(sync=True))` = one durable commit; then one unsynced cell for
-contrast; then a scan of a 100k-entry log and the deletion of its 100k prefix. Prints a
-markdown table (docs/storage-engines.md keeps one).
+Suite `actions` (per-position records, as before runs): for every engine, synced batches of
+N actions (N = 1, 16, 64, 256) with 1 KiB values, each batch one
+`apply(WriteBatch(sync=True))` = one durable commit; then one unsynced cell for contrast;
+then a scan of a 100k-entry log and the deletion of its 100k prefix.
+
+Suite `runs` (one record per run, docs/data-path.md): synced group commits of K runs of
+64 x 1 KiB values (K = 1, 4, 16), each batch one durable commit; then reads of a 64 MiB log
+of runs (after one untimed pass, so both read from the page cache): one `scan_records` over
+all of it, catch-up-like reads (consecutive `scan_records` ranges of 500 positions that
+start and end inside runs, so both ends are clipped), and the time to open that data dir
+again (a restart). Every cell runs once per engine per round, engines interleaved (the
+order rotates each round), and the tables give each engine's median over the rounds.
+
+Prints markdown tables (docs/storage-engines.md keeps them).
 
 The data dir must be on a real disk: /tmp may be tmpfs, where fsync costs nothing.
 """
@@ -23,6 +34,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES, StorageError, WriteBatch, open_storage
 
@@ -30,6 +42,10 @@ VALUE = os.urandom(1024)
 SIZES = (1, 16, 64, 256)
 FILL = 110_000
 PREFIX = 100_000
+RUN_VALUES = 64  # values per run (one client batch)
+RUNS_PER_COMMIT = (1, 4, 16)
+READ_RUNS = 1024  # 64 MiB of runs for the read cells
+CATCH_UP_SPAN = 500  # positions per catch-up read (not a multiple of RUN_VALUES)
 
 
 def fs_type(path: Path) -> str:
@@ -117,11 +133,164 @@ def scan_and_delete(engine: str, d: Path) -> dict[str, float]:
     }
 
 
+def make_runs(n: int) -> list[pb.Run]:
+    data, offsets = packed.pack([VALUE] * RUN_VALUES)
+    head = pb.Action(type=pb.APPEND, performed=1, learned=True, origin_proposal=1)
+    return [packed.make_run(1 + i * RUN_VALUES, head, data, offsets) for i in range(n)]
+
+
+def run_commit_cell(engine: str, d: Path, k: int, seconds: float) -> dict[str, float]:
+    """Synced group commits of k runs each (the runs built before the clock starts)."""
+    store = open_storage(d, engine)
+    try:
+        meta = pb.Metadata(status=pb.VOTING, promised=1)
+        runs = make_runs(k)
+        lat: list[float] = []
+        pos = 1
+        start = time.perf_counter()
+        while True:
+            for i, r in enumerate(runs):
+                r.first = pos + i * RUN_VALUES
+            t0 = time.perf_counter()
+            store.apply(WriteBatch(metadata=meta, runs=runs, sync=True))
+            t1 = time.perf_counter()
+            lat.append(t1 - t0)
+            pos += k * RUN_VALUES
+            if t1 - start >= seconds and len(lat) >= 5:
+                break
+        elapsed = time.perf_counter() - start
+    finally:
+        store.close()
+    lat.sort()
+    count = len(lat)
+    return {
+        "commits_s": count / elapsed,
+        "entries_s": count * k * RUN_VALUES / elapsed,
+        "mb_s": count * k * RUN_VALUES * len(VALUE) / elapsed / 1e6,
+        "p50_ms": statistics.median(lat) * 1e3,
+        "p99_ms": lat[min(count - 1, int(count * 0.99))] * 1e3,
+    }
+
+
+def run_read_cell(engine: str, d: Path) -> dict[str, float]:
+    """Fill READ_RUNS runs (16 per commit), then read them back whole and as catch-up."""
+    store = open_storage(d, engine)
+    try:
+        runs = make_runs(16)
+        for b in range(READ_RUNS // 16):
+            for i, r in enumerate(runs):
+                r.first = 1 + (b * 16 + i) * RUN_VALUES
+            store.apply(WriteBatch(runs=runs, sync=False))
+        store.apply(WriteBatch(sync=True))
+        last = READ_RUNS * RUN_VALUES
+        nbytes = last * len(VALUE)
+        for _ in store.scan_records(0, last):  # warm: both timed reads find the page cache hot
+            pass
+        t0 = time.perf_counter()
+        got = sum(len(r.data) for r in store.scan_records(0, last) if isinstance(r, pb.Run))
+        scan = time.perf_counter() - t0
+        assert got == nbytes, got
+        lat: list[float] = []
+        got = 0
+        t0 = time.perf_counter()
+        for first in range(1 + RUN_VALUES // 3, last + 1, CATCH_UP_SPAN):
+            t1 = time.perf_counter()
+            for r in store.scan_records(first, first + CATCH_UP_SPAN - 1):
+                assert isinstance(r, pb.Run)
+                got += len(r.data)
+            lat.append(time.perf_counter() - t1)
+        catch_up = time.perf_counter() - t0
+    finally:
+        store.close()
+    t0 = time.perf_counter()
+    open_storage(d, engine).close()  # a restart: what opening a 64 MiB log costs
+    reopen = time.perf_counter() - t0
+    lat.sort()
+    return {
+        "reopen_ms": reopen * 1e3,
+        "scan_mb_s": nbytes / scan / 1e6,
+        "catch_up_mb_s": got / catch_up / 1e6,
+        "catch_up_p50_ms": statistics.median(lat) * 1e3,
+    }
+
+
+def runs_suite(root: Path, engines: list[str], seconds: float, rounds: int) -> None:
+    commits: dict[tuple[str, int], list[dict[str, float]]] = {}
+    reads: dict[str, list[dict[str, float]]] = {}
+    for rnd in range(rounds):
+        order = engines[rnd % len(engines) :] + engines[: rnd % len(engines)]
+        for k in RUNS_PER_COMMIT:
+            for engine in order:
+                d = root / f"{engine}-runs-{k}"
+                shutil.rmtree(d, ignore_errors=True)
+                try:
+                    r = run_commit_cell(engine, d, k, seconds)
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+                commits.setdefault((engine, k), []).append(r)
+                print(
+                    f"  round {rnd} {engine} runs={k}: {r['commits_s']:.0f} commits/s "
+                    f"{r['mb_s']:.1f} MB/s p50 {r['p50_ms']:.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        for engine in order:
+            d = root / f"{engine}-runs-read"
+            shutil.rmtree(d, ignore_errors=True)
+            try:
+                r = run_read_cell(engine, d)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            reads.setdefault(engine, []).append(r)
+            print(
+                f"  round {rnd} {engine} reads: scan {r['scan_mb_s']:.0f} MB/s "
+                f"catch-up {r['catch_up_mb_s']:.0f} MB/s reopen {r['reopen_ms']:.1f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def med(cells: list[dict[str, float]], key: str) -> float:
+        return statistics.median(c[key] for c in cells)
+
+    def spread(cells: list[dict[str, float]], key: str, fmt: str) -> str:
+        lo, hi = min(c[key] for c in cells), max(c[key] for c in cells)
+        return f"{lo:{fmt}}-{hi:{fmt}}"
+
+    print(
+        f"| engine | runs per commit | commits/s (median of {rounds}) | range | MB/s | "
+        "p50 ms | p99 ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for k in RUNS_PER_COMMIT:
+        for engine in engines:
+            cells = commits[(engine, k)]
+            print(
+                f"| {engine} | {k} | {med(cells, 'commits_s'):,.0f} | "
+                f"{spread(cells, 'commits_s', ',.0f')} | {med(cells, 'mb_s'):.1f} | "
+                f"{med(cells, 'p50_ms'):.2f} | {med(cells, 'p99_ms'):.2f} |"
+            )
+    print()
+    print(
+        f"| engine | scan_records MB/s (median of {rounds}) | range | catch-up MB/s | range "
+        f"| catch-up p50 ms per {CATCH_UP_SPAN} positions | reopen ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for engine in engines:
+        cells = reads[engine]
+        print(
+            f"| {engine} | {med(cells, 'scan_mb_s'):,.0f} | {spread(cells, 'scan_mb_s', ',.0f')} "
+            f"| {med(cells, 'catch_up_mb_s'):,.0f} | {spread(cells, 'catch_up_mb_s', ',.0f')} "
+            f"| {med(cells, 'catch_up_p50_ms'):.2f} | {med(cells, 'reopen_ms'):.1f} |"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path.home() / "rlog-storage-bench")
     ap.add_argument("--seconds", type=float, default=2.0, help="per group-commit cell")
     ap.add_argument("--engines", default=",".join(e for e in ENGINES if e != "memory"))
+    ap.add_argument("--suite", choices=("actions", "runs", "all"), default="all")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (runs suite)")
     args = ap.parse_args()
     root: Path = args.dir
     root.mkdir(parents=True, exist_ok=True)
@@ -134,6 +303,11 @@ def main() -> int:
         f"{os.cpu_count()} cpus, python {platform.python_version()}, dir {root} ({fstype}), "
         f"{args.seconds:g}s per cell, 1 KiB values\n"
     )
+    if args.suite in ("runs", "all"):
+        runs_suite(root, args.engines.split(","), args.seconds, args.rounds)
+        print()
+    if args.suite == "runs":
+        return 0
     rows = []
     extra = []
     for engine in args.engines.split(","):

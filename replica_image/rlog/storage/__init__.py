@@ -1,7 +1,8 @@
 """Storage: one narrow interface between the protocol and a disk engine.
 
 A replica persists two things: its `Metadata` (status, implicit promise, identity, begin,
-learned watermark) and one `Action` per log position. Every change arrives as a `WriteBatch`
+learned watermark) and the log: an `Action` per position, or one `Run` record for many
+consecutive positions (docs/data-path.md). Every change arrives as a `WriteBatch`
 applied atomically; with `sync=True` it is durable (fsync) before `apply` returns, which the
 server relies on to never reply to a promise or a write before it is on disk.
 

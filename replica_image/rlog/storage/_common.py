@@ -1,4 +1,5 @@
-"""Shared plumbing of the disk engines: data dir checks, the one-process lock, key codec."""
+"""Shared plumbing of the disk engines: data dir checks, the one-process lock, the storage
+format version, the key codec."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import fcntl
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
-from rlog.proto import rlog_pb2 as pb
 from rlog.storage.base import StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
@@ -17,6 +16,14 @@ from rlog.storage.base import StorageError
 ENGINE_SUBDIRS = ("lmdb", "leveldb", "rocksdb", "segments")
 LOCK_NAME = "rlog.lock"
 MAX_POSITION = 2**64 - 1
+
+# The storage format version of a data dir is the text of <data dir>/FORMAT ("2\n"), written
+# atomically (temp file, fsync, rename, fsync of the dir) before any engine file. Version 2
+# stores a run as one record (rlog/storage/records.py); version 1, written by rlog before
+# runs, had no FORMAT file and one untagged Action record per position. Version 2 reads
+# version-1 records as they are, so a version-1 dir is upgraded at open by writing FORMAT.
+FORMAT_NAME = "FORMAT"
+FORMAT_VERSION = 2
 
 _KEY = struct.Struct(">Q")
 
@@ -54,14 +61,63 @@ def _why(exc: OSError) -> str:
     return exc.strerror or os.strerror(exc.errno or 0) or type(exc).__name__
 
 
+def format_version(path: Path) -> int | None:
+    """The storage format version recorded in the data dir (None if it records none).
+    Raises StorageError if the dir records one this code cannot read."""
+    try:
+        text = (path / FORMAT_NAME).read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"data dir {path}: cannot read {FORMAT_NAME}: {_why(exc)}") from None
+    supported = (
+        f"this rlog reads storage format version {FORMAT_VERSION} and upgrades version 1 "
+        f"(a dir without {FORMAT_NAME})"
+    )
+    try:
+        version = int(text.strip())
+    except ValueError:
+        raise StorageError(
+            f"data dir {path}: {FORMAT_NAME} holds {text.strip()[:40]!r}, not a storage "
+            f"format version; {supported}"
+        ) from None
+    if version != FORMAT_VERSION:
+        raise StorageError(
+            f"data dir {path} has storage format version {version}; {supported}: "
+            "open it with the rlog that wrote it"
+        )
+    return version
+
+
+def _write_format(path: Path) -> None:
+    tmp = path / f"{FORMAT_NAME}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, f"{FORMAT_VERSION}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path / FORMAT_NAME)
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     """Create (if needed) and lock the data dir; return the engine's sub-directory.
 
     Raises StorageError with a one-line reason when the dir cannot be used: its parent is
     missing, it is not a directory, it is not writable, it is locked by another live process,
-    or it holds another engine's store.
+    it holds another engine's store, or it records a storage format version this code cannot
+    read (checked before anything in the dir is touched). A dir without a version gets
+    FORMAT_VERSION: a fresh one before any engine file, one written by rlog before versions
+    (format 1, whose records version 2 reads as they are) as its upgrade.
     """
     path = Path(path)
+    if path.is_dir():
+        format_version(path)  # refuse an unreadable format before touching anything
     if not path.parent.is_dir():
         raise StorageError(f"data dir {path}: parent directory {path.parent} does not exist")
     try:
@@ -112,12 +168,21 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
             f"data dir {path} holds a {others[0]!r} store; open it with that engine "
             f"(not {engine!r})"
         )
+    try:
+        if format_version(path) is None:
+            _write_format(path)
+    except StorageError:
+        lock.release()
+        raise
+    except OSError as exc:
+        lock.release()
+        raise StorageError(f"data dir {path}: cannot write {FORMAT_NAME}: {_why(exc)}") from None
     return path / engine, lock
 
 
 # ---- the layout shared by the sorted key-value engines (LevelDB, RocksDB) ----------------
-# Actions under b"a" + 8-byte big-endian position (so they sort by position), everything up
-# to b"b" being actions; the metadata under b"m".
+# Records (rlog/storage/records.py) under b"a" + 8-byte big-endian first position (so they
+# sort by position), everything up to b"b" being records; the metadata under b"m".
 ACTION_PREFIX = b"a"
 ACTION_END = b"b"
 META_KEY = b"m"
@@ -125,19 +190,3 @@ META_KEY = b"m"
 
 def action_key(position: int) -> bytes:
     return ACTION_PREFIX + encode_position(position)
-
-
-class KeyValueReads:
-    """`metadata()` and `get()` for an engine whose `_db.get(key)` returns bytes or None."""
-
-    _db: Any
-
-    def metadata(self) -> pb.Metadata:
-        raw = self._db.get(META_KEY)
-        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
-
-    def get(self, position: int) -> pb.Action | None:
-        if not 0 <= position < 2**64:
-            return None
-        raw = self._db.get(action_key(position))
-        return None if raw is None else pb.Action.FromString(raw)

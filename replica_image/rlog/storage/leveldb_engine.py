@@ -1,7 +1,8 @@
 """LevelDB engine (plyvel), the engine Mesos' replicated log uses.
 
-Layout: <data dir>/leveldb/ (a LevelDB directory). Keys: b"a" + 8-byte big-endian position
-for actions, b"m" for the serialized Metadata.
+Layout: <data dir>/leveldb/ (a LevelDB directory). Keys: b"a" + 8-byte big-endian first
+position for the records (an action, or a whole run; rlog/storage/records.py), b"m" for the
+serialized Metadata.
 
 Durability: one `WriteBatch` per `apply`, written with `sync=batch.sync` (sync=True makes
 LevelDB fdatasync its write-ahead log before returning; sync=False skips it, so a machine
@@ -15,7 +16,6 @@ first_position() do not wade through tombstones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import plyvel
@@ -24,19 +24,19 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import (
     ACTION_END,
     ACTION_PREFIX,
+    MAX_POSITION,
     META_KEY,
-    KeyValueReads,
     action_key,
     decode_position,
     open_data_dir,
 )
-from rlog.storage.base import Storage, StorageError, WriteBatch
+from rlog.storage.base import StorageError
+from rlog.storage.records import Plan, RecordStorage
 
-_SCAN_CHUNK = 1024
 COMPACT_AFTER_DELETES = 4096  # compact the deleted prefix when a batch deletes this many
 
 
-class LevelDbStorage(KeyValueReads, Storage):
+class LevelDbStorage(RecordStorage):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         engine_dir, self._lock = open_data_dir(self.path, "leveldb")
@@ -45,73 +45,74 @@ class LevelDbStorage(KeyValueReads, Storage):
                 str(engine_dir),
                 create_if_missing=True,
                 paranoid_checks=True,
-                compression=None,  # values are small protobufs; payloads are opaque
+                compression=None,  # payloads are opaque
             )
         except plyvel.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LevelDB: {exc}") from None
         self._closed = False
 
-    def scan(self, first: int, last: int) -> Iterator[pb.Action]:
-        first = max(first, 0)
-        last = min(last, 2**64 - 1)
-        # Chunked, each chunk from its own short-lived iterator (an implicit snapshot).
-        while first <= last:
-            chunk: list[bytes] = []
-            next_first: int | None = None
-            with self._db.iterator(start=action_key(first), stop=ACTION_END) as it:
-                for key, value in it:
-                    position = decode_position(key[1:])
-                    if position > last:
-                        break
-                    if len(chunk) == _SCAN_CHUNK:
-                        next_first = position
-                        break
-                    chunk.append(value)
-            for raw in chunk:
-                yield pb.Action.FromString(raw)
-            if next_first is None:
-                return
-            first = next_first
+    def metadata(self) -> pb.Metadata:
+        raw = self._db.get(META_KEY)
+        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
 
-    def _edge(self, reverse: bool) -> int | None:
+    def _floor(self, position: int) -> tuple[int, bytes] | None:
         with self._db.iterator(
-            start=ACTION_PREFIX, stop=ACTION_END, reverse=reverse, include_value=False
+            start=ACTION_PREFIX, stop=action_key(position), include_stop=True, reverse=True
         ) as it:
+            for key, value in it:
+                return decode_position(key[1:]), value
+        return None
+
+    def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+        # Each call reads from its own short-lived iterator (an implicit snapshot).
+        out: list[tuple[int, bytes]] = []
+        with self._db.iterator(
+            start=action_key(first), stop=action_key(last), include_stop=True
+        ) as it:
+            for key, value in it:
+                if len(out) == limit:
+                    break
+                out.append((decode_position(key[1:]), value))
+        return out
+
+    def _edge(self, reverse: bool) -> tuple[int, bytes] | None:
+        with self._db.iterator(start=ACTION_PREFIX, stop=ACTION_END, reverse=reverse) as it:
+            for key, value in it:
+                return decode_position(key[1:]), value
+        return None
+
+    def _last_record(self) -> tuple[int, bytes] | None:
+        return self._edge(reverse=True)
+
+    def _first_key(self) -> int | None:
+        with self._db.iterator(start=ACTION_PREFIX, stop=ACTION_END, include_value=False) as it:
             for key in it:
                 return decode_position(key[1:])
         return None
 
-    def last_position(self) -> int | None:
-        return self._edge(reverse=True)
-
-    def first_position(self) -> int | None:
-        return self._edge(reverse=False)
-
-    def apply(self, batch: WriteBatch) -> None:
-        cut = batch.delete_below
-        actions = batch.actions
-        if cut is not None:
-            actions = [a for a in actions if a.position >= cut]
-        puts = [(action_key(a.position), a.SerializeToString()) for a in actions]
+    def _write(self, plan: Plan) -> None:
+        cut = plan.cut
         deleted = 0
         try:
-            wb = self._db.write_batch(sync=batch.sync)
-            if batch.metadata is not None:
-                wb.put(META_KEY, batch.metadata.SerializeToString())
+            wb = self._db.write_batch(sync=plan.sync)
             if cut is not None and cut > 0:
-                stop = action_key(cut) if cut < 2**64 else ACTION_END
+                stop = action_key(cut) if cut <= MAX_POSITION else ACTION_END
                 with self._db.iterator(start=ACTION_PREFIX, stop=stop, include_value=False) as it:
                     for key in it:
                         wb.delete(key)
                         deleted += 1
-            for key, value in puts:
-                wb.put(key, value)
+            for position in plan.deletes:
+                wb.delete(action_key(position))
+            for position, value in plan.puts:
+                wb.put(action_key(position), value)
+            if plan.metadata is not None:
+                wb.put(META_KEY, plan.metadata)
             wb.write()
         except plyvel.Error as exc:
             raise StorageError(f"data dir {self.path}: LevelDB write failed: {exc}") from exc
         if deleted >= COMPACT_AFTER_DELETES and cut is not None:
-            self._db.compact_range(start=ACTION_PREFIX, stop=action_key(min(cut, 2**64 - 1)))
+            self._db.compact_range(start=ACTION_PREFIX, stop=action_key(min(cut, MAX_POSITION)))
 
     def close(self) -> None:
         if not self._closed:

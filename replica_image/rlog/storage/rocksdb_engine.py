@@ -1,7 +1,8 @@
 """RocksDB engine (rocksdict, raw mode).
 
-Layout: <data dir>/rocksdb/ (a RocksDB directory). Keys: b"a" + 8-byte big-endian position
-for actions, b"m" for the serialized Metadata.
+Layout: <data dir>/rocksdb/ (a RocksDB directory). Keys: b"a" + 8-byte big-endian first
+position for the records (an action, or a whole run; rlog/storage/records.py), b"m" for the
+serialized Metadata.
 
 Durability: one `WriteBatch` per `apply`, written with WriteOptions.sync = batch.sync
 (sync=True fdatasyncs the write-ahead log before returning; sync=False skips it: a machine
@@ -13,7 +14,6 @@ truncating a prefix of any length costs one record; compaction reclaims the spac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import rocksdict
@@ -22,18 +22,17 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import (
     ACTION_END,
     ACTION_PREFIX,
+    MAX_POSITION,
     META_KEY,
-    KeyValueReads,
     action_key,
     decode_position,
     open_data_dir,
 )
-from rlog.storage.base import Storage, StorageError, WriteBatch
+from rlog.storage.base import StorageError
+from rlog.storage.records import Plan, RecordStorage
 
-_SCAN_CHUNK = 1024
 
-
-class RocksDbStorage(KeyValueReads, Storage):
+class RocksDbStorage(RecordStorage):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         engine_dir, self._lock = open_data_dir(self.path, "rocksdb")
@@ -53,62 +52,55 @@ class RocksDbStorage(KeyValueReads, Storage):
         self._unsynced.sync = False
         self._closed = False
 
-    def scan(self, first: int, last: int) -> Iterator[pb.Action]:
-        first = max(first, 0)
-        last = min(last, 2**64 - 1)
-        while first <= last:
-            chunk: list[bytes] = []
-            next_first: int | None = None
-            it = self._db.iter()
-            it.seek(action_key(first))
-            while it.valid():
-                key = it.key()
-                if not key.startswith(ACTION_PREFIX):
-                    break
-                position = decode_position(key[1:])
-                if position > last:
-                    break
-                if len(chunk) == _SCAN_CHUNK:
-                    next_first = position
-                    break
-                chunk.append(it.value())
-                it.next()
-            del it
-            for raw in chunk:
-                yield pb.Action.FromString(raw)
-            if next_first is None:
-                return
-            first = next_first
+    def metadata(self) -> pb.Metadata:
+        raw = self._db.get(META_KEY)
+        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
 
-    def last_position(self) -> int | None:
+    def _floor(self, position: int) -> tuple[int, bytes] | None:
         it = self._db.iter()
-        it.seek_for_prev(ACTION_PREFIX + b"\xff" * 8)
+        it.seek_for_prev(action_key(position))
         if it.valid() and it.key().startswith(ACTION_PREFIX):
-            return decode_position(it.key()[1:])
+            return decode_position(it.key()[1:]), it.value()
         return None
 
-    def first_position(self) -> int | None:
+    def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        it = self._db.iter()
+        it.seek(action_key(first))
+        while it.valid() and len(out) < limit:
+            key = it.key()
+            if not key.startswith(ACTION_PREFIX):
+                break
+            position = decode_position(key[1:])
+            if position > last:
+                break
+            out.append((position, it.value()))
+            it.next()
+        return out
+
+    def _last_record(self) -> tuple[int, bytes] | None:
+        return self._floor(MAX_POSITION)
+
+    def _first_key(self) -> int | None:
         it = self._db.iter()
         it.seek(ACTION_PREFIX)
         if it.valid() and it.key().startswith(ACTION_PREFIX):
             return decode_position(it.key()[1:])
         return None
 
-    def apply(self, batch: WriteBatch) -> None:
-        cut = batch.delete_below
-        actions = batch.actions
-        if cut is not None:
-            actions = [a for a in actions if a.position >= cut]
-        puts = [(action_key(a.position), a.SerializeToString()) for a in actions]
+    def _write(self, plan: Plan) -> None:
+        cut = plan.cut
         wb = rocksdict.WriteBatch(raw_mode=True)
-        if batch.metadata is not None:
-            wb.put(META_KEY, batch.metadata.SerializeToString())
         if cut is not None and cut > 0:
-            wb.delete_range(ACTION_PREFIX, action_key(cut) if cut < 2**64 else ACTION_END)
-        for key, value in puts:
-            wb.put(key, value)
+            wb.delete_range(ACTION_PREFIX, action_key(cut) if cut <= MAX_POSITION else ACTION_END)
+        for position in plan.deletes:
+            wb.delete(action_key(position))
+        for position, value in plan.puts:
+            wb.put(action_key(position), value)
+        if plan.metadata is not None:
+            wb.put(META_KEY, plan.metadata)
         try:
-            self._db.write(wb, self._synced if batch.sync else self._unsynced)
+            self._db.write(wb, self._synced if plan.sync else self._unsynced)
         except Exception as exc:
             raise StorageError(f"data dir {self.path}: RocksDB write failed: {exc}") from exc
 

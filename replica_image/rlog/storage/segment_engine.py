@@ -1,22 +1,30 @@
-"""Segmented append-only file engine: one CRC'd record per batch, one fdatasync per batch.
+"""Segmented append-only file engine: one CRC'd frame per batch, one fdatasync per batch.
 
-Layout: <data dir>/segments/<16 hex digits>.seg. A segment is a sequence of records
-`[u32 length][u32 crc32(payload)][payload]`, one record per `apply`, so a batch is atomic: on
-open, a record whose length or CRC does not check out ends the log (a torn tail, only
+Layout: <data dir>/segments/<16 hex digits>.seg. A segment is a sequence of frames
+`[u32 length][u32 crc32(payload)][payload]`, one frame per `apply`, so a batch is atomic: on
+open, a frame whose length or CRC does not check out ends the log (a torn tail, only
 possible at the end of the newest segment; it is cut off). Payload:
 
-    u8 flags (1 = metadata, 2 = delete_below) [u32 len, Metadata] [9-byte delete_below]
-    u32 count, count x (u64 position, u32 len, Action bytes)
+    u8 flags (1 = metadata, 2 = delete_below, 4 = deletes)
+    [u32 len, Metadata] [9-byte delete_below] [u32 n, n x u64 deleted key]
+    u32 count, count x (u64 key, u32 len, record bytes)
 
-Every segment starts with a checkpoint record (the metadata and the begin as of its
+Replaying a frame deletes every key below delete_below, then the deleted keys, then puts the
+records (rlog/storage/records.py: an action, or a whole run under its first position; the
+split pieces of a run that a batch overwrote in part are records of the same frame, planned
+by records.Overlay). Storage format 1 wrote the same frames without flag 4 and with untagged
+Action records, which this code replays as they are.
+
+Every segment starts with a checkpoint frame (the metadata and the begin as of its
 creation), written to a temp file, fsync'd and renamed into place, so any suffix of the
-segments replays to the full state. A segment that holds no live action any more (all
+segments replays to the full state. A segment that holds no live record any more (all
 overwritten or deleted below a truncation) is unlinked after the next synced batch: that is
 the compaction, and it is what deletion below a position amounts to on disk.
 
-The index (position -> segment, offset, length) lives in memory and is rebuilt at open by
-replaying the segments: memory is O(live positions) (~150 B each) and open time is
-O(live bytes). Segments that are only partly dead are not rewritten.
+The index (record key -> segment, offset, length) lives in memory and is rebuilt at open by
+replaying the segments: memory is O(live records) (~150 B each; a run of any length is one)
+and open time is O(live bytes) (every segment is read and its frames' CRCs checked).
+Segments that are only partly dead are not rewritten.
 """
 
 from __future__ import annotations
@@ -25,12 +33,12 @@ import bisect
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage._common import MAX_POSITION, open_data_dir
-from rlog.storage.base import Storage, StorageError, WriteBatch
+from rlog.storage._common import open_data_dir
+from rlog.storage.base import StorageError
+from rlog.storage.records import Plan, RecordStorage
 
 SEGMENT_BYTES = 64 << 20
 _HEADER = struct.Struct(">II")
@@ -38,34 +46,59 @@ _U32 = struct.Struct(">I")
 _ENTRY = struct.Struct(">QI")
 _HAS_META = 1
 _HAS_CUT = 2
-_SCAN_CHUNK = 1024
+_HAS_DELETES = 4
+_U64 = struct.Struct(">Q")
 
 
-def _encode(meta: bytes | None, cut: int | None, puts: list[tuple[int, bytes]]) -> bytes:
-    parts = [bytes([(_HAS_META if meta is not None else 0) | (_HAS_CUT if cut is not None else 0)])]
+_BIG = 4096  # record bytes at least this long are written from the caller's buffer
+_IOV_MAX = 512  # parts per writev (Linux allows 1024)
+
+
+def _encode(
+    meta: bytes | None, cut: int | None, deletes: list[int], puts: list[tuple[int, bytes]]
+) -> list[bytes]:
+    """One frame as a list of byte strings (header first). Large records stay the caller's
+    buffers and are never copied into a joined frame: with runs a frame is MiBs, and each
+    copy of a fresh MiB-sized buffer costs page faults as well as bandwidth."""
+    flags = (_HAS_META if meta is not None else 0) | (_HAS_CUT if cut is not None else 0)
+    small = bytearray([flags | (_HAS_DELETES if deletes else 0)])
+    parts: list[bytes] = []
     if meta is not None:
-        parts += [_U32.pack(len(meta)), meta]
+        small += _U32.pack(len(meta)) + meta
     if cut is not None:
-        parts.append(cut.to_bytes(9, "big"))
-    parts.append(_U32.pack(len(puts)))
+        small += cut.to_bytes(9, "big")
+    if deletes:
+        small += _U32.pack(len(deletes))
+        for key in deletes:
+            small += _U64.pack(key)
+    small += _U32.pack(len(puts))
     for position, raw in puts:
-        parts += [_ENTRY.pack(position, len(raw)), raw]
-    payload = b"".join(parts)
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        small += _ENTRY.pack(position, len(raw))
+        if len(raw) >= _BIG:
+            parts += [bytes(small), raw]
+            small.clear()
+        else:
+            small += raw
+    if small:
+        parts.append(bytes(small))
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [_HEADER.pack(sum(map(len, parts)), crc), *parts]
 
 
 def _seg_name(number: int) -> str:
     return f"{number:016x}.seg"
 
 
-class SegmentStorage(Storage):
+class SegmentStorage(RecordStorage):
     def __init__(self, path: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.path = Path(path)
         self._dir, self._lock = open_data_dir(self.path, "segments")
         self._segment_bytes = segment_bytes
         self._fds: dict[int, int] = {}  # segment number -> read fd
         self._live: dict[int, int] = {}  # segment number -> live index entries in it
-        self._index: dict[int, tuple[int, int, int]] = {}  # position -> (segment, off, len)
+        self._index: dict[int, tuple[int, int, int]] = {}  # key -> (segment, off, len)
         self._positions: list[int] = []  # sorted keys of _index
         self._meta = b""
         self._begin = 0
@@ -137,6 +170,12 @@ class SegmentStorage(Storage):
             if flags & _HAS_CUT:
                 cut = int.from_bytes(payload[p : p + 9], "big")
                 p += 9
+            deletes = []
+            if flags & _HAS_DELETES:
+                (n,) = _U32.unpack_from(payload, p)
+                p += 4
+                deletes = [_U64.unpack_from(payload, p + 8 * k)[0] for k in range(n)]
+                p += 8 * n
             (count,) = _U32.unpack_from(payload, p)
             p += 4
             puts = []
@@ -145,17 +184,33 @@ class SegmentStorage(Storage):
                 p += _ENTRY.size
                 puts.append((position, (number, start + p, n)))
                 p += n
-            self._install(meta, cut, puts)
+            self._install(meta, cut, deletes, puts)
             off = start + length
         return off
 
     # -- in-memory state ---------------------------------------------------------------------
 
     def _install(
-        self, meta: bytes | None, cut: int | None, puts: list[tuple[int, tuple[int, int, int]]]
+        self,
+        meta: bytes | None,
+        cut: int | None,
+        deletes: list[int],
+        puts: list[tuple[int, tuple[int, int, int]]],
     ) -> None:
         if meta is not None:
             self._meta = meta
+        if cut is not None and cut > self._begin:
+            self._begin = cut
+        if cut is not None:
+            n = bisect.bisect_left(self._positions, cut)
+            for position in self._positions[:n]:
+                self._live[self._index.pop(position)[0]] -= 1
+            del self._positions[:n]
+        for key in deletes:
+            gone = self._index.pop(key, None)
+            if gone is not None:
+                self._live[gone[0]] -= 1
+                del self._positions[bisect.bisect_left(self._positions, key)]
         for position, loc in puts:
             old = self._index.get(position)
             if old is None:
@@ -167,21 +222,17 @@ class SegmentStorage(Storage):
                 self._live[old[0]] -= 1
             self._index[position] = loc
             self._live[loc[0]] = self._live.get(loc[0], 0) + 1
-        if cut is not None and cut > self._begin:
-            self._begin = cut
-        if cut is not None:
-            n = bisect.bisect_left(self._positions, cut)
-            for position in self._positions[:n]:
-                self._live[self._index.pop(position)[0]] -= 1
-            del self._positions[:n]
 
     # -- segments ----------------------------------------------------------------------------
 
-    def _write_all(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+    def _write_all(self, fd: int, parts: list[bytes]) -> None:
+        for i in range(0, len(parts), _IOV_MAX):
+            chunk = parts[i : i + _IOV_MAX]
+            n = os.writev(fd, chunk)
+            if n < sum(map(len, chunk)):  # a short write (rare): write the rest plainly
+                view = memoryview(b"".join(chunk))[n:]
+                while view:
+                    view = view[os.write(fd, view) :]
 
     def _fsync_dir(self) -> None:
         dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -197,11 +248,11 @@ class SegmentStorage(Storage):
             os.fsync(self._wfd)  # everything before the new segment is durable first
             os.close(self._wfd)
             self._wfd = -1
-        record = _encode(self._meta, self._begin, [])
+        frame = _encode(self._meta, self._begin, [], [])
         tmp = self._dir / (_seg_name(number) + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            self._write_all(fd, record)
+            self._write_all(fd, frame)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -209,7 +260,7 @@ class SegmentStorage(Storage):
         self._fsync_dir()
         self._active = number
         self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
-        self._size = len(record)
+        self._size = sum(map(len, frame))
         self._fds[number] = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
         self._live.setdefault(number, 0)
 
@@ -231,67 +282,56 @@ class SegmentStorage(Storage):
         number, off, n = loc
         return os.pread(self._fds[number], n, off)
 
-    def get(self, position: int) -> pb.Action | None:
-        loc = self._index.get(position)
-        return None if loc is None else pb.Action.FromString(self._read(loc))
+    def _entry(self, i: int) -> tuple[int, bytes]:
+        key = self._positions[i]
+        return key, self._read(self._index[key])
 
-    def scan(self, first: int, last: int) -> Iterator[pb.Action]:
-        while first <= last:
-            lo = bisect.bisect_left(self._positions, first)
-            hi = bisect.bisect_right(
-                self._positions, last, lo, min(lo + _SCAN_CHUNK, len(self._positions))
-            )
-            chunk = [self._read(self._index[p]) for p in self._positions[lo:hi]]
-            if not chunk:
-                return
-            next_first = self._positions[hi - 1] + 1
-            for raw in chunk:  # read eagerly: a later apply may unlink a segment
-                yield pb.Action.FromString(raw)
-            first = next_first
+    def _floor(self, position: int) -> tuple[int, bytes] | None:
+        i = bisect.bisect_right(self._positions, position) - 1
+        return None if i < 0 else self._entry(i)
 
-    def last_position(self) -> int | None:
-        return self._positions[-1] if self._positions else None
+    def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+        # Read eagerly: a later apply may unlink a segment.
+        lo = bisect.bisect_left(self._positions, first)
+        hi = bisect.bisect_right(self._positions, last, lo, min(lo + limit, len(self._positions)))
+        return [self._entry(i) for i in range(lo, hi)]
 
-    def first_position(self) -> int | None:
+    def _last_record(self) -> tuple[int, bytes] | None:
+        return self._entry(len(self._positions) - 1) if self._positions else None
+
+    def _first_key(self) -> int | None:
         return self._positions[0] if self._positions else None
 
-    def apply(self, batch: WriteBatch) -> None:
-        cut = batch.delete_below
-        actions = batch.actions
-        if cut is not None:
-            actions = [a for a in actions if a.position >= cut]
-            cut = min(max(cut, 0), MAX_POSITION + 1)
-        for a in actions:
-            if not 0 <= a.position <= MAX_POSITION:
-                raise ValueError(f"position {a.position} is outside [0, 2**64-1]")
-        puts = [(a.position, a.SerializeToString()) for a in actions]
-        meta = None if batch.metadata is None else batch.metadata.SerializeToString()
-        record = _encode(meta, cut, puts)
+    def _write(self, plan: Plan) -> None:
+        cut = plan.cut
+        frame = _encode(plan.metadata, cut, plan.deletes, plan.puts)
         try:
             if self._size >= self._segment_bytes:
                 self._roll()
             start = self._size
             try:
                 os.lseek(self._wfd, start, os.SEEK_SET)
-                self._write_all(self._wfd, record)
-                if batch.sync:
+                self._write_all(self._wfd, frame)
+                if plan.sync:
                     os.fdatasync(self._wfd)
             except OSError:
-                os.ftruncate(self._wfd, start)  # never leave a half record behind
+                os.ftruncate(self._wfd, start)  # never leave a half frame behind
                 raise
         except OSError as exc:
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
-        self._size = start + len(record)
-        # Locations of each action's bytes inside the record just written.
+        self._size = start + sum(map(len, frame))
+        # Locations of each record's bytes inside the frame just written.
+        meta = plan.metadata
         p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
-        p += (9 if cut is not None else 0) + 4
+        p += (9 if cut is not None else 0) + (4 + 8 * len(plan.deletes) if plan.deletes else 0)
+        p += 4
         locs = []
-        for position, raw in puts:
+        for position, raw in plan.puts:
             p += _ENTRY.size
             locs.append((position, (self._active, p, len(raw))))
             p += len(raw)
-        self._install(meta, cut, locs)
-        if batch.sync:
+        self._install(meta, cut, plan.deletes, locs)
+        if plan.sync:
             try:
                 self._reclaim()
             except OSError as exc:

@@ -1,0 +1,324 @@
+"""What the disk engines share above their key-value primitives: the record codec, the
+planning of a `WriteBatch` over stored records (pure), and `RecordStorage`, the reads and
+`apply` written once against five primitives each engine supplies.
+
+A stored record is a `pb.Run` (ONE record for all its positions, keyed by its first
+position) or a `pb.Action` (keyed by its position). Records never overlap; every read of a
+position is a floor lookup (the record with the greatest key <= position) followed by a
+check that the record reaches the position.
+
+Record bytes: one tag byte, then for a run its last position (8 bytes, big-endian: reads
+learn where a run ends without parsing it), then the message as serialized. The tags (0x01
+Action, 0x02 Run) are field number 0 in protobuf's wire format, which no serialized message
+starts with, so a record of storage format 1 (a plain serialized Action, possibly empty) is
+told apart from a tagged one and read as the Action it is (docs/data-path.md, "Storage: one
+record per run").
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from rlog.packed import action_at, clip, expand, run_count, run_last
+from rlog.proto import rlog_pb2 as pb
+from rlog.storage._common import MAX_POSITION
+from rlog.storage.base import Storage, WriteBatch
+
+Record = pb.Action | pb.Run
+
+ACTION_TAG = 0x01
+RUN_TAG = 0x02
+_ACTION_TAG = bytes([ACTION_TAG])
+_RUN_TAG = bytes([RUN_TAG])
+_LAST = struct.Struct(">Q")
+SCAN_CHUNK = 256  # records read per short read transaction / iterator
+
+
+# ---- the codec ----------------------------------------------------------------------------
+
+
+def encode(record: Record) -> bytes:
+    if isinstance(record, pb.Run):
+        return _RUN_TAG + _LAST.pack(run_last(record)) + record.SerializeToString()
+    return _ACTION_TAG + record.SerializeToString()
+
+
+def decode(raw: bytes) -> Record:
+    if raw:
+        tag = raw[0]
+        if tag == RUN_TAG:
+            return pb.Run.FromString(raw[1 + _LAST.size :])
+        if tag == ACTION_TAG:
+            return pb.Action.FromString(raw[1:])
+    return pb.Action.FromString(raw)  # format 1: an untagged Action
+
+
+def raw_last(key: int, raw: bytes) -> int:
+    """The last position of the record stored under `key` (without parsing it)."""
+    if raw and raw[0] == RUN_TAG:
+        return int(_LAST.unpack_from(raw, 1)[0])
+    return key
+
+
+def first_of(record: Record) -> int:
+    return record.first if isinstance(record, pb.Run) else record.position
+
+
+def last_of(record: Record) -> int:
+    return run_last(record) if isinstance(record, pb.Run) else record.position
+
+
+def clip_record(record: Record, first: int, last: int) -> Record:
+    return clip(record, first, last) if isinstance(record, pb.Run) else record
+
+
+# ---- planning (pure) ----------------------------------------------------------------------
+
+
+def normalize(batch: WriteBatch) -> tuple[int | None, list[Record]]:
+    """The batch's cut and its records in the order they apply (runs, then actions).
+
+    Records below the cut are dropped (a run straddling it is clipped): the cut removes them
+    in the same batch anyway. Empty runs hold no position and are dropped. Raises ValueError
+    for a position outside [0, 2**64-1] before anything is written."""
+    cut = batch.delete_below
+    if cut is not None:
+        cut = min(max(cut, 0), MAX_POSITION + 1)
+    records: list[Record] = []
+    for run in batch.runs:
+        if run_count(run) == 0:
+            continue
+        if run.first < 0 or run_last(run) > MAX_POSITION:
+            raise ValueError(f"run {run.first}..{run_last(run)} is outside [0, 2**64-1]")
+        if cut is not None and run.first < cut:
+            if run_last(run) < cut:
+                continue
+            run = clip(run, cut, run_last(run))
+        records.append(run)
+    for action in batch.actions:
+        if not 0 <= action.position <= MAX_POSITION:
+            raise ValueError(f"position {action.position} is outside [0, 2**64-1]")
+        if cut is None or action.position >= cut:
+            records.append(action)
+    return cut, records
+
+
+def spans(records: Iterable[Record]) -> list[tuple[int, int]]:
+    """The position ranges `records` write, sorted and merged (adjacent ranges join), so an
+    engine reads the stored records they touch with one seek per range."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted((first_of(r), last_of(r)) for r in records):
+        if merged and lo <= merged[-1][1] + 1:
+            if hi > merged[-1][1]:
+                merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+class Overlay:
+    """The stored records a batch touches, with the batch applied on top, in memory.
+
+    Load the stored records that overlap what the batch writes (`load`), apply the batch
+    (`cut`, `put`), then `changes()` says which keys to delete and which records to put."""
+
+    def __init__(self) -> None:
+        self._keys: list[int] = []  # sorted keys of _records
+        self._records: dict[int, Record] = {}
+        self._dirty: set[int] = set()
+        self._cut: int | None = None
+
+    def load(self, key: int, record: Record) -> None:
+        if key not in self._records:
+            bisect.insort(self._keys, key)
+            self._records[key] = record
+
+    def _set(self, key: int, record: Record) -> None:
+        if key not in self._records:
+            bisect.insort(self._keys, key)
+        self._records[key] = record
+        self._dirty.add(key)
+
+    def _drop(self, key: int) -> Record:
+        self._keys.remove(key)
+        self._dirty.add(key)
+        return self._records.pop(key)
+
+    def overlapping(self, first: int, last: int) -> list[int]:
+        """Keys of the records holding any position in [first, last]."""
+        i = bisect.bisect_right(self._keys, first) - 1
+        if i < 0 or last_of(self._records[self._keys[i]]) < first:
+            i += 1
+        j = bisect.bisect_right(self._keys, last)
+        return self._keys[i:j]
+
+    def put(self, record: Record) -> None:
+        """Store `record`, replacing whatever held its positions: a record it covers only in
+        part is split, its pieces outside the new record stay."""
+        first, last = first_of(record), last_of(record)
+        for key in self.overlapping(first, last):
+            old = self._drop(key)
+            if key < first:
+                self._set(key, clip_record(old, key, first - 1))
+            if last_of(old) > last:
+                self._set(last + 1, clip_record(old, last + 1, last_of(old)))
+        self._set(first, record)
+
+    def cut(self, cut: int) -> None:
+        """Delete every position below `cut`; a record straddling it keeps its part above."""
+        self._cut = cut
+        for key in [k for k in self._keys if k < cut]:
+            old = self._drop(key)
+            if last_of(old) >= cut:
+                self._set(cut, clip_record(old, cut, last_of(old)))
+
+    def changes(self) -> tuple[list[int], list[tuple[int, Record]]]:
+        """(keys to delete, (key, record) to put), each in key order. Keys below the cut are
+        left out: the engine deletes everything below it first, in its own way."""
+        deletes: list[int] = []
+        puts: list[tuple[int, Record]] = []
+        for key in sorted(self._dirty):
+            if self._cut is not None and key < self._cut:
+                continue
+            record = self._records.get(key)
+            if record is None:
+                deletes.append(key)
+            else:
+                puts.append((key, record))
+        return deletes, puts
+
+
+@dataclass
+class Plan:
+    """What an engine writes for one batch, atomically and in this order: every key below
+    `cut` deleted (if a cut), the `deletes`, the `puts` (encoded records), the metadata."""
+
+    cut: int | None = None
+    deletes: list[int] = field(default_factory=list)
+    puts: list[tuple[int, bytes]] = field(default_factory=list)
+    metadata: bytes | None = None
+    sync: bool = True
+
+
+# ---- the shared engine base ---------------------------------------------------------------
+
+
+class RecordStorage(Storage):
+    """Reads and `apply` over records, for an engine that supplies the primitives below
+    (keys are record first positions; `raw` values are record bytes as `encode` wrote)."""
+
+    @abc.abstractmethod
+    def _floor(self, position: int) -> tuple[int, bytes] | None:
+        """The record with the greatest key <= position."""
+
+    @abc.abstractmethod
+    def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` records with first <= key <= last, in key order (read eagerly)."""
+
+    @abc.abstractmethod
+    def _last_record(self) -> tuple[int, bytes] | None:
+        """The record with the greatest key."""
+
+    @abc.abstractmethod
+    def _first_key(self) -> int | None:
+        """The smallest key."""
+
+    @abc.abstractmethod
+    def _write(self, plan: Plan) -> None:
+        """Apply `plan` atomically; durable before returning when `plan.sync`."""
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _reaching(self, position: int) -> Record | None:
+        """The stored record holding `position`."""
+        found = self._floor(position)
+        if found is None or raw_last(*found) < position:
+            return None
+        return decode(found[1])
+
+    def get(self, position: int) -> pb.Action | None:
+        if not 0 <= position <= MAX_POSITION:
+            return None
+        record = self._reaching(position)
+        if record is None:
+            return None
+        return action_at(record, position) if isinstance(record, pb.Run) else record
+
+    def scan_records(self, first: int, last: int) -> Iterator[Record]:
+        first, last = max(first, 0), min(last, MAX_POSITION)
+        if first > last:
+            return
+        head = self._reaching(first)
+        if head is not None:
+            yield clip_record(head, first, last)
+            if last_of(head) >= last:
+                return
+            first = last_of(head) + 1
+        # Chunked: each chunk comes from its own short read (no snapshot pinned while the
+        # consumer works; a scan interleaved with writes may see writes between chunks).
+        while first <= last:
+            chunk = self._range(first, last, SCAN_CHUNK)
+            if not chunk:
+                return
+            for _, raw in chunk:
+                record = decode(raw)
+                yield clip_record(record, first_of(record), min(last, last_of(record)))
+            if len(chunk) < SCAN_CHUNK:
+                return
+            first = chunk[-1][0] + 1
+
+    def scan(self, first: int, last: int) -> Iterator[pb.Action]:
+        for record in self.scan_records(first, last):
+            if isinstance(record, pb.Run):
+                yield from expand(record)
+            else:
+                yield record
+
+    def last_position(self) -> int | None:
+        found = self._last_record()
+        return None if found is None else raw_last(*found)
+
+    def first_position(self) -> int | None:
+        return self._first_key()  # records are never empty, so a key is a held position
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def plan(self, batch: WriteBatch) -> Plan:
+        """Read the stored records the batch touches and plan its writes (no writes yet)."""
+        cut, records = normalize(batch)
+        overlay = Overlay()
+        if cut is not None and cut > 0:
+            straddling = self._reaching(cut - 1)
+            if straddling is not None and last_of(straddling) >= cut:
+                overlay.load(first_of(straddling), straddling)
+        for lo, hi in spans(records):
+            head = self._reaching(lo)
+            if head is not None:
+                overlay.load(first_of(head), head)
+            start = lo
+            while start <= hi:
+                chunk = self._range(start, hi, SCAN_CHUNK)
+                for key, raw in chunk:
+                    overlay.load(key, decode(raw))
+                if len(chunk) < SCAN_CHUNK:
+                    break
+                start = chunk[-1][0] + 1
+        if cut is not None:
+            overlay.cut(cut)
+        for record in records:
+            overlay.put(record)
+        deletes, puts = overlay.changes()
+        return Plan(
+            cut=cut,
+            deletes=deletes,
+            puts=[(key, encode(record)) for key, record in puts],
+            metadata=None if batch.metadata is None else batch.metadata.SerializeToString(),
+            sync=batch.sync,
+        )
+
+    def apply(self, batch: WriteBatch) -> None:
+        self._write(self.plan(batch))

@@ -1,0 +1,134 @@
+"""The storage format version of a data dir (<data dir>/FORMAT): a fresh dir gets version 2,
+a dir written by rlog before versions (format 1: tests/fixtures/storage_v1/, written by that
+code) is read and upgraded, any other version is refused with nothing in the dir changed."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from rlog import packed
+from rlog.proto import rlog_pb2 as pb
+from rlog.storage import StorageError, WriteBatch, open_storage
+from rlog.storage._common import FORMAT_NAME, FORMAT_VERSION
+from tests.test_storage import DISK, run
+
+FIXTURES = Path(__file__).parent / "fixtures" / "storage_v1"
+SUBDIR = {"lmdb": "lmdb", "leveldb": "leveldb", "rocksdb": "rocksdb", "segment": "segments"}
+
+
+def unpack_v1(engine: str, into: Path) -> Path:
+    with tarfile.open(FIXTURES / f"{engine}.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    return into / "data"
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_version_2_is_what_this_code_writes() -> None:
+    assert FORMAT_VERSION == 2
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_fresh_dir_records_format_2(engine: str, tmp_path: Path) -> None:
+    store = open_storage(tmp_path / "data", engine)
+    store.close()
+    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "2\n"
+    assert not list((tmp_path / "data").glob("*.tmp"))
+    open_storage(tmp_path / "data", engine).close()  # and it opens again
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
+    data = unpack_v1(engine, tmp_path)
+    assert not (data / FORMAT_NAME).exists() and (data / SUBDIR[engine]).is_dir()
+    store = open_storage(data, engine)
+    try:
+        assert (data / FORMAT_NAME).read_text() == "2\n"  # upgraded at open
+        meta = store.metadata()
+        assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v1-log", 3, 2, 5)
+        assert (store.first_position(), store.last_position()) == (5, 40)
+        got = {a.position: a for a in store.scan(0, 2**64 - 1)}
+        assert sorted(got) == list(range(5, 41))
+        assert got[7] == pb.Action(position=7, type=pb.NOP, performed=3)
+        assert got[8] == pb.Action(
+            position=8, type=pb.APPEND, performed=2, learned=True, value=b"v1-8"
+        )
+        assert store.get(40) == got[40] and store.get(4) is None
+        # Format-1 records and run records live side by side: a run over part of them.
+        r = run(20, 10, b"v2")
+        store.apply(WriteBatch(runs=[r]))
+        store.apply(WriteBatch(actions=[pb.Action(position=25, value=b"act")]))
+    finally:
+        store.close()
+    store = open_storage(data, engine)
+    try:
+        values = {a.position: a.value for a in store.scan(0, 2**64 - 1)}
+        assert values == {
+            **{p: b"v1-%d" % p for p in range(5, 41) if p != 7},
+            7: b"",
+            **{p: b"v2:%d" % p for p in range(20, 30)},
+            25: b"act",
+        }
+        kinds = [
+            (type(x).__name__, x.first if isinstance(x, pb.Run) else x.position)
+            for x in store.scan_records(18, 31)
+        ]
+        assert kinds == [
+            ("Action", 18),
+            ("Action", 19),
+            ("Run", 20),
+            ("Action", 25),
+            ("Run", 26),
+            ("Action", 30),
+            ("Action", 31),
+        ]
+        store.apply(WriteBatch(delete_below=22))
+        assert store.first_position() == 22 and store.get(22) == packed.action_at(r, 22)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("text", ["3\n", "17", "1\n", "not a version\n", ""])
+@pytest.mark.parametrize("engine", DISK)
+def test_other_versions_are_refused_and_nothing_changes(
+    engine: str, text: str, tmp_path: Path
+) -> None:
+    data = unpack_v1(engine, tmp_path)
+    (data / FORMAT_NAME).write_text(text)
+    before = snapshot(data)
+    with pytest.raises(StorageError) as refused:
+        open_storage(data, engine)
+    message = str(refused.value)
+    if text.strip().isdigit():
+        assert f"has storage format version {int(text)}" in message
+    else:
+        assert f"{FORMAT_NAME} holds {text.strip()!r}, not a storage format version" in message
+    assert "reads storage format version 2 and upgrades version 1" in message
+    assert snapshot(data) == before  # not even the lock file was created
+    assert not (data / "rlog.lock").exists()
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_newer_version_written_over_a_v2_dir_is_refused(engine: str, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = open_storage(data, engine)
+    store.apply(WriteBatch(runs=[run(1, 8)]))
+    store.close()
+    (data / FORMAT_NAME).write_text("3\n")
+    before = snapshot(data)
+    with pytest.raises(
+        StorageError,
+        match=rf"data dir {data} has storage format version 3; this rlog reads storage format "
+        r"version 2 and upgrades version 1 \(a dir without FORMAT\)",
+    ):
+        open_storage(data, engine)
+    assert snapshot(data) == before
+    (data / FORMAT_NAME).write_text("2\n")
+    store = open_storage(data, engine)
+    assert store.last_position() == 8
+    store.close()
