@@ -254,3 +254,55 @@ def test_unknown_format_and_corrupted_entries_are_refused(cluster):
         (foreign_at,) = client.append([bytes([FORMAT_VERSION + 6]) + b"from the future"])
     with pytest.raises(UnknownFormat, match=f"position {foreign_at} has state format 7"):
         State(endpoints)
+
+
+def test_the_state_command_line(cluster, capsys):
+    from test_cli import RLOG
+
+    from rlog.tools.cli import main
+
+    endpoints = joined(cluster)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["state", *args, "-e", endpoints])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def ok(*args: str) -> str:
+        code, out, err = run(*args)
+        assert code == 0, err
+        return out
+
+    assert ok("get", "leader") == "0\t\n"
+    first = int(ok("set", "leader", "node-1", "--if-version", "0"))
+    assert ok("get", "leader") == f"{first}\tnode-1\n"
+    code, _, err = run("set", "leader", "node-2", "--if-version", "0")
+    assert code == 1
+    assert err == f"rlog: error: leader is not at version 0 (it is at {first}): nothing stored\n"
+    second = int(ok("set", "leader", "node-2"))  # no condition: against the newest version
+    assert second > first
+    ok("set", "workers", "AAE=", "--base64")
+    listed = [json.loads(line) for line in ok("list", "--json").splitlines()]
+    assert [(v["name"], v["value"]) for v in listed] == [
+        ("leader", "bm9kZS0y"),
+        ("workers", "AAE="),
+    ]
+    assert json.loads(ok("compact", "--json"))["snapshot"] > 0
+    code, _, err = run("get")
+    assert (code, err) == (2, "rlog state: error: state get needs a NAME\n")
+    # watch follows the log until killed: a real process.
+    watcher = subprocess.Popen(
+        [RLOG, "state", "watch", "leader", "--json", "-e", endpoints],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watcher.stdout is not None
+        assert json.loads(watcher.stdout.readline())["version"] == second
+        third = int(ok("set", "leader", "node-3"))
+        update = json.loads(watcher.stdout.readline())
+        assert (update["version"], update["value"]) == (third, "bm9kZS0z")
+    finally:
+        watcher.kill()
+        watcher.communicate()
