@@ -90,3 +90,18 @@ def test_a_snapshot_chunk_claiming_a_later_position_is_refused():
     chunk = SnapshotChunk(30, NO_SNAPSHOT, 0, 1, 0, ())
     with pytest.raises(CorruptEntry):
         Image().apply(12, chunk, 0)
+
+
+def test_an_update_is_decided_against_the_batch_so_far():
+    image = Image()
+    results, ops = image.decide(
+        [
+            Mutation(OpKind.SET, "n", 0, update=lambda v: str(int(v.value or b"0") + 1).encode()),
+            Mutation(OpKind.SET, "n", 0, update=lambda v: str(int(v.value) * 10).encode()),
+            Mutation(OpKind.SET, "n", 0, update=lambda v: None),  # leaves it
+            Mutation(OpKind.SET, "n", 0, update=lambda v: 1 / 0),  # type: ignore[arg-type, return-value]
+        ]
+    )
+    assert results[:3] == [Variable("n", b"1", 1), Variable("n", b"10", 2), Variable("n", b"10", 2)]
+    assert isinstance(results[3], ZeroDivisionError)
+    assert [op.value for op in ops] == [b"1", b"10"]

@@ -17,6 +17,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,10 @@ def log_sets(endpoints: str) -> list[tuple[int, str, int, int]]:
     """Every SET in the log, in log order: (position, name, version, value)."""
     sets = []
     with Client(endpoints) as client:
+        for _ in range(100):  # a leader first: the read is a linearizable one
+            if client.status().leader:
+                break
+            time.sleep(0.1)
         for entry in client.read():
             decoded = decode(entry.value, entry.position)
             if isinstance(decoded, Diff):
@@ -190,6 +195,7 @@ def test_leader_killed_during_stores(cluster):
             await s.client.close()
 
     asyncio.run(scenario())
+    cluster.wait_for_leader()
     assert len(acked) > 10
     check_no_lost_update(log_sets(endpoints), acked, final_state(endpoints))
 
@@ -306,3 +312,18 @@ def test_the_state_command_line(cluster, capsys):
     finally:
         watcher.kill()
         watcher.communicate()
+
+
+def test_the_worker_registry_example(cluster):
+    example = Path(__file__).parents[1] / "examples" / "worker_registry.py"
+    result = subprocess.run(
+        [sys.executable, str(example), "--endpoints", joined(cluster), "--processes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "registry holds exactly the workers admitted and not removed" in result.stdout
+    with State(joined(cluster)) as state:
+        registry = json.loads(state.fetch("registry").value)
+    assert len(registry) == 3 * (10 - 3)

@@ -9,7 +9,7 @@ Version 0 means "does not exist".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rlog.state.format import (
@@ -41,18 +41,24 @@ class Variable:
         return self.value.decode("utf-8", errors="backslashreplace")
 
 
+Update = Callable[[Variable], bytes | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Mutation:
     """What a caller asks: SET `name` to `value` or EXPUNGE it, if its version is still
-    `version`."""
+    `version`; or, with `update`, SET it to `update(current variable)` whatever its version
+    (None: leave it as it is), decided when the batch is (the Registrar's operations)."""
 
     kind: OpKind
     name: str
     version: int
     value: bytes = b""
+    update: Update | None = None
 
 
-MutationResult = Variable | bool | None  # store: Variable or None; expunge: bool
+# store: Variable or None; expunge: bool; update: Variable, or the exception it raised.
+MutationResult = Variable | bool | None | Exception
 
 
 class Image:
@@ -195,6 +201,21 @@ class Image:
         for m in mutations:
             current = overlay[m.name] if m.name in overlay else self.variables.get(m.name)
             current_version = 0 if current is None else current[0]
+            if m.update is not None:
+                before = Variable(m.name, b"" if current is None else current[1], current_version)
+                try:
+                    value = m.update(before)
+                except Exception as error:  # the caller's function: its own outcome
+                    results.append(error)
+                    continue
+                if value is None:
+                    results.append(before)
+                    continue
+                counter += 1
+                overlay[m.name] = (counter, bytes(value))
+                ops.append(Op(OpKind.SET, m.name, counter, bytes(value)))
+                results.append(Variable(m.name, bytes(value), counter))
+                continue
             if m.kind == OpKind.SET:
                 if current_version != m.version:
                     results.append(None)

@@ -41,7 +41,7 @@ from rlog.state.format import (
     encode_diff,
     snapshot_chunks,
 )
-from rlog.state.image import Image, Mutation, MutationResult, Variable
+from rlog.state.image import Image, Mutation, MutationResult, Update, Variable
 
 DEFAULT_SNAPSHOT_EVERY = 10_000  # mutations
 DEFAULT_SNAPSHOT_BYTES = 64 * 1024 * 1024  # bytes of diffs
@@ -61,6 +61,21 @@ class StateRecoveryFailed(StateError):
     """The state could not be read back from the log."""
 
 
+class _Patience:
+    """Waits between tries of a call that failed with `Unavailable` (no leader for now),
+    for up to `seconds` in all; then re-raises the error."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.tries = 0
+
+    async def or_raise(self, error: Unavailable) -> None:
+        if time.monotonic() >= self.deadline:
+            raise error
+        self.tries += 1
+        await asyncio.sleep(min(0.05 * self.tries, 0.5))
+
+
 @dataclass
 class _Pending:
     mutation: Mutation
@@ -78,6 +93,8 @@ class AsyncState:
       linearizable: it first reads every entry acknowledged before it.
     - `store(variable)` -> the stored `Variable` with its new version, or None when the
       variable's version is no longer `variable.version`.
+    - `update(name, function)` -> the variable after `function` changed it, decided within
+      the batch (never refused: re-run on a newer state after a conflict).
     - `expunge(variable)` -> whether it was removed (False: its version moved on, or gone).
     - `names()`, `watch(name)` (each new version, as the log learns it).
     - `batching=False`: every mutation is its own append (for comparison).
@@ -96,6 +113,7 @@ class AsyncState:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
         compact: bool = True,
+        unavailable_patience: float = 30.0,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client = AsyncClient(client) if isinstance(client, str) else client
@@ -104,6 +122,8 @@ class AsyncState:
         self.snapshot_every = snapshot_every
         self.snapshot_bytes = snapshot_bytes
         self.compact_automatically = compact
+        # How long reads and appends wait for a leader (Unavailable) before failing.
+        self.unavailable_patience = unavailable_patience
         self._image: Image | None = None
         self._queue: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
@@ -128,7 +148,9 @@ class AsyncState:
 
     async def _load(self) -> None:
         last_error: RlogError | None = None
-        for _ in range(_LOAD_TRIES):
+        tries = 0
+        waited = _Patience(self.unavailable_patience)
+        while tries < _LOAD_TRIES:
             try:
                 self._image = await self._load_once()
                 self.recoveries += 1
@@ -136,7 +158,9 @@ class AsyncState:
             except Truncated as error:
                 # The snapshot we started from was truncated under us: a newer one exists.
                 last_error = error
-                continue
+                tries += 1
+            except Unavailable as unavailable:
+                await waited.or_raise(unavailable)
         raise StateRecoveryFailed(
             f"could not recover the state after {_LOAD_TRIES} tries: {last_error}"
         )
@@ -211,13 +235,18 @@ class AsyncState:
     async def _catch_up(self, to: int | None = None) -> Image:
         """Read what others appended: through position `to` (inclusive) or the end."""
         image = await self._image_now()
-        try:
-            await self._read_into(image, image.next, to)
-        except Truncated:
-            # Our position was truncated under us: restart from the newest snapshot.
-            await self._load()
-            image = await self._image_now()
-        return image
+        waited = _Patience(self.unavailable_patience)
+        while True:
+            try:
+                await self._read_into(image, image.next, to)
+                return image
+            except Truncated:
+                # Our position was truncated under us: restart from the newest snapshot.
+                await self._load()
+                return await self._image_now()
+            except Unavailable as unavailable:
+                # No leader for now (an election): reads are safe to send again.
+                await waited.or_raise(unavailable)
 
     async def sync(self) -> None:
         """Read every entry acknowledged before this call."""
@@ -265,6 +294,15 @@ class AsyncState:
         assert result is None or isinstance(result, Variable)
         return result
 
+    async def update(self, name: str, function: Update) -> Variable:
+        """Set `name` to `function(current variable)` (None: leave it), decided against the
+        state at the position the batch is appended at, so it never fails on a conflict:
+        `function` runs again on the newer state (it must have no side effects). Returns
+        the variable after it. This is how the Registrar applies its operations."""
+        result = await self._submit(Mutation(OpKind.SET, name, 0, update=function))
+        assert isinstance(result, Variable)
+        return result
+
     async def expunge(self, variable: Variable) -> bool:
         result = await self._submit(Mutation(OpKind.EXPUNGE, variable.name, variable.version))
         return bool(result)
@@ -301,7 +339,11 @@ class AsyncState:
                     raise
                 continue
             for pending, result in zip(batch, results, strict=True):
-                if not pending.future.done():
+                if pending.future.done():
+                    continue
+                if isinstance(result, Exception):
+                    pending.future.set_exception(result)
+                else:
                     pending.future.set_result(result)
             if self.compact_automatically:
                 image = self._image
@@ -318,7 +360,7 @@ class AsyncState:
         there; on a conflict read what came in between and decide again."""
         mutations = [p.mutation for p in batch]
         image = await self._image_now()
-        unavailable_since: float | None = None
+        waited = _Patience(self.unavailable_patience)
         while True:
             position = image.next
             results, ops = image.decide(mutations)
@@ -347,13 +389,9 @@ class AsyncState:
                 if not landed:
                     continue
                 return results
-            except Unavailable:
+            except Unavailable as unavailable:
                 # Certainly not appended (no leader for now, e.g. during an election).
-                now = time.monotonic()
-                unavailable_since = unavailable_since or now
-                if now - unavailable_since > _UNKNOWN_RETRY_SECONDS:
-                    raise
-                await asyncio.sleep(0.1)
+                await waited.or_raise(unavailable)
                 continue
             image.apply(position, diff, len(value))
             return results

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from rlog.client import AsyncClient
 from rlog.client.errors import RlogError
-from rlog.state.image import Variable
+from rlog.state.image import Update, Variable
 from rlog.state.store import AsyncState
 
 T = TypeVar("T")
@@ -69,6 +69,9 @@ class State:
 
     def store(self, variable: Variable) -> Variable | None:
         return self._run(self._async.store(variable))
+
+    def update(self, name: str, function: Update) -> Variable:
+        return self._run(self._async.update(name, function))
 
     def expunge(self, variable: Variable) -> bool:
         return self._run(self._async.expunge(variable))
