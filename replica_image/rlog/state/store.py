@@ -50,7 +50,7 @@ MAX_CHUNK_BYTES = 1024 * 1024  # one snapshot chunk entry
 MAX_CHUNKS_PER_APPEND = 4
 _UNKNOWN_RETRY_SECONDS = 60.0
 _LOAD_TRIES = 5
-_POINTER_WINDOW = 64
+_POINTER_WINDOW = 4  # grows x4: a snapshot's chunks near the end are read at most once more
 
 
 class StateLost(StateError):
@@ -130,6 +130,7 @@ class AsyncState:
         self._io = asyncio.Lock()  # one reader/writer of the image's log position at a time
         # Counters for tests and benchmarks.
         self.appends = 0
+        self.appended_bytes = 0  # bytes of the diff entries this process appended
         self.conflicts = 0
         self.snapshots_written = 0
         self.recoveries = 0
@@ -376,6 +377,7 @@ class AsyncState:
             try:
                 await self.client.append([value], if_next=position)
                 self.appends += 1
+                self.appended_bytes += len(value)
             except ConditionFailed as conflict:
                 self.conflicts += 1
                 image = await self._after_conflict(conflict)
@@ -413,33 +415,41 @@ class AsyncState:
         most once). Returns (landed, image)."""
         deadline = time.monotonic() + _UNKNOWN_RETRY_SECONDS
         attempt = 0
-        image = await self._image_now()
-        image.watched_nonces.add(nonce)
+        watching = await self._image_now()
+        watching.watched_nonces.add(nonce)
         try:
             while True:
                 attempt += 1
                 try:
                     await self.client.append([value], if_next=position)
                     self.appends += 1
+                    self.appended_bytes += len(value)
                 except ConditionFailed as conflict:
                     image = await self._after_conflict(conflict)
-                    return image.nonces_seen.get(nonce) == position, image
+                    if image is not watching:
+                        # Reloaded from a snapshot (our position was truncated): the entry
+                        # at `position` can no longer be looked at.
+                        raise OutcomeUnknown(
+                            f"a state append at position {position} had an unknown outcome "
+                            "and the log was truncated past it before it could be checked"
+                        ) from None
+                    return watching.nonces_seen.get(nonce) == position, image
                 except Truncated:
-                    # Our position is gone: whether it landed is recorded in the snapshot.
                     raise OutcomeUnknown(
                         f"a state append at position {position} had an unknown outcome and "
                         "the log was truncated past it before it could be checked"
                     ) from None
-                except OutcomeUnknown:
+                except (OutcomeUnknown, Unavailable):
+                    # Unavailable: this try certainly did nothing; the first may have.
                     if time.monotonic() >= deadline:
                         raise
                     await asyncio.sleep(min(0.1 * attempt, 1.0))
                     continue
-                image.apply(position, decode(value, position), len(value))
-                return True, image
+                watching.apply(position, decode(value, position), len(value))
+                return True, watching
         finally:
-            image.watched_nonces.discard(nonce)
-            image.nonces_seen.pop(nonce, None)
+            watching.watched_nonces.discard(nonce)
+            watching.nonces_seen.pop(nonce, None)
 
     # ---- snapshots and compaction ------------------------------------------------------
 
