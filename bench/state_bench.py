@@ -75,12 +75,13 @@ async def throughput(
     await state.recover()
     latencies: list[float] = []
     mutations = 0
-    stop = time.monotonic() + seconds
+
+    await state.sync()  # each writer's version, read before the clock starts
 
     async def writer(i: int) -> None:
         nonlocal mutations
         name = f"{run}-w{i}"
-        version = (await state.fetch(name)).version
+        version = state.cached(name).version
         while time.monotonic() < stop:
             started = time.monotonic()
             stored = await state.store(Variable(name, VALUE, version))
@@ -91,6 +92,7 @@ async def throughput(
 
     appends_before, bytes_before = state.appends, state.appended_bytes
     started = time.monotonic()
+    stop = started + seconds
     await asyncio.gather(*(writer(i) for i in range(writers)))
     elapsed = time.monotonic() - started
     appends = state.appends - appends_before

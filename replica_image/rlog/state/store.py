@@ -127,6 +127,8 @@ class AsyncState:
         self._image: Image | None = None
         self._queue: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
+        self._sync_waiters: list[asyncio.Future[None]] = []
+        self._syncer: asyncio.Task[None] | None = None
         self._io = asyncio.Lock()  # one reader/writer of the image's log position at a time
         # Counters for tests and benchmarks.
         self.appends = 0
@@ -250,9 +252,31 @@ class AsyncState:
                 await waited.or_raise(unavailable)
 
     async def sync(self) -> None:
-        """Read every entry acknowledged before this call."""
-        async with self._io:
-            await self._catch_up()
+        """Read every entry acknowledged before this call. Concurrent calls share reads: the
+        callers that arrive while one read is under way are served together by the next
+        (which starts after they arrived, so each sees everything acknowledged before it)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sync_waiters.append(future)
+        if self._syncer is None or self._syncer.done():
+            self._syncer = asyncio.create_task(self._sync_queued())
+        await future
+
+    async def _sync_queued(self) -> None:
+        while self._sync_waiters:
+            waiters, self._sync_waiters = self._sync_waiters, []
+            try:
+                async with self._io:
+                    await self._catch_up()
+            except BaseException as error:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(error)
+                if isinstance(error, asyncio.CancelledError):
+                    raise
+                continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # ---- reading -----------------------------------------------------------------------
 
@@ -469,6 +493,9 @@ class AsyncState:
         )
         for start in range(0, len(chunks), MAX_CHUNKS_PER_APPEND):
             await self.client.append(chunks[start : start + MAX_CHUNKS_PER_APPEND])
+        # An empty diff naming the new snapshot: recovery, which looks at the last entries,
+        # starts from it at once instead of from the snapshot before.
+        await self.client.append([encode_diff(Diff(as_of, os.urandom(16), ()))])
         self.snapshots_written += 1
         image.mutations_since_snapshot = 0
         image.bytes_since_snapshot = 0
