@@ -250,13 +250,7 @@ def decode(value: bytes, position: int) -> Decoded:
         return Diff(int(snapshot), bytes(nonce), tuple(ops))
     if kind == Kind.SNAPSHOT:
         as_of, previous, index, count, counter, n = reader.take(_SNAPSHOT_HEAD)
-        variables: list[tuple[str, int, bytes]] = []
-        for _ in range(int(n)):
-            (name_length,) = reader.take(_NAME_HEAD)
-            name = reader.name(int(name_length))
-            version, value_length = reader.take(_VALUE_HEAD)
-            variables.append((name, int(version), reader.raw(int(value_length))))
-        reader.finish()
+        variables = _snapshot_variables(body, reader.offset, int(n), position)
         if not 0 <= int(index) < int(count):
             raise CorruptEntry(
                 f"state entry at position {position} is corrupted: chunk {index} of {count}"
@@ -267,9 +261,42 @@ def decode(value: bytes, position: int) -> Decoded:
             int(index),
             int(count),
             int(counter),
-            tuple(variables),
+            variables,
         )
     raise CorruptEntry(f"state entry at position {position} is corrupted: unknown kind {kind}")
+
+
+def _snapshot_variables(
+    body: bytes, offset: int, count: int, position: int
+) -> tuple[tuple[str, int, bytes], ...]:
+    """The variables of a snapshot chunk's body from `offset` on: the hot loop of recovery,
+    so written out without helper calls."""
+    name_head, value_head = _NAME_HEAD.unpack_from, _VALUE_HEAD.unpack_from
+    name_size, value_size = _NAME_HEAD.size, _VALUE_HEAD.size
+    variables: list[tuple[str, int, bytes]] = []
+    append = variables.append
+    try:
+        for _ in range(count):
+            (name_length,) = name_head(body, offset)
+            offset += name_size
+            name_end = offset + name_length
+            name = body[offset:name_end].decode("utf-8")
+            version, value_length = value_head(body, name_end)
+            offset = name_end + value_size
+            end = offset + value_length
+            if end > len(body) or name_end > len(body):
+                raise struct.error("short")
+            append((name, version, body[offset:end]))
+            offset = end
+    except (struct.error, UnicodeDecodeError):
+        raise CorruptEntry(
+            f"state entry at position {position} is corrupted: a snapshot variable does not parse"
+        ) from None
+    if offset != len(body):
+        raise CorruptEntry(
+            f"state entry at position {position} is corrupted: {len(body) - offset} bytes left over"
+        )
+    return tuple(variables)
 
 
 def decode_all(entries: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Decoded]]:

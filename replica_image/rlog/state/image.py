@@ -163,12 +163,10 @@ class Image:
         chunks = [self._base_chunks[i] for i in range(count)]
         assert self._base is not None
         base = self._base
-        self.variables = {}
-        self.state_bytes = 0
-        for chunk in chunks:
-            for name, version, value in chunk.variables:
-                self.variables[name] = (version, value)
-                self.state_bytes += len(name) + len(value)
+        self.variables = {
+            name: (version, value) for chunk in chunks for name, version, value in chunk.variables
+        }
+        self.state_bytes = sum(len(name) + len(v[1]) for name, v in self.variables.items())
         self.counter = chunks[0].counter
         self.previous_snapshot = chunks[0].previous
         self.snapshot = base
