@@ -20,8 +20,6 @@ from typing import Any
 
 from rlog.client.errors import RlogError
 
-_SET_TRIES = 10
-
 
 class StateCommandError(RlogError):
     """A state command whose condition did not hold (exit 1)."""
@@ -126,10 +124,5 @@ def _set(state: Any, variable_type: Any, name: str, value: bytes, if_version: in
                 f"{name} is not at version {if_version} (it is at {now}): nothing stored"
             )
         return stored
-    # Without a condition: last writer wins, deciding against the newest version.
-    for _ in range(_SET_TRIES):
-        current = state.fetch(name)
-        stored = state.store(variable_type(name, value, current.version))
-        if stored is not None:
-            return stored
-    raise StateCommandError(f"{name} kept changing under {_SET_TRIES} tries: nothing stored")
+    # Without a condition: last writer wins, an update decided inside the batch.
+    return state.update(name, lambda _current: value)
