@@ -64,8 +64,13 @@ def log_sets(endpoints: str) -> list[tuple[int, str, int, int]]:
             if isinstance(decoded, Diff):
                 for op in decoded.ops:
                     assert op.kind == OpKind.SET
-                    sets.append((entry.position, op.name, op.version, int(op.value)))
+                    sets.append((entry.position, op.name, op.version, counter_of(op.value)))
     return sets
+
+
+def counter_of(value: bytes) -> int:
+    """A counter's value: "N", or "N/tag" (a tag makes every stored value unique)."""
+    return int(value.split(b"/")[0] or b"0")
 
 
 def check_no_lost_update(
@@ -80,7 +85,7 @@ def check_no_lost_update(
         versions = [version for version, _ in history]
         assert versions == sorted(set(versions)), f"{name}: versions do not grow: {versions}"
         assert final[name].version == versions[-1]
-        assert int(final[name].value) == values[-1]
+        assert counter_of(final[name].value) == values[-1]
     in_log = {(name, version): value for _, name, version, value in sets}
     for record in acked:
         key = (str(record["name"]), int(record["version"]))  # type: ignore[call-overload]
@@ -147,34 +152,103 @@ def test_writer_killed_mid_batch_leaves_a_readable_state(cluster):
 
 
 async def _increment_until(
-    state: AsyncState, names: list[str], stop: asyncio.Event, acked: list[Acked], seed: int
+    state: AsyncState,
+    names: list[str],
+    stop: asyncio.Event,
+    acked: list[Acked],
+    process: int,
+    history: list[dict[str, object]],
 ) -> None:
-    rng = random.Random(seed)
+    """Increment counters until `stop`; every fetch and store goes into `history` (the
+    registers model of the linearizability checker)."""
+    rng = random.Random(process)
+    sequence = 0
     while not stop.is_set():
         name = rng.choice(names)
+        invoke = time.monotonic_ns()
         try:
             current = await state.fetch(name)
-            value = int(current.value or b"0") + 1
-            stored = await state.store(Variable(name, str(value).encode(), current.version))
-        except Exception:  # an outcome unknown after the retries, or no quorum for long
+        except Exception as error:  # no quorum for long: the fetch did nothing
+            history.append(_op(process, "fetch", name, invoke, "fail", error=str(error)))
             await asyncio.sleep(0.1)
             continue
+        history.append(
+            _op(
+                process,
+                "fetch",
+                name,
+                invoke,
+                "ok",
+                version=current.version,
+                value=current.value.decode(),
+            )
+        )
+        sequence += 1
+        value = f"{counter_of(current.value) + 1}/{process}-{sequence}"
+        invoke = time.monotonic_ns()
+        try:
+            stored = await state.store(Variable(name, value.encode(), current.version))
+        except Exception as error:  # an outcome unknown after the retries
+            history.append(
+                _op(
+                    process,
+                    "store",
+                    name,
+                    invoke,
+                    "info",
+                    expect=current.version,
+                    value=value,
+                    error=str(error),
+                )
+            )
+            await asyncio.sleep(0.1)
+            continue
+        history.append(
+            _op(
+                process,
+                "store",
+                name,
+                invoke,
+                "ok",
+                expect=current.version,
+                value=value,
+                stored=stored is not None,
+                **({"version": stored.version} if stored is not None else {}),
+            )
+        )
         if stored is not None:
-            acked.append({"name": name, "version": stored.version, "value": value})
+            acked.append(
+                {"name": name, "version": stored.version, "value": counter_of(stored.value)}
+            )
 
 
-def test_leader_killed_during_stores(cluster):
+def _op(
+    process: int, f: str, name: str, invoke: int, result: str, **fields: object
+) -> dict[str, object]:
+    return {
+        "process": process,
+        "f": f,
+        "name": name,
+        "invoke": invoke,
+        "complete": time.monotonic_ns(),
+        "result": result,
+        **fields,
+    }
+
+
+def test_leader_killed_during_stores(cluster, tmp_path):
     endpoints = joined(cluster)
     names = ["a", "b"]
     acked: list[Acked] = []
+    history: list[dict[str, object]] = []
 
     async def scenario() -> None:
         stop = asyncio.Event()
         states = [AsyncState(AsyncClient(endpoints, append_timeout=20)) for _ in range(3)]
         tasks = [
-            asyncio.create_task(_increment_until(s, names, stop, acked, seed))
-            for seed, s in enumerate(states)
-            for _ in range(2)
+            asyncio.create_task(_increment_until(s, names, stop, acked, 2 * i + k, history))
+            for i, s in enumerate(states)
+            for k in range(2)
         ]
         for _ in range(2):
             await asyncio.sleep(1.0)
@@ -198,6 +272,14 @@ def test_leader_killed_during_stores(cluster):
     cluster.wait_for_leader()
     assert len(acked) > 10
     check_no_lost_update(log_sets(endpoints), acked, final_state(endpoints))
+    # The fetches and stores as registers, judged by Porcupine.
+    from jepsen import linearizability
+
+    path = tmp_path / "registers.jsonl"
+    path.write_text("".join(json.dumps(op) + "\n" for op in history))
+    verdict = linearizability.check(path, model="registers", timeout_s=60)
+    assert verdict.linearizable, verdict.verdict
+    assert verdict.operations == len([op for op in history if op["result"] != "fail"])
 
 
 def test_recovery_after_compaction_and_a_restart_of_every_replica(cluster):
