@@ -17,6 +17,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -242,33 +243,44 @@ def test_leader_killed_during_stores(cluster, tmp_path):
     acked: list[Acked] = []
     history: list[dict[str, object]] = []
 
-    async def scenario() -> None:
-        stop = asyncio.Event()
+    stop = threading.Event()
+
+    async def writers() -> None:
         states = [AsyncState(AsyncClient(endpoints, append_timeout=20)) for _ in range(3)]
+        halt = asyncio.Event()
         tasks = [
-            asyncio.create_task(_increment_until(s, names, stop, acked, 2 * i + k, history))
+            asyncio.create_task(_increment_until(s, names, halt, acked, 2 * i + k, history))
             for i, s in enumerate(states)
             for k in range(2)
         ]
-        for _ in range(2):
-            await asyncio.sleep(1.0)
-            leader = await asyncio.to_thread(cluster.wait_for_leader)
-            before = len(acked)
-            await asyncio.to_thread(cluster.kill, leader, signal.SIGKILL)
-            await asyncio.sleep(1.5)
-            await asyncio.to_thread(cluster.start_replica, leader)
-            await asyncio.to_thread(cluster.wait_for_leader)
-            for _ in range(300):  # progress after the restart, for up to 30 s
-                if len(acked) > before + 5:
-                    break
-                await asyncio.sleep(0.1)
-        stop.set()
+        await asyncio.to_thread(stop.wait)
+        halt.set()
         await asyncio.gather(*tasks)
         for s in states:
             await s.close()
             await s.client.close()
 
-    asyncio.run(scenario())
+    # The writers run on a thread of their own; this thread kills and restarts replicas:
+    # a replica dies with the thread that started it (PR_SET_PDEATHSIG), so never start one
+    # from a short-lived worker thread.
+    thread = threading.Thread(target=asyncio.run, args=(writers(),))
+    thread.start()
+    try:
+        for _ in range(2):
+            time.sleep(1.0)
+            leader = cluster.wait_for_leader()
+            before = len(acked)
+            cluster.kill(leader, signal.SIGKILL)
+            time.sleep(1.5)
+            cluster.start_replica(leader)
+            cluster.wait_for_leader()
+            for _ in range(300):  # progress after the restart, for up to 30 s
+                if len(acked) > before + 5:
+                    break
+                time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join()
     cluster.wait_for_leader()
     assert len(acked) > 10
     check_no_lost_update(log_sets(endpoints), acked, final_state(endpoints))
