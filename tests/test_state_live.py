@@ -296,6 +296,8 @@ def test_leader_killed_during_stores(cluster, tmp_path):
 
 def test_recovery_after_compaction_and_a_restart_of_every_replica(cluster):
     endpoints = joined(cluster)
+    lagging = State(endpoints)  # reads once now, then not until after the compactions
+    assert lagging.names() == []
     with State(endpoints, snapshot_every=25) as state:
         expected: dict[str, bytes] = {}
         for i in range(120):
@@ -310,6 +312,11 @@ def test_recovery_after_compaction_and_a_restart_of_every_replica(cluster):
     with Client(endpoints) as client:
         begin = client.status().begin
     assert begin > 0, "compaction truncated nothing"
+    # The lagging reader's position is truncated: it restarts from the newest snapshot.
+    assert lagging.asynchronous.position < begin
+    assert {n: v.value for n, v in lagging.variables().items()} == expected
+    assert lagging.asynchronous.recoveries == 2
+    lagging.close()
     for i in range(3):
         cluster.stop_replica(i)
     for i in range(3):
