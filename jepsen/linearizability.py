@@ -34,9 +34,13 @@ class Verdict:
         return self.status == LINEARIZABLE
 
 
-def check(history: Path, visualize: Path | None = None, timeout_s: float = 300.0) -> Verdict:
+def check(
+    history: Path, visualize: Path | None = None, timeout_s: float = 300.0, model: str = "log"
+) -> Verdict:
+    """`model`: "log" (appends and reads) or "registers" (fetch and compare-and-set store
+    of named registers, as rlog.state's variables; checker/registers.go)."""
     binary = build()
-    cmd = [str(binary), "-json", f"-timeout={timeout_s}s"]
+    cmd = [str(binary), "-json", f"-timeout={timeout_s}s", f"-model={model}"]
     if visualize is not None:
         cmd += ["-visualize", str(visualize)]
     done = subprocess.run([*cmd, str(history)], capture_output=True)

@@ -321,3 +321,80 @@ def test_a_min_position_read_must_hold_its_bound_and_the_final_log():
     late = [append(0, 10, 20, ["a"], position=1), stale([], 0)]
     late[1].invoke, late[1].complete = 30, 40
     assert verdict_of(late) == linearizability.LINEARIZABLE
+
+
+# ---- the registers model (rlog.state's versioned variables) ---------------------------------
+
+
+def register_ops(path: Path, ops: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(op) + "\n" for op in ops))
+    return path
+
+
+def fetch(process, invoke, complete, name, version, value):
+    return {
+        "process": process,
+        "f": "fetch",
+        "name": name,
+        "invoke": invoke,
+        "complete": complete,
+        "result": "ok",
+        "version": version,
+        "value": value,
+    }
+
+
+def store(process, invoke, complete, name, expect, value, stored=None, version=None):
+    op = {
+        "process": process,
+        "f": "store",
+        "name": name,
+        "expect": expect,
+        "value": value,
+        "invoke": invoke,
+        "complete": complete,
+        "result": "info" if stored is None else "ok",
+    }
+    if stored is not None:
+        op["stored"] = stored
+    if version is not None:
+        op["version"] = version
+    return op
+
+
+def test_registers_accept_compare_and_set_with_an_unknown_store(tmp_path):
+    history = [
+        fetch(0, 1, 2, "a", 0, ""),
+        store(0, 3, 6, "a", 0, "x", stored=True, version=1),
+        store(1, 4, 7, "a", 0, "y", stored=False),  # lost the race: refused
+        store(2, 8, 9, "a", 1, "z"),  # unknown outcome, later seen
+        fetch(1, 10, 11, "a", 4, "z"),
+        store(1, 12, 13, "a", 1, "w", stored=False),
+        fetch(0, 1, 2, "b", 0, ""),  # another register, its own partition
+    ]
+    verdict = linearizability.check(register_ops(tmp_path / "h.jsonl", history), model="registers")
+    assert verdict.linearizable, verdict.verdict
+    assert verdict.operations == 7
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        # Two stores against the same version both succeed: a lost update.
+        [
+            store(0, 1, 4, "a", 0, "x", stored=True, version=1),
+            store(1, 2, 5, "a", 0, "y", stored=True, version=2),
+        ],
+        # A fetch after a store completed does not see it: a stale read.
+        [
+            store(0, 1, 2, "a", 0, "x", stored=True, version=1),
+            fetch(1, 3, 4, "a", 0, ""),
+        ],
+        # A store refused although nothing changed the version it named.
+        [fetch(0, 1, 2, "a", 0, ""), store(0, 3, 4, "a", 0, "x", stored=False)],
+    ],
+    ids=["lost-update", "stale-fetch", "refused-for-nothing"],
+)
+def test_registers_refuse_each_wrong_answer(tmp_path, history):
+    verdict = linearizability.check(register_ops(tmp_path / "h.jsonl", history), model="registers")
+    assert verdict.status == linearizability.VIOLATION, verdict.verdict

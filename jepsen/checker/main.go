@@ -402,6 +402,7 @@ func main() {
 	always := flag.Bool("always-visualize", false, "write the visualization even when the history is linearizable")
 	timeout := flag.Duration("timeout", 0, "give up after this long (exit 3); 0: no limit")
 	asJSON := flag.Bool("json", false, "print the verdict as one JSON object")
+	modelName := flag.String("model", "log", "log (appends and reads) or registers (fetch and compare-and-set store; registers.go)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: checker [flags] HISTORY.jsonl (- for stdin)\n")
 		flag.PrintDefaults()
@@ -421,14 +422,25 @@ func main() {
 		defer file.Close()
 		input = file
 	}
-	ops, sum, err := parseHistory(input)
+	model := logModel
+	parse := parseHistory
+	switch *modelName {
+	case "log":
+	case "registers":
+		model = registerModel.ToModel()
+		parse = parseRegisterHistory
+	default:
+		fmt.Fprintf(os.Stderr, "checker: unknown model %q (log or registers)\n", *modelName)
+		os.Exit(2)
+	}
+	ops, sum, err := parse(input)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "checker: bad history:", err)
 		os.Exit(2)
 	}
 
 	start := time.Now()
-	result, info := porcupine.CheckOperationsVerbose(logModel, ops, *timeout)
+	result, info := porcupine.CheckOperationsVerbose(model, ops, *timeout)
 	sum.Seconds = time.Since(start).Seconds()
 
 	status := 0
@@ -443,7 +455,7 @@ func main() {
 		status = 3
 	}
 	if *visualize != "" && (status == 1 || *always) {
-		if err := porcupine.VisualizePath(logModel, info, *visualize); err != nil {
+		if err := porcupine.VisualizePath(model, info, *visualize); err != nil {
 			fmt.Fprintln(os.Stderr, "checker: visualization:", err)
 		}
 	}

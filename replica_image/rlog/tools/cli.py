@@ -325,6 +325,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return dev.run(args)
 
 
+def cmd_state(args: argparse.Namespace) -> int:
+    from rlog.tools import state_cli
+
+    return state_cli.run(args, _endpoint(args), lambda message: UsageError(message, args.prog))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rlog.tools import bench
 
@@ -456,6 +462,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-id", default="", metavar="ID")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_admin)
+
+    from rlog.tools import state_cli
+
+    p = sub.add_parser("state", help="versioned variables kept in the log (rlog.state)")
+    add_endpoint_arguments(p)
+    state_cli.add_arguments(p)
+    p.set_defaults(func=cmd_state)
 
     from rlog.tools import bench
 
