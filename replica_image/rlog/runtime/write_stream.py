@@ -68,7 +68,7 @@ class _Session:
     def __init__(self, call: grpc.aio.StreamStreamCall, on_end: Callable[[_Session], None]):
         self.call = call
         self.pending: dict[int, asyncio.Future[pb.WriteResponse]] = {}
-        self.outgoing: asyncio.Queue[bytes] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
         self.ended = False
         self._on_end = on_end
         loop = asyncio.get_running_loop()
@@ -78,7 +78,9 @@ class _Session:
     async def _send(self) -> None:
         try:
             while True:
-                await self.call.write(await self.outgoing.get())
+                request_id, data = await self.outgoing.get()
+                if request_id in self.pending:  # not timed out while it waited its turn
+                    await self.call.write(data)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the call ended: the reader sees why, unless it already did
@@ -155,7 +157,7 @@ class WriteStream:
         request_id = next(self._ids)
         future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
         session.pending[request_id] = future
-        session.outgoing.put_nowait(with_id(encoded, request_id))
+        session.outgoing.put_nowait((request_id, with_id(encoded, request_id)))
         timer = asyncio.get_running_loop().call_later(time_limit, _expire, future, time_limit)
         try:
             return await future
