@@ -303,6 +303,13 @@ class AdminService(pbg.AdminServicer):
         return self.node.status()
 
 
+# A leader's write stream stays open while no write travels, and its channel's keepalive
+# pings it every 10 s (wire.py); gRPC servers by default take pings without data more often
+# than every 5 minutes as abuse and close the connection ("too_many_pings"), breaking the
+# stream and anything else on that connection. Seen in a long live test: allow them.
+REPLICA_SERVER_OPTIONS = [*SERVER_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5000)]
+
+
 class _Handlers:
     """Takes the method handlers a generated `add_*_to_server` registers, unregistered."""
 
@@ -335,7 +342,7 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=REPLICA_SERVER_OPTIONS)
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
         _add_replica_service(ReplicaService(node), server, without=("WriteStream",))
