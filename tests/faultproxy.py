@@ -1,6 +1,6 @@
 """A fault-injecting TCP proxy on loopback: forwards connections to a target and cuts them at
-random (each forwarded chunk may close both sides), so messages in flight are lost on real
-sockets. Runs its own event loop in a thread."""
+random (each forwarded chunk may close both sides), or all at once on demand (`cut_all`), so
+messages in flight are lost on real sockets. Runs its own event loop in a thread."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class FaultProxy:
         self.host = host
         self.port = free_port(host)
         self.cuts = 0
+        self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -38,6 +39,19 @@ class FaultProxy:
         self._thread.start()
         self._ready.wait(10)
         return self
+
+    def cut_all(self) -> int:
+        """Close every connection open now, both sides (new ones are forwarded as before);
+        returns how many sockets were closed."""
+
+        def close_all() -> int:
+            writers, self._open = self._open, set()
+            for w in writers:
+                w.close()
+            self.cuts += 1
+            return len(writers)
+
+        return asyncio.run_coroutine_threadsafe(_call(close_all), self._loop).result(10)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -60,6 +74,7 @@ class FaultProxy:
         except OSError:
             writer.close()
             return
+        self._open.update((writer, up_writer))
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
@@ -71,5 +86,10 @@ class FaultProxy:
                     await dst.drain()
             for w in (writer, up_writer):
                 w.close()
+                self._open.discard(w)
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def _call(fn):  # type: ignore[no-untyped-def]
+    return fn()

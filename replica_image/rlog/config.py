@@ -39,6 +39,18 @@ UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
 UNSAFE_NO_DEDUPE_ENV = "RLOG_UNSAFE_NO_DEDUPE"
 
 
+# TEST ONLY: a replica started with this environment variable set to 1 serves no
+# `WriteStream` (the RPC is left unregistered, as in a build that predates it), so a leader
+# must fall back to unary `Write`s to it. Harmless (the protocol is the same), but never
+# useful outside the test of that fallback.
+NO_WRITE_STREAM_ENV = "RLOG_NO_WRITE_STREAM"
+
+
+def no_write_stream() -> bool:
+    """Whether the test-only switch leaving WriteStream unregistered is on."""
+    return os.environ.get(NO_WRITE_STREAM_ENV) == "1"
+
+
 def unsafe_no_dedupe() -> bool:
     """Whether the test-only dedupe switch is off (`RLOG_UNSAFE_NO_DEDUPE=1`)."""
     return os.environ.get(UNSAFE_NO_DEDUPE_ENV) == "1"

@@ -44,6 +44,11 @@ class ReplicaStub:
                 request_serializer=rlog__pb2.WriteRequest.SerializeToString,
                 response_deserializer=rlog__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.WriteStream = channel.stream_stream(
+                '/rlog.v1.Replica/WriteStream',
+                request_serializer=rlog__pb2.WriteRequest.SerializeToString,
+                response_deserializer=rlog__pb2.WriteResponse.FromString,
+                _registered_method=True)
         self.Learned = channel.unary_unary(
                 '/rlog.v1.Replica/Learned',
                 request_serializer=rlog__pb2.LearnedRequest.SerializeToString,
@@ -76,6 +81,16 @@ class ReplicaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteStream(self, request_iterator, context):
+        """The leader's writes to one follower on one long-lived stream, several in flight: each
+        request is handled as a `Write` (concurrently, so they share group commits) and its
+        response carries the request's id, in the order they complete. A replica without it
+        answers UNIMPLEMENTED and the leader falls back to `Write`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Learned(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -104,6 +119,11 @@ def add_ReplicaServicer_to_server(servicer, server):
             ),
             'Write': grpc.unary_unary_rpc_method_handler(
                     servicer.Write,
+                    request_deserializer=rlog__pb2.WriteRequest.FromString,
+                    response_serializer=rlog__pb2.WriteResponse.SerializeToString,
+            ),
+            'WriteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.WriteStream,
                     request_deserializer=rlog__pb2.WriteRequest.FromString,
                     response_serializer=rlog__pb2.WriteResponse.SerializeToString,
             ),
@@ -175,6 +195,33 @@ class Replica:
             request,
             target,
             '/rlog.v1.Replica/Write',
+            rlog__pb2.WriteRequest.SerializeToString,
+            rlog__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rlog.v1.Replica/WriteStream',
             rlog__pb2.WriteRequest.SerializeToString,
             rlog__pb2.WriteResponse.FromString,
             options,

@@ -82,6 +82,24 @@ class ReplicaMetrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.write_requests = Counter(
+            "rlog_write_requests",
+            "Write requests this replica handled, by RPC (stream: WriteStream, unary: Write)",
+            ["rpc"],
+            registry=r,
+        )
+        self.write_streams_opened = Counter(
+            "rlog_write_streams_opened",
+            "WriteStream calls this replica opened to a peer (again after each break)",
+            ["peer"],
+            registry=r,
+        )
+        self.peer_write_failures = Counter(
+            "rlog_peer_write_failures",
+            "Writes to a peer that failed in transport (timeout, broken stream, RPC error)",
+            ["peer"],
+            registry=r,
+        )
         self.elections = Counter(
             "rlog_elections", "Elections this replica started, by result", ["result"], registry=r
         )

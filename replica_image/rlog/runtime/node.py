@@ -142,6 +142,7 @@ class Node:
             self._on_reply,
             self._on_send_failure,
             promise_timeout=self.coordinator.config.fill_timeout,
+            metrics=self.metrics,
         )
         self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # When to stand for election, whom this replica follows (the rules: election.py).

@@ -4,8 +4,11 @@ messages, and copying learned entries between replicas (`Fetch`).
 - sending: a message to a peer goes over gRPC, one to this replica itself straight to its own
   acceptor/learner handlers; replies and failures of a coordinator round go back through
   callbacks, so the coordinator's driver stays the only one that feeds it;
+- writes: the leader's writes to a peer travel on one long-lived `WriteStream` per peer
+  (`write_stream`), several in flight, unary `Write` for a peer without it; promises,
+  learned messages and heartbeats stay unary calls (docs/data-path.md says why);
 - learned piggy-backing: the leader's learned ranges for a peer wait briefly for the next
-  write to that peer and ride on it (one RPC instead of two);
+  write to that peer and ride on it (one message instead of two);
 - Fetch: a replica pulls the learned actions it lacks from a peer (a follower behind the
   leader, a recovering replica catching up), and serves the same to others.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +32,17 @@ from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
+from rlog.runtime.metrics import ReplicaMetrics
+from rlog.runtime.write_stream import StreamBroken, StreamUnimplemented, WriteStream
 
 log = logging.getLogger("rlog.node")
 
 READ_CHUNK_POSITIONS = 1024
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
+# A peer that answered UNIMPLEMENTED to WriteStream gets unary writes this long (seconds),
+# then the stream is tried again (the peer may have been upgraded meanwhile).
+UNARY_FALLBACK = 60.0
 
 Message = pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
 Response = pb.PromiseResponse | pb.WriteResponse
@@ -78,6 +87,7 @@ class Peers(Mapping[int, Peer]):
         on_reply: Callable[[Send, Response], None],
         on_failure: Callable[[Send], None],
         promise_timeout: float,
+        metrics: ReplicaMetrics | None = None,
     ) -> None:
         self.config = config
         self.core = core
@@ -89,6 +99,11 @@ class Peers(Mapping[int, Peer]):
         self._peers: dict[int, Peer] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._held_learned: dict[int, pb.LearnedRequest] = {}
+        self._metrics = metrics or ReplicaMetrics(config.id)
+        self._streams: dict[int, WriteStream] = {}
+        self._unary_until: dict[int, float] = {}  # peer -> when to try its stream again
+        # The last write encoded: a broadcast sends the same message to every peer.
+        self._encoded: tuple[pb.WriteRequest | None, bytes] = (None, b"")
         self._stopped = False
         # Whether a pull of learned entries from the leader is under way (one at a time).
         self.fetching = False
@@ -114,12 +129,16 @@ class Peers(Mapping[int, Peer]):
             self._peers[peer_id] = Peer(
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
             )
+            opened = self._metrics.write_streams_opened.labels(str(peer_id))
+            self._streams[peer_id] = WriteStream(channel, opened.inc)
 
     def stop(self) -> None:
         """Send nothing more: learned ranges still held are dropped."""
         self._stopped = True
 
     async def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
         for channel in self._channels:
             await channel.close(grace=None)
 
@@ -194,7 +213,9 @@ class Peers(Mapping[int, Peer]):
                 response = await self._local(message)
             else:
                 response = await self._remote(self._peers[send.to], message)
-        except (TimeoutError, grpc.aio.AioRpcError, RpcError):
+        except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken):
+            if isinstance(message, pb.WriteRequest) and send.to != self.config.id:
+                self._metrics.peer_write_failures.labels(str(send.to)).inc()
             if send.round:
                 self._on_failure(send)
             return
@@ -213,9 +234,29 @@ class Peers(Mapping[int, Peer]):
         if isinstance(message, pb.PromiseRequest):
             return await peer.replica.Promise(message, timeout=self._promise_timeout)
         if isinstance(message, pb.WriteRequest):
-            return await peer.replica.Write(message, timeout=self.config.append_timeout)
+            return await self._write(peer, message)
         await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
         return None
+
+    async def _write(self, peer: Peer, message: pb.WriteRequest) -> pb.WriteResponse:
+        """A write to a peer: on its stream, or unary if the peer has no WriteStream."""
+        timeout = self.config.append_timeout
+        if time.monotonic() >= self._unary_until.get(peer.id, 0.0):
+            try:
+                return await self._streams[peer.id].write(self._encode(message), timeout)
+            except StreamUnimplemented:
+                # Nothing of the stream reached a handler: this write goes unary instead.
+                log.info("replica %d has no WriteStream: unary writes to it", peer.id)
+                self._unary_until[peer.id] = time.monotonic() + UNARY_FALLBACK
+        response: pb.WriteResponse = await peer.replica.Write(message, timeout=timeout)
+        return response
+
+    def _encode(self, message: pb.WriteRequest) -> bytes:
+        last, encoded = self._encoded
+        if message is not last:
+            encoded = message.SerializeToString()
+            self._encoded = (message, encoded)
+        return encoded
 
     # ---- Fetch -------------------------------------------------------------------------
 

@@ -6,12 +6,13 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import grpc
 
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
-from rlog.config import ConfigError, ReplicaConfig
+from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
@@ -47,6 +48,8 @@ class ReplicaService(pbg.ReplicaServicer):
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._unary_writes = node.metrics.write_requests.labels("unary")
+        self._stream_writes = node.metrics.write_requests.labels("stream")
 
     async def Promise(
         self, request: pb.PromiseRequest, context: grpc.aio.ServicerContext
@@ -56,7 +59,57 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Write(
         self, request: pb.WriteRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteResponse:
+        self._unary_writes.inc()
         return await self.node.handle_write(request)
+
+    async def WriteStream(
+        self,
+        requests: AsyncIterator[pb.WriteRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.WriteResponse]:
+        """The leader's writes on one stream: each handled as a `Write`, concurrently (so
+        they share group commits), each response carrying its request's id, in the order
+        they complete. A write that raises ends the stream with that error: the leader
+        counts every write still pending on it as failed."""
+        responses: asyncio.Queue[pb.WriteResponse | BaseException | None] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+
+        async def one(request: pb.WriteRequest) -> None:
+            try:
+                response = await self.node.handle_write(request)
+            except Exception as exc:
+                responses.put_nowait(exc)
+                return
+            responses.put_nowait(
+                pb.WriteResponse(
+                    verdict=response.verdict,
+                    proposal=response.proposal,
+                    status=response.status,
+                    id=request.id,
+                )
+            )
+
+        async def read_all() -> None:
+            async for request in requests:
+                self._stream_writes.inc()
+                task = loop.create_task(one(request))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            while pending:
+                await asyncio.wait(set(pending))
+            responses.put_nowait(None)
+
+        reader = loop.create_task(read_all())
+        try:
+            while (response := await responses.get()) is not None:
+                if isinstance(response, BaseException):
+                    raise response
+                yield response
+        finally:
+            reader.cancel()
+            for task in pending:
+                task.cancel()
 
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
@@ -250,12 +303,51 @@ class AdminService(pbg.AdminServicer):
         return self.node.status()
 
 
+# A leader's write stream stays open while no write travels, and its channel's keepalive
+# pings it every 10 s (wire.py); gRPC servers by default take pings without data more often
+# than every 5 minutes as abuse and close the connection ("too_many_pings"), breaking the
+# stream and anything else on that connection. Seen in a long live test: allow them.
+REPLICA_SERVER_OPTIONS = [*SERVER_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5000)]
+
+
+class _Handlers:
+    """Takes the method handlers a generated `add_*_to_server` registers, unregistered."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: Mapping[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, Any]) -> None:
+        self.service, self.handlers = service, handlers
+
+
+def _add_replica_service(
+    service: ReplicaService, server: grpc.aio.Server, without: tuple[str, ...]
+) -> None:
+    """Register the Replica service without the methods named (the server then answers
+    UNIMPLEMENTED to them, as a build without them does)."""
+    taken = _Handlers()
+    pbg.add_ReplicaServicer_to_server(service, taken)
+    handlers = {name: h for name, h in taken.handlers.items() if name not in without}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(taken.service, handlers),)
+    )
+    server.add_registered_method_handlers(taken.service, handlers)  # type: ignore[attr-defined]
+
+
 async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
+    server = grpc.aio.server(options=REPLICA_SERVER_OPTIONS)
+    if no_write_stream():
+        log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
+        _add_replica_service(ReplicaService(node), server, without=("WriteStream",))
+    else:
+        pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
     pbg.add_LogServicer_to_server(LogService(node), server)
     pbg.add_AdminServicer_to_server(AdminService(node), server)
     try:

@@ -1,0 +1,175 @@
+"""The leader's writes to one follower on one long-lived bidirectional `WriteStream` call.
+
+A unary `Write` per batch costs a whole gRPC call each (a new HTTP/2 stream, headers,
+trailers, a call object on both sides). Here the leader opens one `WriteStream` per peer,
+lazily, and writes every batch on it; each request carries an id that its response echoes,
+so several writes are in flight at once and come back in whatever order the follower's
+group commits finish them.
+
+- a write waits for its own response, at most its timeout (as a unary call would); a write
+  that times out fails alone and the stream stays open;
+- a stream that breaks (the peer died, the connection was cut) fails every write pending on
+  it with the stream's error; the next write opens a new one;
+- a peer that does not implement `WriteStream` (an older build) answers UNIMPLEMENTED:
+  the writes pending on that stream never reached a handler, and are raised as
+  `StreamUnimplemented` for the caller to send as unary `Write`s instead.
+
+Requests are serialized once here, by the caller, and handed to gRPC as bytes: the leader
+sends the same `WriteRequest` to every peer, and the id is appended to the encoding (a
+protobuf field appended to a message's encoding is merged into it), so the shared message
+is never copied nor mutated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+
+import grpc
+
+from rlog.proto import rlog_pb2 as pb
+
+WRITE_STREAM_METHOD = "/rlog.v1.Replica/WriteStream"
+_ID_TAG = b"\x38"  # WriteRequest.id: field 7, varint
+
+
+class StreamUnimplemented(Exception):
+    """The peer does not implement WriteStream: send this write as a unary Write."""
+
+
+class StreamBroken(Exception):
+    """The stream ended without a status error (the peer closed it): the write failed."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def with_id(encoded: bytes, request_id: int) -> bytes:
+    """The encoding of a WriteRequest (`encoded`, without an id) with `id` set."""
+    return encoded + _ID_TAG + _varint(request_id)
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class _Session:
+    """One open WriteStream call: a sender task writes queued requests in order (gRPC takes
+    one message at a time per call), a reader task hands each response to its write."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall, on_end: Callable[[_Session], None]):
+        self.call = call
+        self.pending: dict[int, asyncio.Future[pb.WriteResponse]] = {}
+        self.outgoing: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+        self.ended = False
+        self._on_end = on_end
+        loop = asyncio.get_running_loop()
+        self._sender = loop.create_task(self._send())
+        self._reader = loop.create_task(self._read())
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                request_id, data = await self.outgoing.get()
+                if request_id in self.pending:  # not timed out while it waited its turn
+                    await self.call.write(data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the call ended: the reader sees why, unless it already did
+            self._end(exc)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                response = await self.call.read()
+                if not isinstance(response, pb.WriteResponse):
+                    break  # EOF
+                future = self.pending.pop(response.id, None)
+                if future is not None and not future.done():
+                    future.set_result(response)
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._end(StreamUnimplemented(exc.details()))
+            else:
+                self._end(exc)
+            return
+        except Exception as exc:
+            self._end(exc)
+            return
+        self._end(StreamBroken("the peer ended the write stream"))
+
+    def _end(self, error: BaseException) -> None:
+        """Fail every write pending on this stream with `error`; the stream is done."""
+        if self.ended:
+            return
+        self.ended = True
+        self._on_end(self)
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.call.cancel()
+        for task in (self._sender, self._reader):
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    def close(self) -> None:
+        self._end(StreamBroken("the write stream was closed"))
+
+
+def _expire(future: asyncio.Future[pb.WriteResponse], time_limit: float) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"no answer to the write within {time_limit:g} s"))
+
+
+class WriteStream:
+    """The leader's write stream to one peer (opened on the first write, again after it
+    breaks)."""
+
+    def __init__(self, channel: grpc.aio.Channel, on_open: Callable[[], None]) -> None:
+        self._open_call = channel.stream_stream(
+            WRITE_STREAM_METHOD,
+            request_serializer=_identity,
+            response_deserializer=pb.WriteResponse.FromString,
+        )
+        self._on_open = on_open
+        self._session: _Session | None = None
+        self._ids = itertools.count(1)
+
+    async def write(self, encoded: bytes, time_limit: float) -> pb.WriteResponse:
+        """Send one encoded WriteRequest (no id) and wait for its response. Raises
+        TimeoutError, grpc.aio.AioRpcError or StreamBroken if it failed (the stream broke),
+        StreamUnimplemented if the peer has no WriteStream."""
+        session = self._session
+        if session is None or session.ended:
+            session = self._session = _Session(self._open_call(None), self._ended)
+            self._on_open()
+        request_id = next(self._ids)
+        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
+        session.pending[request_id] = future
+        session.outgoing.put_nowait((request_id, with_id(encoded, request_id)))
+        timer = asyncio.get_running_loop().call_later(time_limit, _expire, future, time_limit)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            session.pending.pop(request_id, None)
+
+    def _ended(self, session: _Session) -> None:
+        if self._session is session:
+            self._session = None
+
+    def close(self) -> None:
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                self._session.close()

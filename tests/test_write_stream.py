@@ -1,0 +1,32 @@
+"""The write stream's request ids: appended to a WriteRequest's encoding, they decode as the
+`id` field of the same request (the leader encodes a broadcast once and never copies it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlog.proto import rlog_pb2 as pb
+from rlog.runtime.write_stream import with_id
+
+
+@pytest.mark.parametrize("request_id", [1, 127, 128, 300, 2**32 + 5, 2**64 - 1])
+def test_an_id_appended_to_the_encoding_decodes_as_the_requests_id(request_id):
+    request = pb.WriteRequest(
+        proposal=7,
+        leader=2,
+        log_id="log",
+        actions=[pb.Action(position=p, type=pb.APPEND, value=b"v" * p) for p in range(1, 5)],
+        learned=pb.LearnedRequest(proposal=7, ranges=[pb.PositionRange(first=1, last=3)]),
+    )
+    decoded = pb.WriteRequest.FromString(with_id(request.SerializeToString(), request_id))
+    assert decoded.id == request_id
+    decoded.ClearField("id")
+    assert decoded == request
+
+
+def test_the_encoding_is_that_of_the_request_with_its_id_set():
+    request = pb.WriteRequest(proposal=3, actions=[pb.Action(position=1, value=b"x")])
+    expected = pb.WriteRequest()
+    expected.CopyFrom(request)
+    expected.id = 99
+    assert with_id(request.SerializeToString(), 99) == expected.SerializeToString()
