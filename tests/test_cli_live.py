@@ -188,9 +188,8 @@ def test_read_columns_and_reads_of_one_given_endpoint(cluster):
         columns = list(client.read_columns(first, last))
         assert columns and all(runs and all(packed.run_count(r) for r in runs) for runs in columns)
         assert run_positions(columns) == positions
-        assert [
-            v for runs in columns for r in runs for v in packed.values_of(r.data, r.offsets)
-        ] == (values)
+        got = [v for runs in columns for r in runs for v in packed.values_of(r.data, r.offsets)]
+        assert got == values
         # One given endpoint: each replica's own learned entries (a stale read), the same.
         for endpoint in cluster.endpoints:
             got = [(e.position, e.value) for e in client.read(first, last, True, 0, endpoint)]
