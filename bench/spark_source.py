@@ -65,8 +65,8 @@ def main() -> int:
 
     from rlog.client import Client
     from rlog.client.errors import OutcomeUnknown
-    from rlog.spark import observe, wait_learned
     from rlog.packed import run_count
+    from rlog.spark import observe, wait_learned
     from rlog.spark.source import READ_MAX_BATCH
     from rlog.tools.dev import DevCluster
 
