@@ -65,6 +65,7 @@ def main() -> int:
 
     from rlog.client import Client
     from rlog.client.errors import OutcomeUnknown
+    from rlog.packed import run_count
     from rlog.spark import observe, wait_learned
     from rlog.spark.source import READ_MAX_BATCH
     from rlog.tools.dev import DevCluster
@@ -101,7 +102,7 @@ def main() -> int:
         t = time.perf_counter()
         with Client(follower) as reader:
             columns = reader.read_columns(view.begin, view.learned, True, READ_MAX_BATCH)
-            got = sum(len(positions) for positions, _ in columns)
+            got = sum(run_count(run) for runs in columns for run in runs)
         record("raw Read stream, 1 follower (no Spark)", time.perf_counter() - t, got)
 
         def rlog_df(parts: int):

@@ -26,6 +26,7 @@ from rlog.client.errors import (
     UnknownSession,
     from_rpc_error,
 )
+from rlog.client.packing import answered_positions
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -62,7 +63,7 @@ def raw_append(endpoint: str, request: pb.AppendRequest) -> list[int]:
             response = pbg.LogStub(channel).Append(request, timeout=30)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, endpoint, mutating=True) from None
-        return list(response.positions)
+        return list(answered_positions(response))
 
 
 def raw_append_retrying(endpoint: str, request: pb.AppendRequest) -> list[int]:
@@ -153,6 +154,7 @@ def test_a_retried_session_append_keeps_its_positions_through_a_kill_and_a_resta
         assert window == WINDOW
         request = pb.AppendRequest(values=[b"once-a", b"once-b"], session=session, sequence=1)
         original = raw_append(cluster.endpoints[leader], request)
+        assert len(original) == 2
         assert raw_append(cluster.endpoints[(leader + 1) % 3], request) == original
         cluster.kill(leader)
         survivor = cluster.endpoints[(leader + 2) % 3]

@@ -17,6 +17,7 @@ pytest.importorskip("rlog.runtime.server")
 
 from test_cli import RLOG, assert_one_line_error, rlog
 
+from rlog import packed
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
     EntryTooLarge,
@@ -169,6 +170,11 @@ async def test_async_client(cluster):
         await tail.aclose()
 
 
+def run_positions(columns):
+    """The positions the batches of runs hold, in order."""
+    return [p for runs in columns for r in runs for p in range(r.first, packed.run_last(r) + 1)]
+
+
 def test_read_columns_and_reads_of_one_given_endpoint(cluster):
     dead = "127.0.0.1:1"  # connection refused
     values = [b"c%d" % i for i in range(50)] + [b""]
@@ -178,17 +184,18 @@ def test_read_columns_and_reads_of_one_given_endpoint(cluster):
         cluster.wait_for(
             lambda found: all(s is not None and s.learned >= last for s in found), what="learned"
         )
-        # Columns: the batches the server sends, each (positions, values), no Entry objects.
+        # Columns: the batches the server sends, each a list of packed runs, no Entry objects.
         columns = list(client.read_columns(first, last))
-        assert all(len(ps) == len(vs) > 0 for ps, vs in columns)
-        assert [p for ps, _ in columns for p in ps] == positions
-        assert [v for _, vs in columns for v in vs] == values
+        assert columns and all(runs and all(packed.run_count(r) for r in runs) for runs in columns)
+        assert run_positions(columns) == positions
+        got = [v for runs in columns for r in runs for v in packed.values_of(r.data, r.offsets)]
+        assert got == values
         # One given endpoint: each replica's own learned entries (a stale read), the same.
         for endpoint in cluster.endpoints:
             got = [(e.position, e.value) for e in client.read(first, last, True, 0, endpoint)]
             assert got == list(zip(positions, values, strict=True))
             stale = client.read_columns(first, last, stale=True, endpoint=endpoint)
-            assert [p for ps, _ in stale for p in ps] == positions
+            assert run_positions(stale) == positions
         # A given endpoint that is down: its error, never another endpoint's answer.
         with pytest.raises(Unavailable) as down:
             list(client.read(first, last, stale=True, endpoint=dead))

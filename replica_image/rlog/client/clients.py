@@ -41,6 +41,7 @@ from collections.abc import (
     Generator,
     Iterable,
     Iterator,
+    Sequence,
 )
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,6 +63,14 @@ from rlog.client.errors import (
     error_for,
     from_rpc_error,
     is_connect_failure,
+)
+from rlog.client.packing import (
+    Payload,
+    answered_positions,
+    joined,
+    last_position,
+    pairs_of,
+    runs_of,
 )
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted, parse_reason
 from rlog.config import ConfigError, parse_address
@@ -174,17 +183,17 @@ class _NotSent(Exception):
         self.error = error
 
 
-_Queued = tuple[int, list[bytes], bool, pb.AppendRequest | None]
+_Queued = tuple[int, Payload, bool, pb.AppendRequest | None]
 
 
 class _AppendStream:
     """Appends multiplexed on one `AppendStream` call to one endpoint. Appends queued while
     the stream is busy are coalesced into one request (a producer's batching: many writers'
-    single-entry appends cost the leader one message); the response's positions are split
-    back to each append in order. If the stream breaks, every append still pending on it has
-    an unknown outcome (unless the stream never connected). A coalesced request refused as
-    invalid (nothing appended) is re-sent part by part, so one caller's bad value never
-    fails another's append."""
+    single-entry appends cost the leader one message, its values packed once); the answer's
+    positions are split back to each append in order. If the stream breaks, every append
+    still pending on it has an unknown outcome (unless the stream never connected). A
+    coalesced request refused as invalid (nothing appended) is re-sent part by part, so one
+    caller's bad value never fails another's append."""
 
     MAX_COALESCED_VALUES = 4096
     MAX_COALESCED_BYTES = 4 * 1024 * 1024
@@ -195,9 +204,9 @@ class _AppendStream:
         # (append id, values, alone, fields): `alone` appends are never coalesced (a re-send,
         # or one with conditions or a session: `fields`, copied into its request)
         self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
-        self._futures: dict[int, asyncio.Future[list[int]]] = {}
+        self._futures: dict[int, asyncio.Future[Sequence[int]]] = {}
         # request id on the wire -> the appends it carries: (append id, values)
-        self._requests_sent: dict[int, list[tuple[int, list[bytes]]]] = {}
+        self._requests_sent: dict[int, list[tuple[int, Payload]]] = {}
         self._next_id = 1
         self._connected = False
         self.broken = False
@@ -216,7 +225,7 @@ class _AppendStream:
             if item is None:
                 return
             parts = [(item[0], item[1])]
-            count, size = len(item[1]), sum(len(v) for v in item[1])
+            count, size = item[1].count, item[1].size
             while (
                 not item[2]
                 and not self._queue.empty()
@@ -228,14 +237,15 @@ class _AppendStream:
                     held = following  # send it (or close) after this request
                     break
                 parts.append((following[0], following[1]))
-                count += len(following[1])
-                size += sum(len(v) for v in following[1])
+                count += following[1].count
+                size += following[1].size
             request_id = self._new_id()
             self._requests_sent[request_id] = parts
             request = pb.AppendRequest()
             if item[3] is not None:
                 request.CopyFrom(item[3])
-            request.values.extend(value for _, values in parts for value in values)
+            payload = joined([values for _, values in parts])
+            request.data, request.offsets = payload.data, payload.offsets
             request.id = request_id
             self._on_request()
             yield request
@@ -245,10 +255,10 @@ class _AppendStream:
         if parts is None:
             return
         if response.code == 0:
-            positions = list(response.positions)
+            positions = answered_positions(response)
             for append_id, values in parts:
                 future = self._futures.pop(append_id, None)
-                taken, positions = positions[: len(values)], positions[len(values) :]
+                taken, positions = positions[: values.count], positions[values.count :]
                 if future is not None and not future.done():
                     future.set_result(taken)
             return
@@ -323,13 +333,13 @@ class _AppendStream:
                 future.set_exception(error)
 
     async def append(
-        self, values: list[bytes], deadline_s: float | None, fields: pb.AppendRequest | None
-    ) -> list[int]:
+        self, values: Payload, deadline_s: float | None, fields: pb.AppendRequest | None
+    ) -> Sequence[int]:
         """Append `values` with the conditions and session in `fields` (if any)."""
         if self.broken:
             raise _NotSent(Unavailable(f"the append stream to {self.address} is closed"))
         request_id = self._new_id()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Sequence[int]] = asyncio.get_running_loop().create_future()
         # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._futures[request_id] = future
@@ -375,9 +385,9 @@ def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
 class _Waiting:
     """An append waiting for a group: its values, its caller's deadline, its result."""
 
-    values: list[bytes]
+    values: Payload
     deadline: float | None
-    future: asyncio.Future[list[int]]
+    future: asyncio.Future[Sequence[int]]
     group_deadline: float | None = None  # set when its group is formed
 
 
@@ -411,9 +421,9 @@ class _AppendGroups:
         # Groups sent (a group re-sent after an unknown outcome counts once).
         self.groups = 0
 
-    async def append(self, values: list[bytes], deadline: float | None) -> list[int]:
+    async def append(self, values: Payload, deadline: float | None) -> Sequence[int]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[int]] = loop.create_future()
+        future: asyncio.Future[Sequence[int]] = loop.create_future()
         # Retrieve the outcome even if the caller stopped waiting (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         waiting = _Waiting(values, deadline, future)
@@ -454,14 +464,16 @@ class _AppendGroups:
     def _send_more(self) -> None:
         while not self._closed and self._waiting and self._in_flight < self.MAX_IN_FLIGHT:
             group = [self._waiting.popleft()]
-            count, size = len(group[0].values), sum(len(v) for v in group[0].values)
+            count, size = group[0].values.count, group[0].values.size
             while self._waiting:
                 following = self._waiting[0]
-                extra = sum(len(v) for v in following.values)
-                if count + len(following.values) > self.MAX_VALUES or size + extra > self.MAX_BYTES:
+                extra = following.values.size
+                if count + following.values.count > self.MAX_VALUES or (
+                    size + extra > self.MAX_BYTES
+                ):
                     break
                 group.append(self._waiting.popleft())
-                count += len(following.values)
+                count += following.values.count
                 size += extra
             self._in_flight += 1
             self.groups += 1
@@ -481,14 +493,14 @@ class _AppendGroups:
         deadline = None if None in deadlines else max(d for d in deadlines if d is not None)
         for waiting in group:
             waiting.group_deadline = deadline
-        values = [value for w in group for value in w.values]
+        values = joined([w.values for w in group])
         try:
             positions = await self._client._exactly_once_append(
                 values, pb.AppendRequest(), deadline
             )
-            if len(positions) != len(values):
+            if len(positions) != values.count:
                 raise RlogError(
-                    f"the server returned {len(positions)} positions for {len(values)} values"
+                    f"the server returned {len(positions)} positions for {values.count} values"
                 )
         except InvalidArgument as error:
             if len(group) == 1 or isinstance(error, OutcomeUnknown):
@@ -504,7 +516,8 @@ class _AppendGroups:
             _fail(group, error)
             return
         for waiting in group:
-            taken, positions = positions[: len(waiting.values)], positions[len(waiting.values) :]
+            count = waiting.values.count
+            taken, positions = positions[:count], positions[count:]
             if not waiting.future.done():
                 waiting.future.set_result(taken)
 
@@ -641,31 +654,44 @@ class AsyncClient:
         highest writer epoch."""
         if isinstance(values, str | bytes | bytearray | memoryview):
             values = [values]
-        request = pb.AppendRequest(values=[encode_value(v) for v in values], epoch=epoch)
+        payload = Payload.of_values([encode_value(v) for v in values])
+        return list(await self._append_payload(payload, if_next, epoch))
+
+    async def append_packed(
+        self, data: bytes, offsets: bytes, *, if_next: int | None = None, epoch: int = 0
+    ) -> Sequence[int]:
+        """Like `append`, for values already packed (docs/data-path.md: `data`, and count+1
+        little-endian uint32 `offsets`, an Arrow binary column's layout): no Python object
+        per value on the way. Returns the positions as a `range` (a list from a server that
+        predates packed answers). Bad offsets: `InvalidArgument`, nothing appended."""
+        return await self._append_payload(Payload.of_packed(data, offsets), if_next, epoch)
+
+    async def _append_payload(
+        self, payload: Payload, if_next: int | None, epoch: int
+    ) -> Sequence[int]:
+        request = pb.AppendRequest(epoch=epoch)
         if if_next is not None:
             request.if_next = if_next
-        if not request.values:
+        if not payload.count and not payload.data:
             return []
         # Opening (or renewing) a session appends a SESSION entry, which would move the next
         # position under an `if_next`: such an append uses a session only if one is open.
         exactly_once = self.exactly_once and (if_next is None or self._session.is_open)
         fields = None
         if if_next is not None or epoch or exactly_once:
-            fields = pb.AppendRequest()
-            fields.CopyFrom(request)
-            del fields.values[:]
+            fields = request
         if exactly_once and if_next is None and not epoch:
-            positions = await self._groups.append(list(request.values), self._append_deadline())
+            positions = await self._groups.append(payload, self._append_deadline())
         elif exactly_once:
             assert fields is not None
             positions = await self._exactly_once_append(
-                list(request.values), fields, self._append_deadline(), renew=if_next is None
+                payload, fields, self._append_deadline(), renew=if_next is None
             )
         else:
-            positions = await self._one_append(list(request.values), fields, self.append_timeout)
-        if len(positions) != len(request.values):
+            positions = await self._one_append(payload, fields, self.append_timeout)
+        if len(positions) != payload.count:
             raise RlogError(
-                f"the server returned {len(positions)} positions for {len(request.values)} values"
+                f"the server returned {len(positions)} positions for {payload.count} values"
             )
         # Read-your-writes: a stale read with min_position=last_appended sees this append.
         self.last_appended = max(self.last_appended, positions[-1])
@@ -682,11 +708,11 @@ class AsyncClient:
 
     async def _exactly_once_append(
         self,
-        values: list[bytes],
+        values: Payload,
         fields: pb.AppendRequest,
         deadline: float | None,
         renew: bool = True,
-    ) -> list[int]:
+    ) -> Sequence[int]:
         """Append in the client's session; re-send (same session and sequence) while the
         outcome is unknown or no leader answers, until `deadline` (event-loop time)."""
         loop = asyncio.get_running_loop()
@@ -760,19 +786,19 @@ class AsyncClient:
             session.pending.discard(sequence)
 
     async def _one_append(
-        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
-    ) -> list[int]:
+        self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
+    ) -> Sequence[int]:
         if self.stream:
             return await self._stream_append(values, fields, deadline_s)
         request = pb.AppendRequest()
         if fields is not None:
             request.CopyFrom(fields)
-        request.values.extend(values)
+        request.data, request.offsets = values.data, values.offsets
         self._count_request()
         response = await self._call(
             lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
         )
-        return list(response.positions)
+        return answered_positions(response)
 
     async def open_session(self) -> tuple[int, int]:
         """Open a new session in the log: (session id, window in positions). The client's
@@ -784,8 +810,8 @@ class AsyncClient:
         return int(response.session), int(response.window)
 
     async def _stream_append(
-        self, values: list[bytes], fields: pb.AppendRequest | None, deadline_s: float | None
-    ) -> list[int]:
+        self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
+    ) -> Sequence[int]:
         errors: list[RlogError] = []
         for index in self._order():
             stream = self._streams.get(index)
@@ -870,11 +896,12 @@ class AsyncClient:
             call = open_call(target, next_from)
             try:
                 async for response in call:
-                    if not response.entries:
+                    last = last_position(response)
+                    if last is None:
                         continue
                     self._current = index
                     errors.clear()
-                    next_from = response.entries[-1].position + 1
+                    next_from = last + 1
                     yield response
             except grpc.aio.AioRpcError as exc:
                 error = from_rpc_error(exc, target.address)
@@ -940,7 +967,7 @@ class AsyncClient:
         responses = self._read_responses(from_, to, stale, max_batch, endpoint, min_position)
         async with contextlib.aclosing(responses):
             async for response in responses:
-                yield [Entry(e.position, e.value) for e in response.entries]
+                yield [Entry(p, v) for p, v in pairs_of(response)]
 
     async def read_columns(
         self,
@@ -951,15 +978,16 @@ class AsyncClient:
         endpoint: str | None = None,
         *,
         min_position: int | None = None,
-    ) -> AsyncGenerator[tuple[list[int], list[bytes]], None]:
-        """Like `read_batches`, each batch as two columns, (positions, values), without an
-        `Entry` object per entry: for bulk readers that build columnar data (the Spark
-        source's Arrow batches)."""
+    ) -> AsyncGenerator[list[pb.Run], None]:
+        """Like `read_batches`, each batch as the runs the server sent: `pb.Run`s (head
+        unset) of values packed at consecutive positions `first ..` (`data`, and count+1
+        little-endian uint32 `offsets`: an Arrow binary column's buffers), in position order,
+        never empty. No Python object per entry: for bulk readers that build columnar data
+        (the Spark source's Arrow batches). `rlog.packed.values_of` unpacks a run."""
         responses = self._read_responses(from_, to, stale, max_batch, endpoint, min_position)
         async with contextlib.aclosing(responses):
             async for response in responses:
-                entries = response.entries
-                yield [e.position for e in entries], [e.value for e in entries]
+                yield runs_of(response)
 
     async def read(
         self,
@@ -1006,7 +1034,7 @@ class AsyncClient:
         responses = self._resumable(open_tail, from_, lambda _: False, ended)
         async with contextlib.aclosing(responses):
             async for response in responses:
-                yield [Entry(e.position, e.value) for e in response.entries]
+                yield [Entry(p, v) for p, v in pairs_of(response)]
 
     async def tail(self, from_: int = 0, stale: bool = False) -> AsyncGenerator[Entry, None]:
         """Every APPEND entry from `from_` on, waiting for new ones forever (served from
@@ -1093,7 +1121,7 @@ class _OpenSession:
         """Every sequence below this one has its answer (the log may forget them)."""
         return min(self.pending, default=self.next_sequence)
 
-    def answered(self, positions: list[int]) -> None:
+    def answered(self, positions: Sequence[int]) -> None:
         if positions:
             self.highest_position = max(self.highest_position, positions[-1])
 
@@ -1251,6 +1279,21 @@ class Client:
             raise RlogError("the client is closed")
         return asyncio.run_coroutine_threadsafe(self._async.append(values), self._loop)
 
+    def append_packed(
+        self, data: bytes, offsets: bytes, *, if_next: int | None = None, epoch: int = 0
+    ) -> Sequence[int]:
+        return self._run(self._async.append_packed(data, offsets, if_next=if_next, epoch=epoch))
+
+    def submit_append_packed(
+        self, data: bytes, offsets: bytes
+    ) -> concurrent.futures.Future[Sequence[int]]:
+        """`submit_append` for values already packed (see `AsyncClient.append_packed`)."""
+        if self._closed:
+            raise RlogError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(
+            self._async.append_packed(data, offsets), self._loop
+        )
+
     def append_one(self, value: Value) -> int:
         return self._run(self._async.append_one(value))
 
@@ -1304,7 +1347,7 @@ class Client:
         endpoint: str | None = None,
         *,
         min_position: int | None = None,
-    ) -> Iterator[tuple[list[int], list[bytes]]]:
+    ) -> Iterator[list[pb.Run]]:
         return self._batches(
             self._async.read_columns(
                 from_, to, stale, max_batch, endpoint, min_position=min_position

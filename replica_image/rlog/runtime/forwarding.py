@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from rlog import packed
+from rlog.client.packing import answered_positions
 from rlog.client.wire import FORWARDED, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
@@ -93,8 +95,10 @@ class Forwarding:
                 )
             )
             return [response.position]
+        data, offsets = packed.pack(values)
         request = pb.AppendRequest(
-            values=values,
+            data=data,
+            offsets=offsets,
             session=conditions.session,
             sequence=conditions.sequence,
             acked_below=conditions.acked_below,
@@ -109,7 +113,7 @@ class Forwarding:
                 timeout=self.config.append_timeout + 5,
             )
         )
-        return list(result.positions)
+        return list(answered_positions(result))
 
     async def take_epoch(self, leader: Peer) -> pb.TakeEpochResponse:
         response: pb.TakeEpochResponse = await self._forwarded_call(

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from rlog.client.packing import last_position, runs_of
 from rlog.client.wire import Reason
 from rlog.config import (
     UNSAFE_NO_DEDUPE_ENV,
@@ -71,6 +72,7 @@ from rlog.runtime.peers import (
     Peers,
     Response,
 )
+from rlog.runtime.read_runs import end_of, read_runs
 from rlog.runtime.recovery import Report, recover
 from rlog.storage import Storage
 
@@ -752,8 +754,8 @@ class Node:
             # This replica became the leader meanwhile.
             await self._read_index_wait()
             await self._await_min_position(request, deadline)
-            async for entries in self.read_range(first, last, False):
-                yield pb.ReadResponse(entries=entries)
+            async for runs in self.read_range(first, last, False):
+                yield pb.ReadResponse(runs=runs)
             return
         if not request.stale and not self.is_leader:
             raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
@@ -765,8 +767,8 @@ class Node:
                 f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
             )
         await self._await_min_position(request, deadline)
-        async for entries in self.read_range(first, last, request.stale):
-            yield pb.ReadResponse(entries=entries)
+        async for runs in self.read_range(first, last, request.stale):
+            yield pb.ReadResponse(runs=runs)
 
     async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
         """Read-your-writes: wait until this replica has learned the request's min_position
@@ -791,7 +793,7 @@ class Node:
                 end=self.core.learned,
             )
 
-    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Entry]]:
+    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Run]]:
         """Every APPEND entry from `from` on, as this replica learns them, for ever. A
         non-stale tail starts linearizably: its first entries cover every append acknowledged
         before it arrived (the leader's read index; a follower has the leader serve them with
@@ -805,9 +807,10 @@ class Node:
                 start = pb.ReadRequest(**{"from": position})
                 try:
                     async for response in self.forwarding.read(leader, start):
-                        if response.entries:
-                            yield list(response.entries)
-                            position = response.entries[-1].position + 1
+                        last = last_position(response)
+                        if last is not None:
+                            yield runs_of(response)
+                            position = last + 1
                 except RpcError as error:
                     # Past the leader's end: nothing acknowledged there yet; follow from here.
                     if error.reason != Reason.PAST_END:
@@ -821,15 +824,16 @@ class Node:
         while True:
             learned = self.core.learned
             if position <= learned:
-                async for entries in self.read_range(position, learned, True):
-                    yield entries
+                async for runs in self.read_range(position, learned, True):
+                    yield runs
                 position = learned + 1
             await self.wait_learned_past(position)
 
     async def read_range(
         self, first: int | None, last: int | None, stale: bool
-    ) -> AsyncIterator[list[pb.Entry]]:
-        """Validated learned APPEND entries in [first, last] held here, in chunks."""
+    ) -> AsyncIterator[list[pb.Run]]:
+        """Validated learned APPEND entries in [first, last] held here, in chunks of runs
+        (rlog.runtime.read_runs)."""
         begin = self.core.begin
         first = begin if first is None else first
         learned_end = self.core.learned
@@ -875,12 +879,10 @@ class Node:
                     Reason.NOT_LEARNED,
                     f"position {position} is not learned on this replica yet",
                 )
-            entries = [
-                pb.Entry(position=a.position, value=a.value) for a in actions if a.type == pb.APPEND
-            ]
-            if entries:
-                yield entries
-            position = actions[-1].position + 1
+            runs = read_runs(actions, position, end)
+            if runs:
+                yield runs
+            position = end_of(actions) + 1
 
     async def _await_learned(self, position: int) -> int:
         """Wait briefly for in-flight positions up to `position` to be learned."""

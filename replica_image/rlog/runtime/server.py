@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from rlog import packed
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.proto import rlog_pb2 as pb
@@ -130,6 +131,33 @@ class ReplicaService(pbg.ReplicaServicer):
             yield chunk
 
 
+def appended_actions(request: pb.AppendRequest) -> list[pb.Action]:
+    """The APPEND actions of a request: its packed `data`/`offsets`, or the older `values`
+    (never both). INVALID_ARGUMENT (nothing appended) for both, or for bad offsets."""
+    if request.values and (request.data or request.offsets):
+        raise RpcError(
+            Reason.INVALID_ARGUMENT, "an append carries values or packed data/offsets, not both"
+        )
+    if request.data or request.offsets:
+        try:
+            packed.offsets_of(request.data, request.offsets)
+        except packed.PackedError as error:
+            raise RpcError(Reason.INVALID_ARGUMENT, str(error)) from None
+        values = packed.values_of(request.data, request.offsets)
+    else:
+        values = list(request.values)
+    return [pb.Action(type=pb.APPEND, value=value) for value in values]
+
+
+def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:
+    """An append's answer: `first` and `count` (an atomic batch's positions are
+    consecutive; a list that is not would go back as `positions`)."""
+    if positions and positions[-1] - positions[0] + 1 != len(positions):
+        return pb.AppendResponse(id=request_id, positions=positions)
+    first = positions[0] if positions else 0
+    return pb.AppendResponse(id=request_id, first=first, count=len(positions))
+
+
 def conditions_of(request: pb.AppendRequest) -> Conditions:
     """An append's admission conditions and session (rlog.protocol.admission)."""
     return Conditions(
@@ -150,12 +178,12 @@ class LogService(pbg.LogServicer):
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
-        actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
         try:
+            actions = appended_actions(request)
             positions = await self.node.append(actions, _forwarded(context), conditions_of(request))
         except RpcError as error:
             await _abort(context, error)
-        return pb.AppendResponse(positions=positions)
+        return answered(positions)
 
     async def AppendStream(
         self,
@@ -169,10 +197,10 @@ class LogService(pbg.LogServicer):
         pending: set[asyncio.Task[None]] = set()
 
         async def one(request: pb.AppendRequest) -> None:
-            actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
             try:
+                actions = appended_actions(request)
                 positions = await self.node.append(actions, forwarded, conditions_of(request))
-                responses.put_nowait(pb.AppendResponse(id=request.id, positions=positions))
+                responses.put_nowait(answered(positions, request.id))
             except RpcError as error:
                 details = error.details
                 responses.put_nowait(
@@ -245,8 +273,8 @@ class LogService(pbg.LogServicer):
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
-            async for entries in self.node.tail(request):
-                yield pb.ReadResponse(entries=entries)
+            async for runs in self.node.tail(request):
+                yield pb.ReadResponse(runs=runs)
         except RpcError as error:
             await _abort(context, error)
 

@@ -5,8 +5,11 @@ writers Spark calls (docs/spark.md: "Sink", "Exactly-once stream sink").
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures
+import sys
 import uuid
+from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +21,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from rlog.client import Client, batched
+from rlog import packed
+from rlog.client import Client
 from rlog.client.errors import InvalidArgument, PastEnd, RlogError, Truncated
 from rlog.spark.connections import client_of
 from rlog.spark.markers import MarkerSearch, encode_marker
@@ -40,29 +44,79 @@ class RlogCommitMessage(WriterCommitMessage):
     in_flight: int = 1  # append calls the task kept in flight
 
 
-def values_of(batch: pa.RecordBatch) -> list[bytes]:
-    """The batch's `value` column as bytes (STRING as UTF-8); InvalidArgument if it has none,
-    or nulls, or another type."""
+def value_column(batch: pa.RecordBatch) -> pa.Array:
+    """The batch's `value` column as an Arrow BINARY array (STRING as its UTF-8 bytes, the
+    same buffers); InvalidArgument if it has none, or nulls, or another type."""
     index = batch.schema.get_field_index("value")
     if index < 0:
         raise InvalidArgument("the rlog sink needs a 'value' column (BINARY or STRING)")
     column = batch.column(index)
     if column.null_count:
         raise InvalidArgument("the rlog sink's 'value' column has nulls: a value is required")
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return [s.encode() for s in column.to_pylist()]
-    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return column.to_pylist()
+    if pa.types.is_binary(column.type):
+        return column
+    if (
+        pa.types.is_string(column.type)
+        or pa.types.is_large_string(column.type)
+        or pa.types.is_large_binary(column.type)
+    ):
+        return column.cast(pa.binary())
     raise InvalidArgument(
         f"the rlog sink's 'value' column must be BINARY or STRING, not {column.type}"
     )
 
 
-def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[bytes]]:
-    """The values of the input cut into append calls of at most `rows` values and about
-    MAX_APPEND_BYTES: deterministic for a given input (replays must cut the same chunks)."""
-    values = (value for batch in batches for value in values_of(batch))
-    return batched(values, rows, MAX_APPEND_BYTES)
+def _offsets(column: pa.Array) -> memoryview:
+    """A binary array's len+1 int32 offsets (into its data buffer, not re-based)."""
+    buffer = column.buffers()[1]
+    if buffer is None:  # an empty array may have none
+        return memoryview(array("i", [0]))
+    return memoryview(buffer).cast("i")[column.offset : column.offset + len(column) + 1]
+
+
+def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.Array]]:
+    """The values of the input cut into append calls of at most `rows` values and
+    MAX_APPEND_BYTES (a single larger value alone), as slices of the input's value columns:
+    the cut of `rlog.client.batched`, found with a binary search in the Arrow offsets
+    instead of a look at each value. Deterministic for a given input (replays must cut the
+    same chunks, whatever the input's record batch boundaries)."""
+    pieces: list[pa.Array] = []
+    count = size = 0
+    for batch in batches:
+        column = value_column(batch)
+        offsets = _offsets(column)
+        total = len(column)
+        index = 0
+        while index < total:
+            # The values index .. end-1 fit: at most `rows - count` of them, within the bytes.
+            fit = bisect.bisect_right(offsets, offsets[index] + MAX_APPEND_BYTES - size, index)
+            end = min(fit - 1, index + rows - count, total)
+            if end == index and not count:
+                end = index + 1  # larger than a call: a call of its own
+            if end > index:
+                pieces.append(column.slice(index, end - index))
+                count += end - index
+                size += offsets[end] - offsets[index]
+                index = end
+            if index < total:  # value `index` does not fit this chunk
+                yield pieces
+                pieces, count, size = [], 0, 0
+    if pieces:
+        yield pieces
+
+
+def packed_chunk(pieces: Sequence[pa.Array], marker: bytes) -> tuple[bytes, bytes]:
+    """A chunk's values and its marker packed (data, offsets) from the Arrow buffers: Arrow
+    concatenates the pieces and re-bases their offsets, no Python object per row."""
+    column = pa.concat_arrays([*pieces, pa.array([marker], pa.binary())])
+    count = len(column)
+    offsets_buffer, data_buffer = column.buffers()[1], column.buffers()[2]
+    assert offsets_buffer is not None and data_buffer is not None and column.offset == 0
+    end = memoryview(offsets_buffer).cast("i")[count]
+    offsets = offsets_buffer.slice(0, 4 * (count + 1)).to_pybytes()
+    if sys.byteorder != "little":  # the wire's offsets are little-endian, Arrow's native
+        offsets = packed.pack(column.to_pylist())[1]
+    return data_buffer.slice(0, end).to_pybytes(), offsets
 
 
 def find_markers(
@@ -137,7 +191,7 @@ def write_chunks(
     races an append of the failed attempt."""
     message = RlogCommitMessage(sink, part, 0, 0)
 
-    def appended(count: int, positions: list[int]) -> None:
+    def appended(count: int, positions: Sequence[int]) -> None:
         message.rows += count
         if not message.positions:
             message.positions = [positions[0], positions[-1]]
@@ -146,13 +200,15 @@ def write_chunks(
             max(message.positions[1], positions[-1]),
         ]
 
-    def calls() -> Iterator[tuple[int, list[bytes]]]:
-        for number, values in enumerate(chunks(batches, rows)):
+    def calls() -> Iterator[tuple[int, bytes, bytes]]:
+        for number, pieces in enumerate(chunks(batches, rows)):
             message.chunks += 1
             if number in done:
                 message.skipped_chunks += 1
                 continue
-            yield len(values), [*values, encode_marker(sink, batch, part, number, len(values))]
+            count = sum(len(piece) for piece in pieces)
+            marker = encode_marker(sink, batch, part, number, count)
+            yield count, *packed_chunk(pieces, marker)
 
     stream: Client | None = None
     if in_flight > 1:
@@ -165,18 +221,18 @@ def write_chunks(
             stream = None
     if stream is None:
         client = client_of(endpoints)
-        for count, values in calls():
-            appended(count, client.append(values))
+        for count, data, offsets in calls():
+            appended(count, client.append_packed(data, offsets))
         message.in_flight = 1
         return message
 
-    pending: deque[tuple[int, concurrent.futures.Future[list[int]]]] = deque()
+    pending: deque[tuple[int, concurrent.futures.Future[Sequence[int]]]] = deque()
     try:
-        for count, values in calls():
+        for count, data, offsets in calls():
             while len(pending) >= in_flight:
                 waiting, future = pending.popleft()
                 appended(waiting, future.result())
-            pending.append((count, stream.submit_append(values)))
+            pending.append((count, stream.submit_append_packed(data, offsets)))
         while pending:
             waiting, future = pending.popleft()
             appended(waiting, future.result())

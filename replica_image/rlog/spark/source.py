@@ -5,11 +5,13 @@ record batches (stale reads with failover), and the batch and streaming readers 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -29,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from rlog import packed
 from rlog.client import Client, parse_endpoints, status_name
 from rlog.client.errors import (
     NotVoting,
@@ -53,6 +56,9 @@ ARROW_SCHEMA = pa.schema(
     [pa.field("position", pa.int64(), nullable=False), pa.field("value", pa.binary(), False)]
 )
 READ_MAX_BATCH = 4096  # entries asked per Read response (one Arrow batch each)
+_EMPTY = pa.RecordBatch.from_arrays(
+    [pa.array([], pa.int64()), pa.array([], pa.binary())], schema=ARROW_SCHEMA
+)
 
 
 # ---- what the driver sees ---------------------------------------------------------------------
@@ -174,16 +180,52 @@ def plan_partitions(
 # ---- reading ---------------------------------------------------------------------------------
 
 
-def to_arrow(positions: list[int], values: list[bytes], skip_markers: bool) -> pa.RecordBatch:
-    """Entries as one Arrow record batch of SCHEMA, without the sink's markers if asked."""
-    if skip_markers:
-        gone = {i for i, v in enumerate(values) if v.startswith(MARKER_MAGIC)}
-        if gone:  # markers present: drop them (rare, so the common path stays a plain copy)
-            positions = [p for i, p in enumerate(positions) if i not in gone]
-            values = [v for i, v in enumerate(values) if i not in gone]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(positions, pa.int64()), pa.array(values, pa.binary())], schema=ARROW_SCHEMA
+_LITTLE = sys.byteorder == "little"
+_counting = pa.array(range(READ_MAX_BATCH), pa.int64())  # 0, 1, ...: positions are first + these
+
+
+def run_positions(first: int, count: int) -> pa.Array:
+    """first, first+1, ..., first+count-1 as an int64 array (a slice of a shared 0, 1, ...
+    plus `first`: vectorized, no Python int per row)."""
+    global _counting
+    if count > len(_counting):
+        _counting = pa.array(range(max(count, 2 * len(_counting))), pa.int64())
+    return pc.add(_counting.slice(0, count), pa.scalar(first, pa.int64()))
+
+
+def run_values(run: pb.Run) -> pa.Array:
+    """A run's values as an Arrow binary array over its own buffers: the run's packed layout
+    (data + count+1 little-endian uint32 offsets) is Arrow's binary layout."""
+    count = packed.run_count(run)
+    if not _LITTLE:  # Arrow's offsets are native-endian
+        return pa.array(packed.values_of(run.data, run.offsets), pa.binary())
+    values = pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(run.offsets), pa.py_buffer(run.data)]
     )
+    values.validate(full=True)  # offsets within data and never decreasing (C, per batch)
+    return values
+
+
+def to_arrow(runs: Sequence[pb.Run], skip_markers: bool) -> pa.RecordBatch:
+    """Runs as one Arrow record batch of SCHEMA, without the sink's markers if asked; no
+    Python object per row."""
+    runs = [run for run in runs if packed.run_count(run)]
+    if not runs:
+        return _EMPTY
+    positions = [run_positions(run.first, packed.run_count(run)) for run in runs]
+    values = [run_values(run) for run in runs]
+    batch = pa.RecordBatch.from_arrays(
+        [
+            positions[0] if len(runs) == 1 else pa.concat_arrays(positions),
+            values[0] if len(runs) == 1 else pa.concat_arrays(values),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+    # Markers are rare: one search of the raw bytes decides whether to look per row at all.
+    if skip_markers and any(MARKER_MAGIC in run.data for run in runs):
+        marker = pc.starts_with(batch.column(1), pattern=MARKER_MAGIC)
+        batch = batch.filter(pc.invert(marker))
+    return batch
 
 
 def read_range(
@@ -193,8 +235,9 @@ def read_range(
     the last position the message covered (where to resume: its markers may have been
     dropped). The one place that turns what the client reads into Arrow columns."""
     batches = client.read_columns(first, last, stale, READ_MAX_BATCH, endpoint=endpoint)
-    for positions, values in batches:
-        yield positions[-1], to_arrow(positions, values, skip_markers)
+    for runs in batches:
+        covered = max(packed.run_last(run) for run in runs if packed.run_count(run))
+        yield covered, to_arrow(runs, skip_markers)
 
 
 def read_partition(partition: RlogPartition) -> Iterator[pa.RecordBatch]:

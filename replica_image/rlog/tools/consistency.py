@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from rlog.client.packing import pairs_of
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -62,8 +63,8 @@ async def read_replica(endpoint: str, rpc_timeout: float = 60.0) -> ReplicaView:
         request = pb.ReadRequest(stale=True, to=status.learned)
         setattr(request, "from", status.begin)
         async for response in stub.Read(request, timeout=rpc_timeout):
-            for entry in response.entries:
-                view.entries[entry.position] = entry.value
+            for position, value in pairs_of(response):
+                view.entries[position] = value
         return view
 
 

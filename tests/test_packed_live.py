@@ -1,0 +1,225 @@
+"""Packed values at the edges against a real 3-replica log (`DevCluster`): appends sent as
+`data`/`offsets` and answered with `first`/`count`, the older `values` still accepted, bad
+packed requests refused whole, and reads answered as runs (docs/data-path.md, "Clients,
+reads and Spark")."""
+
+from __future__ import annotations
+
+import struct
+
+import grpc
+import pytest
+
+from rlog import packed
+from rlog.client import Client
+from rlog.client.errors import InvalidArgument
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.tools.dev import DevCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with DevCluster(3, tmp_path_factory.mktemp("packed"), election_timeout=0.5) as c:
+        c.wait_for_leader()
+        c.wait_for(lambda found: all(s is not None for s in found), 30, "every replica")
+        yield c
+
+
+@pytest.fixture
+def stub(cluster):
+    leader = cluster.wait_for_leader()
+    with grpc.insecure_channel(cluster.endpoints[leader]) as channel:
+        yield pbg.LogStub(channel)
+
+
+def read_all(stub: pbg.LogStub, first: int) -> list[tuple[int, bytes]]:
+    request = pb.ReadRequest()
+    setattr(request, "from", first)
+    out = []
+    for response in stub.Read(request, timeout=10):
+        assert not response.entries  # a current server answers runs only
+        for run in response.runs:
+            assert not run.HasField("head") and packed.run_count(run) > 0
+            values = packed.values_of(run.data, run.offsets)
+            out += list(zip(range(run.first, run.first + len(values)), values, strict=True))
+    return out
+
+
+def next_position(stub: pbg.LogStub) -> int:
+    """The next position the log will give (an empty conditional append tells it)."""
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Append(pb.AppendRequest(values=[b"probe"], if_next=0), timeout=10)
+    trailers = dict(refused.value.trailing_metadata() or ())
+    return int(trailers["rlog-next"])
+
+
+def test_packed_append_is_answered_with_first_and_count(cluster, stub):
+    values = [b"a", b"", b"ccc" * 100, b"d"]
+    data, offsets = packed.pack(values)
+    response = stub.Append(pb.AppendRequest(data=data, offsets=offsets), timeout=10)
+    assert response.count == len(values) and not response.positions
+    assert read_all(stub, response.first)[: len(values)] == list(
+        zip(range(response.first, response.first + len(values)), values, strict=True)
+    )
+
+
+def test_the_older_values_field_still_appends(cluster, stub):
+    response = stub.Append(pb.AppendRequest(values=[b"old-1", b"old-2"]), timeout=10)
+    assert response.count == 2 and not response.positions
+    assert read_all(stub, response.first)[:2] == [
+        (response.first, b"old-1"),
+        (response.first + 1, b"old-2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "data, offsets, why",
+    [
+        (b"abc", struct.pack("<3I", 0, 2, 4), "last offset past the data"),
+        (b"abc", struct.pack("<3I", 0, 2, 1), "decreasing offsets"),
+        (b"abc", struct.pack("<3I", 1, 2, 3), "first offset not 0"),
+        (b"abc", b"\x00\x00\x00", "not whole uint32 values"),
+        (b"abc", b"", "data without offsets"),
+        (b"", struct.pack("<I", 0), "one offset: no count+1"),
+    ],
+)
+def test_bad_offsets_are_refused_and_append_nothing(cluster, stub, data, offsets, why):
+    before = next_position(stub)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Append(pb.AppendRequest(data=data, offsets=offsets), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, why
+    assert next_position(stub) == before
+
+
+def test_values_and_data_together_are_refused(cluster, stub):
+    before = next_position(stub)
+    data, offsets = packed.pack([b"x"])
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Append(pb.AppendRequest(values=[b"y"], data=data, offsets=offsets), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not both" in (refused.value.details() or "")
+    assert next_position(stub) == before
+
+
+def test_append_stream_refuses_a_bad_request_and_answers_the_others(cluster, stub):
+    good, good_offsets = packed.pack([b"s1", b"s2", b"s3"])
+    requests = [
+        pb.AppendRequest(id=1, data=good, offsets=good_offsets),
+        pb.AppendRequest(id=2, data=b"zz", offsets=struct.pack("<2I", 0, 3)),
+        pb.AppendRequest(id=3, values=[b"s4"]),
+    ]
+    answers = {r.id: r for r in stub.AppendStream(iter(requests), timeout=10)}
+    assert answers[1].code == 0 and answers[1].count == 3
+    assert answers[2].code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and not answers[2].count
+    assert answers[3].code == 0 and answers[3].count == 1
+    got = dict(read_all(stub, answers[1].first))
+    assert [got[answers[1].first + i] for i in range(3)] == [b"s1", b"s2", b"s3"]
+    assert got[answers[3].first] == b"s4"
+
+
+def test_client_packed_and_plain_appends_read_back_the_same(cluster):
+    with Client(cluster.endpoints) as client:
+        values = [b"p%d" % i for i in range(300)] + [b""]
+        data, offsets = packed.pack(values)
+        positions = client.append_packed(data, offsets)
+        assert list(positions) == list(range(positions[0], positions[0] + len(values)))
+        more = client.append(["plain", b"bytes"])
+        assert more == [positions[-1] + 1, positions[-1] + 2]
+        got = [(e.position, e.value) for e in client.read(positions[0], more[-1])]
+        assert got == list(zip([*positions, *more], [*values, b"plain", b"bytes"], strict=True))
+        with pytest.raises(InvalidArgument):
+            client.append_packed(b"abc", struct.pack("<2I", 0, 2))
+        assert client.append([b"after"])[0] == more[-1] + 1  # the refused batch took nothing
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_coalesced_appends_are_split_back_in_order(cluster, stream):
+    """Concurrent appends share requests (the stream's coalescing, the exactly-once groups):
+    each caller gets its own positions, with its own values there."""
+    import concurrent.futures
+
+    with Client(cluster.endpoints, stream=stream) as client:
+        futures = [
+            client.submit_append([b"c%d-%d" % (i, j) for j in range(i % 3 + 1)]) for i in range(60)
+        ]
+        results = [f.result(timeout=30) for f in futures]
+        concurrent.futures.wait(futures)
+        low = min(p for r in results for p in r)
+        high = max(p for r in results for p in r)
+        held = {e.position: e.value for e in client.read(low, high)}
+        for i, positions in enumerate(results):
+            assert [held[p] for p in positions] == [b"c%d-%d" % (i, j) for j in range(i % 3 + 1)]
+
+
+def test_runs_skip_nop_session_and_epoch_entries(cluster):
+    """Reads answer runs of consecutive APPEND entries only: the SESSION and EPOCH entries
+    between appends split runs and are not read; every position is the append's own."""
+    with Client(cluster.endpoints) as client:  # exactly-once: its first append opens a session
+        written: list[tuple[int, bytes]] = []
+        start = client.status().learned + 1
+        for round_ in range(3):
+            values = [b"r%d-%d" % (round_, i) for i in range(5)]
+            written += list(zip(client.append(values), values, strict=True))
+            client.take_epoch()
+            values = [b"r%d-tail" % round_]
+            written += list(zip(client.append(values), values, strict=True))
+        leader = cluster.wait_for_leader()
+        with grpc.insecure_channel(cluster.endpoints[leader]) as channel:
+            stub = pbg.LogStub(channel)
+            request = pb.ReadRequest(to=written[-1][0])
+            setattr(request, "from", start)
+            runs = [run for response in stub.Read(request, timeout=10) for run in response.runs]
+        got = [
+            (run.first + i, value)
+            for run in runs
+            for i, value in enumerate(packed.values_of(run.data, run.offsets))
+        ]
+        assert got == written
+        # One run per stretch of consecutive APPEND positions: the EPOCH entries split them.
+        stretches: list[list[int]] = []
+        for position, _ in written:
+            if stretches and stretches[-1][-1] + 1 == position:
+                stretches[-1].append(position)
+            else:
+                stretches.append([position])
+        assert [(r.first, packed.run_count(r)) for r in runs] == [(s[0], len(s)) for s in stretches]
+        assert len(stretches) == 4 and start < written[0][0]  # the SESSION entry came first
+        # read(), read_columns() and tail() see the same.
+        assert [(e.position, e.value) for e in client.read(start, written[-1][0])] == written
+        columns = [
+            (run.first + i, value)
+            for runs_ in client.read_columns(start, written[-1][0])
+            for run in runs_
+            for i, value in enumerate(packed.values_of(run.data, run.offsets))
+        ]
+        assert columns == written
+        tailed = []
+        for entry in client.tail(start):
+            tailed.append((entry.position, entry.value))
+            if entry.position == written[-1][0]:
+                break
+        assert tailed == written
+
+
+def test_follower_reads_and_forwarded_appends(cluster):
+    """A follower forwards a packed append to the leader and serves stale reads and tails
+    as runs too (its own learned entries)."""
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in range(3) if i != leader)
+    with Client(cluster.endpoints[follower], exactly_once=False) as client:
+        values = [b"f%d" % i for i in range(50)]
+        positions = client.append_packed(*packed.pack(values))
+        assert len(positions) == 50
+        cluster.wait_for(
+            lambda found: all(s is not None and s.learned >= positions[-1] for s in found),
+            what="learned",
+        )
+        stale = client.read(positions[0], positions[-1], stale=True)
+        assert [(e.position, e.value) for e in stale] == list(zip(positions, values, strict=True))
+        consistent = client.read(positions[0], positions[-1])
+        assert [e.value for e in consistent] == values
+        tail = client.tail(positions[0])  # non-stale: the leader serves the start
+        assert [next(tail).value for _ in range(50)] == values
