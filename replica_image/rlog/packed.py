@@ -27,7 +27,8 @@ class PackedError(ValueError):
     """Packed values that do not check out (bad offsets): the request is refused whole."""
 
 
-def _u32(raw: bytes) -> array[int]:
+def u32(raw: bytes) -> array[int]:
+    """Packed offsets as integers (unchecked: see offsets_of)."""
     offsets = array("I")
     offsets.frombytes(raw)
     if not _LITTLE:
@@ -35,7 +36,8 @@ def _u32(raw: bytes) -> array[int]:
     return offsets
 
 
-def _raw(offsets: array[int]) -> bytes:
+def raw(offsets: array[int]) -> bytes:
+    """Offsets as packed bytes (little-endian uint32)."""
     if not _LITTLE:
         offsets = array("I", offsets)
         offsets.byteswap()
@@ -51,7 +53,7 @@ def pack(values: Sequence[bytes]) -> tuple[bytes, bytes]:
         offsets.append(end)
     if end > MAX_PACKED_BYTES:
         raise PackedError(f"{end} bytes of values do not fit one packed batch (max 4 GiB)")
-    return b"".join(values), _raw(offsets)
+    return b"".join(values), raw(offsets)
 
 
 def offsets_of(data: bytes, offsets: bytes) -> array[int]:
@@ -62,7 +64,7 @@ def offsets_of(data: bytes, offsets: bytes) -> array[int]:
         if data:
             raise PackedError("packed data without offsets")
         return array("I")
-    parsed = _u32(offsets)
+    parsed = u32(offsets)
     if parsed[0] != 0 or parsed[-1] != len(data):
         raise PackedError(
             f"packed offsets run from {parsed[0]} to {parsed[-1]}, not from 0 to {len(data)}"
@@ -85,17 +87,17 @@ def max_size(data: bytes, offsets: bytes) -> int:
 
 def values_of(data: bytes, offsets: bytes) -> list[bytes]:
     """The values as a list (one object per value: for callers that want a list)."""
-    parsed = _u32(offsets)
+    parsed = u32(offsets)
     return [data[parsed[i] : parsed[i + 1]] for i in range(len(parsed) - 1)]
 
 
 def slice_packed(data: bytes, offsets: bytes, start: int, stop: int) -> tuple[bytes, bytes]:
     """Values [start, stop) of a packed batch, packed again (offsets re-based to 0)."""
-    parsed = _u32(offsets)
+    parsed = u32(offsets)
     lo, hi = parsed[start], parsed[stop]
     if lo == 0 and stop == len(parsed) - 1:
         return data, offsets
-    return data[lo:hi], _raw(array("I", (o - lo for o in parsed[start : stop + 1])))
+    return data[lo:hi], raw(array("I", (o - lo for o in parsed[start : stop + 1])))
 
 
 # ---- runs ---------------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def clip(run: pb.Run, first: int, last: int) -> pb.Run:
 def action_at(run: pb.Run, position: int) -> pb.Action:
     """The action the run holds at `position` (materialized: a copy of the head)."""
     index = position - run.first
-    parsed = _u32(run.offsets)
+    parsed = u32(run.offsets)
     if not 0 <= index < len(parsed) - 1:
         raise IndexError(f"position {position} is not in the run at {run.first}")
     action = pb.Action()
@@ -144,7 +146,7 @@ def action_at(run: pb.Run, position: int) -> pb.Action:
 
 def expand(run: pb.Run) -> list[pb.Action]:
     """One action per position (the slow path: fills, promises, tools)."""
-    parsed = _u32(run.offsets)
+    parsed = u32(run.offsets)
     out = []
     for index in range(len(parsed) - 1):
         action = pb.Action()

@@ -6,30 +6,12 @@ older ones that send one `Entry` per position.
 
 from __future__ import annotations
 
-import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
-
-_LITTLE = sys.byteorder == "little"
-
-
-def _u32(raw: bytes) -> array[int]:
-    offsets = array("I")
-    offsets.frombytes(raw)
-    if not _LITTLE:
-        offsets.byteswap()
-    return offsets
-
-
-def _raw(offsets: array[int]) -> bytes:
-    if not _LITTLE:
-        offsets = array("I", offsets)
-        offsets.byteswap()
-    return offsets.tobytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +49,7 @@ def joined(payloads: Sequence[Payload]) -> Payload:
     base = 0
     for payload in payloads:
         if payload.count:
-            parsed = _u32(payload.offsets)
+            parsed = packed.u32(payload.offsets)
             if base:
                 offsets.extend(o + base for o in parsed[1:])
             else:
@@ -77,7 +59,7 @@ def joined(payloads: Sequence[Payload]) -> Payload:
         raise packed.PackedError(f"{base} bytes of values do not fit one packed batch")
     return Payload(
         b"".join(p.data for p in payloads),
-        _raw(offsets) if len(offsets) > 1 else b"",
+        packed.raw(offsets) if len(offsets) > 1 else b"",
         sum(p.count for p in payloads),
     )
 
@@ -134,7 +116,7 @@ def pairs_of(response: pb.ReadResponse) -> Iterator[tuple[int, bytes]]:
             yield entry.position, entry.value
         return
     for run in response.runs:
-        offsets = _u32(run.offsets)
+        offsets = packed.u32(run.offsets)
         data = run.data
         first = run.first
         for index in range(len(offsets) - 1):
