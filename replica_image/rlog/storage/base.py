@@ -8,7 +8,7 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from rlog.packed import clip, run_last
+from rlog.packed import clip, expand, run_last
 from rlog.proto import rlog_pb2 as pb
 
 
@@ -52,9 +52,26 @@ class WriteBatch:
         self.sync = self.sync or later.sync
 
 
+def expand_runs(batch: WriteBatch) -> WriteBatch:
+    """The same changes with every run put as its per-position actions: for an engine that
+    does not store runs as records (`Storage.stores_runs` False). A bridge until every engine
+    stores runs natively; the result reads back the same through `get` and `scan`."""
+    if not batch.runs:
+        return batch
+    actions = [action for run in batch.runs for action in expand(run)]
+    actions.extend(batch.actions)  # put after the runs: they replace those positions
+    return WriteBatch(
+        metadata=batch.metadata, actions=actions, delete_below=batch.delete_below, sync=batch.sync
+    )
+
+
 class Storage(abc.ABC):
     """A replica's durable state. Implementations need not be thread-safe: the server calls
     them from one thread at a time."""
+
+    # Whether `apply` stores `WriteBatch.runs` as records; the journal hands an engine that
+    # does not the batch through `expand_runs`.
+    stores_runs: bool = False
 
     @abc.abstractmethod
     def metadata(self) -> pb.Metadata:
