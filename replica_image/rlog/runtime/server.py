@@ -12,6 +12,7 @@ import grpc
 
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import ConfigError, ReplicaConfig
+from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
@@ -88,6 +89,19 @@ def conditions_of(request: pb.AppendRequest) -> Conditions:
     )
 
 
+def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
+    """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
+    `values` packed. The offsets are checked by `Node.append`."""
+    if request.data or request.offsets:
+        if request.values:
+            raise RpcError(Reason.INVALID_ARGUMENT, "an append carries values or data, not both")
+        return request.data, request.offsets
+    try:
+        return pack(request.values)
+    except PackedError as exc:
+        raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
+
+
 class LogService(pbg.LogServicer):
     """The client API. Appends, truncations and consistent reads go to the leader."""
 
@@ -97,9 +111,11 @@ class LogService(pbg.LogServicer):
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
-        actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
         try:
-            positions = await self.node.append(actions, _forwarded(context), conditions_of(request))
+            data, offsets = packed_values(request)
+            positions = await self.node.append(
+                data, offsets, _forwarded(context), conditions_of(request)
+            )
         except RpcError as error:
             await _abort(context, error)
         return pb.AppendResponse(positions=positions)
@@ -116,9 +132,9 @@ class LogService(pbg.LogServicer):
         pending: set[asyncio.Task[None]] = set()
 
         async def one(request: pb.AppendRequest) -> None:
-            actions = [pb.Action(type=pb.APPEND, value=value) for value in request.values]
             try:
-                positions = await self.node.append(actions, forwarded, conditions_of(request))
+                data, offsets = packed_values(request)
+                positions = await self.node.append(data, offsets, forwarded, conditions_of(request))
                 responses.put_nowait(pb.AppendResponse(id=request.id, positions=positions))
             except RpcError as error:
                 details = error.details
