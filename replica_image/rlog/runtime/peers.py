@@ -46,6 +46,7 @@ def _piggybackable(message: object) -> bool:
     return (
         isinstance(message, pb.LearnedRequest)
         and not message.actions
+        and not message.runs
         and not message.leader_address
         and len(message.ranges) > 0
     )
