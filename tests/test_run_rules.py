@@ -359,3 +359,15 @@ def test_a_run_and_its_expansion_give_the_same_replies_and_state(ops):
 
 def test_run_last_of_an_empty_run_is_before_its_first():
     assert run_last(pb.Run(first=5)) == 4
+
+
+def test_learned_records_cut_a_big_run_to_the_byte_budget():
+    r = core()
+    write_run(r, 1, run_of(0, [b"z"]))
+    write_run(r, 1, run_of(1, [bytes([k]) * 100 for k in range(10)]))
+    learn_range(r, 1, 0, 10)
+    action, second = r.learned_records(0, 10, 100, max_bytes=250)
+    assert isinstance(action, pb.Action) and action.value == b"z"
+    assert isinstance(second, pb.Run) and span(second) == (1, 2)  # 1 + 200 bytes fit
+    (alone,) = r.learned_records(1, 10, 100, max_bytes=10)
+    assert isinstance(alone, pb.Run) and span(alone) == (1, 1)  # always at least one value

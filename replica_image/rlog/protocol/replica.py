@@ -268,6 +268,14 @@ class ReplicaCore:
                 break
             if isinstance(record, pb.Run):
                 record = clip(record, lo, through)
+                if size + len(record.data) > max_bytes and through > lo:
+                    # A big run: only the values that fit (at least one), so a message of
+                    # records stays bounded in bytes.
+                    fit = bisect.bisect_right(
+                        offsets_of(record.data, record.offsets), max_bytes - size
+                    )
+                    through = lo + max(fit - 1, 1) - 1
+                    record = clip(record, lo, through)
                 size += len(record.data)
             else:
                 size += len(record.value)
