@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from rlog.packed import expand, make_run, pack, run_last, values_of
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import AdmissionState
+from rlog.protocol.admission import AdmissionState, Conditions
+from rlog.protocol.coordinator import Coordinator, CoordinatorConfig, Done, Leading, Send
 from rlog.protocol.replica import ReplicaCore, span
 from rlog.storage import WriteBatch
 from rlog.storage.base import expand_runs
@@ -371,3 +372,79 @@ def test_learned_records_cut_a_big_run_to_the_byte_budget():
     assert isinstance(second, pb.Run) and span(second) == (1, 2)  # 1 + 200 bytes fit
     (alone,) = r.learned_records(1, 10, 100, max_bytes=10)
     assert isinstance(alone, pb.Run) and span(alone) == (1, 1)  # always at least one value
+
+
+# ---- the leader: one run per admitted append --------------------------------------------
+
+
+def _leading() -> tuple[Coordinator, ReplicaCore, list[pb.WriteRequest]]:
+    """A single-replica log's coordinator, leading, and the write requests it sends."""
+    replica = core()
+    coordinator = Coordinator(0, 1, replica, CoordinatorConfig())
+    coordinator.elect()
+    sent: list[pb.WriteRequest] = []
+    _deliver(coordinator, replica, sent)
+    assert coordinator.leading
+    return coordinator, replica, sent
+
+
+def _deliver(coordinator: Coordinator, replica: ReplicaCore, sent: list[pb.WriteRequest]):
+    """Deliver every message to the one replica until quiet; the non-message outputs."""
+    results = []
+    while outputs := coordinator.take():
+        for output in outputs:
+            if not isinstance(output, Send):
+                if isinstance(output, Leading):
+                    state = AdmissionState(100, output.next_position)
+                    coordinator.admission_ready(output.proposal, state)
+                results.append(output)
+                continue
+            message = output.message
+            if isinstance(message, pb.LearnedRequest):
+                apply(replica, replica.on_learned(message))
+                continue
+            if isinstance(message, pb.WriteRequest):
+                sent.append(message)
+                reply = replica.on_write(message)
+            else:
+                reply = replica.on_promise(message)
+            apply(replica, reply.persist)
+            coordinator.on_reply(output.round, output.to, reply.response)
+    return results
+
+
+def test_the_leader_sends_one_run_per_append_and_dedupes_its_retry():
+    coordinator, replica, sent = _leading()
+    coordinator.propose("session", [pb.Action(type=pb.SESSION)])
+    coordinator.pump()
+    (session,) = next(
+        o for o in _deliver(coordinator, replica, sent) if isinstance(o, Done)
+    ).positions
+    data, offsets = pack(values(64))
+    conditions = Conditions(session=session, sequence=1)
+    sent.clear()
+    coordinator.propose("a1", pb.Run(data=data, offsets=offsets), conditions)
+    coordinator.propose("single", pb.Run(data=b"s", offsets=pack([b"s"])[1]))
+    coordinator.pump()
+    done = {o.token: o for o in _deliver(coordinator, replica, sent) if isinstance(o, Done)}
+    assert done["a1"].positions == list(range(session + 1, session + 65))
+    assert done["single"].positions == [session + 65]
+    (request,) = sent
+    assert not request.actions and [span(r) for r in request.runs] == [
+        (session + 1, session + 64),
+        (session + 65, session + 65),
+    ]
+    head = request.runs[0].head
+    assert (head.batch_first, head.batch_last) == (session + 1, session + 64)
+    assert (head.session, head.sequence, head.origin_proposal) == (session, 1, coordinator.proposal)
+    assert request.runs[1].head.batch_first == request.runs[1].head.batch_last == 0
+    assert stored_spans(replica)[-2:] == [
+        ("run", session + 1, session + 64),
+        ("run", session + 65, session + 65),
+    ]
+    # A retry of the session append: the original positions, nothing written.
+    sent.clear()
+    coordinator.propose("retry", pb.Run(data=data, offsets=offsets), conditions)
+    coordinator.pump()
+    (retry,) = _deliver(coordinator, replica, sent)
+    assert isinstance(retry, Done) and retry.positions == done["a1"].positions and not sent
