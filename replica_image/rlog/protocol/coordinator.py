@@ -33,11 +33,12 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
 
 from __future__ import annotations
 
+import bisect
 import enum
 import random
 from collections import deque
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rlog.packed import pack, run_count
@@ -166,16 +167,20 @@ class _Write:
     records: list[pb.Action | pb.Run]  # in position order
     tokens: list[tuple[Hashable, list[int]]]
     tally: Tally
+    # The first position of each record, computed by the first `epoch_at`.
+    _starts: list[int] | None = field(default=None, init=False, repr=False)
 
     def epoch_at(self, position: int) -> int:
         """The writer epoch the entry at `position` states."""
-        for record in self.records:
-            if isinstance(record, pb.Run):
-                if record.first <= position < record.first + run_count(record):
-                    return record.head.epoch
-            elif record.position == position:
-                return record.epoch
-        return 0
+        if self._starts is None:
+            self._starts = [r.first if isinstance(r, pb.Run) else r.position for r in self.records]
+        index = bisect.bisect_right(self._starts, position) - 1
+        if index < 0:
+            return 0
+        record = self.records[index]
+        if isinstance(record, pb.Run):
+            return record.head.epoch if position < record.first + run_count(record) else 0
+        return record.epoch if record.position == position else 0
 
 
 @dataclass
@@ -445,6 +450,9 @@ class Coordinator:
                 ):
                     break
                 self._queue.popleft()
+                if not entry_count:
+                    self._outbox.append(Done(token, []))  # nothing to place
+                    continue
                 if conditions.any:
                     verdict = admission.admit(conditions)
                     if isinstance(verdict, Refuse):
