@@ -17,14 +17,22 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.storage.base import Storage, WriteBatch
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Record:
     last: int  # == first for an action
     raw: bytes
     is_run: bool
+    _run: pb.Run | None = None  # parsed once, never handed out (see `run`)
 
     def parse(self) -> pb.Action | pb.Run:
         return pb.Run.FromString(self.raw) if self.is_run else pb.Action.FromString(self.raw)
+
+    @property
+    def run(self) -> pb.Run:
+        """The stored run, parsed (read-only: callers get copies or slices of it)."""
+        if self._run is None:
+            self._run = pb.Run.FromString(self.raw)
+        return self._run
 
 
 class MemoryStorage(Storage):
@@ -49,13 +57,15 @@ class MemoryStorage(Storage):
         return first if self._records[first].last >= position else None
 
     def get(self, position: int) -> pb.Action | None:
-        first = self._containing(position)
-        if first is None:
-            return None
-        record = self._records[first].parse()
-        if isinstance(record, pb.Run):
-            return action_at(record, position)
-        return record
+        record = self._records.get(position)
+        if record is None or record.is_run:
+            first = self._containing(position)
+            if first is None:
+                return None
+            record = self._records[first]
+        if record.is_run:
+            return action_at(record.run, position)  # a new action, cut out of the run
+        return pb.Action.FromString(record.raw)
 
     def scan_records(self, first: int, last: int) -> Iterator[pb.Action | pb.Run]:
         start = self._containing(first)
