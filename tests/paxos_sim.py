@@ -370,8 +370,12 @@ class Sim:
         assert decision is not None and decision.next == Next.RECOVER, round_.reason()
         self._persist(replica, core.set_status(pb.RECOVERING))
         source = self.cores[decision.sources[0]]
-        actions = source.learned_actions(decision.begin, decision.end, 1 << 30)
-        self._persist(replica, core.on_learned(pb.LearnedRequest(actions=actions)))
+        records = source.learned_records(decision.begin, decision.end, 1 << 30)
+        copied = pb.LearnedRequest(
+            actions=[r for r in records if isinstance(r, pb.Action)],
+            runs=[r for r in records if isinstance(r, pb.Run)],
+        )
+        self._persist(replica, core.on_learned(copied))
         assert core.learned >= min(decision.end, source.learned)
         self._persist(replica, core.finish_recovery(decision.promised))
         self.check()

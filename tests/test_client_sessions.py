@@ -41,7 +41,7 @@ class _ScriptedNode:
         return pb.OpenSessionResponse(session=100 * self.sessions, window=1000)
 
     async def append(
-        self, actions: list[pb.Action], forwarded: bool, conditions: Conditions
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
     ) -> list[int]:
         self.sent.append(conditions)
         answer = self.script.pop(0)

@@ -231,7 +231,7 @@ def test_a_later_batch_can_be_acknowledged_before_an_earlier_one_is_learned():
     first_batch = [
         k
         for k, m in enumerate(sim.network)
-        if isinstance(m.request, pb.WriteRequest) and m.request.actions[0].position == 1
+        if isinstance(m.request, pb.WriteRequest) and m.request.runs[0].first == 1
     ]
     held = [sim.network[k] for k in first_batch]
     sim.network = [m for k, m in enumerate(sim.network) if k not in first_batch]

@@ -155,17 +155,20 @@ def test_coalesced_appends_are_split_back_in_order(cluster, stream):
 
 
 def test_runs_skip_nop_session_and_epoch_entries(cluster):
-    """Reads answer runs of consecutive APPEND entries only: the SESSION and EPOCH entries
-    between appends split runs and are not read; every position is the append's own."""
+    """Reads answer runs of APPEND entries only, as they were stored (one per append call,
+    passed on without re-packing): the SESSION and EPOCH entries between appends are not read
+    and no run spans them; every position is the append's own."""
     with Client(cluster.endpoints) as client:  # exactly-once: its first append opens a session
         written: list[tuple[int, bytes]] = []
+        calls: list[tuple[int, int]] = []  # (first position, count) of each append call
         start = client.status().learned + 1
         for round_ in range(3):
-            values = [b"r%d-%d" % (round_, i) for i in range(5)]
-            written += list(zip(client.append(values), values, strict=True))
-            client.take_epoch()
-            values = [b"r%d-tail" % round_]
-            written += list(zip(client.append(values), values, strict=True))
+            for values in ([b"r%d-%d" % (round_, i) for i in range(5)], [b"r%d-tail" % round_]):
+                positions = client.append(values)
+                written += list(zip(positions, values, strict=True))
+                calls.append((positions[0], len(positions)))
+                if len(values) > 1:
+                    client.take_epoch()
         leader = cluster.wait_for_leader()
         with grpc.insecure_channel(cluster.endpoints[leader]) as channel:
             stub = pbg.LogStub(channel)
@@ -178,15 +181,12 @@ def test_runs_skip_nop_session_and_epoch_entries(cluster):
             for i, value in enumerate(packed.values_of(run.data, run.offsets))
         ]
         assert got == written
-        # One run per stretch of consecutive APPEND positions: the EPOCH entries split them.
-        stretches: list[list[int]] = []
-        for position, _ in written:
-            if stretches and stretches[-1][-1] + 1 == position:
-                stretches[-1].append(position)
-            else:
-                stretches.append([position])
-        assert [(r.first, packed.run_count(r)) for r in runs] == [(s[0], len(s)) for s in stretches]
-        assert len(stretches) == 4 and start < written[0][0]  # the SESSION entry came first
+        # One run per append call, as stored; an EPOCH entry sits between a round's two calls
+        # and a run never spans it.
+        assert [(r.first, packed.run_count(r)) for r in runs] == calls
+        epochs = [b[0] - (a[0] + a[1]) for a, b in zip(calls[0::2], calls[1::2], strict=True)]
+        assert epochs == [1, 1, 1]  # one EPOCH position between a round's calls
+        assert start < written[0][0]  # the SESSION entry came first
         # read(), read_columns() and tail() see the same.
         assert [(e.position, e.value) for e in client.read(start, written[-1][0])] == written
         columns = [

@@ -200,7 +200,7 @@ class _FailingNode:
         raise self.error
 
     async def append(
-        self, actions: list[pb.Action], forwarded: bool, conditions: object = None
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: object = None
     ) -> list[int]:
         self._raise()
         return []

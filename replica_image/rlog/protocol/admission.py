@@ -38,6 +38,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rlog.packed import expand, run_count
 from rlog.proto import rlog_pb2 as pb
 
 
@@ -150,6 +151,38 @@ class AdmissionState:
                 self.begin = entry.truncate_to
         if self.sessions and self._oldest_session() < self.horizon:
             self._expire()
+
+    def apply_run(self, run: pb.Run) -> None:
+        """Apply the run's entries (>= next_position): for an APPEND run, one step for all
+        of them (they share their epoch, session and sequence), the same as each in turn."""
+        count = run_count(run)
+        head = run.head
+        if head.type != pb.APPEND:
+            for entry in expand(run):
+                self.apply(entry)
+            return
+        if count == 0:
+            return
+        last = run.first + count - 1
+        if last >= self.next_position:
+            self.next_position = last + 1
+        if head.epoch > self.epoch:
+            self.epoch = head.epoch
+        if head.session:
+            session = self.sessions.get(head.session)
+            if session is not None and head.sequence >= session.forgotten_below:
+                answer = session.answers.get(head.sequence)
+                session.answers[head.sequence] = (
+                    (run.first, count) if answer is None else (answer[0], answer[1] + count)
+                )
+        if self.sessions and self._oldest_session() < self.horizon:
+            self._expire()
+
+    def apply_record(self, record: pb.Action | pb.Run) -> None:
+        if isinstance(record, pb.Run):
+            self.apply_run(record)
+        else:
+            self.apply(record)
 
     def _oldest_session(self) -> int:
         return next(iter(self.sessions))

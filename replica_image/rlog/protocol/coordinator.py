@@ -18,6 +18,9 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   index+1 (`admission_ready`, rebuilt from the learned entries); then each append is
   admitted, refused or answered as a duplicate at the moment it is given positions
   (admission.py), and each entry assigned is applied to that state;
+- an append's values become one `pb.Run` (docs/data-path.md): its positions share every
+  field but the value, so the run is built, admitted and sent once per request, not once
+  per entry; other entries (SESSION, EPOCH, TRUNCATE) stay actions;
 - lead: positions index+1... are written at `proposal`; appends arriving together become one
   write batch per replica, several batches in flight; a quorum of ACCEPT chooses the batch,
   then a learned message goes to every replica; each entry carries its origin (this
@@ -30,13 +33,15 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
 
 from __future__ import annotations
 
+import bisect
 import enum
 import random
 from collections import deque
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from rlog.packed import pack, run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import (
     NO_CONDITIONS,
@@ -152,12 +157,30 @@ class _Election:
     tally: Tally
 
 
+Request = list[pb.Action] | pb.Run  # an append's values: a run (positions unset)
+
+
 @dataclass
 class _Write:
     first: int
-    actions: list[pb.Action]
+    count: int  # positions first .. first + count - 1
+    records: list[pb.Action | pb.Run]  # in position order
     tokens: list[tuple[Hashable, list[int]]]
     tally: Tally
+    # The first position of each record, computed by the first `epoch_at`.
+    _starts: list[int] | None = field(default=None, init=False, repr=False)
+
+    def epoch_at(self, position: int) -> int:
+        """The writer epoch the entry at `position` states."""
+        if self._starts is None:
+            self._starts = [r.first if isinstance(r, pb.Run) else r.position for r in self.records]
+        index = bisect.bisect_right(self._starts, position) - 1
+        if index < 0:
+            return 0
+        record = self.records[index]
+        if isinstance(record, pb.Run):
+            return record.head.epoch if position < record.first + run_count(record) else 0
+        return record.epoch if record.position == position else 0
 
 
 @dataclass
@@ -215,7 +238,7 @@ class Coordinator:
         self._claimed: set[int] = set()
         self._filled: dict[int, BatchKey | None] = {}
         self._writes: dict[int, _Write] = {}
-        self._queue: deque[tuple[Hashable, list[pb.Action], Conditions]] = deque()
+        self._queue: deque[tuple[Hashable, Request, Conditions]] = deque()
         # The admission state as of next_position; None until the runtime provides it for
         # this leadership (appends stay queued until then).
         self.admission: AdmissionState | None = None
@@ -378,14 +401,18 @@ class Coordinator:
     # ---- appends -----------------------------------------------------------------------
 
     def propose(
-        self, token: Hashable, actions: list[pb.Action], conditions: Conditions = NO_CONDITIONS
+        self, token: Hashable, entries: Request, conditions: Conditions = NO_CONDITIONS
     ) -> None:
         """Queue entries (positions are assigned, and admission decided, when the batch is
-        formed)."""
+        formed): an append's values as a run (`first` and `head` unset), or actions (a list
+        of APPEND actions is taken as the run of their values)."""
         if self.phase != Phase.LEADING:
             self._outbox.append(Failed(token, FailureKind.NOT_LEADER, "not the leader"))
             return
-        self._queue.append((token, actions, conditions))
+        if isinstance(entries, list) and entries and all(a.type == pb.APPEND for a in entries):
+            data, offsets = pack([a.value for a in entries])
+            entries = pb.Run(data=data, offsets=offsets)
+        self._queue.append((token, entries, conditions))
 
     def admission_ready(self, proposal: int, state: AdmissionState) -> bool:
         """The runtime's admission state as of `next_position` for the leadership at
@@ -406,19 +433,26 @@ class Coordinator:
             return
         admission = self.admission
         while self._queue and len(self._writes) < self.config.max_inflight_batches:
-            batch: list[pb.Action] = []
+            records: list[pb.Action | pb.Run] = []
             tokens: list[tuple[Hashable, list[int]]] = []
-            size = 0
+            size = count = 0
             first = self.next_position
             while self._queue:
-                token, actions, conditions = self._queue[0]
-                token_size = sum(len(a.value) for a in actions)
-                if batch and (
-                    len(batch) + len(actions) > self.config.max_batch_entries
-                    or size + token_size > self.config.max_batch_bytes
+                token, entries, conditions = self._queue[0]
+                if isinstance(entries, pb.Run):
+                    entry_count, entry_size = run_count(entries), len(entries.data)
+                else:
+                    entry_count = len(entries)
+                    entry_size = sum(len(a.value) for a in entries)
+                if count and (
+                    count + entry_count > self.config.max_batch_entries
+                    or size + entry_size > self.config.max_batch_bytes
                 ):
                     break
                 self._queue.popleft()
+                if not entry_count:
+                    self._outbox.append(Done(token, []))  # nothing to place
+                    continue
                 if conditions.any:
                     verdict = admission.admit(conditions)
                     if isinstance(verdict, Refuse):
@@ -429,41 +463,77 @@ class Coordinator:
                         continue
                     if conditions.session and conditions.acked_below:
                         admission.acknowledge(conditions.session, conditions.acked_below)
-                positions = []
+                start = self.next_position
                 # A request's entries travel in one write and carry their bounds, so that a
                 # fill can choose them all or none (single entries: 0/0, a batch of one).
-                bounds = (self.next_position, self.next_position + len(actions) - 1)
-                for action in actions:
-                    entry = entry_of(action)
-                    entry.position = self.next_position
-                    # Marks the entry as this write's own: (proposal, leader) is unique,
-                    # since one coordinator at most is elected at a proposal.
-                    entry.origin_proposal = self.proposal
-                    entry.origin_leader = self.id
-                    entry.batch_first, entry.batch_last = bounds if len(actions) > 1 else (0, 0)
-                    # The epoch as of this entry (EPOCH: the one it takes), so a scan of
-                    # the log's last entries finds it (admission.py).
-                    entry.epoch = admission.epoch + 1 if entry.type == pb.EPOCH else admission.epoch
-                    if conditions.session and entry.type == pb.APPEND:
-                        entry.session = conditions.session
-                        entry.sequence = conditions.sequence
-                    admission.apply(entry)
-                    positions.append(self.next_position)
-                    self.next_position += 1
-                    batch.append(entry)
-                tokens.append((token, positions))
-                size += token_size
-            if not batch:
+                bounds = (start, start + entry_count - 1) if entry_count > 1 else (0, 0)
+                if isinstance(entries, pb.Run):
+                    if entry_count:
+                        records.append(self._append_run(entries, start, bounds, conditions))
+                else:
+                    for offset, action in enumerate(entries):
+                        records.append(self._entry(action, start + offset, bounds, conditions))
+                self.next_position += entry_count
+                tokens.append((token, list(range(start, self.next_position))))
+                size += entry_size
+                count += entry_count
+            if not records:
                 continue  # every append taken was refused or a duplicate
             round_id = self._new_round()
-            self._writes[round_id] = _Write(first, batch, tokens, Tally(self.replicas, self.quorum))
-            self._broadcast(
-                pb.WriteRequest(
-                    proposal=self.proposal, actions=batch, leader=self.id, log_id=self.log_id
-                ),
-                round_id,
+            self._writes[round_id] = _Write(
+                first, count, records, tokens, Tally(self.replicas, self.quorum)
             )
+            request = pb.WriteRequest(proposal=self.proposal, leader=self.id, log_id=self.log_id)
+            for record in records:
+                if isinstance(record, pb.Run):
+                    request.runs.append(record)
+                else:
+                    request.actions.append(record)
+            self._broadcast(request, round_id)
             self._outbox.append(SetTimer(round_id, self.config.append_timeout))
+
+    def _append_run(
+        self, values: pb.Run, first: int, bounds: tuple[int, int], conditions: Conditions
+    ) -> pb.Run:
+        """An append's values placed at `first` (one head for all of them), applied to the
+        admission state."""
+        assert self.admission is not None
+        head = pb.Action(
+            type=pb.APPEND,
+            # Marks the entries as this write's own: (proposal, leader) is unique, since
+            # one coordinator at most is elected at a proposal.
+            origin_proposal=self.proposal,
+            origin_leader=self.id,
+            batch_first=bounds[0],
+            batch_last=bounds[1],
+            # The epoch as of these entries, so a scan of the log's last entries finds it.
+            epoch=self.admission.epoch,
+            session=conditions.session,
+            sequence=conditions.sequence if conditions.session else 0,
+        )
+        run = pb.Run(first=first, head=head, data=values.data, offsets=values.offsets)
+        self.admission.apply_run(run)
+        return run
+
+    def _entry(
+        self, action: pb.Action, position: int, bounds: tuple[int, int], conditions: Conditions
+    ) -> pb.Action:
+        """A non-append entry (SESSION, EPOCH, TRUNCATE) placed at `position`, applied to the
+        admission state."""
+        assert self.admission is not None
+        entry = entry_of(action)
+        entry.position = position
+        entry.origin_proposal = self.proposal
+        entry.origin_leader = self.id
+        entry.batch_first, entry.batch_last = bounds
+        # EPOCH: the epoch it takes.
+        epoch = self.admission.epoch
+        entry.epoch = epoch + 1 if entry.type == pb.EPOCH else epoch
+        if conditions.session and entry.type == pb.APPEND:
+            entry.session = conditions.session
+            entry.sequence = conditions.sequence
+        self.admission.apply(entry)
+        return entry
 
     def _answer_duplicate(
         self,
@@ -478,7 +548,7 @@ class Coordinator:
             batch_tokens.append((token, positions))  # the original is in the batch being formed
             return
         for write in self._writes.values():
-            if positions and write.first <= positions[0] < write.first + len(write.actions):
+            if positions and write.first <= positions[0] < write.first + write.count:
                 write.tokens.append((token, positions))
                 return
         self._outbox.append(Done(token, positions))
@@ -493,12 +563,11 @@ class Coordinator:
             self._demote(self._round_failure("write", write.tally))
             return
         del self._writes[round_id]
-        last = write.first + len(write.actions) - 1
+        last = write.first + write.count - 1
         self.acknowledged_end = max(self.acknowledged_end, last)
         self._broadcast(self._learned(ranges=[pb.PositionRange(first=write.first, last=last)]))
         for token, positions in write.tokens:
-            offset = positions[-1] - write.first if positions else -1
-            epoch = write.actions[offset].epoch if 0 <= offset < len(write.actions) else 0
+            epoch = write.epoch_at(positions[-1]) if positions else 0
             self._outbox.append(Done(token, positions, epoch))
         self.pump()
 

@@ -16,13 +16,23 @@ Rules (the Mesos log's acceptor with rlog's tightenings, docs/protocol.md):
 - a learned position is final: a write repeating its value (the same write, `same_value`) is
   accepted without a disk write, any other write is rejected, even one of identical content;
 - a batch of positions is all-or-nothing: one rejected position rejects the batch.
+
+Runs (docs/data-path.md, "The replica over runs"): a run is the per-position actions
+`packed.expand` gives, held and stored as one record. The rules above stay per position; a
+run takes one check when that check decides every position alike: a write whose run lies
+entirely above `end` (nothing stored or pending there) meets only the implicit promise; a
+learned range meets a run whose positions all carry the same `performed`. Anything else (a
+write over stored positions, an explicit promise inside a run) takes the per-position path,
+and what it stores inside a run replaces those positions only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rlog.packed import PackedError, action_at, clip, expand, offsets_of, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
@@ -51,6 +61,71 @@ def tombstone(position: int) -> pb.Action:
     return pb.Action(position=position, type=pb.NOP, tombstone=True, learned=True)
 
 
+Record = pb.Action | pb.Run
+
+
+def span(record: Record) -> tuple[int, int]:
+    """The first and last position a record holds."""
+    if isinstance(record, pb.Run):
+        return record.first, record.first + run_count(record) - 1
+    return record.position, record.position
+
+
+def _start(record: Record) -> int:
+    return record.first if isinstance(record, pb.Run) else record.position
+
+
+def _layer(lower: Iterable[Record], upper: Sequence[Record]) -> Iterator[Record]:
+    """The records of `lower` with those of `upper` put over them (both in position order,
+    each without overlaps): an upper record replaces what lower holds at its positions."""
+    index, count = 0, len(upper)
+    covered = -1  # positions up to here are held by an upper record already emitted
+    for record in lower:
+        lo, hi = span(record)
+        position = max(lo, covered + 1)
+        while position <= hi:
+            if index < count and _start(upper[index]) <= hi:
+                over = upper[index]
+                over_lo, over_hi = span(over)
+                if over_lo > position:
+                    assert isinstance(record, pb.Run)  # an action is one position
+                    yield clip(record, position, over_lo - 1)
+                yield over
+                index += 1
+                covered = max(covered, over_hi)
+                position = max(position, over_hi + 1)
+            else:
+                yield clip(record, position, hi) if isinstance(record, pb.Run) else record
+                position = hi + 1
+    yield from upper[index:]
+
+
+def _as_learned(record: Record) -> Record:
+    """The record with its learned flag set (a copy if it was not set)."""
+    if isinstance(record, pb.Run):
+        if record.head.learned:
+            return record
+        head = pb.Action()
+        head.CopyFrom(record.head)
+        head.learned = True
+        return pb.Run(first=record.first, head=head, data=record.data, offsets=record.offsets)
+    if record.learned:
+        return record
+    copy = pb.Action()
+    copy.CopyFrom(record)
+    copy.learned = True
+    return copy
+
+
+@dataclass
+class _PendingRun:
+    """A run decided but maybe not yet durable: `run` as it stands now (truncation clips
+    it), `source` the run object of the WriteBatch that persists it."""
+
+    run: pb.Run
+    source: pb.Run
+
+
 @dataclass
 class Reply:
     """A response and what must be durable before it is sent (None: nothing to persist)."""
@@ -65,8 +140,10 @@ class ReplicaCore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.meta = storage.metadata()
-        # Decided but maybe not yet durable; cleared by `persisted`.
+        # Decided but maybe not yet durable; cleared by `persisted`. An action here wins
+        # over a pending run at its position (it was decided later), which wins over storage.
         self._overlay: dict[int, pb.Action] = {}
+        self._runs: list[_PendingRun] = []  # in position order, never overlapping
         last = storage.last_position()
         self.end = max(last or 0, self.meta.begin - 1 if self.meta.begin else 0)
         # Learned bookkeeping: every position < learned_next is learned (or truncated);
@@ -74,9 +151,12 @@ class ReplicaCore:
         self.learned_next = max(self.meta.learned_below, self.meta.begin)
         self.learned_above: set[int] = set()
         if last is not None and last >= self.learned_next:
-            for action in storage.scan(self.learned_next, last):
-                if action.learned:
-                    self.learned_above.add(action.position)
+            for record in storage.scan_records(self.learned_next, last):
+                if isinstance(record, pb.Run):
+                    if record.head.learned:
+                        self._learn_span(*span(record))
+                elif record.learned:
+                    self._learn_span(record.position, record.position)
         self._advance_learned()
 
     # ---- state -------------------------------------------------------------------------
@@ -101,13 +181,24 @@ class ReplicaCore:
     def is_learned(self, position: int) -> bool:
         return position < self.learned_next or position in self.learned_above
 
+    def _pending_run_at(self, position: int) -> pb.Run | None:
+        index = bisect.bisect_right(self._runs, position, key=lambda p: p.run.first) - 1
+        if index < 0:
+            return None
+        run = self._runs[index].run
+        return run if run_last(run) >= position else None
+
     def get(self, position: int) -> pb.Action | None:
         """The action at `position` as this replica currently holds it, learned flag included."""
         action = self._overlay.get(position)
         if action is None:
-            action = self.storage.get(position)
-            if action is None:
-                return None
+            run = self._pending_run_at(position) if self._runs else None
+            if run is not None:
+                action = action_at(run, position)
+            else:
+                action = self.storage.get(position)
+                if action is None:
+                    return None
         if not action.learned and self.is_learned(position):
             copy = pb.Action()
             copy.CopyFrom(action)
@@ -115,53 +206,114 @@ class ReplicaCore:
             return copy
         return action
 
+    def records(self, first: int, last: int) -> Iterator[Record]:
+        """What this replica holds at [first, last], in position order, clipped to it: the
+        stored records with what is decided but not yet on disk put over them. Learned
+        flags are as stored (see `learned_records`)."""
+        lower: Iterator[Record] = self.storage.scan_records(first, last)
+        runs = [
+            clip(p.run, first, last)
+            for p in self._runs
+            if p.run.first <= last and run_last(p.run) >= first
+        ]
+        merged = _layer(lower, runs) if runs else lower
+        if self._overlay:
+            actions = [self._overlay[p] for p in sorted(self._overlay) if first <= p <= last]
+            if actions:
+                return _layer(merged, actions)
+        return merged
+
+    def _pending_touches(self, lo: int, hi: int) -> bool:
+        """Whether anything decided but not yet on disk lies at [lo, hi]."""
+        if any(lo <= p <= hi for p in self._overlay):
+            return True
+        return any(p.run.first <= hi and run_last(p.run) >= lo for p in self._runs)
+
     def unlearned(self, first: int, last: int) -> Iterator[int]:
         """Positions in [first, last] (not below begin) that this replica has not learned."""
         for position in range(max(first, self.learned_next, self.begin), last + 1):
             if position not in self.learned_above:
                 yield position
 
-    def learned_actions(
+    def _learned_through(self, lo: int, hi: int) -> int:
+        """The highest position p in [lo, hi] with every position of [lo, p] learned (lo - 1
+        if lo is not learned)."""
+        if hi < self.learned_next:
+            return hi
+        position = max(lo, self.learned_next)
+        while position <= hi and position in self.learned_above:
+            position += 1
+        return position - 1
+
+    def learned_records(
         self, first: int, last: int, limit: int, max_bytes: int = 1 << 62
-    ) -> list[pb.Action]:
-        """Consecutive learned actions from `first` (or begin) on, in order, stopping at
-        `last`, at `limit` actions, once `max_bytes` of values are collected (always at least
-        one action), or at the first position this replica has not learned. Reads storage
-        lazily, merged with what is decided but not yet on disk."""
-        out: list[pb.Action] = []
+    ) -> list[Record]:
+        """Consecutive learned records from `first` (or begin) on, in order, clipped to
+        [first, last]: stored runs as runs (their bytes as stored), other positions as
+        actions, all with the learned flag. Stops at `last`, at `limit` positions, once
+        `max_bytes` of values are collected (always at least one record), or at the first
+        position this replica has not learned. Reads storage lazily, merged with what is
+        decided but not yet on disk."""
+        out: list[Record] = []
         first = max(first, self.begin)
-        if last < first:
+        if last < first or limit <= 0:
             return out
-        pending = sorted(p for p in self._overlay if first <= p <= last)
-        stored = iter(self.storage.scan(first, last))
-        next_stored = next(stored, None)
-        size = 0
-        for position in range(first, last + 1):
-            if not self.is_learned(position):
-                break  # a gap: the caller continues from here later
-            while next_stored is not None and next_stored.position < position:
-                next_stored = next(stored, None)
-            action = self._overlay.get(position) if pending else None
-            if action is None:
-                if next_stored is None or next_stored.position != position:
-                    break
-                action = next_stored
-            if not action.learned:
-                copy = pb.Action()
-                copy.CopyFrom(action)
-                copy.learned = True
-                action = copy
-            out.append(action)
-            size += len(action.value)
-            if len(out) >= limit or size >= max_bytes:
+        position, count, size = first, 0, 0
+        for record in self.records(first, last):
+            lo, hi = span(record)
+            if lo != position:
+                break  # a position holding nothing: not learned here
+            through = min(self._learned_through(lo, hi), lo + limit - count - 1)
+            if through < lo:
+                break
+            if isinstance(record, pb.Run):
+                record = clip(record, lo, through)
+                if size + len(record.data) > max_bytes and through > lo:
+                    # A big run: only the values that fit (at least one), so a message of
+                    # records stays bounded in bytes.
+                    fit = bisect.bisect_right(
+                        offsets_of(record.data, record.offsets), max_bytes - size
+                    )
+                    through = lo + max(fit - 1, 1) - 1
+                    record = clip(record, lo, through)
+                size += len(record.data)
+            else:
+                size += len(record.value)
+            out.append(_as_learned(record))
+            count += through - lo + 1
+            position = through + 1
+            if through < hi or count >= limit or size >= max_bytes:
                 break
         return out
 
+    def learned_actions(
+        self, first: int, last: int, limit: int, max_bytes: int = 1 << 62
+    ) -> list[pb.Action]:
+        """`learned_records`, one action per position (for callers that want them)."""
+        out: list[pb.Action] = []
+        for record in self.learned_records(first, last, limit, max_bytes):
+            if isinstance(record, pb.Run):
+                out.extend(expand(record))
+            else:
+                out.append(record)
+        return out
+
     def persisted(self, batch: WriteBatch) -> None:
-        """The batch is on disk: drop its actions from the overlay (unless since replaced)."""
+        """The batch is on disk: drop its records from the overlay (unless since replaced)."""
         for action in batch.actions:
             if self._overlay.get(action.position) is action:
                 del self._overlay[action.position]
+        if batch.runs and self._runs:
+            done = batch.runs
+            self._runs = [p for p in self._runs if not any(p.source is r for r in done)]
+
+    def _hold_run(self, run: pb.Run) -> None:
+        pending = _PendingRun(run, run)
+        if not self._runs or self._runs[-1].run.first < run.first:
+            self._runs.append(pending)  # the common case: appending at the end
+        else:
+            bisect.insort(self._runs, pending, key=lambda p: p.run.first)
+        self.end = max(self.end, run_last(run))
 
     # ---- acceptor ----------------------------------------------------------------------
 
@@ -234,31 +386,63 @@ class ReplicaCore:
     def on_write(self, request: pb.WriteRequest) -> Reply:
         if self.meta.status != pb.VOTING:
             return Reply(pb.WriteResponse(verdict=pb.IGNORED, status=self.meta.status), None)
+        proposal = request.proposal
+        incoming_records: Sequence[Record] = request.actions
+        if request.runs:
+            incoming_records = sorted([*request.actions, *request.runs], key=_start)
         accepted: list[pb.Action] = []
-        for incoming in request.actions:
-            position = incoming.position
-            if position < self.begin:
-                if incoming.type == pb.NOP:
-                    continue  # a tombstone's position is already settled as a NOP
-                return Reply(self._reject_write(max(self.meta.promised, request.proposal)), None)
-            record = self.get(position)
-            if record is not None and record.learned:
-                if same_value(record, incoming):
+        accepted_runs: list[pb.Run] = []
+        for record in incoming_records:
+            if isinstance(record, pb.Run):
+                try:
+                    offsets_of(record.data, record.offsets)
+                except PackedError:
+                    # Never sent by a correct leader: take nothing of the batch.
+                    return Reply(pb.WriteResponse(verdict=pb.IGNORED, status=self.status), None)
+                if run_count(record) == 0:
                     continue
-                return Reply(self._reject_write(max(self.meta.promised, request.proposal)), None)
-            guard = self._guard(position, record)
-            if request.proposal < guard:
-                return Reply(self._reject_write(guard), None)
-            action = entry_of(incoming)  # the proposable part, origin included
-            action.promised = action.performed = request.proposal
-            accepted.append(action)
+                if record.first > self.end and record.first >= self.begin:
+                    # Nothing stored or pending at any of its positions: each one's guard is
+                    # the implicit promise, and none is learned.
+                    if proposal < self.meta.promised:
+                        return Reply(self._reject_write(self.meta.promised), None)
+                    head = entry_of(record.head)
+                    head.promised = head.performed = proposal
+                    accepted_runs.append(
+                        pb.Run(
+                            first=record.first, head=head, data=record.data, offsets=record.offsets
+                        )
+                    )
+                    continue
+                positions: Iterable[pb.Action] = expand(record)
+            else:
+                positions = (record,)
+            for incoming in positions:
+                position = incoming.position
+                if position < self.begin:
+                    if incoming.type == pb.NOP:
+                        continue  # a tombstone's position is already settled as a NOP
+                    return Reply(self._reject_write(max(self.meta.promised, proposal)), None)
+                stored = self.get(position)
+                if stored is not None and stored.learned:
+                    if same_value(stored, incoming):
+                        continue
+                    return Reply(self._reject_write(max(self.meta.promised, proposal)), None)
+                guard = self._guard(position, stored)
+                if proposal < guard:
+                    return Reply(self._reject_write(guard), None)
+                action = entry_of(incoming)  # the proposable part, origin included
+                action.promised = action.performed = proposal
+                accepted.append(action)
         for action in accepted:
             self._overlay[action.position] = action
             self.end = max(self.end, action.position)
-        response = pb.WriteResponse(
-            verdict=pb.ACCEPT, proposal=request.proposal, status=self.meta.status
-        )
-        return Reply(response, WriteBatch(actions=accepted) if accepted else None)
+        for run in accepted_runs:
+            self._hold_run(run)
+        response = pb.WriteResponse(verdict=pb.ACCEPT, proposal=proposal, status=self.meta.status)
+        if not accepted and not accepted_runs:
+            return Reply(response, None)
+        return Reply(response, WriteBatch(actions=accepted, runs=accepted_runs))
 
     def _reject_write(self, promised: int) -> pb.WriteResponse:
         return pb.WriteResponse(verdict=pb.REJECT, proposal=promised, status=self.meta.status)
@@ -269,39 +453,96 @@ class ReplicaCore:
         """Apply chosen positions. Always applied, whatever the status (that is how a
         recovering replica receives data). Learned state is re-derivable (by fill or fetch),
         so its batch needs no fsync."""
-        stored: list[pb.Action] = []
-        truncate_to = 0
-        for span in request.ranges:
-            for position in range(max(span.first, self.begin), span.last + 1):
-                if self.is_learned(position):
-                    continue
-                record = self.get(position)
-                if record is None or record.performed != request.proposal:
-                    continue  # missed this write: the value comes later by fill or fetch
-                self.learned_above.add(position)
-                truncate_to = max(truncate_to, self._truncation(record))
-        for action in request.actions:
-            position = action.position
-            if position < self.begin or self.is_learned(position):
-                continue
-            learned = pb.Action()
-            learned.CopyFrom(action)
-            learned.learned = True
-            stored.append(learned)
-            self._overlay[position] = learned
-            self.end = max(self.end, position)
-            self.learned_above.add(position)
-            truncate_to = max(truncate_to, self._truncation(learned))
         before = self.learned_next
+        stored: list[pb.Action] = []
+        stored_runs: list[pb.Run] = []
+        truncate_to = 0
+        for learned_span in request.ranges:
+            lo = max(learned_span.first, self.begin, self.learned_next)
+            if learned_span.last < lo:
+                continue
+            for record in self.records(lo, learned_span.last):
+                if isinstance(record, pb.Run):
+                    # One write put the whole run: one performed for all its positions.
+                    if record.head.performed == request.proposal:
+                        self._learn_span(*span(record))
+                    continue
+                position = record.position
+                if self.is_learned(position) or record.performed != request.proposal:
+                    continue  # missed this write: the value comes later by fill or fetch
+                self._learn_span(position, position)
+                truncate_to = max(truncate_to, self._truncation(record))
+        full: Sequence[Record] = request.actions
+        if request.runs:
+            full = sorted([*request.actions, *request.runs], key=_start)
+        for record in full:
+            if isinstance(record, pb.Run):
+                held = self._learned_run(record)
+                if held is not None:
+                    stored_runs.extend(held)
+                    continue
+                actions: Iterable[pb.Action] = expand(record)
+            else:
+                actions = (record,)
+            for action in actions:
+                position = action.position
+                if position < self.begin or self.is_learned(position):
+                    continue
+                learned = pb.Action()
+                learned.CopyFrom(action)
+                learned.learned = True
+                stored.append(learned)
+                self._overlay[position] = learned
+                self.end = max(self.end, position)
+                self._learn_span(position, position)
+                truncate_to = max(truncate_to, self._truncation(learned))
         self._advance_learned()
-        if not stored and truncate_to <= self.begin and self.learned_next == before:
-            return None
-        batch = WriteBatch(actions=stored, sync=False)
+        if not stored and not stored_runs and truncate_to <= self.begin:
+            if self.learned_next == before:
+                return None
+        batch = WriteBatch(actions=stored, runs=stored_runs, sync=False)
         if truncate_to > self.begin:
             self._truncate(truncate_to, batch)
         self.meta.learned_below = self.learned_next
         batch.metadata = self._meta_copy()
         return batch
+
+    def _learned_run(self, run: pb.Run) -> list[pb.Run] | None:
+        """Hold a full learned run as one record if no position of it is learned or pending
+        here: what to store (nothing if every position is learned already); None: the
+        caller takes it position by position."""
+        first, last = max(run.first, self.begin, self.learned_next), run_last(run)
+        if last < first:
+            return []
+        if self.learned_above and any(first <= p <= last for p in self.learned_above):
+            return None
+        if self._pending_touches(first, last):
+            return None
+        learned = _as_learned(clip(run, first, last))
+        assert isinstance(learned, pb.Run)
+        if learned is run:  # the request's own message: keep an independent copy
+            learned = pb.Run()
+            learned.CopyFrom(run)
+        self._hold_run(learned)
+        self._learn_span(first, last)
+        return [learned]
+
+    def _learn_span(self, lo: int, hi: int) -> None:
+        """Positions [lo, hi] are learned (the caller runs `_advance_learned` after)."""
+        if lo > self.learned_next:
+            self.learned_above.update(range(lo, hi + 1))
+            return
+        if hi < self.learned_next:
+            return
+        was = self.learned_next
+        self.learned_next = hi + 1  # the common case: learned in order, a jump
+        above = self.learned_above
+        if above:
+            if len(above) <= hi + 1 - was:
+                self.learned_above = {p for p in above if p > hi}
+            else:
+                for position in range(was, hi + 1):
+                    above.discard(position)
 
     @staticmethod
     def _truncation(action: pb.Action) -> int:
@@ -316,8 +557,24 @@ class ReplicaCore:
         self.meta.begin = to
         batch.delete_below = to
         batch.actions = [a for a in batch.actions if a.position >= to]
+        clipped_runs = []
+        for run in batch.runs:
+            if run_last(run) < to:
+                continue
+            clipped = clip(run, to, run_last(run))
+            for pending in self._runs:
+                if pending.source is run:
+                    pending.source = clipped  # `persisted` gets the batch's clipped run
+            clipped_runs.append(clipped)
+        batch.runs = clipped_runs
         for position in [p for p in self._overlay if p < to]:
             del self._overlay[position]
+        kept = []
+        for pending in self._runs:
+            if run_last(pending.run) >= to:
+                pending.run = clip(pending.run, to, run_last(pending.run))
+                kept.append(pending)
+        self._runs = kept
         self.learned_above = {p for p in self.learned_above if p >= to}
         self.end = max(self.end, to - 1)
         self._advance_learned()

@@ -22,9 +22,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from rlog.config import ReplicaConfig
+from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import AdmissionState, carries_epoch
 from rlog.protocol.coordinator import Coordinator
-from rlog.protocol.replica import ReplicaCore
+from rlog.protocol.replica import ReplicaCore, span
 
 log = logging.getLogger("rlog.node")
 
@@ -56,14 +57,16 @@ class AdmissionTracker:
         learned = self.core.learned_next - 1
         while state.next_position <= learned and (limit is None or limit > 0):
             chunk = SCAN_CHUNK if limit is None else min(SCAN_CHUNK, limit)
-            actions = self.core.learned_actions(state.next_position, learned, chunk)
-            if not actions:
+            records = self.core.learned_records(state.next_position, learned, chunk)
+            if not records:
                 break
-            if actions[0].position > state.next_position:
-                state.skip_to(actions[0].position, self.core.begin)
-            state.apply_all(actions)
+            first = span(records[0])[0]
+            if first > state.next_position:
+                state.skip_to(first, self.core.begin)
+            for record in records:
+                state.apply_record(record)
             if limit is not None:
-                limit -= len(actions)
+                limit -= span(records[-1])[1] + 1 - first
         return max(0, learned + 1 - state.next_position)
 
     def snapshot(self, index: int) -> AdmissionState:
@@ -88,13 +91,15 @@ async def rebuild(core: ReplicaCore, index: int, window: int) -> tuple[Admission
     stated_epoch = False
     position = first
     while position <= index:
-        actions = core.learned_actions(position, index, SCAN_CHUNK)
-        if not actions or actions[0].position != position:
+        records = core.learned_records(position, index, SCAN_CHUNK)
+        if not records or span(records[0])[0] != position:
             raise NotLearned(f"position {position} is not learned on this replica")
-        for action in actions:
-            stated_epoch = stated_epoch or carries_epoch(action)
-            state.apply(action)
-        position = actions[-1].position + 1
+        for record in records:
+            stated_epoch = stated_epoch or carries_epoch(
+                record.head if isinstance(record, pb.Run) else record
+            )
+            state.apply_record(record)
+        position = span(records[-1])[1] + 1
         await asyncio.sleep(0)
     state.next_position = max(state.next_position, index + 1)
     if not stated_epoch:
@@ -107,12 +112,13 @@ async def _epoch_before(core: ReplicaCore, below: int) -> int:
     last = below - 1
     while last >= core.begin:
         first = max(core.begin, last + 1 - SCAN_CHUNK)
-        actions = core.learned_actions(first, last, SCAN_CHUNK)
-        if len(actions) != last - first + 1:
+        records = core.learned_records(first, last, SCAN_CHUNK)
+        if not records or span(records[0])[0] != first or span(records[-1])[1] != last:
             raise NotLearned(f"positions {first}-{last} are not all learned on this replica")
-        for action in reversed(actions):
-            if carries_epoch(action):
-                return int(action.epoch)
+        for record in reversed(records):
+            entry = record.head if isinstance(record, pb.Run) else record
+            if carries_epoch(entry):
+                return int(entry.epoch)
         last = first - 1
         await asyncio.sleep(0)
     return 0

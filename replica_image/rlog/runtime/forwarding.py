@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import grpc
 
-from rlog import packed
 from rlog.client.packing import answered_positions
 from rlog.client.wire import FORWARDED, Reason
 from rlog.config import ReplicaConfig
@@ -80,22 +79,14 @@ class Forwarding:
             await asyncio.sleep(0.02)
 
     async def append(
-        self, leader: Peer, actions: list[pb.Action], conditions: Conditions = NO_CONDITIONS
+        self,
+        leader: Peer,
+        data: bytes,
+        offsets: bytes,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> list[int]:
-        """Forward an append (or one truncation) to the leader, with its conditions and
+        """Forward an append (packed values) to the leader, with its conditions and
         session; its positions."""
-        values = [a.value for a in actions]
-        if any(a.type != pb.APPEND for a in actions):
-            (truncate,) = actions
-            response = await self._forwarded_call(
-                leader.log.Truncate(
-                    pb.TruncateRequest(to=truncate.truncate_to),
-                    metadata=((FORWARDED, "1"),),
-                    timeout=self.config.append_timeout + 5,
-                )
-            )
-            return [response.position]
-        data, offsets = packed.pack(values)
         request = pb.AppendRequest(
             data=data,
             offsets=offsets,
@@ -114,6 +105,17 @@ class Forwarding:
             )
         )
         return list(answered_positions(result))
+
+    async def truncate(self, leader: Peer, to: int) -> int:
+        """Forward a truncation to the leader; the position of its TRUNCATE entry."""
+        response = await self._forwarded_call(
+            leader.log.Truncate(
+                pb.TruncateRequest(to=to),
+                metadata=((FORWARDED, "1"),),
+                timeout=self.config.append_timeout + 5,
+            )
+        )
+        return int(response.position)
 
     async def take_epoch(self, leader: Peer) -> pb.TakeEpochResponse:
         response: pb.TakeEpochResponse = await self._forwarded_call(

@@ -40,6 +40,7 @@ from rlog.config import (
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
+from rlog.packed import PackedError, count_of, max_size, run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import NO_CONDITIONS, Conditions, Refuse
 from rlog.protocol.coordinator import (
@@ -367,7 +368,9 @@ class Node:
             if isinstance(output, Send):
                 message = output.message
                 if output.to == self.config.id and isinstance(message, pb.WriteRequest):
-                    self.metrics.batch_entries.observe(len(message.actions))
+                    self.metrics.batch_entries.observe(
+                        len(message.actions) + sum(run_count(r) for r in message.runs)
+                    )
                 self.peers.post(output)
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
@@ -651,30 +654,40 @@ class Node:
     # ---- client API --------------------------------------------------------------------
 
     async def append(
-        self, actions: list[pb.Action], forwarded: bool, conditions: Conditions = NO_CONDITIONS
+        self,
+        data: bytes,
+        offsets: bytes,
+        forwarded: bool,
+        conditions: Conditions = NO_CONDITIONS,
     ) -> list[int]:
-        for action in actions:
-            if len(action.value) > self.config.max_entry_size:
-                raise RpcError(
-                    Reason.ENTRY_TOO_LARGE,
-                    f"entry of {len(action.value)} bytes exceeds the maximum entry size of "
-                    f"{self.config.max_entry_size} bytes",
-                )
-        if not actions:
+        """Append a batch of packed values (docs/data-path.md) as one request: all or none of
+        it is chosen; its positions. Offsets that do not check out append nothing."""
+        try:
+            largest = max_size(data, offsets)
+        except PackedError as exc:
+            raise RpcError(Reason.INVALID_ARGUMENT, f"bad packed values: {exc}") from None
+        if largest > self.config.max_entry_size:
+            raise RpcError(
+                Reason.ENTRY_TOO_LARGE,
+                f"entry of {largest} bytes exceeds the maximum entry size of "
+                f"{self.config.max_entry_size} bytes",
+            )
+        count = count_of(offsets)
+        if not count:
             return []
         leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            return await self.forwarding.append(leader, actions, conditions)
+            return await self.forwarding.append(leader, data, offsets, conditions)
         started = time.perf_counter()
         token = object()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._waiters[token] = future
-        self.coordinator.propose(token, actions, conditions)
+        self.coordinator.propose(token, pb.Run(data=data, offsets=offsets), conditions)
         self._schedule_pump()
         self._dispatch()
         positions = await future
-        self.metrics.appends.inc(len(actions))
-        self.metrics.append_bytes.inc(sum(len(a.value) for a in actions))
+        self.metrics.appends.inc(count)
+        self.metrics.append_bytes.inc(len(data))
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return positions
 
@@ -711,10 +724,7 @@ class Node:
     async def truncate(self, to: int, forwarded: bool) -> int:
         leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
-            (position,) = await self.forwarding.append(
-                leader, [pb.Action(type=pb.TRUNCATE, truncate_to=to)]
-            )
-            return position
+            return await self.forwarding.truncate(leader, to)
         if to > self.coordinator.next_position:
             raise RpcError(
                 Reason.PAST_END,
@@ -864,7 +874,7 @@ class Node:
             return
         position = first
         while position <= end:
-            actions = self.core.learned_actions(
+            records = self.core.learned_records(
                 position, end, READ_CHUNK_POSITIONS, READ_CHUNK_BYTES
             )
             if position < self.core.begin:
@@ -874,15 +884,15 @@ class Node:
                     f"(the log begins at {self.core.begin})",
                     begin=self.core.begin,
                 )
-            if not actions:
+            if not records:
                 raise RpcError(
                     Reason.NOT_LEARNED,
                     f"position {position} is not learned on this replica yet",
                 )
-            runs = read_runs(actions, position, end)
+            runs = read_runs(records, position, end)
             if runs:
                 yield runs
-            position = end_of(actions) + 1
+            position = end_of(records) + 1
 
     async def _await_learned(self, position: int) -> int:
         """Wait briefly for in-flight positions up to `position` to be learned."""

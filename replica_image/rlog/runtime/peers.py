@@ -8,9 +8,10 @@ messages, and copying learned entries between replicas (`Fetch`).
   (`write_stream`), several in flight, unary `Write` for a peer without it; promises,
   learned messages and heartbeats stay unary calls (docs/data-path.md says why);
 - learned piggy-backing: the leader's learned ranges for a peer wait briefly for the next
-  write to that peer and ride on it (one message instead of two);
-- Fetch: a replica pulls the learned actions it lacks from a peer (a follower behind the
-  leader, a recovering replica catching up), and serves the same to others.
+  write to that peer and ride on it (one RPC instead of two);
+- Fetch: a replica pulls the learned records it lacks from a peer (a follower behind the
+  leader, a recovering replica catching up), and serves the same to others; runs travel
+  as runs (FetchResponse.runs, LearnedRequest.runs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import grpc
 
 from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
+from rlog.packed import run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
@@ -53,6 +55,7 @@ def _piggybackable(message: object) -> bool:
     return (
         isinstance(message, pb.LearnedRequest)
         and not message.actions
+        and not message.runs
         and not message.leader_address
         and len(message.ranges) > 0
     )
@@ -289,28 +292,37 @@ class Peers(Mapping[int, Peer]):
             actions = list(chunk.actions)
             if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
                 actions.insert(0, tombstone(chunk.begin - 1))
-            if actions:
-                self._local_replica.learned(pb.LearnedRequest(actions=actions))
+            if actions or chunk.runs:
+                self._local_replica.learned(pb.LearnedRequest(actions=actions, runs=chunk.runs))
                 progressed = True
             if on_chunk is not None:
                 on_chunk()
         return progressed
 
     def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
-        """Learned actions from `from` to `to` held here, in chunks bounded in count and
-        bytes, up to the first position this replica has not learned."""
+        """Learned records from `from` to `to` held here, in chunks bounded in positions and
+        bytes, up to the first position this replica has not learned: stored runs go as
+        runs (their bytes as stored), other positions as actions."""
         first = max(getattr(request, "from"), self.core.begin)
         last = min(request.to, self.core.end)
         limit = request.max_actions or 4096
         sent = 0
         while first <= last and sent < limit:
-            actions = self.core.learned_actions(
+            records = self.core.learned_records(
                 first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
             )
-            if not actions:
+            if not records:
                 break
-            yield pb.FetchResponse(actions=actions, begin=self.core.begin)
-            sent += len(actions)
-            first = actions[-1].position + 1
+            response = pb.FetchResponse(begin=self.core.begin)
+            for record in records:
+                if isinstance(record, pb.Run):
+                    response.runs.append(record)
+                    first = record.first + run_count(record)
+                    sent += run_count(record)
+                else:
+                    response.actions.append(record)
+                    first = record.position + 1
+                    sent += 1
+            yield response
         if sent == 0:
             yield pb.FetchResponse(begin=self.core.begin)

@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 
-from rlog import packed
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
+from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
@@ -131,24 +131,6 @@ class ReplicaService(pbg.ReplicaServicer):
             yield chunk
 
 
-def appended_actions(request: pb.AppendRequest) -> list[pb.Action]:
-    """The APPEND actions of a request: its packed `data`/`offsets`, or the older `values`
-    (never both). INVALID_ARGUMENT (nothing appended) for both, or for bad offsets."""
-    if request.values and (request.data or request.offsets):
-        raise RpcError(
-            Reason.INVALID_ARGUMENT, "an append carries values or packed data/offsets, not both"
-        )
-    if request.data or request.offsets:
-        try:
-            packed.offsets_of(request.data, request.offsets)
-        except packed.PackedError as error:
-            raise RpcError(Reason.INVALID_ARGUMENT, str(error)) from None
-        values = packed.values_of(request.data, request.offsets)
-    else:
-        values = list(request.values)
-    return [pb.Action(type=pb.APPEND, value=value) for value in values]
-
-
 def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:
     """An append's answer: `first` and `count` (an atomic batch's positions are
     consecutive; a list that is not would go back as `positions`)."""
@@ -169,6 +151,19 @@ def conditions_of(request: pb.AppendRequest) -> Conditions:
     )
 
 
+def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
+    """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
+    `values` packed. The offsets are checked by `Node.append`."""
+    if request.data or request.offsets:
+        if request.values:
+            raise RpcError(Reason.INVALID_ARGUMENT, "an append carries values or data, not both")
+        return request.data, request.offsets
+    try:
+        return pack(request.values)
+    except PackedError as exc:
+        raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
+
+
 class LogService(pbg.LogServicer):
     """The client API. Appends, truncations and consistent reads go to the leader."""
 
@@ -179,8 +174,10 @@ class LogService(pbg.LogServicer):
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         try:
-            actions = appended_actions(request)
-            positions = await self.node.append(actions, _forwarded(context), conditions_of(request))
+            data, offsets = packed_values(request)
+            positions = await self.node.append(
+                data, offsets, _forwarded(context), conditions_of(request)
+            )
         except RpcError as error:
             await _abort(context, error)
         return answered(positions)
@@ -198,8 +195,8 @@ class LogService(pbg.LogServicer):
 
         async def one(request: pb.AppendRequest) -> None:
             try:
-                actions = appended_actions(request)
-                positions = await self.node.append(actions, forwarded, conditions_of(request))
+                data, offsets = packed_values(request)
+                positions = await self.node.append(data, offsets, forwarded, conditions_of(request))
                 responses.put_nowait(answered(positions, request.id))
             except RpcError as error:
                 details = error.details
