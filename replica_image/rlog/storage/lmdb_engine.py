@@ -36,6 +36,10 @@ from rlog.storage.records import Plan, RecordStorage, decode_metadata
 DEFAULT_MAP_SIZE = 64 << 30  # 64 GiB of address space; sparse on 64-bit
 DEFAULT_MAX_MAP_SIZE = 1 << 40  # the map doubles up to this, then writes fail with DiskFull
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# An EIO from a commit counts as a full disk when less than the batch and this is left
+# (page headers, the B+tree pages a commit rewrites).
+_FULL_MARGIN = 1 << 20
+_TRUNCATION_SLACK_PAGES = 64
 _META_KEY = b"metadata"
 
 
@@ -77,9 +81,12 @@ class LmdbStorage(RecordStorage):
         """Refuse a data file shorter than the pages its meta page says are in use (a
         truncated file): reading those pages through the map would kill the process with
         SIGBUS, and the records they held are gone (docs/faults.md)."""
-        in_use = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+        page = self._env.stat()["psize"]
+        in_use = (self._env.info()["last_pgno"] + 1) * page
         size = data_file.stat().st_size
-        if size < in_use:
+        # The last pages counted may never have been written (pages a transaction took and
+        # freed again): a file a little short is normal, one short by more is truncated.
+        if size < in_use - _TRUNCATION_SLACK_PAGES * page:
             raise StorageError(
                 f"data dir {self.path}: {data_file.name} is truncated: {size} bytes, but its "
                 f"pages in use end at byte {in_use}; remove the data dir and let the replica "
@@ -145,11 +152,23 @@ class LmdbStorage(RecordStorage):
                     ) from None
                 self._env.set_mapsize(min(size * 2, self.max_map_size))
             except lmdb.Error as exc:
-                if _no_space(exc):
+                if _no_space(exc) or self._short_write_on_a_full_disk(exc, plan):
                     raise DiskFull(
                         f"data dir {self.path}: no space left on the device (LMDB: {exc})"
                     ) from None
                 raise StorageError(f"data dir {self.path}: LMDB write failed: {exc}") from exc
+
+    def _short_write_on_a_full_disk(self, exc: lmdb.Error, plan: Plan) -> bool:
+        """LMDB reports a write the file system cut short as EIO: on a full disk ENOSPC
+        shows as a partial write. Told apart from a failing device by the space left."""
+        if os.strerror(errno.EIO) not in str(exc):
+            return False
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return False
+        needed = sum(len(raw) for _, raw in plan.puts) + _FULL_MARGIN
+        return st.f_bavail * st.f_frsize < needed
 
     def _commit(self, plan: Plan) -> None:
         with self._env.begin(write=True) as txn:
