@@ -19,6 +19,9 @@ DEFAULT_MAX_CONCURRENT_STREAMS = 1024  # HTTP/2 streams (calls in flight) per co
 DEFAULT_MAX_CONCURRENT_RPCS = 16384  # calls in flight on the whole server
 DEFAULT_MAX_TAIL_READERS = 1024  # Tail calls open at once
 DEFAULT_STREAM_WINDOW = 0  # HTTP/2 flow-control window per stream; 0: gRPC's own (BDP-sized)
+# A leader refuses appends (DISK_FULL) while its data dir's file system has less than this
+# free, so that promises, elections and learned marks still find room (docs/faults.md).
+DEFAULT_MIN_FREE_BYTES = 64 * 1024 * 1024
 
 # TEST ONLY, never in production: a replica started with this environment variable set to 1
 # serves non-stale reads without confirming its leadership (no read index) and, as a leader,
@@ -139,6 +142,7 @@ class ReplicaConfig:
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
     max_tail_readers: int = DEFAULT_MAX_TAIL_READERS
     stream_window: int = DEFAULT_STREAM_WINDOW
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -168,6 +172,8 @@ class ReplicaConfig:
                 f"--max-message-size {self.max_message_size} cannot carry an entry of "
                 f"--max-entry-size {self.max_entry_size} bytes (allow 64 KiB more)"
             )
+        if self.min_free_bytes < 0:
+            raise ConfigError("--min-free-bytes must be 0 or positive")
         if self.stream_window < 0:
             raise ConfigError("--stream-window must be 0 (gRPC's own) or positive")
 

@@ -113,8 +113,9 @@ class Reason(enum.Enum):
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     # Any other code: the leader answered a forwarded request with an error of gRPC's own
     INTERNAL = "INTERNAL"
-    # RESOURCE_EXHAUSTED, not attempted: the replica's disk is full (ENOSPC, LMDB map full);
-    # nothing was proposed. Reads still work; appends work again once space returns.
+    # RESOURCE_EXHAUSTED: the leader's disk is full (or under --min-free-bytes); nothing was
+    # proposed. Not marked "not attempted" on purpose: another endpoint would forward to the
+    # same leader. Reads still work; appends work again once space returns.
     DISK_FULL = "DISK_FULL"
     # RESOURCE_EXHAUSTED: a limit of the replica (--max-* flags) refused the request
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
@@ -140,7 +141,6 @@ _NOT_ATTEMPTED = frozenset(
         Reason.LEADER_UNAVAILABLE,
         Reason.NOT_LEARNED,
         Reason.LEADERSHIP_UNCONFIRMED,
-        Reason.DISK_FULL,
     }
 )
 

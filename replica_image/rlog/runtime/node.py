@@ -131,10 +131,12 @@ class Node:
         self.corrupt_records = 0
         self._repairing: set[int] = set()
         self._recovery_task: asyncio.Task[None] | None = None
+        self._free_checked: tuple[float, int] = (0.0, -1)  # (when, bytes free) of the data dir
         self.core = self._open_core(storage)
         self.journal = Journal(storage, self.core, self.metrics)
         self.journal.on_corrupt = self._repair_batch
         self.journal.on_full_changed = self._on_disk_full_changed
+        self.metrics.disk_full.set_function(lambda: 1.0 if self.disk_low() else 0.0)
         self.coordinator = Coordinator(
             config.id,
             len(config.peers),
@@ -305,7 +307,6 @@ class Node:
 
     def _on_disk_full_changed(self) -> None:
         full = self.journal.full
-        self.metrics.disk_full.set(1 if full is not None else 0)
         if full is not None:
             self.storage_fault = f"disk full: {full}"
             log.error("disk full, appends refused until space returns: %s", full)
@@ -314,12 +315,34 @@ class Node:
                 self.storage_fault = ""
             log.info("disk space is back: writing again")
 
+    def disk_low(self) -> str:
+        """Why appends are refused for want of space ("" if they are not): the disk is full
+        (writes fail) or has less free than --min-free-bytes (looked at most every 0.1 s)."""
+        if self.journal.full is not None:
+            return str(self.journal.full)
+        if self.config.storage_engine == "memory" or not self.config.min_free_bytes:
+            return ""
+        now = time.monotonic()
+        if now - self._free_checked[0] > 0.1:
+            try:
+                st = os.statvfs(self.config.data_dir)
+                self._free_checked = (now, st.f_bavail * st.f_frsize)
+            except OSError:
+                self._free_checked = (now, -1)
+        free = self._free_checked[1]
+        if 0 <= free < self.config.min_free_bytes:
+            return (
+                f"data dir {self.config.data_dir}: {free} bytes free, under --min-free-bytes "
+                f"{self.config.min_free_bytes} (kept for promises and elections)"
+            )
+        return ""
+
     def disk_full_error(self) -> RpcError | None:
-        """The error a request that must write answers while the disk is full."""
-        full = self.journal.full
-        if full is None:
+        """The error an append answers while the disk is full or nearly so."""
+        why = self.disk_low()
+        if not why:
             return None
-        return RpcError(Reason.DISK_FULL, f"replica {self.config.id}: {full}")
+        return RpcError(Reason.DISK_FULL, f"replica {self.config.id}: {why}")
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -1087,6 +1110,7 @@ class Node:
         role = "leader" if leading else "follower"
         leader = self.live_leader
         unconfirmed = leading and confirmed is False
+        low = self.disk_low()
         if unconfirmed:
             role, leader = "follower", ""
         return pb.StatusResponse(
@@ -1113,9 +1137,9 @@ class Node:
             catchup_begin=self.catchup[0],
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],
-            storage_fault=self.storage_fault,
+            storage_fault=self.storage_fault or (f"disk full: {low}" if low else ""),
             corrupt_records=self.corrupt_records,
-            disk_full=self.journal.full is not None,
+            disk_full=bool(low),
         )
 
     def _known_leader(self) -> KnownLeader:

@@ -39,7 +39,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # An EIO from a commit counts as a full disk when less than the batch and this is left
 # (page headers, the B+tree pages a commit rewrites).
 _FULL_MARGIN = 1 << 20
-_TRUNCATION_SLACK_PAGES = 64
+_TRUNCATION_SLACK_PAGES = 4
 _META_KEY = b"metadata"
 
 

@@ -31,6 +31,7 @@ from rlog.config import (
     DEFAULT_MAX_ENTRY_SIZE,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_MAX_TAIL_READERS,
+    DEFAULT_MIN_FREE_BYTES,
     DEFAULT_STREAM_WINDOW,
     ConfigError,
     ReplicaConfig,
@@ -143,6 +144,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         max_tail_readers=args.max_tail_readers,
         stream_window=args.stream_window,
+        min_free_bytes=args.min_free_bytes,
         **{
             key: getattr(args, key)
             for key in ("heartbeat_interval", "append_timeout", "session_window")
@@ -424,6 +426,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_TAIL_READERS,
         metavar="N",
         help="Tail calls open at once (default 1024; more: RESOURCE_EXHAUSTED)",
+    )
+    limits.add_argument(
+        "--min-free-bytes",
+        type=_nonnegative,
+        default=DEFAULT_MIN_FREE_BYTES,
+        metavar="BYTES",
+        help="appends are refused (DISK_FULL) while the data dir's file system has less "
+        "free (default 64 MiB; room kept for promises and elections)",
     )
     limits.add_argument(
         "--stream-window",
