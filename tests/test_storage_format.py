@@ -1,6 +1,8 @@
-"""The storage format version of a data dir (<data dir>/FORMAT): a fresh dir gets version 2,
-a dir written by rlog before versions (format 1: tests/fixtures/storage_v1/, written by that
-code) is read and upgraded, any other version is refused with nothing in the dir changed."""
+"""The storage format version of a data dir (<data dir>/FORMAT): a fresh dir gets version 3
+(records with CRC32C), a dir written by rlog before versions (format 1:
+tests/fixtures/storage_v1/) or before checksums (format 2: tests/fixtures/storage_v2/), each
+written by that code, is read and upgraded, any other version is refused with nothing in the
+dir changed."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from rlog.storage._common import FORMAT_NAME, FORMAT_VERSION
 from tests.test_storage import DISK, run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage_v1"
+FIXTURES_V2 = Path(__file__).parent / "fixtures" / "storage_v2"
 SUBDIR = {"lmdb": "lmdb", "leveldb": "leveldb", "rocksdb": "rocksdb", "segment": "segments"}
 
 
@@ -25,19 +28,25 @@ def unpack_v1(engine: str, into: Path) -> Path:
     return into / "data"
 
 
+def unpack_v2(engine: str, into: Path) -> Path:
+    with tarfile.open(FIXTURES_V2 / f"{engine}.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    return into / "data"
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_version_2_is_what_this_code_writes() -> None:
-    assert FORMAT_VERSION == 2
+def test_version_3_is_what_this_code_writes() -> None:
+    assert FORMAT_VERSION == 3
 
 
 @pytest.mark.parametrize("engine", DISK)
-def test_fresh_dir_records_format_2(engine: str, tmp_path: Path) -> None:
+def test_fresh_dir_records_format_3(engine: str, tmp_path: Path) -> None:
     store = open_storage(tmp_path / "data", engine)
     store.close()
-    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "2\n"
+    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "3\n"
     assert not list((tmp_path / "data").glob("*.tmp"))
     open_storage(tmp_path / "data", engine).close()  # and it opens again
 
@@ -48,7 +57,7 @@ def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
     assert not (data / FORMAT_NAME).exists() and (data / SUBDIR[engine]).is_dir()
     store = open_storage(data, engine)
     try:
-        assert (data / FORMAT_NAME).read_text() == "2\n"  # upgraded at open
+        assert (data / FORMAT_NAME).read_text() == "3\n"  # upgraded at open
         meta = store.metadata()
         assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v1-log", 3, 2, 5)
         assert (store.first_position(), store.last_position()) == (5, 40)
@@ -93,7 +102,7 @@ def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("text", ["3\n", "17", "1\n", "not a version\n", ""])
+@pytest.mark.parametrize("text", ["4\n", "17", "1\n", "not a version\n", ""])
 @pytest.mark.parametrize("engine", DISK)
 def test_other_versions_are_refused_and_nothing_changes(
     engine: str, text: str, tmp_path: Path
@@ -108,27 +117,59 @@ def test_other_versions_are_refused_and_nothing_changes(
         assert f"has storage format version {int(text)}" in message
     else:
         assert f"{FORMAT_NAME} holds {text.strip()!r}, not a storage format version" in message
-    assert "reads storage format version 2 and upgrades version 1" in message
+    assert "reads storage format version 3 and upgrades versions 2 and 1" in message
     assert snapshot(data) == before  # not even the lock file was created
     assert not (data / "rlog.lock").exists()
 
 
 @pytest.mark.parametrize("engine", DISK)
-def test_newer_version_written_over_a_v2_dir_is_refused(engine: str, tmp_path: Path) -> None:
+def test_newer_version_written_over_a_v3_dir_is_refused(engine: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     store = open_storage(data, engine)
     store.apply(WriteBatch(runs=[run(1, 8)]))
     store.close()
-    (data / FORMAT_NAME).write_text("3\n")
+    (data / FORMAT_NAME).write_text("4\n")
     before = snapshot(data)
     with pytest.raises(
         StorageError,
-        match=rf"data dir {data} has storage format version 3; this rlog reads storage format "
-        r"version 2 and upgrades version 1 \(a dir without FORMAT\)",
+        match=rf"data dir {data} has storage format version 4; this rlog reads storage format "
+        r"version 3 and upgrades versions 2 and 1 \(a dir without FORMAT\)",
     ):
         open_storage(data, engine)
     assert snapshot(data) == before
-    (data / FORMAT_NAME).write_text("2\n")
+    (data / FORMAT_NAME).write_text("3\n")
     store = open_storage(data, engine)
     assert store.last_position() == 8
     store.close()
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_format_2_dir_without_checksums_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
+    data = unpack_v2(engine, tmp_path)
+    assert (data / FORMAT_NAME).read_text().strip() == "2"
+    store = open_storage(data, engine)
+    try:
+        assert (data / FORMAT_NAME).read_text() == "3\n"  # upgraded at open
+        meta = store.metadata()
+        assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v2-log", 4, 1, 5)
+        assert (store.first_position(), store.last_position()) == (5, 40)
+        got = {a.position: a for a in store.scan(0, 2**64 - 1)}
+        assert sorted(got) == list(range(5, 41))
+        assert got[7] == pb.Action(position=7, type=pb.NOP, performed=4)
+        assert got[8].value == b"v2-8" and got[8].learned and got[8].performed == 3
+        assert got[35].value == b"v2-35"
+        # New records (with a CRC) next to the old ones (without): a run over part of both.
+        store.apply(WriteBatch(runs=[run(28, 6, b"v3")], metadata=meta))
+    finally:
+        store.close()
+    store = open_storage(data, engine)
+    try:
+        values = {a.position: a.value for a in store.scan(0, 2**64 - 1)}
+        assert values == {
+            **{p: b"v2-%d" % p for p in range(5, 41) if p != 7},
+            7: b"",
+            **{p: b"v3:%d" % p for p in range(28, 34)},
+        }
+        assert store.metadata().promised == 4
+    finally:
+        store.close()

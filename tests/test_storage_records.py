@@ -9,15 +9,20 @@ from rlog.storage.records import Overlay, decode, encode, normalize, raw_last, s
 from tests.test_storage import run
 
 
-def test_codec_round_trip_and_format_1_records() -> None:
+def test_codec_round_trip_and_format_1_and_2_records() -> None:
     r = run(10, 5, epoch=3)
     a = pb.Action(position=7, type=pb.APPEND, value=b"x", performed=2)
-    assert decode(encode(r)) == r and decode(encode(a)) == a
-    assert encode(r)[0] == 0x02 and encode(a)[0] == 0x01
+    assert decode(10, encode(r)) == r and decode(7, encode(a)) == a
+    # Format 3 (with a CRC32C): tags 0x04 (run) and 0x03 (action).
+    assert encode(r)[0] == 0x04 and encode(a)[0] == 0x03
     assert raw_last(10, encode(r)) == 14 and raw_last(7, encode(a)) == 7
+    # Format 2 (no CRC): 0x02 + last + Run, 0x01 + Action; still read as they are.
+    assert decode(10, b"\x02" + (14).to_bytes(8, "big") + r.SerializeToString()) == r
+    assert decode(7, b"\x01" + a.SerializeToString()) == a
+    assert raw_last(10, b"\x02" + (14).to_bytes(8, "big") + r.SerializeToString()) == 14
     # Format 1 stored the Action's bytes untagged; an all-default Action is zero bytes.
-    assert decode(a.SerializeToString()) == a
-    assert decode(b"") == pb.Action()
+    assert decode(7, a.SerializeToString()) == a
+    assert decode(0, b"") == pb.Action()
     assert raw_last(7, a.SerializeToString()) == 7
 
 

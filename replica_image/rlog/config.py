@@ -13,6 +13,15 @@ from pathlib import Path
 ALLOWED_REPLICA_COUNTS = (1, 3, 5, 7)
 DEFAULT_MAX_ENTRY_SIZE = 4 * 1024 * 1024
 DEFAULT_SESSION_WINDOW = 100_000  # positions a client session lasts (docs/protocol.md)
+# Limits on what clients and peers may hold of a replica (docs/faults.md, "Limits").
+DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024  # bytes of one request or response
+DEFAULT_MAX_CONCURRENT_STREAMS = 1024  # HTTP/2 streams (calls in flight) per connection
+DEFAULT_MAX_CONCURRENT_RPCS = 16384  # calls in flight on the whole server
+DEFAULT_MAX_TAIL_READERS = 1024  # Tail calls open at once
+DEFAULT_STREAM_WINDOW = 0  # HTTP/2 flow-control window per stream; 0: gRPC's own (BDP-sized)
+# A leader refuses appends (DISK_FULL) while its data dir's file system has less than this
+# free, so that promises, elections and learned marks still find room (docs/faults.md).
+DEFAULT_MIN_FREE_BYTES = 64 * 1024 * 1024
 
 # TEST ONLY, never in production: a replica started with this environment variable set to 1
 # serves non-stale reads without confirming its leadership (no read index) and, as a leader,
@@ -128,6 +137,12 @@ class ReplicaConfig:
     max_inflight_batches: int = 2  # measured: deeper pipelines make smaller batches
     # Client sessions (exactly-once appends) last this many positions (docs/protocol.md).
     session_window: int = DEFAULT_SESSION_WINDOW
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS
+    max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    max_tail_readers: int = DEFAULT_MAX_TAIL_READERS
+    stream_window: int = DEFAULT_STREAM_WINDOW
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -144,6 +159,23 @@ class ReplicaConfig:
             raise ConfigError("--max-entry-size must be positive")
         if self.session_window <= 0:
             raise ConfigError("--session-window must be positive")
+        for flag, value in (
+            ("--max-message-size", self.max_message_size),
+            ("--max-concurrent-streams", self.max_concurrent_streams),
+            ("--max-concurrent-rpcs", self.max_concurrent_rpcs),
+            ("--max-tail-readers", self.max_tail_readers),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{flag} must be positive")
+        if self.max_message_size < self.max_entry_size + 64 * 1024:
+            raise ConfigError(
+                f"--max-message-size {self.max_message_size} cannot carry an entry of "
+                f"--max-entry-size {self.max_entry_size} bytes (allow 64 KiB more)"
+            )
+        if self.min_free_bytes < 0:
+            raise ConfigError("--min-free-bytes must be 0 or positive")
+        if self.stream_window < 0:
+            raise ConfigError("--stream-window must be 0 (gRPC's own) or positive")
 
     @property
     def address(self) -> str:

@@ -109,6 +109,10 @@ def test_dashboard_is_json_on_the_replica_metrics(helm: str) -> None:
         "rlog_fsync_latency_seconds",
         "rlog_catchup_remaining_positions",
         "rlog_elections_total",
+        "rlog_disk_data_dir_bytes",
+        "rlog_disk_available_bytes",
+        "rlog_disk_full",
+        "rlog_storage_corrupt_records_total",
     ):
         assert metric in exprs, metric
 

@@ -176,6 +176,16 @@ class OutcomeUnknownUnavailable(Unavailable, OutcomeUnknown):
     """The connection broke while an append was in flight: it may have been chosen."""
 
 
+class ResourceExhausted(RlogError):
+    """A replica refused the request for lack of a resource: its disk is full (DISK_FULL,
+    nothing was proposed) or a configured limit was reached (LIMIT_EXCEEDED)."""
+
+
+class DataCorrupt(RlogError):
+    """A replica found a stored record that failed its checksum; it served none of it and is
+    repairing itself. Another replica can serve the request."""
+
+
 class SessionExpiredOutcomeUnknown(SessionExpired, OutcomeUnknown):
     """An exactly-once append's retry found its session expired: an earlier try may be in
     the log (the client re-sent it because that try's outcome was unknown)."""
@@ -239,6 +249,9 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.TIMEOUT: (Timeout, OutcomeUnknownTimeout),
     Reason.OUTCOME_UNKNOWN: (OutcomeUnknown, OutcomeUnknown),
     Reason.INTERNAL: (RlogError, RlogError),
+    Reason.DISK_FULL: (ResourceExhausted, ResourceExhausted),
+    Reason.LIMIT_EXCEEDED: (ResourceExhausted, ResourceExhausted),
+    Reason.CORRUPT_RECORD: (DataCorrupt, OutcomeUnknown),
 }
 
 
@@ -363,6 +376,7 @@ def _unclassified(
 __all__ = [
     "REASON_CLASSES",
     "ConditionFailed",
+    "DataCorrupt",
     "EntryTooLarge",
     "EpochFromFuture",
     "FailedPrecondition",
@@ -374,6 +388,7 @@ __all__ = [
     "OutcomeUnknownTimeout",
     "OutcomeUnknownUnavailable",
     "PastEnd",
+    "ResourceExhausted",
     "RlogError",
     "SequenceForgotten",
     "SessionExpired",

@@ -113,6 +113,15 @@ class Reason(enum.Enum):
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     # Any other code: the leader answered a forwarded request with an error of gRPC's own
     INTERNAL = "INTERNAL"
+    # RESOURCE_EXHAUSTED: the leader's disk is full (or under --min-free-bytes); nothing was
+    # proposed. Not marked "not attempted" on purpose: another endpoint would forward to the
+    # same leader. Reads still work; appends work again once space returns.
+    DISK_FULL = "DISK_FULL"
+    # RESOURCE_EXHAUSTED: a limit of the replica (--max-* flags) refused the request
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    # DATA_LOSS: a stored record failed its checksum; the replica served none of it and is
+    # repairing itself from its peers (RECOVERING). Retry on another replica.
+    CORRUPT_RECORD = "CORRUPT_RECORD"
 
     @property
     def not_attempted(self) -> bool:
@@ -155,6 +164,9 @@ _CODES = {
     Reason.STOPPING: grpc.StatusCode.UNAVAILABLE,
     Reason.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     Reason.OUTCOME_UNKNOWN: grpc.StatusCode.ABORTED,
+    Reason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.LIMIT_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.CORRUPT_RECORD: grpc.StatusCode.DATA_LOSS,
 }
 
 

@@ -1026,6 +1026,9 @@ class StatusResponse(_message.Message):
     CATCHUP_END_FIELD_NUMBER: _builtins.int
     CATCHUP_DONE_FIELD_NUMBER: _builtins.int
     LEADER_CONFIRMED_FIELD_NUMBER: _builtins.int
+    STORAGE_FAULT_FIELD_NUMBER: _builtins.int
+    CORRUPT_RECORDS_FIELD_NUMBER: _builtins.int
+    DISK_FULL_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1051,6 +1054,14 @@ class StatusResponse(_message.Message):
     catchup_done: _builtins.int
     leader_confirmed: _builtins.bool
     """role "leader": a quorum answered a round this leader sent after the request arrived."""
+    storage_fault: _builtins.str
+    """A storage fault, one line (docs/faults.md): the last corrupt record found (dropped and
+    repaired from the peers), or why the disk cannot be written. Empty when healthy.
+    """
+    corrupt_records: _builtins.int
+    """stored records that failed their checksum since start"""
+    disk_full: _builtins.bool
+    """writes fail for lack of space; appends are refused"""
     def __init__(
         self,
         *,
@@ -1072,10 +1083,13 @@ class StatusResponse(_message.Message):
         catchup_end: _builtins.int = ...,
         catchup_done: _builtins.int = ...,
         leader_confirmed: _builtins.bool = ...,
+        storage_fault: _builtins.str = ...,
+        corrupt_records: _builtins.int = ...,
+        disk_full: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -594,6 +594,21 @@ class ReplicaCore:
         self.meta.promised = max(self.meta.promised, promised)
         return self.set_status(pb.VOTING)
 
+    def forget_corrupt(self, key: int) -> WriteBatch:
+        """A stored record at `key` failed its checksum: drop it and stop voting until the
+        replica has caught up again (docs/faults.md). What the record held is unknown (its
+        header cannot be trusted either), so every position from `key` on counts as not
+        learned here: recovery copies what a quorum learned and settles the rest by Paxos,
+        exactly as for a replica that lost its disk, whose safety argument (docs/recovery.md)
+        covers losing part of one."""
+        self.learned_next = min(self.learned_next, max(key, self.meta.begin))
+        self.learned_above = {p for p in self.learned_above if p < key}
+        self._advance_learned()
+        self.meta.learned_below = min(self.meta.learned_below, self.learned_next)
+        if self.meta.status == pb.VOTING:
+            self.meta.status = pb.RECOVERING
+        return WriteBatch(drop_records=[key], metadata=self._meta_copy())
+
     def stamp(self, log_id: str, replica_id: int) -> WriteBatch:
         """Mark the data dir as belonging to this log and replica."""
         self.meta.log_id = log_id

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from rlog.proto import rlog_pb2 as pb
@@ -118,9 +121,37 @@ class ReplicaMetrics:
         self.catchup_remaining = Gauge(
             "rlog_catchup_remaining_positions", "Positions left to catch up", registry=r
         )
+        self.corrupt_records = Counter(
+            "rlog_storage_corrupt_records",
+            "Stored records that failed their checksum (dropped, repaired from the peers)",
+            registry=r,
+        )
+        self.disk_full = Gauge(
+            "rlog_disk_full",
+            "1 while writes fail for lack of space (ENOSPC, LMDB map full); appends refused",
+            registry=r,
+        )
+        self.disk_used = Gauge(
+            "rlog_disk_data_dir_bytes", "Bytes the data dir's files occupy on disk", registry=r
+        )
+        self.disk_available = Gauge(
+            "rlog_disk_available_bytes",
+            "Bytes available to the replica on the data dir's file system",
+            registry=r,
+        )
+        self.disk_capacity = Gauge(
+            "rlog_disk_capacity_bytes", "Size of the data dir's file system", registry=r
+        )
         self._status = -1
         for name in pb.Status.keys():
             self.status.labels(name).set(0)
+
+    def watch_disk(self, data_dir: str | Path) -> None:
+        """Read the data dir's disk usage at each scrape (statvfs and a walk of its files)."""
+        path = Path(data_dir)
+        self.disk_used.set_function(lambda: float(_dir_bytes(path)))
+        self.disk_available.set_function(lambda: float(_statvfs(path)[0]))
+        self.disk_capacity.set_function(lambda: float(_statvfs(path)[1]))
 
     def observe_flush(self, seconds: float, actions: int) -> None:
         self.fsync_latency.observe(seconds)
@@ -135,3 +166,24 @@ class ReplicaMetrics:
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)
+
+
+def _statvfs(path: Path) -> tuple[int, int]:
+    """(bytes available to an unprivileged writer, size) of the file system holding path."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0, 0
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _dir_bytes(path: Path) -> int:
+    """Bytes allocated to the files under path (sparse files count what they use)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total

@@ -36,6 +36,7 @@ from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.write_stream import StreamBroken, StreamUnimplemented, WriteStream
+from rlog.storage.base import StorageError
 
 log = logging.getLogger("rlog.node")
 
@@ -216,7 +217,9 @@ class Peers(Mapping[int, Peer]):
                 response = await self._local(message)
             else:
                 response = await self._remote(self._peers[send.to], message)
-        except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken):
+        except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken, StorageError):
+            # StorageError: this replica's own disk (full, or a corrupt record the node is
+            # repairing) failed the local half of the round.
             if isinstance(message, pb.WriteRequest) and send.to != self.config.id:
                 self._metrics.peer_write_failures.labels(str(send.to)).inc()
             if send.round:

@@ -18,6 +18,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
+from rlog.runtime.faults import guarded
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.storage import open_storage
@@ -44,6 +45,7 @@ def _answer_by(context: grpc.aio.ServicerContext) -> float | None:
     return time.monotonic() + remaining - min(0.25, remaining / 10)
 
 
+@guarded
 class ReplicaService(pbg.ReplicaServicer):
     """The peer protocol (promise, write, learned, recover, fetch)."""
 
@@ -164,11 +166,13 @@ def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
         raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
 
 
+@guarded
 class LogService(pbg.LogServicer):
     """The client API. Appends, truncations and consistent reads go to the leader."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._tails = 0  # Tail calls open (--max-tail-readers)
 
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
@@ -269,11 +273,26 @@ class LogService(pbg.LogServicer):
     async def Tail(
         self, request: pb.TailRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
+        limit = self.node.config.max_tail_readers
+        if self._tails >= limit:
+            await _abort(
+                context,
+                RpcError(
+                    Reason.LIMIT_EXCEEDED,
+                    f"replica {self.node.config.id} serves {limit} Tail calls already "
+                    "(--max-tail-readers)",
+                ),
+            )
+        self._tails += 1
         try:
+            # Each response waits for the reader's flow-control window (a reader that never
+            # reads holds one response and the window, no more).
             async for runs in self.node.tail(request):
                 yield pb.ReadResponse(runs=runs)
         except RpcError as error:
             await _abort(context, error)
+        finally:
+            self._tails -= 1
 
     async def Status(
         self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
@@ -290,6 +309,7 @@ class LogService(pbg.LogServicer):
         return await self.node.confirmed_status(bound)
 
 
+@guarded
 class AdminService(pbg.AdminServicer):
     """Calls for the operator: the initialization permit and leader step-down."""
 
@@ -335,6 +355,24 @@ class AdminService(pbg.AdminServicer):
 REPLICA_SERVER_OPTIONS = [*SERVER_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5000)]
 
 
+def server_options(config: ReplicaConfig) -> list[tuple[str, Any]]:
+    """The replica server's gRPC options with the configured limits (docs/faults.md)."""
+    limited = {
+        "grpc.max_receive_message_length": config.max_message_size,
+        "grpc.max_send_message_length": config.max_message_size,
+        "grpc.max_concurrent_streams": config.max_concurrent_streams,
+    }
+    options = [(k, v) for k, v in REPLICA_SERVER_OPTIONS if k not in limited]
+    options.extend(limited.items())
+    if config.stream_window:
+        # A fixed window: BDP probing would grow it past the limit on a fast link.
+        options += [
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", config.stream_window),
+        ]
+    return options
+
+
 class _Handlers:
     """Takes the method handlers a generated `add_*_to_server` registers, unregistered."""
 
@@ -367,7 +405,9 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
-    server = grpc.aio.server(options=REPLICA_SERVER_OPTIONS)
+    server = grpc.aio.server(
+        options=server_options(config), maximum_concurrent_rpcs=config.max_concurrent_rpcs
+    )
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
         _add_replica_service(ReplicaService(node), server, without=("WriteStream",))

@@ -22,8 +22,12 @@ MAX_POSITION = 2**64 - 1
 # stores a run as one record (rlog/storage/records.py); version 1, written by rlog before
 # runs, had no FORMAT file and one untagged Action record per position. Version 2 reads
 # version-1 records as they are, so a version-1 dir is upgraded at open by writing FORMAT.
+# Version 3 adds a CRC32C to every record and to the metadata (records.py); it reads the
+# records of versions 1 and 2 (no CRC) as they are, so a version-2 dir is upgraded the same
+# way (its old records get a CRC when rewritten; docs/faults.md).
 FORMAT_NAME = "FORMAT"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+UPGRADABLE_VERSIONS = (2,)  # recorded versions open upgrades (and version 1: no FORMAT)
 
 _KEY = struct.Struct(">Q")
 
@@ -71,8 +75,8 @@ def format_version(path: Path) -> int | None:
     except OSError as exc:
         raise StorageError(f"data dir {path}: cannot read {FORMAT_NAME}: {_why(exc)}") from None
     supported = (
-        f"this rlog reads storage format version {FORMAT_VERSION} and upgrades version 1 "
-        f"(a dir without {FORMAT_NAME})"
+        f"this rlog reads storage format version {FORMAT_VERSION} and upgrades versions 2 "
+        f"and 1 (a dir without {FORMAT_NAME})"
     )
     try:
         version = int(text.strip())
@@ -81,7 +85,7 @@ def format_version(path: Path) -> int | None:
             f"data dir {path}: {FORMAT_NAME} holds {text.strip()[:40]!r}, not a storage "
             f"format version; {supported}"
         ) from None
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION and version not in UPGRADABLE_VERSIONS:
         raise StorageError(
             f"data dir {path} has storage format version {version}; {supported}: "
             "open it with the rlog that wrote it"
@@ -169,7 +173,7 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
             f"(not {engine!r})"
         )
     try:
-        if format_version(path) is None:
+        if format_version(path) != FORMAT_VERSION:
             _write_format(path)
     except StorageError:
         lock.release()

@@ -16,6 +16,23 @@ class StorageError(Exception):
     """The data dir cannot be used (unwritable, corrupt, locked by another process)."""
 
 
+class CorruptRecord(StorageError):
+    """A stored record failed its checksum (or does not parse): it must not be served. `key`
+    is the position it is stored under (its first position); how far it reached is unknown,
+    since its header cannot be trusted."""
+
+    def __init__(self, key: int, why: str) -> None:
+        super().__init__(f"stored record at position {key} is corrupt: {why}")
+        self.key = key
+        self.why = why
+
+
+class DiskFull(StorageError):
+    """A write failed for lack of space (ENOSPC, EDQUOT, an LMDB map that cannot grow):
+    nothing of the batch was written; reads still work, writes may succeed once space
+    returns."""
+
+
 @dataclass
 class WriteBatch:
     """Changes applied atomically, in this order: the deletion of every record below
@@ -29,6 +46,9 @@ class WriteBatch:
     delete_below: int | None = None
     sync: bool = True
     runs: list[pb.Run] = field(default_factory=list)
+    # Keys of corrupt records to delete unread (applied before everything else; a record of
+    # this batch put at the same key replaces it): a replica repairing itself (docs/faults.md).
+    drop_records: list[int] = field(default_factory=list)
 
     def merge(self, later: WriteBatch) -> None:
         """Fold a later batch into this one (group commit: many batches, one fsync). The
@@ -50,6 +70,7 @@ class WriteBatch:
             self.actions = [a for a in self.actions if a.position >= cut]
             self.runs = [clip(r, cut, run_last(r)) for r in self.runs if run_last(r) >= cut]
         self.sync = self.sync or later.sync
+        self.drop_records.extend(later.drop_records)
 
 
 class Storage(abc.ABC):
@@ -85,6 +106,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def apply(self, batch: WriteBatch) -> None:
         """Apply the batch atomically; durable before returning when `batch.sync`."""
+
+    def damage(self) -> list[str]:
+        """Damage found and skipped when the storage was opened (what it held there is lost
+        here: the replica must recover it from its peers before it votes; docs/faults.md).
+        Empty for an intact store."""
+        return []
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -31,7 +31,7 @@ from rlog.storage._common import (
     open_data_dir,
 )
 from rlog.storage.base import StorageError
-from rlog.storage.records import Plan, RecordStorage
+from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
 COMPACT_AFTER_DELETES = 4096  # compact the deleted prefix when a batch deletes this many
 
@@ -54,7 +54,7 @@ class LevelDbStorage(RecordStorage):
 
     def metadata(self) -> pb.Metadata:
         raw = self._db.get(META_KEY)
-        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
+        return decode_metadata(raw, self.path)
 
     def _floor(self, position: int) -> tuple[int, bytes] | None:
         with self._db.iterator(

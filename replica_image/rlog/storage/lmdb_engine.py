@@ -11,7 +11,10 @@ writes the data pages, fdatasyncs, writes the meta page and fdatasyncs again bef
 
 Map size: the map is a sparse reservation of address space (64 GiB by default), not disk
 space; the file only grows as pages are used. If it ever fills, the engine doubles it and
-retries the batch. Freed pages (after delete_below) are reused, the file never shrinks.
+retries the batch, up to `max_map_size` (1 TiB by default); past that the batch fails with
+`DiskFull` ("LMDB map full"), as it does when the file system has no space left (ENOSPC,
+EDQUOT): nothing of the batch is written and the next batch may succeed (docs/faults.md).
+Freed pages (after delete_below) are reused, the file never shrinks.
 
 Deletion below a position: LMDB has no range delete, so it walks a cursor from the first key
 and deletes key by key, all in the one transaction of the batch.
@@ -19,22 +22,36 @@ and deletes key by key, all in the one transaction of the batch.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import lmdb
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import decode_position, encode_position, open_data_dir
-from rlog.storage.base import StorageError
-from rlog.storage.records import Plan, RecordStorage
+from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
 DEFAULT_MAP_SIZE = 64 << 30  # 64 GiB of address space; sparse on 64-bit
+DEFAULT_MAX_MAP_SIZE = 1 << 40  # the map doubles up to this, then writes fail with DiskFull
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# An EIO from a commit counts as a full disk when less than the batch and this is left
+# (page headers, the B+tree pages a commit rewrites).
+_FULL_MARGIN = 1 << 20
+_TRUNCATION_SLACK_PAGES = 4
 _META_KEY = b"metadata"
 
 
 class LmdbStorage(RecordStorage):
-    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE) -> None:
+    def __init__(
+        self,
+        path: Path,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
+    ) -> None:
         self.path = Path(path)
+        self.max_map_size = max(max_map_size, map_size)
         engine_dir, self._lock = open_data_dir(self.path, "lmdb")
         try:
             self._env = lmdb.open(
@@ -50,17 +67,38 @@ class LmdbStorage(RecordStorage):
             )
             self._actions = self._env.open_db(b"actions")
             self._meta = self._env.open_db(b"meta")
+            self._check_size(engine_dir / "data.mdb")
         except lmdb.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
+        except StorageError:
+            self._env.close()
+            self._lock.release()
+            raise
         self._closed = False
+
+    def _check_size(self, data_file: Path) -> None:
+        """Refuse a data file shorter than the pages its meta page says are in use (a
+        truncated file): reading those pages through the map would kill the process with
+        SIGBUS, and the records they held are gone (docs/faults.md)."""
+        page = self._env.stat()["psize"]
+        in_use = (self._env.info()["last_pgno"] + 1) * page
+        size = data_file.stat().st_size
+        # The last pages counted may never have been written (pages a transaction took and
+        # freed again): a file a little short is normal, one short by more is truncated.
+        if size < in_use - _TRUNCATION_SLACK_PAGES * page:
+            raise StorageError(
+                f"data dir {self.path}: {data_file.name} is truncated: {size} bytes, but its "
+                f"pages in use end at byte {in_use}; remove the data dir and let the replica "
+                "recover from its peers"
+            )
 
     # -- the record primitives (rlog/storage/records.py) -------------------------------------
 
     def metadata(self) -> pb.Metadata:
         with self._env.begin(db=self._meta) as txn:
             raw = txn.get(_META_KEY)
-        return pb.Metadata() if raw is None else pb.Metadata.FromString(raw)
+        return decode_metadata(raw, self.path)
 
     def _floor(self, position: int) -> tuple[int, bytes] | None:
         with self._env.begin(db=self._actions) as txn:
@@ -106,10 +144,31 @@ class LmdbStorage(RecordStorage):
                 return
             except lmdb.MapFullError:
                 # The transaction was aborted: nothing of the batch is written. Grow and retry.
-                info = self._env.info()
-                self._env.set_mapsize(info["map_size"] * 2)
+                size = self._env.info()["map_size"]
+                if size >= self.max_map_size:
+                    raise DiskFull(
+                        f"data dir {self.path}: LMDB map full at {size} bytes "
+                        f"(the maximum map size)"
+                    ) from None
+                self._env.set_mapsize(min(size * 2, self.max_map_size))
             except lmdb.Error as exc:
+                if _no_space(exc) or self._short_write_on_a_full_disk(exc, plan):
+                    raise DiskFull(
+                        f"data dir {self.path}: no space left on the device (LMDB: {exc})"
+                    ) from None
                 raise StorageError(f"data dir {self.path}: LMDB write failed: {exc}") from exc
+
+    def _short_write_on_a_full_disk(self, exc: lmdb.Error, plan: Plan) -> bool:
+        """LMDB reports a write the file system cut short as EIO: on a full disk ENOSPC
+        shows as a partial write. Told apart from a failing device by the space left."""
+        if os.strerror(errno.EIO) not in str(exc):
+            return False
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return False
+        needed = sum(len(raw) for _, raw in plan.puts) + _FULL_MARGIN
+        return st.f_bavail * st.f_frsize < needed
 
     def _commit(self, plan: Plan) -> None:
         with self._env.begin(write=True) as txn:
@@ -135,3 +194,10 @@ class LmdbStorage(RecordStorage):
             self._closed = True
             self._env.close()
             self._lock.release()
+
+
+def _no_space(exc: lmdb.Error) -> bool:
+    """Whether an LMDB error is the file system's ENOSPC/EDQUOT (py-lmdb puts the errno's
+    text in the message)."""
+    text = str(exc)
+    return any(os.strerror(code) in text for code in _NO_SPACE)

@@ -120,6 +120,10 @@ class MemoryStorage(Storage):
         for action in batch.actions:
             if not 0 <= action.position <= MAX_POSITION:
                 raise ValueError(f"position {action.position} is outside [0, 2**64-1]")
+        for key in batch.drop_records:
+            if key in self._records:
+                del self._records[key]
+                self._firsts.remove(key)
         for run in batch.runs:
             if run_last(run) < run.first:
                 continue

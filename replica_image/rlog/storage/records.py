@@ -13,6 +13,14 @@ Action, 0x02 Run) are field number 0 in protobuf's wire format, which no seriali
 starts with, so a record of storage format 1 (a plain serialized Action, possibly empty) is
 told apart from a tagged one and read as the Action it is (docs/data-path.md, "Storage: one
 record per run").
+
+Checksums (storage format 3): records are written with the tags 0x03 (Action) and 0x04
+(Run), also field number 0, followed by a CRC32C (4 bytes, big-endian) of the record's key
+(8 bytes, big-endian) and every other byte of the record; a run's last position comes
+before the CRC, at the same place as in a 0x02 record. Every read checks it: a record whose
+CRC fails (a flipped bit, a torn page, a record stored under the wrong key) raises
+`CorruptRecord` and is never decoded. Records of formats 1 and 2 (no CRC) are still read as
+they are; they get one when rewritten (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -23,45 +31,114 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import google_crc32c
+
 from rlog.packed import action_at, clip, expand, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import MAX_POSITION
-from rlog.storage.base import Storage, WriteBatch
+from rlog.storage.base import CorruptRecord, Storage, StorageError, WriteBatch
 
 Record = pb.Action | pb.Run
 
-ACTION_TAG = 0x01
-RUN_TAG = 0x02
-_ACTION_TAG = bytes([ACTION_TAG])
-_RUN_TAG = bytes([RUN_TAG])
+ACTION_TAG = 0x01  # format 2, no checksum
+RUN_TAG = 0x02  # format 2, no checksum
+CHECKED_ACTION_TAG = 0x03
+CHECKED_RUN_TAG = 0x04
+METADATA_TAG = 0x05  # metadata with a checksum (untagged: a format 1/2 plain Metadata)
+_CHECKED_ACTION_TAG = bytes([CHECKED_ACTION_TAG])
+_CHECKED_RUN_TAG = bytes([CHECKED_RUN_TAG])
+_METADATA_TAG = bytes([METADATA_TAG])
 _LAST = struct.Struct(">Q")
+_CRC = struct.Struct(">I")
+_KEY = struct.Struct(">Q")
+_METADATA_KEY = 2**64 - 1  # what the metadata's CRC covers as its key (its tag sets it apart)
 SCAN_CHUNK = 256  # records read per short read transaction / iterator
 
 
 # ---- the codec ----------------------------------------------------------------------------
 
 
+def _crc(key: int, head: bytes, body: bytes) -> bytes:
+    crc = google_crc32c.extend(google_crc32c.value(_KEY.pack(key)), head)
+    return _CRC.pack(google_crc32c.extend(crc, body))
+
+
 def encode(record: Record) -> bytes:
+    """The record's bytes, CRC included (the key is the record's first position)."""
+    body = record.SerializeToString()
     if isinstance(record, pb.Run):
-        return _RUN_TAG + _LAST.pack(run_last(record)) + record.SerializeToString()
-    return _ACTION_TAG + record.SerializeToString()
+        head = _CHECKED_RUN_TAG + _LAST.pack(run_last(record))
+        return head + _crc(record.first, head, body) + body
+    return _CHECKED_ACTION_TAG + _crc(record.position, _CHECKED_ACTION_TAG, body) + body
 
 
-def decode(raw: bytes) -> Record:
-    if raw:
-        tag = raw[0]
-        if tag == RUN_TAG:
-            return pb.Run.FromString(raw[1 + _LAST.size :])
-        if tag == ACTION_TAG:
-            return pb.Action.FromString(raw[1:])
-    return pb.Action.FromString(raw)  # format 1: an untagged Action
+def _checked_body(key: int, raw: bytes, head_size: int) -> bytes:
+    """The message bytes of a checksummed record, once its CRC checks out."""
+    end = head_size + _CRC.size
+    if len(raw) < end:
+        raise CorruptRecord(key, f"record of {len(raw)} bytes is shorter than its header")
+    head, body = raw[:head_size], raw[end:]
+    if _crc(key, head, body) != raw[head_size:end]:
+        raise CorruptRecord(key, "CRC32C mismatch")
+    return body
+
+
+def decode(key: int, raw: bytes) -> Record:
+    """The record stored under `key`. Raises CorruptRecord if its checksum fails (or an
+    unchecked record of an older format does not parse)."""
+    try:
+        if raw:
+            tag = raw[0]
+            if tag == CHECKED_RUN_TAG:
+                record: Record = pb.Run.FromString(_checked_body(key, raw, 1 + _LAST.size))
+            elif tag == CHECKED_ACTION_TAG:
+                record = pb.Action.FromString(_checked_body(key, raw, 1))
+            elif tag == RUN_TAG:
+                record = pb.Run.FromString(raw[1 + _LAST.size :])
+            elif tag == ACTION_TAG:
+                record = pb.Action.FromString(raw[1:])
+            else:
+                record = pb.Action.FromString(raw)  # format 1: an untagged Action
+        else:
+            record = pb.Action.FromString(raw)
+    except CorruptRecord:
+        raise
+    except Exception as exc:  # protobuf's DecodeError, a short header
+        raise CorruptRecord(key, f"does not parse: {exc}") from None
+    if first_of(record) != key:
+        raise CorruptRecord(key, f"holds position {first_of(record)}")
+    return record
 
 
 def raw_last(key: int, raw: bytes) -> int:
-    """The last position of the record stored under `key` (without parsing it)."""
-    if raw and raw[0] == RUN_TAG:
-        return int(_LAST.unpack_from(raw, 1)[0])
+    """The last position of the record stored under `key` (without parsing it). A header
+    too short to hold one is read as `key`: the decode that follows reports the record."""
+    if raw and raw[0] in (RUN_TAG, CHECKED_RUN_TAG) and len(raw) >= 1 + _LAST.size:
+        last = int(_LAST.unpack_from(raw, 1)[0])
+        return last if last >= key else key
     return key
+
+
+def encode_metadata(meta: pb.Metadata) -> bytes:
+    body = meta.SerializeToString()
+    return _METADATA_TAG + _crc(_METADATA_KEY, _METADATA_TAG, body) + body
+
+
+def decode_metadata(raw: bytes | None, where: object) -> pb.Metadata:
+    """The stored metadata (format 1/2: plain, unchecked). Raises StorageError naming the
+    data dir `where` if its checksum fails: the replica must not start on a promise or a
+    status it cannot trust (docs/faults.md)."""
+    if not raw:
+        return pb.Metadata()
+    try:
+        if raw[0] == METADATA_TAG:
+            return pb.Metadata.FromString(_checked_body(_METADATA_KEY, raw, 1))
+        return pb.Metadata.FromString(raw)
+    except Exception as exc:
+        raise StorageError(
+            f"data dir {where}: the stored metadata is corrupt ({exc}): restore the data dir "
+            "or remove it and let the replica recover from its peers"
+        ) from None
 
 
 def first_of(record: Record) -> int:
@@ -233,12 +310,14 @@ class RecordStorage(Storage):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _reaching(self, position: int) -> Record | None:
-        """The stored record holding `position`."""
+    def _reaching(self, position: int, dropped: set[int] | None = None) -> Record | None:
+        """The stored record holding `position` (none if its key is in `dropped`)."""
         found = self._floor(position)
         if found is None or raw_last(*found) < position:
             return None
-        return decode(found[1])
+        if dropped and found[0] in dropped:
+            return None
+        return decode(*found)
 
     def get(self, position: int) -> pb.Action | None:
         if not 0 <= position <= MAX_POSITION:
@@ -264,8 +343,8 @@ class RecordStorage(Storage):
             chunk = self._range(first, last, SCAN_CHUNK)
             if not chunk:
                 return
-            for _, raw in chunk:
-                record = decode(raw)
+            for key, raw in chunk:
+                record = decode(key, raw)
                 yield clip_record(record, first_of(record), min(last, last_of(record)))
             if len(chunk) < SCAN_CHUNK:
                 return
@@ -290,20 +369,22 @@ class RecordStorage(Storage):
     def plan(self, batch: WriteBatch) -> Plan:
         """Read the stored records the batch touches and plan its writes (no writes yet)."""
         cut, records = normalize(batch)
+        dropped = set(batch.drop_records)
         overlay = Overlay()
         if cut is not None and cut > 0:
-            straddling = self._reaching(cut - 1)
+            straddling = self._reaching(cut - 1, dropped)
             if straddling is not None and last_of(straddling) >= cut:
                 overlay.load(first_of(straddling), straddling)
         for lo, hi in spans(records):
-            head = self._reaching(lo)
+            head = self._reaching(lo, dropped)
             if head is not None:
                 overlay.load(first_of(head), head)
             start = lo
             while start <= hi:
                 chunk = self._range(start, hi, SCAN_CHUNK)
                 for key, raw in chunk:
-                    overlay.load(key, decode(raw))
+                    if key not in dropped:
+                        overlay.load(key, decode(key, raw))
                 if len(chunk) < SCAN_CHUNK:
                     break
                 start = chunk[-1][0] + 1
@@ -312,11 +393,14 @@ class RecordStorage(Storage):
         for record in records:
             overlay.put(record)
         deletes, puts = overlay.changes()
+        if dropped:
+            put_keys = {key for key, _ in puts}
+            deletes = sorted(set(deletes) | {k for k in dropped if k not in put_keys})
         return Plan(
             cut=cut,
             deletes=deletes,
             puts=[(key, encode(record)) for key, record in puts],
-            metadata=None if batch.metadata is None else batch.metadata.SerializeToString(),
+            metadata=None if batch.metadata is None else encode_metadata(batch.metadata),
             sync=batch.sync,
         )
 

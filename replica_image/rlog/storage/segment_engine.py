@@ -30,6 +30,7 @@ Segments that are only partly dead are not rewritten.
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
 import zlib
@@ -37,8 +38,8 @@ from pathlib import Path
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
-from rlog.storage.base import StorageError
-from rlog.storage.records import Plan, RecordStorage
+from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
 SEGMENT_BYTES = 64 << 20
 _HEADER = struct.Struct(">II")
@@ -87,6 +88,40 @@ def _encode(
     return [_HEADER.pack(sum(map(len, parts)), crc), *parts]
 
 
+def _frame_ok(data: bytes, off: int) -> bool:
+    if off + _HEADER.size > len(data):
+        return False
+    length, crc = _HEADER.unpack_from(data, off)
+    start = off + _HEADER.size
+    return start + length <= len(data) and zlib.crc32(data[start : start + length]) == crc
+
+
+def _next_frame(data: bytes, bad: int, newest: bool) -> int | None:
+    """Where replay goes on after the damaged frame at `bad`, if its length field can be
+    trusted: a good frame starts where it says the frame ends, or (in a segment that is not
+    the newest, so never torn) the segment ends there. None: no such place."""
+    if bad + _HEADER.size > len(data):
+        return None
+    (length,) = _U32.unpack_from(data, bad)
+    after = bad + _HEADER.size + length
+    if after < len(data) and _frame_ok(data, after):
+        return after
+    if after == len(data) and not newest:
+        return after
+    return None
+
+
+def _bytes_after_frame(data: bytes, bad: int) -> bool:
+    """Whether bytes follow the frame at `bad` that fails its check. Segments are written by
+    appending only, so a torn write leaves its frame last, cut short or reaching the end of
+    the file; bytes after it mean the frame was damaged after it was written. (A damaged
+    length field that points past the end reads as a torn tail: docs/faults.md.)"""
+    if bad + _HEADER.size > len(data):
+        return False
+    (length,) = _U32.unpack_from(data, bad)
+    return bad + _HEADER.size + length < len(data)
+
+
 def _seg_name(number: int) -> str:
     return f"{number:016x}.seg"
 
@@ -106,6 +141,7 @@ class SegmentStorage(RecordStorage):
         self._wfd = -1
         self._size = 0
         self._closed = False
+        self._damage: list[str] = []  # damaged frames skipped at open
         try:
             self._dir.mkdir(exist_ok=True)
             self._recover()
@@ -129,12 +165,32 @@ class SegmentStorage(RecordStorage):
             self._fds[number] = fd
             self._live.setdefault(number, 0)
             data = os.pread(fd, os.fstat(fd).st_size, 0)
+            newest = i == len(numbers) - 1
             end = self._replay(number, data)
-            if end < len(data):
-                if i != len(numbers) - 1:
+            while end < len(data):
+                after = _next_frame(data, end, newest)
+                if after is not None:
+                    # Damage to a frame already acknowledged (frames follow it, or its
+                    # segment is not the newest): skip it and say so; its records are lost
+                    # here, the replica recovers them from its peers (docs/faults.md).
+                    self._damage.append(
+                        f"segment {_seg_name(number)}: the frame at byte {end} fails its CRC"
+                    )
+                    end = self._replay(number, data, after)
+                    continue
+                if not newest:
                     raise StorageError(
                         f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
                         f"byte {end} (not the newest segment, so not a torn write)"
+                    )
+                if _bytes_after_frame(data, end):
+                    # A torn write only ever leaves a bad frame last: a frame that fails its
+                    # CRC with bytes after it (but no frame found where its length says) is
+                    # damage to data already acknowledged, its extent unknown.
+                    raise StorageError(
+                        f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
+                        f"byte {end} (a frame fails its CRC and data follows it, so "
+                        "not a torn write)"
                     )
                 # Torn tail of the newest segment: the batch never returned; cut it off.
                 wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
@@ -143,6 +199,7 @@ class SegmentStorage(RecordStorage):
                     os.fsync(wfd)
                 finally:
                     os.close(wfd)
+                break
         if numbers:
             self._active = numbers[-1]
             self._wfd = os.open(self._dir / _seg_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
@@ -150,9 +207,9 @@ class SegmentStorage(RecordStorage):
         else:
             self._roll()
 
-    def _replay(self, number: int, data: bytes) -> int:
-        """Apply the valid records of one segment to the index; return where they end."""
-        off = 0
+    def _replay(self, number: int, data: bytes, off: int = 0) -> int:
+        """Apply the valid records of one segment from `off` on to the index; return where
+        they end."""
         while off + _HEADER.size <= len(data):
             length, crc = _HEADER.unpack_from(data, off)
             start = off + _HEADER.size
@@ -254,6 +311,9 @@ class SegmentStorage(RecordStorage):
         try:
             self._write_all(fd, frame)
             os.fsync(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: give the space back
+            raise
         finally:
             os.close(fd)
         os.rename(tmp, self._dir / _seg_name(number))
@@ -276,7 +336,10 @@ class SegmentStorage(RecordStorage):
     # -- the interface -----------------------------------------------------------------------
 
     def metadata(self) -> pb.Metadata:
-        return pb.Metadata.FromString(self._meta)
+        return decode_metadata(self._meta, self.path)
+
+    def damage(self) -> list[str]:
+        return list(self._damage)
 
     def _read(self, loc: tuple[int, int, int]) -> bytes:
         number, off, n = loc
@@ -318,6 +381,11 @@ class SegmentStorage(RecordStorage):
                 os.ftruncate(self._wfd, start)  # never leave a half frame behind
                 raise
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(
+                    f"data dir {self.path}: no space left on the device (segment write: "
+                    f"{exc.strerror})"
+                ) from None
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
         self._size = start + sum(map(len, frame))
         # Locations of each record's bytes inside the frame just written.

@@ -25,7 +25,18 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
     os.environ["RLOG_QUIETED_GRPC"] = "1"
 
 from rlog.client.errors import RlogError
-from rlog.config import DEFAULT_MAX_ENTRY_SIZE, ConfigError, ReplicaConfig, parse_peers
+from rlog.config import (
+    DEFAULT_MAX_CONCURRENT_RPCS,
+    DEFAULT_MAX_CONCURRENT_STREAMS,
+    DEFAULT_MAX_ENTRY_SIZE,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_MAX_TAIL_READERS,
+    DEFAULT_MIN_FREE_BYTES,
+    DEFAULT_STREAM_WINDOW,
+    ConfigError,
+    ReplicaConfig,
+    parse_peers,
+)
 from rlog.storage import ENGINES, StorageError
 from rlog.tools.initialize import initialize
 
@@ -128,6 +139,12 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_entry_size=args.max_entry_size,
         storage_engine=args.storage_engine,
         election_timeout=args.election_timeout,
+        max_message_size=args.max_message_size,
+        max_concurrent_streams=args.max_concurrent_streams,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        max_tail_readers=args.max_tail_readers,
+        stream_window=args.stream_window,
+        min_free_bytes=args.min_free_bytes,
         **{
             key: getattr(args, key)
             for key in ("heartbeat_interval", "append_timeout", "session_window")
@@ -380,6 +397,50 @@ def build_parser() -> argparse.ArgumentParser:
         type=_nonnegative,
         metavar="POSITIONS",
         help="client sessions (exactly-once appends) last this many positions (default 100000)",
+    )
+    limits = p.add_argument_group("limits (docs/faults.md)")
+    limits.add_argument(
+        "--max-message-size",
+        type=_nonnegative,
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metavar="BYTES",
+        help="largest request accepted (default 64 MiB); larger: RESOURCE_EXHAUSTED",
+    )
+    limits.add_argument(
+        "--max-concurrent-streams",
+        type=_nonnegative,
+        default=DEFAULT_MAX_CONCURRENT_STREAMS,
+        metavar="N",
+        help="calls in flight per connection (default 1024; more wait in the client)",
+    )
+    limits.add_argument(
+        "--max-concurrent-rpcs",
+        type=_nonnegative,
+        default=DEFAULT_MAX_CONCURRENT_RPCS,
+        metavar="N",
+        help="calls in flight on the replica (default 16384; more: RESOURCE_EXHAUSTED)",
+    )
+    limits.add_argument(
+        "--max-tail-readers",
+        type=_nonnegative,
+        default=DEFAULT_MAX_TAIL_READERS,
+        metavar="N",
+        help="Tail calls open at once (default 1024; more: RESOURCE_EXHAUSTED)",
+    )
+    limits.add_argument(
+        "--min-free-bytes",
+        type=_nonnegative,
+        default=DEFAULT_MIN_FREE_BYTES,
+        metavar="BYTES",
+        help="appends are refused (DISK_FULL) while the data dir's file system has less "
+        "free (default 64 MiB; room kept for promises and elections)",
+    )
+    limits.add_argument(
+        "--stream-window",
+        type=_nonnegative,
+        default=DEFAULT_STREAM_WINDOW,
+        metavar="BYTES",
+        help="HTTP/2 flow-control window per call (default 0: gRPC's own, sized by BDP)",
     )
     p.set_defaults(func=cmd_replica)
 
