@@ -26,6 +26,8 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | TIMEOUT                    | DEADLINE_EXCEEDED   | `Timeout`                     |
 | OUTCOME_UNKNOWN            | ABORTED             | `OutcomeUnknown`              |
 | INTERNAL                   | (the wrapped one's) | `RlogError`                   |
+| (none: authorization)      | PERMISSION_DENIED   | `PermissionDenied`            |
+| (none: unknown token)      | UNAUTHENTICATED     | `Unauthenticated`             |
 
 An error without a reason did not come from an rlog server's own verdict (gRPC's transport
 errors, a deadline that expired on the client's side, a message over gRPC's size limit):
@@ -181,6 +183,14 @@ class SessionExpiredOutcomeUnknown(SessionExpired, OutcomeUnknown):
     the log (the client re-sent it because that try's outcome was unknown)."""
 
 
+class PermissionDenied(RlogError):
+    """The caller's role does not allow the call (docs/security.md); it changed nothing."""
+
+
+class Unauthenticated(PermissionDenied):
+    """The replica does not know the caller's credentials (an unknown bearer token)."""
+
+
 # Substrings of gRPC's own UNAVAILABLE details (the gRPC library's messages, not rlog's) that
 # mean no connection was ever made, so the request certainly reached no server and is safe
 # to send elsewhere.
@@ -212,6 +222,11 @@ def short_details(details: str) -> str:
             return marker
     if "dns resolution failed" in lower or "name resolution" in lower:
         return "name resolution failed"
+    if "handshake" in lower or "certificate_verify_failed" in lower:
+        # The TLS handshake failed: a wrong CA, a name the certificate does not carry, or
+        # an expired certificate (ours or theirs).
+        _, _, why = text.partition("Ssl handshake failed:")
+        return f"TLS handshake failed{':' if why else ''}{why[:160]}"
     if "failed to connect" in lower:
         return "failed to connect"
     return text
@@ -348,6 +363,10 @@ def _for_code(
         return FailedPrecondition(details, code, endpoint)
     if code == grpc.StatusCode.ABORTED:
         return OutcomeUnknown(details, code, endpoint)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(f"not authenticated{where}: {details}", code, endpoint)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(f"permission denied{where}: {details}", code, endpoint)
     return _unclassified(code, details, where, endpoint)
 
 
@@ -374,12 +393,14 @@ __all__ = [
     "OutcomeUnknownTimeout",
     "OutcomeUnknownUnavailable",
     "PastEnd",
+    "PermissionDenied",
     "RlogError",
     "SequenceForgotten",
     "SessionExpired",
     "SessionExpiredOutcomeUnknown",
     "Timeout",
     "Truncated",
+    "Unauthenticated",
     "Unavailable",
     "UnknownSession",
     "code_from_int",

@@ -1026,6 +1026,8 @@ class StatusResponse(_message.Message):
     CATCHUP_END_FIELD_NUMBER: _builtins.int
     CATCHUP_DONE_FIELD_NUMBER: _builtins.int
     LEADER_CONFIRMED_FIELD_NUMBER: _builtins.int
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    AUTHORIZATION_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1051,6 +1053,11 @@ class StatusResponse(_message.Message):
     catchup_done: _builtins.int
     leader_confirmed: _builtins.bool
     """role "leader": a quorum answered a round this leader sent after the request arrived."""
+    transport: _builtins.str
+    """How the replica is secured (docs/security.md): transport "plaintext" | "tls" |
+    "mutual-tls"; authorization "off" (every caller may call anything) | "roles".
+    """
+    authorization: _builtins.str
     def __init__(
         self,
         *,
@@ -1072,10 +1079,12 @@ class StatusResponse(_message.Message):
         catchup_end: _builtins.int = ...,
         catchup_done: _builtins.int = ...,
         leader_confirmed: _builtins.bool = ...,
+        transport: _builtins.str = ...,
+        authorization: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

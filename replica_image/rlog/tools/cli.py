@@ -94,6 +94,60 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="deadline of each call (default 30)",
     )
+    security = parser.add_argument_group(
+        "security (docs/security.md; none given: plaintext, as the replicas must then serve)"
+    )
+    security.add_argument(
+        "--ca",
+        default=os.environ.get("RLOG_CA"),
+        metavar="FILE",
+        help="connect with TLS, verifying the replicas against this CA (default $RLOG_CA)",
+    )
+    security.add_argument(
+        "--cert",
+        default=os.environ.get("RLOG_CERT"),
+        metavar="FILE",
+        help="client certificate, for mutual TLS (default $RLOG_CERT)",
+    )
+    security.add_argument(
+        "--key",
+        default=os.environ.get("RLOG_KEY"),
+        metavar="FILE",
+        help="the client certificate's key (default $RLOG_KEY)",
+    )
+    security.add_argument(
+        "--token-file",
+        default=os.environ.get("RLOG_TOKEN_FILE"),
+        metavar="FILE",
+        help="send the bearer token in FILE (default $RLOG_TOKEN_FILE; or set $RLOG_TOKEN "
+        "to the token itself: a token never goes on a command line)",
+    )
+    security.add_argument(
+        "--server-name",
+        metavar="NAME",
+        help="check the replicas' certificates for NAME (a port-forward, an IP address)",
+    )
+
+
+def credentials_of(args: argparse.Namespace) -> Any:
+    """The client credentials the arguments (or RLOG_* variables) give; None: plaintext."""
+    from rlog.client.security import ENV_TOKEN, Credentials, CredentialsError
+
+    token = os.environ.get(ENV_TOKEN) or None
+    given = (args.ca, args.cert, args.key, args.token_file, token, args.server_name)
+    if not any(given):
+        return None
+    try:
+        return Credentials.from_files(
+            args.ca,
+            args.cert,
+            args.key,
+            None if args.token_file else token,
+            args.token_file,
+            args.server_name,
+        )
+    except CredentialsError as exc:
+        raise UsageError(str(exc), args.prog) from None
 
 
 def _endpoint(args: argparse.Namespace) -> str:
@@ -110,6 +164,7 @@ def _client(args: argparse.Namespace) -> Any:
         timeout=args.timeout,
         append_timeout=max(args.timeout, 1.0),
         read_timeout=args.timeout if args.command == "read" else None,
+        credentials=credentials_of(args),
     )
 
 
@@ -128,6 +183,11 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_entry_size=args.max_entry_size,
         storage_engine=args.storage_engine,
         election_timeout=args.election_timeout,
+        tls_cert=_path(args.tls_cert),
+        tls_key=_path(args.tls_key),
+        tls_client_ca=_path(args.tls_client_ca),
+        auth_config=_path(args.auth_config),
+        auth_peer_token_file=_path(args.auth_peer_token_file),
         **{
             key: getattr(args, key)
             for key in ("heartbeat_interval", "append_timeout", "session_window")
@@ -144,6 +204,10 @@ def cmd_replica(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # e.g. the port is in use: a runtime error, not usage
         raise RlogError(str(exc)) from None
     return EXIT_OK
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
 
 
 def _check_listen(address: str) -> None:
@@ -380,6 +444,30 @@ def build_parser() -> argparse.ArgumentParser:
         type=_nonnegative,
         metavar="POSITIONS",
         help="client sessions (exactly-once appends) last this many positions (default 100000)",
+    )
+    security = p.add_argument_group(
+        "security (docs/security.md; without --tls-cert the replica serves PLAINTEXT)"
+    )
+    security.add_argument(
+        "--tls-cert", metavar="FILE", help="serve TLS with this certificate (PEM; reloaded)"
+    )
+    security.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
+    security.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require a client certificate of this CA on every connection (mutual TLS); "
+        "peers' certificates are verified against it too",
+    )
+    security.add_argument(
+        "--auth-config",
+        metavar="FILE",
+        help="roles of certificate subjects and bearer tokens (JSON or YAML); without it "
+        "authorization is off",
+    )
+    security.add_argument(
+        "--auth-peer-token-file",
+        metavar="FILE",
+        help="bearer token this replica sends to its peers (when they know peers by token)",
     )
     p.set_defaults(func=cmd_replica)
 
