@@ -163,18 +163,25 @@ def load_policy(path: Path) -> Policy:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"--auth-config {path}: {exc.strerror or exc}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
+    if path.suffix in (".yaml", ".yml"):
+        try:
             import yaml
-
+        except ImportError:
+            raise ConfigError(f"--auth-config {path}: YAML needs pyyaml; use JSON") from None
+        try:
             data = yaml.safe_load(text)
-        else:
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--auth-config {path}: not valid YAML: {_one_line(exc)}") from None
+    else:
+        try:
             data = json.loads(text)
-    except ImportError:
-        raise ConfigError(f"--auth-config {path}: YAML needs pyyaml; use JSON") from None
-    except ValueError as exc:
-        raise ConfigError(f"--auth-config {path}: not valid: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"--auth-config {path}: not valid JSON: {exc}") from None
     return parse_policy(data, str(path))
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,7 @@ def _extra(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
-    from rlog.tools.cli import credentials_of
+    from rlog.tools.client_args import credentials_of
 
     async with AsyncClient(
         args.endpoint,

@@ -66,7 +66,7 @@ def _print_variable(variable: Any, as_json: bool) -> None:
 
 def run(args: argparse.Namespace, endpoint: str, usage_error: Callable[[str], Exception]) -> int:
     from rlog.state import State, Variable
-    from rlog.tools.cli import credentials_of
+    from rlog.tools.client_args import credentials_of
 
     needs_name = args.action in ("get", "set", "watch")
     if needs_name and not args.name:
