@@ -26,49 +26,35 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlog_operator import specs
-from rlog_operator.specs import Body, Manifest, OperatorConfig
-
-MODE_OPERATOR = "operator"
-MODE_CERT_MANAGER = "certManager"
-MODE_DISABLED = "disabled"
-MODES = (MODE_OPERATOR, MODE_CERT_MANAGER, MODE_DISABLED)
+from rlog_operator.specs import (
+    CA_KEY,
+    CERT_KEY,
+    KEY_KEY,
+    MODE_DISABLED,
+    MODE_OPERATOR,
+    ROLES_KEY,
+    Body,
+    Manifest,
+    OperatorConfig,
+    auth_secret_name,
+    mode_of,
+    server_secret_name,
+)
 
 # Renew this long before expiry: several reconcile periods, and more than the replicas'
 # 5 s look at their files.
 RENEW_MARGIN = datetime.timedelta(days=30)
 CERT_DAYS = 365
 OPERATOR_COMMON_NAME = "rlog-operator"
-TLS_MOUNT = "/etc/rlog/tls"
-AUTH_MOUNT = "/etc/rlog/auth"
-# Keys of the Secrets (those of kubernetes.io/tls and of cert-manager).
-CA_KEY = "ca.crt"
-CERT_KEY = "tls.crt"
-KEY_KEY = "tls.key"
 CA_PRIVATE_KEY = "ca.key"
-ROLES_KEY = "roles.json"
-
-
-def mode_of(body: Body) -> str:
-    mode = str((body.get("spec", {}).get("tls") or {}).get("mode") or MODE_OPERATOR)
-    if mode not in MODES:
-        raise ValueError(f"spec.tls.mode {mode!r} is not one of {', '.join(MODES)}")
-    return mode
 
 
 def ca_secret_name(body: Body) -> str:
     return f"{specs.name_of(body)}-tls-ca"
 
 
-def server_secret_name(body: Body) -> str:
-    return f"{specs.name_of(body)}-tls"
-
-
 def operator_secret_name(body: Body) -> str:
     return f"{specs.name_of(body)}-tls-operator"
-
-
-def auth_secret_name(body: Body) -> str:
-    return f"{specs.name_of(body)}-auth"
 
 
 def replica_common_name(body: Body) -> str:
@@ -214,57 +200,6 @@ def roles(body: Body, tokens: Mapping[str, bytes] = {}) -> dict[str, Any]:
 def auth_secret(body: Body, tokens: Mapping[str, bytes] = {}) -> Manifest:
     text = json.dumps(roles(body, tokens), indent=2, sort_keys=True).encode()
     return _secret(body, auth_secret_name(body), {ROLES_KEY: text})
-
-
-def replica_args(body: Body) -> list[str]:
-    """The replica's security flags for the mode (none for disabled)."""
-    if mode_of(body) == MODE_DISABLED:
-        return []
-    return [
-        "--tls-cert",
-        f"{TLS_MOUNT}/{CERT_KEY}",
-        "--tls-key",
-        f"{TLS_MOUNT}/{KEY_KEY}",
-        "--tls-client-ca",
-        f"{TLS_MOUNT}/{CA_KEY}",
-        "--auth-config",
-        f"{AUTH_MOUNT}/{ROLES_KEY}",
-    ]
-
-
-def replica_env(body: Body) -> list[Manifest]:
-    """The probes' and `kubectl exec ... rlog` credentials: the replica's own certificate
-    (role peer: it may read Status) through the RLOG_* variables."""
-    if mode_of(body) == MODE_DISABLED:
-        return []
-    return [
-        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{CA_KEY}"},
-        {"name": "RLOG_CERT", "value": f"{TLS_MOUNT}/{CERT_KEY}"},
-        {"name": "RLOG_KEY", "value": f"{TLS_MOUNT}/{KEY_KEY}"},
-    ]
-
-
-def volumes(body: Body) -> tuple[list[Manifest], list[Manifest]]:
-    """(pod volumes, container mounts) of the Secrets. Mounted as directories (no
-    subPath): the kubelet swaps the files in place when the Secret changes."""
-    if mode_of(body) == MODE_DISABLED:
-        return [], []
-    return (
-        [
-            {
-                "name": "tls",
-                "secret": {"secretName": server_secret_name(body), "defaultMode": 0o440},
-            },
-            {
-                "name": "auth",
-                "secret": {"secretName": auth_secret_name(body), "defaultMode": 0o440},
-            },
-        ],
-        [
-            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
-            {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
-        ],
-    )
 
 
 def tls_status(body: Body) -> dict[str, Any]:

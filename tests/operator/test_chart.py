@@ -29,6 +29,7 @@ RESOURCES = {
     "stateful_set": ("apps", "statefulsets"),
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
+    "secret": ("", "secrets"),
 }
 # what kopf itself needs: watch the CRs, patch them and their status, post Events
 KOPF_NEEDS = [

@@ -13,7 +13,7 @@ from cryptography import x509
 
 from rlog.runtime.authz import parse_policy
 from rlog.tools import certs
-from rlog_operator import pki
+from rlog_operator import pki, specs
 from rlog_operator.specs import OperatorConfig
 
 CONFIG = OperatorConfig()
@@ -40,10 +40,19 @@ def sans(cert_pem):
 
 
 def test_mode_default_and_invalid():
-    assert pki.mode_of(body()) == "operator"
-    assert pki.mode_of(body(tls={"mode": "disabled"})) == "disabled"
+    assert specs.mode_of(body()) == "operator"
+    assert specs.mode_of(body(tls={"mode": "disabled"})) == "disabled"
     with pytest.raises(ValueError, match="not one of"):
-        pki.mode_of(body(tls={"mode": "sometimes"}))
+        specs.mode_of(body(tls={"mode": "sometimes"}))
+
+
+def test_mode_of_a_log_built_before_tls_stays_plaintext():
+    old = {**body(), "status": {"initialized": True}}
+    assert specs.mode_of(old) == "disabled"
+    built = {**body(), "status": {"initialized": True, "tls": {"mode": "operator"}}}
+    assert specs.mode_of(built) == "operator"
+    asked = {**body(tls={"mode": "operator"}), "status": {"initialized": True}}
+    assert specs.mode_of(asked) == "operator"
 
 
 def test_server_names():
@@ -135,13 +144,20 @@ def test_roles_file_is_a_valid_policy():
 
 def test_replica_wiring():
     on, off = body(), body(tls={"mode": "disabled"})
-    args = pki.replica_args(on)
+    args = specs.security_args(on)
     assert args[args.index("--tls-client-ca") + 1] == "/etc/rlog/tls/ca.crt"
     assert args[args.index("--auth-config") + 1] == "/etc/rlog/auth/roles.json"
-    assert pki.replica_args(off) == [] and pki.volumes(off) == ([], [])
-    vols, mounts = pki.volumes(on)
+    assert specs.security_args(off) == [] and specs.security_volumes(off) == ([], [])
+    vols, mounts = specs.security_volumes(on)
     assert {v["secret"]["secretName"] for v in vols} == {"orders-tls", "orders-auth"}
     assert all("subPath" not in m for m in mounts)  # subPath mounts never update
+    (ctr,) = specs.statefulset(on, CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert ctr["args"][-8:] == args
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["RLOG_CERT"] == "/etc/rlog/tls/tls.crt"  # the probes' credentials
+    assert {m["mountPath"] for m in ctr["volumeMounts"]} >= {"/etc/rlog/tls", "/etc/rlog/auth"}
+    (plain,) = specs.statefulset(off, CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert "--tls-cert" not in plain["args"] and "RLOG_CERT" not in str(plain["env"])
     assert pki.tls_status(on)["transport"] == "mutual-tls"
     assert pki.tls_status(off) == {
         "mode": "disabled",
