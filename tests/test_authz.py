@@ -150,3 +150,20 @@ def test_roles_grant_nested_sets():
     assert ROLE_GRANTS["read"] < ROLE_GRANTS["append"] < ROLE_GRANTS["admin"]
     assert Kind.ADMIN not in ROLE_GRANTS["peer"]
     assert Kind.PEER not in ROLE_GRANTS["admin"]
+
+
+def test_roles_file_is_reloaded_when_it_changes(tmp_path, monkeypatch):
+    from rlog.runtime.authz import PolicyFile
+
+    monkeypatch.setattr(PolicyFile, "CHECK_INTERVAL", 0.0)
+    path = tmp_path / "roles.json"
+    path.write_text(json.dumps({"subjects": {"a": "read"}}))
+    roles = PolicyFile(path)
+    assert roles.current().role_of_subject(["a"]) == ("read", "a")
+    path.write_text(json.dumps({"subjects": {"a": "admin", "b": "read"}}))
+    assert roles.current().role_of_subject(["a"]) == ("admin", "a")
+    assert roles.reloads == 1
+    # A broken file is not taken: the roles in force stay.
+    path.write_text("{not json")
+    assert roles.current().role_of_subject(["b"]) == ("read", "b")
+    assert roles.reloads == 1

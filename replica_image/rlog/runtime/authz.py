@@ -27,6 +27,7 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,46 @@ def _one_line(error: object) -> str:
     return " ".join(str(error).split())
 
 
+class PolicyFile:
+    """The roles file, read again when it changes (looked at no more than once a second):
+    a changed file that does not parse is not taken, and the roles in force stay."""
+
+    CHECK_INTERVAL = 1.0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp = self._stat()
+        self.policy = load_policy(path)
+        self._checked = time.monotonic()
+        self.reloads = 0
+
+    def _stat(self) -> tuple[int, int]:
+        info = self.path.stat()
+        return info.st_mtime_ns, info.st_size
+
+    def current(self) -> Policy:
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_INTERVAL:
+            return self.policy
+        self._checked = now
+        try:
+            stamp = self._stat()
+        except OSError as exc:
+            log.warning("cannot look at the roles file; keeping the roles: %s", exc)
+            return self.policy
+        if stamp == self._stamp:
+            return self.policy
+        self._stamp = stamp  # a bad file is reported once, not at every call
+        try:
+            self.policy = load_policy(self.path)
+        except ConfigError as exc:
+            log.warning("the roles file changed but cannot be used; keeping the roles: %s", exc)
+            return self.policy
+        self.reloads += 1
+        log.info("reloaded the roles from %s", self.path)
+        return self.policy
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who a call comes from, as the transport and metadata say."""
@@ -261,9 +302,13 @@ Handler = Callable[..., Any]
 class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
     """Checks every call against the policy before its handler runs."""
 
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
+    def __init__(self, roles: PolicyFile | Policy) -> None:
+        self._roles = roles
         self.denied = 0
+
+    @property
+    def policy(self) -> Policy:
+        return self._roles.current() if isinstance(self._roles, PolicyFile) else self._roles
 
     async def intercept_service(
         self,

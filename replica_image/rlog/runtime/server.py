@@ -17,7 +17,7 @@ from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
-from rlog.runtime.authz import AuthorizationInterceptor, load_policy
+from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
 from rlog.runtime.errors import RpcError
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
@@ -369,7 +369,7 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     # Certificates and roles first: a bad file stops the start before the data is opened.
     certificates = certificates_of(config)
-    policy = load_policy(config.auth_config) if config.auth_config is not None else None
+    policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
     interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
     storage = open_storage(config.data_dir, config.storage_engine)
