@@ -171,15 +171,36 @@ def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, byte
     return existing, tokens
 
 
+def _apply_certificate(obj: Mapping[str, Any]) -> None:
+    """Create or patch a cert-manager Certificate (mode certManager)."""
+    api = k8s.CustomObjectsApi()
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    try:
+        api.create_namespaced_custom_object(
+            "cert-manager.io", "v1", namespace, "certificates", dict(obj)
+        )
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        api.patch_namespaced_custom_object(
+            "cert-manager.io", "v1", namespace, "certificates", name, dict(obj)
+        )
+
+
 async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
     """Create or renew the log's certificates and roles (pki.plan_secrets), and keep the
     operator's client credentials for it."""
     from rlog.client import Credentials
 
     key = (specs.namespace_of(body), specs.name_of(body))
-    if specs.mode_of(body) == specs.MODE_DISABLED:
+    mode = specs.mode_of(body)
+    if mode == specs.MODE_DISABLED:
         _CREDENTIALS[key] = None
         return
+    if mode == specs.MODE_CERT_MANAGER:
+        request = pki.certificate_request(body, CONFIG)
+        kopf.adopt(request, owner=body, strict=True)
+        await asyncio.to_thread(_apply_certificate, request)
     existing, tokens = await asyncio.to_thread(_secrets_of, body)
     now = dt.datetime.now(dt.UTC)
     for secret in pki.plan_secrets(body, CONFIG, existing, now, tokens):
