@@ -38,7 +38,8 @@ def client_as(cluster: DevCluster, name: str, **kwargs) -> Client:
 
 
 def test_status_says_mutual_tls_and_roles(cluster):
-    for status in cluster.statuses():
+    cluster.wait_for(lambda found: all(s is not None for s in found), what="every Status")
+    for status in cluster.statuses(timeout=5.0):
         assert status is not None
         assert status.transport == "mutual-tls"
         assert status.authorization == "roles"
@@ -149,7 +150,7 @@ def test_cli_with_flags_and_environment(cluster):
     position = int(result.stdout.split()[0])
     result = rlog("status", *flags, "--json")
     assert result.returncode == 0, result.stderr
-    assert '"transport": "mutual-tls"' in result.stdout
+    assert b'"transport": "mutual-tls"' in result.stdout
     env = {
         **os.environ,
         "RLOG_ENDPOINT": cluster.endpoint,
