@@ -222,11 +222,13 @@ def short_details(details: str) -> str:
             return marker
     if "dns resolution failed" in lower or "name resolution" in lower:
         return "name resolution failed"
-    if "handshake" in lower or "certificate_verify_failed" in lower:
-        # The TLS handshake failed: a wrong CA, a name the certificate does not carry, or
-        # an expired certificate (ours or theirs).
-        _, _, why = text.partition("Ssl handshake failed:")
-        return f"TLS handshake failed{':' if why else ''}{why[:160]}"
+    if "certificate_verify_failed" in lower:
+        return (
+            "TLS handshake failed: the replica's certificate does not verify against the CA "
+            "given, or lacks the name dialled (--server-name)"
+        )
+    if "handshake" in lower:
+        return "TLS handshake failed"
     if "failed to connect" in lower:
         return "failed to connect"
     return text
