@@ -8,6 +8,9 @@ alternating which goes first, and runs `rlog bench` against the leader of each:
 - batched: 8 concurrent writers, each appending 64 values of 1 KiB per call, for --seconds:
   entries per second.
 
+Each run also records the replicas' CPU time per entry (user + system of the three
+processes, from /proc), which a loaded machine disturbs less than latency and rates.
+
 The client connects as the dev PKI's "admin" in the TLS runs. One JSON object per line on
 stdout ({"pair", "tls", "load", "mode", "result"}); the medians per mode and side go to
 stderr.
@@ -40,6 +43,18 @@ def batched(seconds: float) -> list[str]:
     ]  # fmt: skip
 
 
+def replica_cpu_seconds(cluster: DevCluster) -> float:
+    """User + system CPU time of the replica processes so far (every thread), from /proc:
+    steadier than rates on a shared machine."""
+    total = 0
+    for i in range(cluster.replicas):
+        pid = cluster.pid(i)
+        if pid is not None:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -65,8 +80,11 @@ def run_side(pair: int, tls: bool, seconds: float, base: Path) -> list[dict[str,
         leader = cluster.wait_for_leader()
         endpoint = cluster.endpoints[leader]
         for mode, args in (("serial", SERIAL), ("batched", batched(seconds))):
-            row = {"pair": pair, "tls": tls, "load": load(), "mode": mode}
-            row["result"] = bench(cluster, endpoint, args, tls)
+            row: dict[str, Any] = {"pair": pair, "tls": tls, "load": load(), "mode": mode}
+            cpu = replica_cpu_seconds(cluster)
+            row["result"] = result = bench(cluster, endpoint, args, tls)
+            used = replica_cpu_seconds(cluster) - cpu
+            row["replica_cpu_us_per_entry"] = round(used / max(result["entries"], 1) * 1e6, 1)
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
