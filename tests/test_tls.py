@@ -127,3 +127,32 @@ def test_certificates(pki):
     lifetime = certs.not_after(pem.cert) - cert.not_valid_before_utc
     assert lifetime.days == 2
     assert oct(pki.key("admin").stat().st_mode & 0o777) == "0o600"
+
+
+def test_spark_options_carry_the_credentials(pki):
+    from rlog.client.errors import InvalidArgument
+    from rlog.spark.options import WriteOptions, credentials
+
+    assert credentials({"endpoints": "h:1"}) is None
+    given = credentials(
+        {
+            "ca": str(pki.ca),  # a path every executor can read
+            "cert": pki.cert("writer").read_text(),  # or the PEM itself
+            "key": str(pki.key("writer")),
+            "tokenFile": str(pki.token),
+            "serverName": "rlog-0",
+        }
+    )
+    assert given == Credentials(
+        pki.ca.read_bytes(),
+        pki.cert("writer").read_bytes(),
+        pki.key("writer").read_bytes(),
+        pki.token.read_text().strip(),
+        "rlog-0",
+    )
+    with pytest.raises(InvalidArgument, match="not both"):
+        credentials({"token": "a", "tokenFile": str(pki.token)})
+    with pytest.raises(InvalidArgument, match="option 'ca'"):
+        credentials({"ca": "/nonexistent/ca.pem"})
+    parsed = WriteOptions.parse({"endpoints": "h:1", "token": "t", "ca": str(pki.ca)})
+    assert parsed.credentials is not None and parsed.credentials.token == "t"
