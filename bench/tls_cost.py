@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,29 +91,44 @@ def run_side(pair: int, tls: bool, seconds: float, base: Path) -> list[dict[str,
     return rows
 
 
+MEASURES: list[tuple[str, str, Callable[[dict[str, Any]], float]]] = [
+    ("serial", "ms p50", lambda r: r["result"]["latency_ms"]["p50"]),
+    ("batched", "entries/s", lambda r: r["result"]["entries_per_s"]),
+    ("serial", "replica CPU us/entry", lambda r: r["replica_cpu_us_per_entry"]),
+    ("batched", "replica CPU us/entry", lambda r: r["replica_cpu_us_per_entry"]),
+]
+
+
+def summarize(rows: list[dict[str, Any]]) -> None:
+    """The median of each measure per side, to stderr."""
+    for mode, unit, measure in MEASURES:
+        for tls in (False, True):
+            values = [measure(r) for r in rows if r["mode"] == mode and r["tls"] == tls]
+            side = "mutual TLS" if tls else "plaintext"
+            print(
+                f"{mode:8} {side:10} median {statistics.median(values):.1f} {unit} "
+                f"(runs: {', '.join(f'{v:.1f}' for v in values)})",
+                file=sys.stderr,
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0, help="of each batched run")
     parser.add_argument("--dir", help="cluster dirs (default: a new temporary dir)")
+    parser.add_argument("--summarize", metavar="JSONL", help="only summarize an earlier run")
     args = parser.parse_args()
+    if args.summarize:
+        summarize([json.loads(line) for line in Path(args.summarize).read_text().splitlines()])
+        return 0
     base = Path(args.dir or tempfile.mkdtemp(prefix="rlog-tls-bench-"))
     rows: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         order = (False, True) if pair % 2 == 0 else (True, False)
         for tls in order:
             rows += run_side(pair, tls, args.seconds, base)
-    for mode, key in (("serial", "p50"), ("batched", "entries_per_s")):
-        for tls in (False, True):
-            found = [r["result"] for r in rows if r["mode"] == mode and r["tls"] == tls]
-            values = [r["latency_ms"]["p50"] if key == "p50" else r["entries_per_s"] for r in found]
-            side = "mutual TLS" if tls else "plaintext"
-            unit = "ms p50" if key == "p50" else "entries/s"
-            print(
-                f"{mode:8} {side:10} median {statistics.median(values):.3f} {unit} "
-                f"(runs: {', '.join(f'{v:.3f}' for v in values)})",
-                file=sys.stderr,
-            )
+    summarize(rows)
     return 0
 
 
