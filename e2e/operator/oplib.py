@@ -94,6 +94,22 @@ class Log:
     def rlog(self, pod: str, *args: str, timeout: float = 60) -> str:
         return self.k("exec", pod, "-c", "replica", "--", "rlog", *args, timeout=timeout)
 
+    def client_env(self, directory: str) -> dict[str, str]:
+        """RLOG_CA/RLOG_CERT/RLOG_KEY for a client outside the cluster (through a
+        port-forward: the replicas' certificate names 127.0.0.1): the operator's own
+        certificate from its Secret, written under `directory`; {} for a plaintext log."""
+        found = self.k.run("get", "secret", f"{self.name}-tls-operator", "-o", "json", check=False)
+        if found.returncode != 0:
+            return {}
+        data = json.loads(found.stdout)["data"]
+        env = {}
+        for key, name in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
+            path = os.path.join(directory, key)
+            with open(path, "wb") as file:
+                file.write(base64.b64decode(data[key]))
+            env[name] = path
+        return env
+
     def replica_status(self, pod: str) -> dict:
         out = self.rlog(pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json")
         return json.loads(out)
