@@ -94,6 +94,22 @@ class Log:
     def rlog(self, pod: str, *args: str, timeout: float = 60) -> str:
         return self.k("exec", pod, "-c", "replica", "--", "rlog", *args, timeout=timeout)
 
+    def client_env(self, directory: str) -> dict[str, str]:
+        """RLOG_CA/RLOG_CERT/RLOG_KEY for a client outside the cluster (through a
+        port-forward: the replicas' certificate names 127.0.0.1): the operator's own
+        certificate from its Secret, written under `directory`; {} for a plaintext log."""
+        found = self.k.run("get", "secret", f"{self.name}-tls-operator", "-o", "json", check=False)
+        if found.returncode != 0:
+            return {}
+        data = json.loads(found.stdout)["data"]
+        env = {}
+        for key, name in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
+            path = os.path.join(directory, key)
+            with open(path, "wb") as file:
+                file.write(base64.b64decode(data[key]))
+            env[name] = path
+        return env
+
     def replica_status(self, pod: str) -> dict:
         out = self.rlog(pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json")
         return json.loads(out)
@@ -167,7 +183,9 @@ class Log:
 
 WRITER_SCRIPT = r"""
 import json, os, sys, threading, time
-from rlog.client import Client, status_name
+from rlog.client import Client, Credentials, status_name
+# The operator's certificate, mounted from its Secret when the log is mutual TLS.
+creds = Credentials.from_env() if os.path.exists(os.environ.get("RLOG_CA", "")) else None
 
 peers = sys.argv[1].split(",")
 service = sys.argv[2]
@@ -185,7 +203,7 @@ def ask(probe, peer, states):
         states[peer.split(".")[0]] = f"error:{code}"
 
 def sample():
-    probe = Client(peers, timeout=3.0)
+    probe = Client(peers, timeout=3.0, credentials=creds)
     while not os.path.exists(STOP):
         states = {}
         askers = [threading.Thread(target=ask, args=(probe, p, states)) for p in peers]
@@ -197,7 +215,7 @@ def sample():
         time.sleep(0.5)
 
 threading.Thread(target=sample, daemon=True).start()
-client = Client([service] + peers, append_timeout=5.0)
+client = Client([service] + peers, append_timeout=5.0, credentials=creds)
 i = 0
 while not os.path.exists(STOP):
     value = f"{tag}-{i}"
@@ -252,6 +270,22 @@ class Writer:
                         "securityContext": {
                             "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]},
+                        },
+                        # a log is mutual TLS by default: write as the operator
+                        "env": [
+                            {"name": "RLOG_CA", "value": "/etc/rlog/tls/ca.crt"},
+                            {"name": "RLOG_CERT", "value": "/etc/rlog/tls/tls.crt"},
+                            {"name": "RLOG_KEY", "value": "/etc/rlog/tls/tls.key"},
+                        ],
+                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/rlog/tls"}],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "tls",
+                        "secret": {
+                            "secretName": f"{self.log.name}-tls-operator",
+                            "optional": True,
                         },
                     }
                 ],

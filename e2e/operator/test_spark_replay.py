@@ -57,12 +57,13 @@ def _append(log: Log, values: list[str]) -> None:
     )  # fmt: skip
 
 
-def _replay(endpoint: str, out: str, *extra: str) -> str:
+def _replay(endpoint: str, out: str, *extra: str, env: dict[str, str] | None = None) -> str:
     p = subprocess.run(
         [sys.executable, EXAMPLE, "--endpoints", endpoint, "--out", out, *extra],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},  # the log's TLS credentials (RLOG_*), if any
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return p.stdout
@@ -79,14 +80,15 @@ def test_replay_batch_and_stream_through_a_port_forward(log: Log, forwarded: str
     _append(log, first)
     expected = log.entries(f"{NAME}-1", log.service, stale=False)
     assert [v for _, v in expected][-len(first) :] == first
+    env = log.client_env(str(tmp_path))  # a log is mutual TLS by default
 
     t0 = time.monotonic()
-    print(_replay(forwarded, str(tmp_path / "batch"), "--partitions", "3").strip())
+    print(_replay(forwarded, str(tmp_path / "batch"), "--partitions", "3", env=env).strip())
     print(f"batch replay took {time.monotonic() - t0:.1f}s")
     assert _parquet(str(tmp_path / "batch")) == expected
 
     stream = str(tmp_path / "stream")
-    out = _replay(forwarded, stream, "--stream", "--max-entries", "1000")
+    out = _replay(forwarded, stream, "--stream", "--max-entries", "1000", env=env)
     print(out.strip())
     assert _parquet(os.path.join(stream, "data")) == expected
 
@@ -97,7 +99,7 @@ def test_replay_batch_and_stream_through_a_port_forward(log: Log, forwarded: str
         lambda: (e := log.entries(f"{NAME}-2", log.service, stale=False))[-1][1] == more[-1] and e,
         60,
     )
-    out = _replay(forwarded, stream, "--stream")
+    out = _replay(forwarded, stream, "--stream", env=env)
     print(out.strip())
     assert f"added {len(more)} entries" in out, out
     got = _parquet(os.path.join(stream, "data"))

@@ -37,7 +37,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from rlog_operator import constants as c
-from rlog_operator import metrics, observed, rolling, specs
+from rlog_operator import metrics, observed, pki, rolling, specs
 from rlog_operator import status as st
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
@@ -123,6 +123,105 @@ def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
     return result
 
 
+def _read_secret(name: str, namespace: str) -> dict[str, Any] | None:
+    try:
+        secret = k8s.CoreV1Api().read_namespaced_secret(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(secret)
+    return result
+
+
+def _write_secret(obj: Mapping[str, Any]) -> None:
+    """Create the Secret, or replace its data if it exists."""
+    api = k8s.CoreV1Api()
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    try:
+        api.create_namespaced_secret(namespace, dict(obj))  # type: ignore[arg-type]
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        api.patch_namespaced_secret(name, namespace, {"data": obj["data"]})
+
+
+# The operator's client credentials per log (namespace, name), from its `-tls-operator`
+# Secret; None: the log is plaintext.
+_CREDENTIALS: dict[tuple[str, str], Any] = {}
+
+
+def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The log's PKI Secrets by name (None: absent) and its tokens (`name/key` -> token)."""
+    namespace = specs.namespace_of(body)
+    names = [
+        pki.ca_secret_name(body),
+        specs.server_secret_name(body),
+        pki.operator_secret_name(body),
+        specs.auth_secret_name(body),
+    ]
+    existing = {name: _read_secret(name, namespace) for name in names}
+    tokens: dict[str, bytes] = {}
+    for rule in ((body.get("spec") or {}).get("auth") or {}).get("tokens") or []:
+        ref = rule["secretRef"]
+        key = ref.get("key", "token")
+        value = pki.secret_bytes(_read_secret(ref["name"], namespace), key)
+        if value is not None:
+            tokens[f"{ref['name']}/{key}"] = value
+    return existing, tokens
+
+
+def _apply_certificate(obj: Mapping[str, Any]) -> None:
+    """Create or patch a cert-manager Certificate (mode certManager)."""
+    api = k8s.CustomObjectsApi()
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    try:
+        api.create_namespaced_custom_object(
+            "cert-manager.io", "v1", namespace, "certificates", dict(obj)
+        )
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        api.patch_namespaced_custom_object(
+            "cert-manager.io", "v1", namespace, "certificates", name, dict(obj)
+        )
+
+
+async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
+    """Create or renew the log's certificates and roles (pki.plan_secrets), and keep the
+    operator's client credentials for it."""
+    from rlog.client import Credentials
+
+    key = (specs.namespace_of(body), specs.name_of(body))
+    mode = specs.mode_of(body)
+    if mode == specs.MODE_DISABLED:
+        _CREDENTIALS[key] = None
+        return
+    if mode == specs.MODE_CERT_MANAGER:
+        request = pki.certificate_request(body, CONFIG)
+        kopf.adopt(request, owner=body, strict=True)
+        await asyncio.to_thread(_apply_certificate, request)
+    existing, tokens = await asyncio.to_thread(_secrets_of, body)
+    now = dt.datetime.now(dt.UTC)
+    for secret in pki.plan_secrets(body, CONFIG, existing, now, tokens):
+        kopf.adopt(secret, owner=body, strict=True)
+        await asyncio.to_thread(_write_secret, secret)
+        existing[secret["metadata"]["name"]] = secret
+        logger.info("wrote Secret %s", secret["metadata"]["name"])
+    mine = existing.get(pki.operator_secret_name(body))
+    cert = pki.secret_bytes(mine, specs.CERT_KEY)
+    if cert is None:  # certManager: the operator's identity Secret is the user's to provide
+        _CREDENTIALS[key] = None
+        return
+    _CREDENTIALS[key] = Credentials(
+        pki.secret_bytes(mine, specs.CA_KEY), cert, pki.secret_bytes(mine, specs.KEY_KEY)
+    )
+
+
+def _credentials(body: Mapping[str, Any]) -> Any:
+    return _CREDENTIALS.get((specs.namespace_of(body), specs.name_of(body)))
+
+
 def _temporary(e: ApiException, what: str) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"{what}: HTTP {e.status} {e.reason}", delay=10)
 
@@ -164,6 +263,11 @@ async def reconcile(
             kopf.warn(body, reason="ReplicasChanged", message=message)
             metrics.ERRORS.labels(handler="apply").inc()
             raise kopf.PermanentError(message)
+    try:  # the Secrets first: the pods mount them
+        await _ensure_pki(body, logger)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="apply").inc()
+        raise _temporary(e, "writing the log's certificates") from e
     for obj in objects:
         kopf.adopt(obj, owner=body, strict=True)
         try:
@@ -251,10 +355,10 @@ def _endpoint(body: Mapping[str, Any], pod: str) -> str:
     return f"{specs.peer_host(body, ordinal or 0, CONFIG)}:{CONFIG.grpc_port}"
 
 
-async def _replica_status(endpoint: str) -> dict[str, Any] | None:
+async def _replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
     from rlog.client import AsyncClient, status_to_dict
 
-    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT)
+    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT, credentials=credentials)
     try:
         response = await asyncio.wait_for(client.status(endpoint), STATUS_TIMEOUT + 1)
         return status_to_dict(response)
@@ -264,10 +368,12 @@ async def _replica_status(endpoint: str) -> dict[str, Any] | None:
         await client.close()
 
 
-async def _replica_call(endpoint: str, what: str, log_id: str = "") -> None:
+async def _replica_call(
+    endpoint: str, what: str, log_id: str = "", credentials: Any = None
+) -> None:
     from rlog.client import AsyncClient
 
-    client = AsyncClient(endpoint, timeout=ACTION_TIMEOUT)
+    client = AsyncClient(endpoint, timeout=ACTION_TIMEOUT, credentials=credentials)
     try:
         if what == "grant":
             await client.grant_permit(log_id, endpoint=endpoint)
@@ -326,11 +432,22 @@ async def observe(
     refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
     view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
 
+    try:  # renewals; and the operator's own credentials after a restart
+        await _ensure_pki(body, logger)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="pki").inc()
+        logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
+    credentials = _credentials(body)
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
-    answers = await asyncio.gather(*(_replica_status(_endpoint(body, n)) for n in names))
+    answers = await asyncio.gather(
+        *(_replica_status(_endpoint(body, n), credentials) for n in names)
+    )
     statuses: dict[str, observed.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
 
     previous = dict(body.get("status") or {})
+    tls = pki.tls_status(body)
+    if previous.get("tls") != tls:
+        patch.status["tls"] = tls
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
     now = _now()
     action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
@@ -384,7 +501,7 @@ def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
     try:
-        await _replica_call(_endpoint(body, pod), what, uid)
+        await _replica_call(_endpoint(body, pod), what, uid, _credentials(body))
         logger.info("%s initialization permit: %s", what, pod)
     except Exception as e:  # the next tick retries
         metrics.ERRORS.labels(handler=f"permit-{what}").inc()
@@ -395,7 +512,9 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
     metrics.ROLLING_ACTIONS.labels(action=action.kind).inc()
     try:
         if action.kind == "step-down":
-            await _replica_call(_endpoint(body, action.pod), "step-down")
+            await _replica_call(
+                _endpoint(body, action.pod), "step-down", credentials=_credentials(body)
+            )
             kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
         elif action.kind == "delete-pod":
             await asyncio.to_thread(_delete_pod, action.pod, namespace, action.uid)

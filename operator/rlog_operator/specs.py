@@ -150,6 +150,102 @@ def _metadata(body: Body, name: str) -> Manifest:
     return {"name": name, "namespace": namespace_of(body), "labels": labels(body)}
 
 
+# ---- TLS and roles (docs/security.md; the certificates themselves: pki.py) ------------------
+
+MODE_OPERATOR = "operator"
+MODE_CERT_MANAGER = "certManager"
+MODE_DISABLED = "disabled"
+MODES = (MODE_OPERATOR, MODE_CERT_MANAGER, MODE_DISABLED)
+TLS_MOUNT = "/etc/rlog/tls"
+AUTH_MOUNT = "/etc/rlog/auth"
+# Keys of the Secrets (those of kubernetes.io/tls and of cert-manager).
+CA_KEY = "ca.crt"
+CERT_KEY = "tls.crt"
+KEY_KEY = "tls.key"
+ROLES_KEY = "roles.json"
+
+
+def mode_of(body: Body) -> str:
+    """`spec.tls.mode`: operator, certManager or disabled. Unset: the mode the log was
+    built with (`status.tls.mode`), else `operator` for a new log, but `disabled` for a log
+    initialized before the operator knew TLS (no `status.tls`): a rolling change of the
+    mode would leave TLS and plaintext replicas unable to talk to each other, so a mode
+    changes only when the spec says so."""
+    given = (body.get("spec", {}).get("tls") or {}).get("mode")
+    status = body.get("status") or {}
+    built = (status.get("tls") or {}).get("mode")
+    if given:
+        mode = str(given)
+    elif built:
+        mode = str(built)
+    else:
+        mode = MODE_DISABLED if status.get("initialized") else MODE_OPERATOR
+    if mode not in MODES:
+        raise ValueError(f"spec.tls.mode {mode!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
+def server_secret_name(body: Body) -> str:
+    """The replicas' certificate, key and CA (kubernetes.io/tls)."""
+    return f"{name_of(body)}-tls"
+
+
+def auth_secret_name(body: Body) -> str:
+    """The replicas' roles file."""
+    return f"{name_of(body)}-auth"
+
+
+def security_args(body: Body) -> list[str]:
+    """The replica's security flags for the mode (none for disabled)."""
+    if mode_of(body) == MODE_DISABLED:
+        return []
+    return [
+        "--tls-cert",
+        f"{TLS_MOUNT}/{CERT_KEY}",
+        "--tls-key",
+        f"{TLS_MOUNT}/{KEY_KEY}",
+        "--tls-client-ca",
+        f"{TLS_MOUNT}/{CA_KEY}",
+        "--auth-config",
+        f"{AUTH_MOUNT}/{ROLES_KEY}",
+    ]
+
+
+def security_env(body: Body) -> list[Manifest]:
+    """The probes' and `kubectl exec ... rlog` credentials: the replica's own certificate
+    (role peer: it may read Status) through the RLOG_* variables."""
+    if mode_of(body) == MODE_DISABLED:
+        return []
+    return [
+        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{CA_KEY}"},
+        {"name": "RLOG_CERT", "value": f"{TLS_MOUNT}/{CERT_KEY}"},
+        {"name": "RLOG_KEY", "value": f"{TLS_MOUNT}/{KEY_KEY}"},
+    ]
+
+
+def security_volumes(body: Body) -> tuple[list[Manifest], list[Manifest]]:
+    """(pod volumes, container mounts) of the Secrets. Mounted as directories (no
+    subPath): the kubelet swaps the files in place when the Secret changes."""
+    if mode_of(body) == MODE_DISABLED:
+        return [], []
+    return (
+        [
+            {
+                "name": "tls",
+                "secret": {"secretName": server_secret_name(body), "defaultMode": 0o440},
+            },
+            {
+                "name": "auth",
+                "secret": {"secretName": auth_secret_name(body), "defaultMode": 0o440},
+            },
+        ],
+        [
+            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
+            {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
+        ],
+    )
+
+
 # ---- the StatefulSet ------------------------------------------------------------------------
 
 
@@ -168,6 +264,7 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         str(config.metrics_port),
         "--log-id",
         uid_of(body),
+        *security_args(body),
     ]
 
 
@@ -245,6 +342,7 @@ def replica_container(body: Body, config: OperatorConfig) -> Manifest:
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         # `kubectl exec <pod> -- rlog status` works with no flags
         {"name": "RLOG_ENDPOINT", "value": f"127.0.0.1:{config.grpc_port}"},
+        *security_env(body),
     ]
     return {
         "name": c.CONTAINER_NAME,
@@ -263,6 +361,7 @@ def replica_container(body: Body, config: OperatorConfig) -> Manifest:
         "volumeMounts": [
             {"name": c.DATA_VOLUME, "mountPath": c.DATA_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
+            *security_volumes(body)[1],
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -300,7 +399,10 @@ def pod_template(body: Body, config: OperatorConfig) -> Manifest:
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": config.termination_grace_seconds,
         "affinity": copy.deepcopy(spec.get("affinity") or default_affinity(body)),
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            *security_volumes(body)[0],
+        ],
     }
     for key in ("nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets"):
         if spec.get(key):

@@ -143,6 +143,17 @@ class ReplicaConfig:
     max_tail_readers: int = DEFAULT_MAX_TAIL_READERS
     stream_window: int = DEFAULT_STREAM_WINDOW
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    # Transport security (docs/security.md): the replica's certificate and key (serve TLS,
+    # and present them to peers), and the CA client and peer certificates must chain to
+    # (requires one on every connection: mutual TLS). None: plaintext.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    # Authorization: the roles file (rlog.runtime.authz); None: every caller may call anything.
+    auth_config: Path | None = None
+    # A bearer token this replica sends to its peers (when they know peers by token, not by
+    # certificate).
+    auth_peer_token_file: Path | None = None
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -176,6 +187,32 @@ class ReplicaConfig:
             raise ConfigError("--min-free-bytes must be 0 or positive")
         if self.stream_window < 0:
             raise ConfigError("--stream-window must be 0 (gRPC's own) or positive")
+        self._check_security_files()
+
+    def _check_security_files(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (TLS to verify with)")
+        if self.auth_peer_token_file is not None and self.tls_cert is None:
+            raise ConfigError("--auth-peer-token-file needs TLS: a token never travels in clear")
+        for flag, path in (
+            ("--tls-cert", self.tls_cert),
+            ("--tls-key", self.tls_key),
+            ("--tls-client-ca", self.tls_client_ca),
+            ("--auth-config", self.auth_config),
+            ("--auth-peer-token-file", self.auth_peer_token_file),
+        ):
+            if path is not None and not path.is_file():
+                raise ConfigError(f"{flag} {path}: no such file")
+
+    @property
+    def transport(self) -> str:
+        """How this replica's connections are secured: plaintext, tls (server certificate
+        only) or mutual-tls (every caller presents a certificate of the client CA)."""
+        if self.tls_cert is None:
+            return "plaintext"
+        return "mutual-tls" if self.tls_client_ca is not None else "tls"
 
     @property
     def address(self) -> str:

@@ -29,6 +29,8 @@ RESOURCES = {
     "stateful_set": ("apps", "statefulsets"),
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
+    "secret": ("", "secrets"),
+    "custom_object": ("cert-manager.io", "certificates"),
 }
 # what kopf itself needs: watch the CRs, patch them and their status, post Events
 KOPF_NEEDS = [

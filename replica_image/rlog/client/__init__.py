@@ -17,12 +17,15 @@ from rlog.client.clients import (
     status_name,
     status_to_dict,
 )
+from rlog.client.security import Credentials, CredentialsError
 
 __all__ = [
     "DEFAULT_APPEND_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "AsyncClient",
     "Client",
+    "Credentials",
+    "CredentialsError",
     "Entry",
     "Value",
     "batched",

@@ -72,6 +72,7 @@ from rlog.client.packing import (
     pairs_of,
     runs_of,
 )
+from rlog.client.security import Credentials, secure_channel
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted, parse_reason
 from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
@@ -164,13 +165,17 @@ def status_to_dict(status: pb.StatusResponse) -> dict[str, Any]:
         "catchup_end": status.catchup_end,
         "catchup_done": status.catchup_done,
         "leader_confirmed": status.leader_confirmed,
+        "transport": status.transport or "plaintext",
+        "authorization": status.authorization or "off",
     }
 
 
 class _Endpoint:
-    def __init__(self, address: str, options: list[tuple[str, Any]]) -> None:
+    def __init__(
+        self, address: str, options: list[tuple[str, Any]], credentials: Credentials | None
+    ) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=options)
+        self.channel = secure_channel(address, credentials, options)
         self.log = pbg.LogStub(self.channel)
         self.admin = pbg.AdminStub(self.channel)
 
@@ -561,8 +566,10 @@ class AsyncClient:
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
         exactly_once: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
+        self.credentials = credentials
         self.stream = stream
         self.exactly_once = exactly_once
         self._session = _Session()
@@ -597,7 +604,7 @@ class AsyncClient:
             raise RlogError("the client is closed")
         endpoint = self._endpoints[index]
         if endpoint is None:
-            endpoint = _Endpoint(self._addresses[index], self._options)
+            endpoint = _Endpoint(self._addresses[index], self._options, self.credentials)
             self._endpoints[index] = endpoint
         return endpoint
 
@@ -1202,6 +1209,7 @@ class Client:
         channel_options: Iterable[tuple[str, Any]] = (),
         stream: bool = False,
         exactly_once: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -1211,6 +1219,7 @@ class Client:
             channel_options=channel_options,
             stream=stream,
             exactly_once=exactly_once,
+            credentials=credentials,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

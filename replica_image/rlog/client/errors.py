@@ -26,6 +26,8 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | TIMEOUT                    | DEADLINE_EXCEEDED   | `Timeout`                     |
 | OUTCOME_UNKNOWN            | ABORTED             | `OutcomeUnknown`              |
 | INTERNAL                   | (the wrapped one's) | `RlogError`                   |
+| (none: authorization)      | PERMISSION_DENIED   | `PermissionDenied`            |
+| (none: unknown token)      | UNAUTHENTICATED     | `Unauthenticated`             |
 
 An error without a reason did not come from an rlog server's own verdict (gRPC's transport
 errors, a deadline that expired on the client's side, a message over gRPC's size limit):
@@ -191,6 +193,14 @@ class SessionExpiredOutcomeUnknown(SessionExpired, OutcomeUnknown):
     the log (the client re-sent it because that try's outcome was unknown)."""
 
 
+class PermissionDenied(RlogError):
+    """The caller's role does not allow the call (docs/security.md); it changed nothing."""
+
+
+class Unauthenticated(PermissionDenied):
+    """The replica does not know the caller's credentials (an unknown bearer token)."""
+
+
 # Substrings of gRPC's own UNAVAILABLE details (the gRPC library's messages, not rlog's) that
 # mean no connection was ever made, so the request certainly reached no server and is safe
 # to send elsewhere.
@@ -222,6 +232,13 @@ def short_details(details: str) -> str:
             return marker
     if "dns resolution failed" in lower or "name resolution" in lower:
         return "name resolution failed"
+    if "certificate_verify_failed" in lower:
+        return (
+            "TLS handshake failed: the replica's certificate does not verify against the CA "
+            "given, or lacks the name dialled (--server-name)"
+        )
+    if "handshake" in lower:
+        return "TLS handshake failed"
     if "failed to connect" in lower:
         return "failed to connect"
     return text
@@ -361,6 +378,10 @@ def _for_code(
         return FailedPrecondition(details, code, endpoint)
     if code == grpc.StatusCode.ABORTED:
         return OutcomeUnknown(details, code, endpoint)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(f"not authenticated{where}: {details}", code, endpoint)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(f"permission denied{where}: {details}", code, endpoint)
     return _unclassified(code, details, where, endpoint)
 
 
@@ -388,6 +409,7 @@ __all__ = [
     "OutcomeUnknownTimeout",
     "OutcomeUnknownUnavailable",
     "PastEnd",
+    "PermissionDenied",
     "ResourceExhausted",
     "RlogError",
     "SequenceForgotten",
@@ -395,6 +417,7 @@ __all__ = [
     "SessionExpiredOutcomeUnknown",
     "Timeout",
     "Truncated",
+    "Unauthenticated",
     "Unavailable",
     "UnknownSession",
     "code_from_int",

@@ -1029,6 +1029,8 @@ class StatusResponse(_message.Message):
     STORAGE_FAULT_FIELD_NUMBER: _builtins.int
     CORRUPT_RECORDS_FIELD_NUMBER: _builtins.int
     DISK_FULL_FIELD_NUMBER: _builtins.int
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    AUTHORIZATION_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1062,6 +1064,11 @@ class StatusResponse(_message.Message):
     """stored records that failed their checksum since start"""
     disk_full: _builtins.bool
     """writes fail for lack of space; appends are refused"""
+    transport: _builtins.str
+    """How the replica is secured (docs/security.md): transport "plaintext" | "tls" |
+    "mutual-tls"; authorization "off" (every caller may call anything) | "roles".
+    """
+    authorization: _builtins.str
     def __init__(
         self,
         *,
@@ -1086,10 +1093,12 @@ class StatusResponse(_message.Message):
         storage_fault: _builtins.str = ...,
         corrupt_records: _builtins.int = ...,
         disk_full: _builtins.bool = ...,
+        transport: _builtins.str = ...,
+        authorization: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

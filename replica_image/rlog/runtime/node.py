@@ -75,6 +75,7 @@ from rlog.runtime.peers import (
 )
 from rlog.runtime.read_runs import end_of, read_runs
 from rlog.runtime.recovery import Report, recover
+from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
 from rlog.storage.base import CorruptRecord, DiskFull
 
@@ -85,6 +86,7 @@ log = logging.getLogger("rlog.node")
 MAX_REPAIRS_AT_OPEN = 1000
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
+CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
 
 
 class ElectionClock:
@@ -216,6 +218,8 @@ class Node:
         self.permit = config.auto_initialize
         self.reason = ""
         self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
+        # TLS: the replica's certificates (None: plaintext), watched for rotation.
+        self.certificates: ReloadingCertificates | None = None
         self._check_identity()
 
     # ---- storage faults (docs/faults.md) -------------------------------------------------
@@ -377,6 +381,10 @@ class Node:
         self._tasks.append(
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
+        if self.certificates is not None:
+            self._tasks.append(
+                loop.create_task(self._supervise(self._certificate_watch), name="certificates")
+            )
         self._update_metrics()
         self.admission.start()
         if self.core.status != pb.VOTING:
@@ -411,6 +419,20 @@ class Node:
                 log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
                 self.reason = f"{loop_fn.__name__} failed (see the log); retrying"
                 await asyncio.sleep(1.0)
+
+    async def _certificate_watch(self) -> None:
+        """Present a rotated certificate to the peers too: the server takes new files at
+        the next handshake by itself, the peer channels are reopened here."""
+        certificates = self.certificates
+        assert certificates is not None
+        seen = certificates.stamp
+        while True:
+            await asyncio.sleep(CERTIFICATE_CHECK_INTERVAL)
+            certificates.refresh()
+            if certificates.stamp != seen:
+                seen = certificates.stamp
+                log.info("certificate rotated: reconnecting to the peers with it")
+                await self.peers.reconnect(grace=self.config.append_timeout)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a fire-and-forget task, keeping a reference so it is not collected."""
@@ -1134,6 +1156,8 @@ class Node:
                 if unconfirmed
                 else self.reason
             ),
+            transport=self.config.transport,
+            authorization="roles" if self.config.auth_config is not None else "off",
             catchup_begin=self.catchup[0],
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],

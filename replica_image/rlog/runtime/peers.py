@@ -109,6 +109,9 @@ class Peers(Mapping[int, Peer]):
         # The last write encoded: a broadcast sends the same message to every peer.
         self._encoded: tuple[pb.WriteRequest | None, bytes] = (None, b"")
         self._stopped = False
+        # TLS: what this replica presents to its peers (None: plaintext channels). Read at
+        # each (re)connect, so a rotated certificate is presented from `reconnect` on.
+        self.credentials: Callable[[], grpc.ChannelCredentials] | None = None
         # Whether a pull of learned entries from the leader is under way (one at a time).
         self.fetching = False
 
@@ -125,16 +128,33 @@ class Peers(Mapping[int, Peer]):
 
     def connect(self) -> None:
         """Open a channel to every other replica (gRPC connects lazily, on the first call)."""
+        credentials = self.credentials() if self.credentials is not None else None
         for peer_id, address in enumerate(self.config.peers):
             if peer_id == self.config.id:
                 continue
-            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
+            if credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
+            else:
+                channel = grpc.aio.secure_channel(address, credentials, PEER_CHANNEL_OPTIONS)
             self._channels.append(channel)
             self._peers[peer_id] = Peer(
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
             )
             opened = self._metrics.write_streams_opened.labels(str(peer_id))
             self._streams[peer_id] = WriteStream(channel, opened.inc)
+
+    async def reconnect(self, grace: float) -> None:
+        """New channels to every peer (with the credentials as they are now, after a
+        certificate rotation); the old ones are closed after `grace` seconds, so calls
+        under way on them can finish (a write cut short fails as any lost write does)."""
+        old_channels, old_streams = self._channels, list(self._streams.values())
+        self._channels = []
+        self.connect()
+        await asyncio.sleep(grace)
+        for stream in old_streams:
+            stream.close()
+        for channel in old_channels:
+            await channel.close(grace=None)
 
     def stop(self) -> None:
         """Send nothing more: learned ranges still held are dropped."""

@@ -17,10 +17,12 @@ from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
+from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
+from rlog.runtime.tls import certificates_of, read_token
 from rlog.storage import open_storage
 
 log = logging.getLogger("rlog.server")
@@ -403,10 +405,20 @@ def _add_replica_service(
 
 async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
+    # Certificates and roles first: a bad file stops the start before the data is opened.
+    certificates = certificates_of(config)
+    policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
+    peer_token = read_token(config.auth_peer_token_file)
+    interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
     storage = open_storage(config.data_dir, config.storage_engine)
     node = Node(config, storage)
+    if certificates is not None:
+        node.peers.credentials = lambda: certificates.peer_credentials(peer_token)
+        node.certificates = certificates
     server = grpc.aio.server(
-        options=server_options(config), maximum_concurrent_rpcs=config.max_concurrent_rpcs
+        options=server_options(config),
+        interceptors=interceptors,
+        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
@@ -416,7 +428,10 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     pbg.add_LogServicer_to_server(LogService(node), server)
     pbg.add_AdminServicer_to_server(AdminService(node), server)
     try:
-        server.add_insecure_port(config.listen)
+        if certificates is None:
+            server.add_insecure_port(config.listen)
+        else:
+            server.add_secure_port(config.listen, certificates.server_credentials())
     except RuntimeError:
         storage.close()
         raise ConfigError(f"cannot listen on {config.listen}: address in use or invalid") from None
@@ -426,6 +441,29 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
         host = config.listen.rpartition(":")[0].strip("[]")
         node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
     return server, node
+
+
+def _log_security(config: ReplicaConfig) -> None:
+    """Say how the replica is secured: plaintext and open access are never silent."""
+    if config.transport == "plaintext":
+        log.warning(
+            "transport: PLAINTEXT: nothing is encrypted and callers are not authenticated "
+            "(give --tls-cert/--tls-key, and --tls-client-ca for mutual TLS)"
+        )
+    elif config.transport == "tls":
+        log.info(
+            "transport: TLS with certificate %s; callers present no certificate", config.tls_cert
+        )
+    else:
+        log.info(
+            "transport: mutual TLS with certificate %s; callers' certificates verified against %s",
+            config.tls_cert,
+            config.tls_client_ca,
+        )
+    if config.auth_config is None:
+        log.warning("authorization: OFF: every caller that connects may call every RPC")
+    else:
+        log.info("authorization: roles from %s", config.auth_config)
 
 
 async def _serve(config: ReplicaConfig) -> None:
@@ -438,6 +476,7 @@ async def _serve(config: ReplicaConfig) -> None:
         config.data_dir,
         pb.Status.Name(node.core.status),
     )
+    _log_security(config)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

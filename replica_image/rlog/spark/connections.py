@@ -10,14 +10,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from rlog.client import DEFAULT_TIMEOUT, Client
+from rlog.client import DEFAULT_TIMEOUT, Client, Credentials
 
 # The driver's status calls while planning: a replica that does not answer within this is
 # planned around as unreachable rather than holding up the query.
 PLANNING_TIMEOUT = 5.0
 
 _lock = threading.Lock()
-_clients: dict[tuple[tuple[str, ...], bool, float], Client] = {}
+_clients: dict[tuple[tuple[str, ...], bool, float, Credentials | None], Client] = {}
+# The credentials of this process's clients: set from a reader's or writer's options on the
+# driver and again in each task (the options travel with the pickled reader or writer; the
+# connections do not). None: the RLOG_* variables, else plaintext.
+_credentials: list[Credentials | None] = [None]
+
+
+def use_credentials(credentials: Credentials | None) -> None:
+    """Connect with `credentials` from now on (None: the environment's, if any)."""
+    with _lock:
+        _credentials[0] = credentials
 
 
 def client_of(
@@ -25,11 +35,14 @@ def client_of(
 ) -> Client:
     """This process's client of `endpoints`. `stream`: its appends travel in the order they
     are submitted on one AppendStream (several in flight); `timeout`: of its status calls."""
-    key = (tuple(endpoints), stream, timeout)
     with _lock:
+        credentials = _credentials[0] or Credentials.from_env()
+        key = (tuple(endpoints), stream, timeout, credentials)
         found = _clients.get(key)
         if found is None:
-            found = _clients[key] = Client(list(key[0]), stream=stream, timeout=timeout)
+            found = _clients[key] = Client(
+                list(key[0]), stream=stream, timeout=timeout, credentials=credentials
+            )
         return found
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from rlog.client.clients import parse_endpoints
 from rlog.client.errors import InvalidArgument
+from rlog.client.security import Credentials, CredentialsError
 from rlog.config import ConfigError
 
 DEFAULT_BATCH_SIZE = 8192
@@ -78,6 +79,42 @@ def endpoints(options: Options) -> tuple[str, ...]:
         raise InvalidArgument(f"option 'endpoints': {error}") from None
 
 
+def _pem(options: Options, key: str) -> bytes | None:
+    """A PEM option: the PEM text itself, or the path of a file every executor can read."""
+    value = text(options, key)
+    if not value:
+        return None
+    if "-----BEGIN" in value:
+        return value.encode()
+    try:
+        with open(value, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise InvalidArgument(f"option '{key}': {value}: {exc.strerror or exc}") from None
+
+
+def credentials(options: Options) -> Credentials | None:
+    """The options `ca`, `cert`, `key` (PEM text or file paths), `token` or `tokenFile`,
+    and `serverName` (rlog.client.security); none given: the RLOG_* variables of the
+    process, else plaintext."""
+    token = text(options, "token")
+    token_file = text(options, "tokenFile")
+    pems = {key: _pem(options, key) for key in ("ca", "cert", "key")}
+    if not any(pems.values()) and not token and not token_file:
+        return None
+    try:
+        if token_file:
+            if token:
+                raise CredentialsError("give token or tokenFile, not both")
+            with open(token_file) as file:
+                token = file.read().strip()
+        return Credentials(
+            pems["ca"], pems["cert"], pems["key"], token or None, text(options, "serverName")
+        )
+    except (CredentialsError, OSError) as exc:
+        raise InvalidArgument(f"the TLS options: {exc}") from None
+
+
 def filter_pushdown(options: Options, default: bool) -> bool:
     return boolean(options, "filterPushdown", default)
 
@@ -91,10 +128,12 @@ class ReadOptions:
     last: int | None  # `to` (inclusive); None: the learned end at planning time
     partitions: int | None  # None: one per VOTING replica reached
     skip_markers: bool
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Options) -> ReadOptions:
         parsed = cls(
+            credentials=credentials(options),
             endpoints=endpoints(options),
             first=integer(options, "from"),
             last=integer(options, "to"),
@@ -118,10 +157,12 @@ class StreamReadOptions:
     max_entries: int | None  # `maxEntriesPerTrigger`, counted in positions
     partitions: int | None
     skip_markers: bool
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Options) -> StreamReadOptions:
         return cls(
+            credentials=credentials(options),
             endpoints=endpoints(options),
             starting=starting_position(text(options, "startingPosition")),
             max_entries=at_least_one(options, "maxEntriesPerTrigger"),
@@ -156,10 +197,12 @@ class WriteOptions:
     in_flight: int  # `appendsInFlight`: append calls a task keeps in flight
     sink_id: str | None  # `sinkId` (stream): else the streaming query's id
     dedupe_window: int  # `dedupeWindow` (stream): how far back a replay looks for markers
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Options) -> WriteOptions:
         return cls(
+            credentials=credentials(options),
             endpoints=endpoints(options),
             batch_size=count(options, "batchSize", DEFAULT_BATCH_SIZE),
             in_flight=count(options, "appendsInFlight", DEFAULT_APPENDS_IN_FLIGHT),

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (
 from rlog import packed
 from rlog.client import Client
 from rlog.client.errors import InvalidArgument, PastEnd, RlogError, Truncated
-from rlog.spark.connections import client_of
+from rlog.spark.connections import client_of, use_credentials
 from rlog.spark.markers import MarkerSearch, encode_marker
 from rlog.spark.options import Options, WriteOptions
 from rlog.spark.source import observe
@@ -266,6 +266,7 @@ class RlogWriter(DataSourceArrowWriter):
         if overwrite:
             raise InvalidArgument("the rlog sink only appends: use mode('append')")
         self.options = WriteOptions.parse(options)
+        use_credentials(self.options.credentials)
         self.endpoints = leader_first(self.options.endpoints)
         self.write_id = "write-" + uuid.uuid4().hex
         try:  # where this write starts: a retried task scans for its markers from here
@@ -276,6 +277,7 @@ class RlogWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RlogCommitMessage:
         from pyspark import TaskContext
 
+        use_credentials(self.options.credentials)  # in the task's process
         context = TaskContext.get()
         part = context.partitionId() if context else 0
         retry = context is not None and context.attemptNumber() > 0
@@ -317,11 +319,13 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
         if overwrite:
             raise InvalidArgument("the rlog sink only appends: use outputMode('append')")
         self.options = WriteOptions.parse(options)
+        use_credentials(self.options.credentials)
         self.endpoints = leader_first(self.options.endpoints)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RlogCommitMessage:
         from pyspark import TaskContext
 
+        use_credentials(self.options.credentials)  # in the task's process
         context = TaskContext.get()
         if context is None:
             raise RlogError("the rlog stream sink runs in Spark tasks only")

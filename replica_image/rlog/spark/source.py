@@ -42,7 +42,7 @@ from rlog.client.errors import (
     Unavailable,
 )
 from rlog.proto import rlog_pb2 as pb
-from rlog.spark.connections import PLANNING_TIMEOUT, client_of
+from rlog.spark.connections import PLANNING_TIMEOUT, client_of, use_credentials
 from rlog.spark.markers import MARKER_MAGIC
 from rlog.spark.options import Options, ReadOptions, StreamReadOptions
 
@@ -285,6 +285,7 @@ class RlogReader(DataSourceReader):
 
     def __init__(self, options: Options) -> None:
         self.options = ReadOptions.parse(options)
+        use_credentials(self.options.credentials)
         # Position bounds from pushed filters (inclusive); clip silently, unlike from/to.
         self.low: int | None = None
         self.high: int | None = None
@@ -322,6 +323,7 @@ class RlogReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RlogPartition):
             return  # no partitions (an empty range): Spark still calls read once
+        use_credentials(self.options.credentials)  # in the task's process
         yield from read_partition(partition)
 
 
@@ -365,6 +367,7 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: Options) -> None:
         self.options = StreamReadOptions.parse(options)
+        use_credentials(self.options.credentials)
         self._initial: dict[str, int] | None = None
         self._target: int | None = None  # availableNow: the end fixed at query start
 
@@ -416,6 +419,7 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RlogPartition):
             return
+        use_credentials(self.options.credentials)  # in the task's process
         yield from read_partition(partition)
 
     def commit(self, end: dict) -> None:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from rlog.client import AsyncClient
+from rlog.client import AsyncClient, Credentials
 from rlog.client.errors import RlogError
 from rlog.state.image import Update, Variable
 from rlog.state.store import AsyncState
@@ -28,6 +28,7 @@ class State:
         *,
         timeout: float | None = 30.0,
         append_timeout: float | None = 60.0,
+        credentials: Credentials | None = None,
         **options: Any,
     ) -> None:
         self._loop = asyncio.new_event_loop()
@@ -38,7 +39,12 @@ class State:
         self._closed = False
 
         async def make() -> AsyncState:
-            client = AsyncClient(endpoints, timeout=timeout, append_timeout=append_timeout)
+            client = AsyncClient(
+                endpoints,
+                timeout=timeout,
+                append_timeout=append_timeout,
+                credentials=credentials,
+            )
             state = AsyncState(client, **options)
             state._own_client = True
             return state

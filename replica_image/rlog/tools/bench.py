@@ -216,8 +216,14 @@ def _extra(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
+    from rlog.tools.client_args import credentials_of
+
     async with AsyncClient(
-        args.endpoint, timeout=args.timeout, stream=args.stream, exactly_once=args.exactly_once
+        args.endpoint,
+        timeout=args.timeout,
+        stream=args.stream,
+        exactly_once=args.exactly_once,
+        credentials=credentials_of(args),
     ) as client:
         if args.mode == "serial":
             return await _serial(client, args, trace)

@@ -38,6 +38,7 @@ from rlog.config import (
     parse_peers,
 )
 from rlog.storage import ENGINES, StorageError
+from rlog.tools.client_args import add_security_arguments, credentials_of
 from rlog.tools.initialize import initialize
 
 EXIT_OK = 0
@@ -105,6 +106,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="deadline of each call (default 30)",
     )
+    add_security_arguments(parser)
 
 
 def _endpoint(args: argparse.Namespace) -> str:
@@ -121,6 +123,7 @@ def _client(args: argparse.Namespace) -> Any:
         timeout=args.timeout,
         append_timeout=max(args.timeout, 1.0),
         read_timeout=args.timeout if args.command == "read" else None,
+        credentials=credentials_of(args),
     )
 
 
@@ -145,6 +148,11 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_tail_readers=args.max_tail_readers,
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
+        tls_cert=_path(args.tls_cert),
+        tls_key=_path(args.tls_key),
+        tls_client_ca=_path(args.tls_client_ca),
+        auth_config=_path(args.auth_config),
+        auth_peer_token_file=_path(args.auth_peer_token_file),
         **{
             key: getattr(args, key)
             for key in ("heartbeat_interval", "append_timeout", "session_window")
@@ -161,6 +169,10 @@ def cmd_replica(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # e.g. the port is in use: a runtime error, not usage
         raise RlogError(str(exc)) from None
     return EXIT_OK
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
 
 
 def _check_listen(address: str) -> None:
@@ -441,6 +453,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_STREAM_WINDOW,
         metavar="BYTES",
         help="HTTP/2 flow-control window per call (default 0: gRPC's own, sized by BDP)",
+    )
+    security = p.add_argument_group(
+        "security (docs/security.md; without --tls-cert the replica serves PLAINTEXT)"
+    )
+    security.add_argument(
+        "--tls-cert", metavar="FILE", help="serve TLS with this certificate (PEM; reloaded)"
+    )
+    security.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
+    security.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require a client certificate of this CA on every connection (mutual TLS); "
+        "peers' certificates are verified against it too",
+    )
+    security.add_argument(
+        "--auth-config",
+        metavar="FILE",
+        help="roles of certificate subjects and bearer tokens (JSON or YAML); without it "
+        "authorization is off",
+    )
+    security.add_argument(
+        "--auth-peer-token-file",
+        metavar="FILE",
+        help="bearer token this replica sends to its peers (when they know peers by token)",
     )
     p.set_defaults(func=cmd_replica)
 

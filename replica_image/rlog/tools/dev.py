@@ -33,6 +33,7 @@ from typing import Any
 
 from rlog.client import Client
 from rlog.client.errors import RlogError
+from rlog.client.security import Credentials
 from rlog.config import ConfigError, check_replica_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES
@@ -91,6 +92,9 @@ class DevCluster:
     - `replica_args`: extra `rlog replica` arguments for every replica.
     - `die_with_parent`: replicas are SIGKILLed if the process that started them dies
       (PR_SET_PDEATHSIG; tied to the starting *thread*).
+    - `tls`: mutual TLS and roles, with a throwaway CA and certificates in `<dir>/tls`
+      (rlog.tools.certs.make_dev_pki); `client()` then connects as "admin" unless given
+      other `credentials` (see `credentials(name)`).
     """
 
     def __init__(
@@ -112,8 +116,10 @@ class DevCluster:
         python: str = sys.executable,
         env: dict[str, str] | None = None,
         die_with_parent: bool = True,
+        tls: bool = False,
     ) -> None:
         check_replica_count(replicas)
+        self.tls = tls
         self.replicas = replicas
         self._dir_given = dir is not None
         self.dir = Path(dir) if dir is not None else _default_dir()
@@ -155,6 +161,20 @@ class DevCluster:
     @property
     def log_files(self) -> list[Path]:
         return [self.log_file(i) for i in range(self.replicas)]
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.dir / "tls"
+
+    def credentials(self, name: str = "admin", token: bool = False) -> Credentials:
+        """A client's credentials in a TLS cluster: the certificate of `name` (one of
+        certs.DEV_CLIENTS), and with `token` the dev token too."""
+        from rlog.tools.certs import DevPki
+
+        pki = DevPki(self.tls_dir)
+        return Credentials.from_files(
+            pki.ca, pki.cert(name), pki.key(name), token_file=pki.token if token else None
+        )
 
     @property
     def endpoints(self) -> list[str]:
@@ -209,6 +229,10 @@ class DevCluster:
         for i in range(self.replicas):
             self.replica_dir(i).mkdir(parents=True, exist_ok=True)
         self._choose_addresses()
+        if self.tls:
+            from rlog.tools.certs import make_dev_pki
+
+            make_dev_pki(self.tls_dir, [self.host_of(i) for i in range(self.replicas)])
         if self.initialize and all(is_fresh(d, self.storage_engine) for d in self.data_dirs):
             for data_dir in self.data_dirs:
                 initialize(data_dir, self.storage_engine)
@@ -251,6 +275,13 @@ class DevCluster:
         port = self.metrics_ports[i]
         if port is not None:
             cmd += ["--metrics-port", str(port)]
+        if self.tls:
+            from rlog.tools.certs import DevPki
+
+            pki = DevPki(self.tls_dir)
+            name = pki.replica(i)
+            cmd += ["--tls-cert", str(pki.cert(name)), "--tls-key", str(pki.key(name))]
+            cmd += ["--tls-client-ca", str(pki.ca), "--auth-config", str(pki.auth_config)]
         return cmd + self.replica_args
 
     def start_replica(self, i: int) -> None:
@@ -375,12 +406,15 @@ class DevCluster:
 
     def client(self, i: int | None = None, **kwargs: Any) -> Client:
         """A new blocking client of every replica (or only replica i). Close it yourself."""
+        if self.tls:
+            kwargs.setdefault("credentials", self.credentials())
         return Client(self.addresses if i is None else [self.addresses[i]], **kwargs)
 
     def _status_client(self, i: int) -> Client:
         client = self._clients.get(i)
         if client is None:
-            client = Client(self.addresses[i], timeout=1.0)
+            credentials = self.credentials() if self.tls else None
+            client = Client(self.addresses[i], timeout=1.0, credentials=credentials)
             self._clients[i] = client
         return client
 
@@ -496,6 +530,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics", action="store_true", help="serve Prometheus metrics on free ports"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="leader election wait")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="mutual TLS and roles, with a throwaway CA and certificates in <dir>/tls",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -513,6 +552,7 @@ def run(args: argparse.Namespace) -> int:
         storage_engine=args.storage_engine,
         election_timeout=args.election_timeout,
         metrics=args.metrics,
+        tls=args.tls,
     )
     stop = threading.Event()
 
@@ -536,11 +576,25 @@ def run(args: argparse.Namespace) -> int:
                     print(f"--- replica {i} log tail:\n{tail}", file=sys.stderr)
             raise
         print(f"leader: replica {leader} ({cluster.addresses[leader]})", flush=True)
-        print(
-            f"try: rlog append --endpoint {cluster.endpoint} hello && "
-            f"rlog read --endpoint {cluster.endpoint}    (Ctrl-C stops the log)",
-            flush=True,
-        )
+        if cluster.tls:
+            tls = cluster.tls_dir
+            print(
+                f"mutual TLS and roles (certificates and roles in {tls}); as the writer:\n"
+                f"  export RLOG_ENDPOINT={cluster.endpoint} RLOG_CA={tls}/ca.pem "
+                f"RLOG_CERT={tls}/writer.pem RLOG_KEY={tls}/writer-key.pem",
+                flush=True,
+            )
+            print("try: rlog append hello && rlog read    (Ctrl-C stops the log)", flush=True)
+        else:
+            print(
+                "PLAINTEXT, authorization off (local development; --tls secures the log)",
+                flush=True,
+            )
+            print(
+                f"try: rlog append --endpoint {cluster.endpoint} hello && "
+                f"rlog read --endpoint {cluster.endpoint}    (Ctrl-C stops the log)",
+                flush=True,
+            )
         while not stop.is_set():
             for i in range(cluster.replicas):
                 process = cluster.processes[i]

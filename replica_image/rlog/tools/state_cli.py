@@ -66,6 +66,7 @@ def _print_variable(variable: Any, as_json: bool) -> None:
 
 def run(args: argparse.Namespace, endpoint: str, usage_error: Callable[[str], Exception]) -> int:
     from rlog.state import State, Variable
+    from rlog.tools.client_args import credentials_of
 
     needs_name = args.action in ("get", "set", "watch")
     if needs_name and not args.name:
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace, endpoint: str, usage_error: Callable[[str], Ex
         timeout=args.timeout,
         append_timeout=max(args.timeout, 1.0),
         strict=args.strict,
+        credentials=credentials_of(args),
     ) as state:
         if args.action == "get":
             _print_variable(state.fetch(args.name), args.json)

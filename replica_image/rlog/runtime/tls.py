@@ -1,0 +1,159 @@
+"""Transport security of a replica (docs/security.md): its server credentials, reloaded
+from the files without a restart when they change, and the credentials it presents to its
+peers.
+
+gRPC calls the server's certificate fetcher before every new connection's handshake;
+the fetcher looks at the files' modification times and sizes (one `stat` each) and hands
+gRPC the new certificate only when they changed and the new key matches the new
+certificate: a rotation caught half-written (the certificate replaced, not yet the key) is
+not taken, and the next connection looks again. Connections already open keep the
+certificate they were made with (TLS does not renegotiate); clients reconnect on their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from rlog.config import ConfigError, ReplicaConfig
+
+log = logging.getLogger("rlog.tls")
+
+# Stamp of the files: (path, mtime_ns, size) of each.
+Stamp = tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate chain, its private key and the CA that verifies callers (PEM)."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None
+
+
+def _stamp(paths: list[Path]) -> Stamp:
+    stamps = []
+    for path in paths:
+        info = path.stat()
+        stamps.append((str(path), info.st_mtime_ns, info.st_size))
+    return tuple(stamps)
+
+
+def check_pair(cert: Path, key: Path) -> None:
+    """Raise ConfigError unless `key` is the private key of the certificate in `cert`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        raise ConfigError(f"--tls-cert {cert} / --tls-key {key}: {reason}") from None
+
+
+class ReloadingCertificates:
+    """The replica's certificate, key and client CA, read again when the files change."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+        self.cert = cert
+        self.key = key
+        self.client_ca = client_ca
+        self._paths = [p for p in (cert, key, client_ca) if p is not None]
+        self._lock = threading.Lock()
+        self.reloads = 0  # how many times a changed set of files was taken
+        self.current, self._stamp = self._load()
+        self._served = 0  # the reload count of the certificate the server was last given
+
+    def _load(self) -> tuple[KeyPair, Stamp]:
+        before = _stamp(self._paths)
+        check_pair(self.cert, self.key)
+        pair = KeyPair(
+            self.cert.read_bytes(),
+            self.key.read_bytes(),
+            self.client_ca.read_bytes() if self.client_ca is not None else None,
+        )
+        if pair.client_ca is not None and b"-----BEGIN CERTIFICATE-----" not in pair.client_ca:
+            raise ConfigError(f"--tls-client-ca {self.client_ca}: no PEM certificate in it")
+        if _stamp(self._paths) != before:
+            raise ConfigError("the certificate files changed while they were read")
+        return pair, before
+
+    @property
+    def stamp(self) -> Stamp:
+        return self._stamp
+
+    def refresh(self) -> bool:
+        """Take the files again if they changed and are consistent; whether they were."""
+        with self._lock:
+            try:
+                if _stamp(self._paths) == self._stamp:
+                    return False
+                self.current, self._stamp = self._load()
+            except (OSError, ConfigError) as exc:
+                log.warning("certificate files changed but cannot be used yet: %s", exc)
+                return False
+            self.reloads += 1
+            log.info("reloaded the TLS certificate from %s (reload %d)", self.cert, self.reloads)
+            return True
+
+    def _configuration(self) -> grpc.ServerCertificateConfiguration:
+        pair = self.current
+        return grpc.ssl_server_certificate_configuration(
+            [(pair.key, pair.cert)], root_certificates=pair.client_ca
+        )
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        # Runs in a gRPC thread before each handshake; must not raise. (The files may have
+        # been taken already by `peer_credentials`: what counts is what the server has.)
+        try:
+            self.refresh()
+            with self._lock:
+                if self._served == self.reloads:
+                    return None
+                self._served = self.reloads
+            return self._configuration()
+        except Exception:
+            log.exception("certificate fetch failed; keeping the current certificate")
+            return None
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(
+            self._configuration(),
+            self._fetch,  # type: ignore[arg-type]  # None means "no change" (gRPC's docs)
+            require_client_authentication=self.client_ca is not None,
+        )
+
+    def peer_credentials(self, token: str | None = None) -> grpc.ChannelCredentials:
+        """What this replica presents to its peers: its own certificate (peers verify it
+        against their client CA) and, if given, a bearer token; it verifies theirs against
+        its client CA."""
+        self.refresh()
+        pair = self.current
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=pair.client_ca, private_key=pair.key, certificate_chain=pair.cert
+        )
+        if token:
+            return grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(token)
+            )
+        return credentials
+
+
+def certificates_of(config: ReplicaConfig) -> ReloadingCertificates | None:
+    """The replica's certificates, None for plaintext; ConfigError if they are unusable."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    return ReloadingCertificates(config.tls_cert, config.tls_key, config.tls_client_ca)
+
+
+def read_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    token = path.read_text().strip()
+    if not token:
+        raise ConfigError(f"{path}: the token file is empty")
+    return token

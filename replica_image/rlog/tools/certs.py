@@ -1,0 +1,228 @@
+"""Certificates for rlog's TLS (docs/security.md): a CA, and certificates it issues to
+replicas and clients. Used by `rlog dev --tls` (a throwaway CA in the cluster dir), the
+tests, and the operator's PKI (rlog_operator.pki).
+
+Keys are ECDSA P-256 (small and fast to make); every certificate may serve and connect
+(serverAuth and clientAuth): a replica presents the same certificate to its clients and to
+its peers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+DEFAULT_CA_DAYS = 3650
+DEFAULT_CERT_DAYS = 90
+
+
+@dataclass(frozen=True)
+class Pem:
+    """A certificate and its private key, PEM-encoded."""
+
+    cert: bytes
+    key: bytes
+
+    def write(self, cert_path: Path, key_path: Path) -> None:
+        """Write both; the key readable by its owner only. Each file is replaced whole
+        (written aside, then renamed), so a reader never sees half a file."""
+        _write_atomic(cert_path, self.cert, 0o644)
+        _write_atomic(key_path, self.key, 0o600)
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    aside = path.with_name(f".{path.name}.tmp")
+    aside.write_bytes(data)
+    aside.chmod(mode)
+    aside.replace(path)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def new_ca(common_name: str, days: int = DEFAULT_CA_DAYS) -> Pem:
+    """A self-signed CA."""
+    key = _key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
+    )
+    return Pem(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _alt_names(names: Iterable[str]) -> list[x509.GeneralName]:
+    alt: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alt.append(x509.DNSName(name))
+    return alt
+
+
+def issue(
+    ca: Pem,
+    common_name: str,
+    names: Sequence[str] = (),
+    *,
+    days: float = DEFAULT_CERT_DAYS,
+    not_before: datetime.datetime | None = None,
+) -> Pem:
+    """A certificate signed by `ca` for `common_name`, with `names` (DNS names or IP
+    addresses) as subject alternative names, valid from `not_before` (default: a few
+    minutes ago, for clocks a little behind) for `days`."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert)
+    ca_key = serialization.load_pem_private_key(ca.key, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key is not an ECDSA key")
+    key = _key()
+    start = not_before or (_now() - datetime.timedelta(minutes=5))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+    )
+    alt = _alt_names(names)
+    if alt:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return Pem(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def not_after(cert_pem: bytes) -> datetime.datetime:
+    """When a certificate expires (UTC)."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+# ---- the throwaway PKI of `rlog dev --tls` ----------------------------------------------
+
+# Identities of a dev log and their roles (rlog.runtime.authz): replicas are peers; the
+# three client certificates have one role each; "guest" has none (it needs the token).
+DEV_CLIENTS = {"admin": "admin", "writer": "append", "reader": "read", "guest": "none"}
+
+
+@dataclass(frozen=True)
+class DevPki:
+    """The files of a dev log's PKI, under `dir`."""
+
+    dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.dir / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.dir / "ca-key.pem"
+
+    def cert(self, name: str) -> Path:
+        return self.dir / f"{name}.pem"
+
+    def key(self, name: str) -> Path:
+        return self.dir / f"{name}-key.pem"
+
+    @property
+    def auth_config(self) -> Path:
+        return self.dir / "auth.json"
+
+    @property
+    def token(self) -> Path:
+        """A bearer token with the append role."""
+        return self.dir / "token"
+
+    def replica(self, i: int) -> str:
+        return f"replica-{i}"
+
+    def load_ca(self) -> Pem:
+        return Pem(self.ca.read_bytes(), self.ca_key.read_bytes())
+
+    def issue(self, name: str, names: Sequence[str] = (), **kwargs: object) -> Pem:
+        """Issue (and write) a certificate `name` from this PKI's CA."""
+        pem = issue(self.load_ca(), name, names, **kwargs)  # type: ignore[arg-type]
+        pem.write(self.cert(name), self.key(name))
+        return pem
+
+
+def make_dev_pki(dir: Path, hosts: Sequence[str]) -> DevPki:
+    """A CA, a certificate per replica (for its host), the client certificates of
+    DEV_CLIENTS, a token, and the roles file naming them. Kept if already there."""
+    pki = DevPki(dir)
+    if pki.auth_config.exists():
+        return pki
+    dir.mkdir(parents=True, exist_ok=True)
+    ca = new_ca("rlog dev CA")
+    ca.write(pki.ca, pki.ca_key)
+    for i, host in enumerate(hosts):
+        pki.issue(pki.replica(i), sorted({host, "localhost"}))
+    for name in DEV_CLIENTS:
+        pki.issue(name)
+    token = secrets.token_urlsafe(24)
+    _write_atomic(pki.token, token.encode() + b"\n", 0o600)
+    roles = {
+        "subjects": {"replica-*": "peer", **DEV_CLIENTS},
+        "tokens": [{"name": "dev-token", "token": token, "role": "append"}],
+        "default": "none",
+    }
+    _write_atomic(pki.auth_config, (json.dumps(roles, indent=2) + "\n").encode(), 0o600)
+    return pki

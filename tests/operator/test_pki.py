@@ -1,0 +1,166 @@
+"""The operator's PKI builders (rlog_operator.pki): pure decisions on real certificates."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+pytest.importorskip("cryptography")
+
+from cryptography import x509
+
+from rlog.runtime.authz import parse_policy
+from rlog.tools import certs
+from rlog_operator import pki, specs
+from rlog_operator.specs import OperatorConfig
+
+CONFIG = OperatorConfig()
+NOW = datetime.datetime.now(datetime.UTC)
+
+
+def body(replicas=3, **spec):
+    return {
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
+        "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, **spec},
+    }
+
+
+def by_name(secrets):
+    return {s["metadata"]["name"]: s for s in secrets}
+
+
+def sans(cert_pem):
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(v) for v in alt.get_values_for_type(x509.DNSName)} | {
+        str(v) for v in alt.get_values_for_type(x509.IPAddress)
+    }
+
+
+def test_mode_default_and_invalid():
+    assert specs.mode_of(body()) == "operator"
+    assert specs.mode_of(body(tls={"mode": "disabled"})) == "disabled"
+    with pytest.raises(ValueError, match="not one of"):
+        specs.mode_of(body(tls={"mode": "sometimes"}))
+
+
+def test_mode_of_a_log_built_before_tls_stays_plaintext():
+    old = {**body(), "status": {"initialized": True}}
+    assert specs.mode_of(old) == "disabled"
+    built = {**body(), "status": {"initialized": True, "tls": {"mode": "operator"}}}
+    assert specs.mode_of(built) == "operator"
+    asked = {**body(tls={"mode": "operator"}), "status": {"initialized": True}}
+    assert specs.mode_of(asked) == "operator"
+
+
+def test_server_names():
+    names = pki.server_names(body(), CONFIG)
+    assert names[:3] == [f"orders-{i}.orders-headless.shop.svc" for i in range(3)]
+    assert {"orders", "orders.shop", "orders.shop.svc", "localhost", "127.0.0.1"} <= set(names)
+    domain = pki.server_names(body(), OperatorConfig(cluster_domain="cluster.local"))
+    assert "orders.shop.svc.cluster.local" in domain
+
+
+def test_needs_renewal():
+    ca = certs.new_ca("ca")
+    pem = certs.issue(ca, "x", ["a.example"], days=90)
+    assert not pki.needs_renewal(pem.cert, NOW, datetime.timedelta(days=30))
+    assert pki.needs_renewal(
+        pem.cert, NOW + datetime.timedelta(days=61), datetime.timedelta(days=30)
+    )
+    assert pki.needs_renewal(pem.cert, NOW - datetime.timedelta(days=1))  # not yet valid
+    assert pki.needs_renewal(None, NOW)
+    assert pki.needs_renewal(b"garbage", NOW)
+    assert not pki.needs_renewal(pem.cert, NOW, names=["a.example"])
+    assert pki.needs_renewal(pem.cert, NOW, names=["a.example", "b.example"])
+
+
+def test_plan_creates_then_keeps_then_renews():
+    log = body()
+    first = by_name(pki.plan_secrets(log, CONFIG, {}, NOW))
+    assert set(first) == {"orders-auth", "orders-tls-ca", "orders-tls", "orders-tls-operator"}
+    ca_cert = pki.secret_bytes(first["orders-tls-ca"], pki.CA_KEY)
+    server = first["orders-tls"]
+    assert server["type"] == "kubernetes.io/tls"
+    assert pki.secret_bytes(server, pki.CA_KEY) == ca_cert
+    assert set(pki.server_names(log, CONFIG)) <= sans(pki.secret_bytes(server, pki.CERT_KEY))
+    operator = x509.load_pem_x509_certificate(
+        pki.secret_bytes(first["orders-tls-operator"], pki.CERT_KEY)
+    )
+    assert operator.subject.rfc4514_string() == "CN=rlog-operator"
+    # Everything current: nothing to write.
+    assert pki.plan_secrets(log, CONFIG, first, NOW) == []
+    # Close to expiry: the certificates are issued again by the same CA, the CA kept.
+    later = NOW + datetime.timedelta(days=pki.CERT_DAYS - 10)
+    renewed = by_name(pki.plan_secrets(log, CONFIG, first, later))
+    assert set(renewed) == {"orders-tls", "orders-tls-operator"}
+    assert pki.secret_bytes(renewed["orders-tls"], pki.CA_KEY) == ca_cert
+    # A fifth replica: its name is missing from the certificate, which is issued again.
+    grown = by_name(pki.plan_secrets(body(replicas=5), CONFIG, first, NOW))
+    assert "orders-tls" in grown and "orders-tls-operator" not in grown
+
+
+def test_plan_modes():
+    assert pki.plan_secrets(body(tls={"mode": "disabled"}), CONFIG, {}, NOW) == []
+    manager = body(tls={"mode": "certManager", "issuerRef": {"name": "corp"}})
+    assert [s["metadata"]["name"] for s in pki.plan_secrets(manager, CONFIG, {}, NOW)] == [
+        "orders-auth"
+    ]
+    request = pki.certificate_request(manager, CONFIG)
+    assert request["spec"]["secretName"] == "orders-tls"
+    assert request["spec"]["issuerRef"] == {
+        "name": "corp",
+        "kind": "Issuer",
+        "group": "cert-manager.io",
+    }
+    assert "127.0.0.1" in request["spec"]["ipAddresses"]
+    assert "orders.shop.svc" in request["spec"]["dnsNames"]
+    with pytest.raises(ValueError, match="issuerRef"):
+        pki.certificate_request(body(tls={"mode": "certManager"}), CONFIG)
+
+
+def test_roles_file_is_a_valid_policy():
+    log = body(
+        auth={
+            "subjects": [{"name": "spark-*", "role": "append"}],
+            "tokens": [
+                {"secretRef": {"name": "dash", "key": "token"}, "role": "read"},
+                {"secretRef": {"name": "absent"}, "role": "admin"},
+            ],
+        }
+    )
+    roles = pki.roles(log, {"dash/token": b"t0ken\n"})
+    policy = parse_policy(json.loads(json.dumps(roles)), "roles")
+    assert policy.role_of_subject(["orders-replica"]) == ("peer", "orders-replica")
+    assert policy.role_of_subject(["rlog-operator"]) == ("admin", "rlog-operator")
+    assert policy.role_of_subject(["spark-7"]) == ("append", "spark-7")
+    rule = policy.role_of_token("t0ken")
+    assert rule is not None and rule.role == "read"
+    assert len(policy.tokens) == 1  # the absent Secret grants nothing
+    assert "t0ken" not in json.dumps(roles)  # only its digest
+
+
+def test_replica_wiring():
+    on, off = body(), body(tls={"mode": "disabled"})
+    args = specs.security_args(on)
+    assert args[args.index("--tls-client-ca") + 1] == "/etc/rlog/tls/ca.crt"
+    assert args[args.index("--auth-config") + 1] == "/etc/rlog/auth/roles.json"
+    assert specs.security_args(off) == [] and specs.security_volumes(off) == ([], [])
+    vols, mounts = specs.security_volumes(on)
+    assert {v["secret"]["secretName"] for v in vols} == {"orders-tls", "orders-auth"}
+    assert all("subPath" not in m for m in mounts)  # subPath mounts never update
+    (ctr,) = specs.statefulset(on, CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert ctr["args"][-8:] == args
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["RLOG_CERT"] == "/etc/rlog/tls/tls.crt"  # the probes' credentials
+    assert {m["mountPath"] for m in ctr["volumeMounts"]} >= {"/etc/rlog/tls", "/etc/rlog/auth"}
+    (plain,) = specs.statefulset(off, CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert "--tls-cert" not in plain["args"] and "RLOG_CERT" not in str(plain["env"])
+    assert pki.tls_status(on)["transport"] == "mutual-tls"
+    assert pki.tls_status(off) == {
+        "mode": "disabled",
+        "transport": "plaintext",
+        "authorization": "off",
+    }
