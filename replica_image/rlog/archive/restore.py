@@ -101,9 +101,12 @@ async def restore(
     to_position: int | None = None,
     storage_engine: str = "lmdb",
     progress: Callable[[SegmentInfo], None] | None = None,
+    status: pb.Status.ValueType = pb.VOTING,
 ) -> RestoreResult:
     """Restore the archive (up to `to_position`, default: all of it) into every data dir,
-    each of which must be fresh. Every segment is verified (size, SHA-256, framing,
+    each of which must be fresh. `status`: VOTING (an offline restore of every replica), or
+    STARTING (the replicas then finish the initialization's second phase themselves, with
+    the operator's permit: docs/backup.md). Every segment is verified (size, SHA-256, framing,
     positions) before anything of it is written; a corrupt one stops the restore with
     `CorruptSegment` and leaves the dirs unusable as a log (not VOTING)."""
     manifest = await read_manifest(store)
@@ -128,7 +131,7 @@ async def restore(
                 if progress is not None:
                     progress(info)
         meta = pb.Metadata(
-            status=pb.VOTING,
+            status=status,
             begin=manifest.begin,
             learned_below=manifest.begin if to is None else to + 1,
         )

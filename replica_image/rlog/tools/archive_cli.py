@@ -134,6 +134,17 @@ def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify-only", action="store_true", help="check every segment, write nothing"
     )
     parser.add_argument(
+        "--starting",
+        action="store_true",
+        help="leave the dirs STARTING, not VOTING (the replicas finish initializing with a permit)",
+    )
+    parser.add_argument(
+        "--unless-peers-voting",
+        metavar="H:P[,H:P...]",
+        help="do nothing (exit 0) if one of these replicas answers VOTING or RECOVERING: the "
+        "log runs, and a lost volume recovers from it instead",
+    )
+    parser.add_argument(
         "--if-fresh",
         action="store_true",
         help="do nothing (exit 0) when a data dir is not fresh (an init container's re-run)",
@@ -269,8 +280,22 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
             if not all(is_fresh(d, args.storage_engine) for d in dirs):
                 _print(args, {"restored": False}, "the data dir is not fresh: nothing restored")
                 return 0
+        if args.unless_peers_voting:
+            running = await _running_peer(args.unless_peers_voting)
+            if running:
+                _print(
+                    args,
+                    {"restored": False, "running_peer": running},
+                    f"{running} runs the log: nothing restored (this replica recovers from it)",
+                )
+                return 0
+        from rlog.proto import rlog_pb2 as pb
+
+        status = pb.STARTING if args.starting else pb.VOTING
         try:
-            result = await restore(store, dirs, args.to_position, args.storage_engine)
+            result = await restore(
+                store, dirs, args.to_position, args.storage_engine, status=status
+            )
         except ArchiveError as exc:
             from rlog.tools.initialize import is_fresh
 
@@ -288,6 +313,23 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
         return 0
     finally:
         store.close()
+
+
+async def _running_peer(peers: str) -> str | None:
+    """The first peer that answers VOTING or RECOVERING (its own view, at once), if any."""
+    from rlog.client import AsyncClient, parse_endpoints
+    from rlog.client.errors import RlogError
+    from rlog.proto import rlog_pb2 as pb
+
+    async with AsyncClient(peers, timeout=2.0) as client:
+        for peer in parse_endpoints(peers):
+            try:
+                status = await client.status(peer)
+            except RlogError:
+                continue  # unreachable: not (yet) running
+            if status.status in (pb.VOTING, pb.RECOVERING):
+                return peer
+    return None
 
 
 def run_restore(args: argparse.Namespace, usage: Any) -> int:
