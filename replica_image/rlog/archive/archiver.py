@@ -252,10 +252,7 @@ class Archiver:
     async def step(self, pending: _Pending, flush: bool) -> _Pending:
         """One round: read what the log learned since, cut a segment if one is due (or if
         `flush`, whatever is pending)."""
-        try:
-            to = await self._learned_end()
-        except RlogError:
-            raise
+        to = await self._learned_end()
         if to >= pending.covered_through + 1:
             try:
                 pending = await self._read_into(pending, to)

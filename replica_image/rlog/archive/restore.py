@@ -122,8 +122,8 @@ async def restore(
             for info in wanted:
                 runs = await fetch_segment(store, info)
                 last = min(info.last, to)
-                batch = _batch(runs, info.first, last)
-                for storage in storages:
+                for storage in storages:  # a batch each: engines may keep what they apply
+                    batch = _batch(runs, info.first, last)
                     await asyncio.to_thread(storage.apply, batch)
                 result.segments += 1
                 result.entries += sum(run_count(r) for r in batch.runs)
