@@ -112,9 +112,11 @@ async def restore(
     manifest = await read_manifest(store)
     to = _restore_point(manifest, to_position)
     for d in data_dirs:
-        if not is_fresh(d, storage_engine):
+        if not await asyncio.to_thread(is_fresh, d, storage_engine):
             raise ArchiveError(f"the data dir {d} is not fresh: restore only into new data dirs")
-    storages: list[Storage] = [open_storage(d, storage_engine) for d in data_dirs]
+    storages: list[Storage] = [
+        await asyncio.to_thread(open_storage, d, storage_engine) for d in data_dirs
+    ]
     result = RestoreResult(manifest.begin, to, 0, 0, 0)
     try:
         if to is not None:
@@ -139,7 +141,7 @@ async def restore(
             await asyncio.to_thread(storage.apply, WriteBatch(metadata=meta, sync=True))
     finally:
         for storage in storages:
-            storage.close()
+            await asyncio.to_thread(storage.close)
     return result
 
 
