@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("boto3")
+pytest.importorskip("minio")
 
 import itertools
 
@@ -46,11 +46,8 @@ def rlog(s3: S3Server, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def manifest(s3: S3Server, bucket: str, prefix: str) -> dict | None:
-    try:
-        body = s3.client().get_object(Bucket=bucket, Key=f"{prefix}/manifest.json")["Body"]
-    except Exception:
-        return None
-    return json.loads(body.read())
+    raw = s3.get(bucket, f"{prefix}/manifest.json")
+    return None if raw is None else json.loads(raw)
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -179,7 +176,7 @@ def archived(s3, tmp_path_factory):
         # A segment uploaded but never listed (what a kill between the upload and the
         # manifest's update leaves): the next archiver must delete it, never list it.
         orphan = f"segments/{before['archived_through'] + 1:020d}-{learned:020d}.seg"
-        s3.client().put_object(Bucket=bucket, Key=f"{prefix}/{orphan}", Body=b"half a segment")
+        s3.put(bucket, f"{prefix}/{orphan}", b"half a segment")
 
         second = archiver(
             s3,
@@ -203,9 +200,7 @@ def archived(s3, tmp_path_factory):
         )
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, log.read_text()[-3000:]
-        keys = [
-            o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
-        ]
+        keys = s3.keys(bucket, prefix)
         assert f"{prefix}/{orphan}" not in keys
         entries = every_entry(cluster)
         acked = {**writer.acked, **extra.acked, **writer2.acked}
@@ -297,9 +292,9 @@ def test_corrupted_segment_is_refused(s3, small_archive, tmp_path):
     body = manifest(s3, bucket, "p")
     assert body is not None and len(body["segments"]) == 3
     key = f"p/{body['segments'][1]['key']}"
-    raw = bytearray(s3.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    raw = bytearray(s3.get(bucket, key) or b"")
     raw[len(raw) // 2] ^= 0x01  # one bit
-    s3.client().put_object(Bucket=bucket, Key=key, Body=bytes(raw))
+    s3.put(bucket, key, bytes(raw))
     data_dir = tmp_path / "new"
     done = rlog(
         s3, "restore", "--bucket", bucket, "--prefix", "p", "--data-dir", str(data_dir), check=False
@@ -409,10 +404,7 @@ def test_retention_drops_old_segments_and_restore_begins_after_them(s3, tmp_path
     after = manifest(s3, bucket, "r")
     assert after is not None
     assert next(s["first"] for s in after["segments"]) == keep_from and after["begin"] == keep_from
-    keys = {
-        o["Key"]
-        for o in s3.client().list_objects_v2(Bucket=bucket, Prefix="r/segments/")["Contents"]
-    }
+    keys = s3.keys(bucket, "r/segments/")
     assert keys == {f"r/{s['key']}" for s in after["segments"]}
     with restored_cluster(s3, bucket, "r", tmp_path / "restored") as restored:
         assert every_entry(restored) == [(p, v) for p, v in entries if p >= keep_from]

@@ -83,12 +83,9 @@ def s3_objects(namespace: str) -> list[dict]:
 
 
 CREATE_BUCKET = f"""
-import boto3
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url="http://{S3}:7070", aws_access_key_id="{ACCESS}",
-    aws_secret_access_key="{SECRET_KEY}", region_name="us-east-1",
-    config=Config(s3={{"addressing_style": "path"}}))
-s3.create_bucket(Bucket="{BUCKET}")
+from minio import Minio
+Minio("{S3}:7070", access_key="{ACCESS}", secret_key="{SECRET_KEY}", secure=False).make_bucket(
+    "{BUCKET}")
 print("created")
 """
 
@@ -140,7 +137,7 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
     source = Log(k, SOURCE)
     k.apply(log_manifest(SOURCE, backup_spec(namespace)))
     source.wait_ready("every replica VOTING after creation")
-    k.exec_py(f"{SOURCE}-0", CREATE_BUCKET)  # the replica image has boto3
+    k.exec_py(f"{SOURCE}-0", CREATE_BUCKET)  # the replica image has the minio SDK
     k.run("rollout", "status", f"deployment/{SOURCE}-archiver", "--timeout=180s", timeout=200)
 
     writer = Writer(source, "bk")

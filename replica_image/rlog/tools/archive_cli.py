@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the archive's modules (and boto3) load only when a command runs
+if TYPE_CHECKING:  # the archive's modules (and the S3 SDK) load only when a command runs
     from rlog.archive.format import SegmentInfo
     from rlog.archive.store import ObjectStore
 
