@@ -80,7 +80,7 @@ def test_manifest_round_trip_and_contiguity():
 def test_retention_cuts_a_prefix_and_keeps_the_newest():
     segs = [SegmentInfo(f"k{i}", i * 10, i * 10 + 9, 1, 1, "h", float(i)) for i in range(4)]
     assert Retention(keep_from=25).expired(segs, 100.0) == segs[:2]
-    assert Retention(max_age=97.5).expired(segs, 100.0) == segs[:2]
+    assert Retention(max_age=98.5).expired(segs, 100.0) == segs[:2]
     assert Retention(max_age=0.1).expired(segs, 100.0) == segs[:3]  # never the last
     assert Retention().expired(segs, 100.0) == []
 
