@@ -65,7 +65,6 @@ def main() -> None:
     bucket = s3.new_bucket()
     try:
         with DevCluster(3, root / "log", election_timeout=1.0) as cluster:
-            cluster.start()
             t = time.monotonic()
             written = fill(cluster, args.mb, args.value_size)
             fill_s = time.monotonic() - t

@@ -123,7 +123,7 @@ def restored_cluster(s3, bucket, prefix, dir: Path, *extra: str) -> DevCluster:
     args = [a for d in cluster.data_dirs for a in ("--data-dir", str(d))]
     out = rlog(s3, "restore", "--bucket", bucket, "--prefix", prefix, "--json", *args, *extra)
     assert json.loads(out.stdout)["restored"] is True
-    return cluster.start()
+    return cluster  # started by `with`
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,6 @@ def archived(s3, tmp_path_factory):
     root = tmp_path_factory.mktemp("archived")
     log = root / "archiver.log"
     with DevCluster(3, root / "cluster", election_timeout=0.5) as cluster:
-        cluster.start()
         writer = Writer(cluster, "a").start()
         # First archiver: big segments, no time-based cut, so what it read since its last
         # segment stays pending in memory until it is killed.
@@ -265,7 +264,6 @@ def small_archive(s3, tmp_path):
     """A 1-replica log with a few segments archived (`--once` per batch)."""
     bucket = s3.new_bucket()
     with DevCluster(1, tmp_path / "one") as cluster:
-        cluster.start()
         writer = Writer(cluster, "s")
         for _ in range(3):
             for _ in range(5):
@@ -365,7 +363,6 @@ def test_clear_errors(s3, small_archive, tmp_path):
 def test_retention_drops_old_segments_and_restore_begins_after_them(s3, tmp_path):
     bucket = s3.new_bucket()
     with DevCluster(1, tmp_path / "one") as cluster:
-        cluster.start()
         writer = Writer(cluster, "r")
         for _ in range(4):
             writer.append(30)

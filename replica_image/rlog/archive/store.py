@@ -120,6 +120,8 @@ class ObjectStore:
             )
         if isinstance(exc, ArchiveError):
             return exc
+        if isinstance(exc, ValueError):  # the SDK's own checks, e.g. of the bucket's name
+            return ArchiveError(f"cannot {what} {target}: {exc}")
         return ArchiveError(f"S3 failed to {what} {target}: {type(exc).__name__}: {exc}")
 
     def _no_bucket(self) -> ArchiveError:
