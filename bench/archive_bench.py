@@ -83,6 +83,8 @@ def main() -> None:
         print(json.dumps({"step": "verify", "seconds": round(seconds, 1),
                           "mb_per_s": round(mb / seconds, 1)}))  # fmt: skip
         dirs = [root / "restored" / f"replica-{i}" / "data" for i in range(3)]
+        for d in dirs:
+            d.parent.mkdir(parents=True, exist_ok=True)
         dir_args = [a for d in dirs for a in ("--data-dir", str(d))]
         seconds, _ = timed(env, "restore", "--bucket", bucket, "--prefix", "bench", *dir_args)
         print(json.dumps({"step": "restore-3-dirs", "seconds": round(seconds, 1),
