@@ -14,6 +14,7 @@ IMG=$CACHE/images
 mkdir -p "$IMG"
 PAUSE_IMAGE=registry.k8s.io/pause:3.10
 BUSYBOX_IMAGE=docker.io/rlog/busybox:1.35
+VERSITYGW_IMAGE=docker.io/rlog/versitygw:dev
 BASE_IMAGE=python:3.11-slim-bookworm
 BASE_REV=1                       # bump to rebuild the debootstrap base
 BASE_TAR=$CACHE/debootstrap-bookworm-python3-$BASE_REV/rootfs.tar
@@ -50,6 +51,19 @@ base_images() {
     rm -rf "$r"; log "image $BUSYBOX_IMAGE: built"
   fi
   ln -sf "$out" "$IMG/20-busybox.tar"
+  # versitygw: the S3 server of the archive e2e test (e2e/operator/test_backup.py), the
+  # static binary e2e/s3/s3.sh builds from the Go module proxy, alone in an image.
+  local vbin; vbin=$("$REPO/e2e/s3/s3.sh" build)
+  local vsum; vsum=$(sha256sum "$vbin" | cut -c1-12)
+  out=$IMG/versitygw-$vsum.tar
+  if [[ ! -f $out ]]; then
+    local r; r=$(mktemp -d); mkdir -p "$r/bin" "$r/tmp"; chmod 1777 "$r/tmp"
+    cp "$vbin" "$r/bin/versitygw"
+    python3 "$HERE/ociarchive.py" "$r" "$VERSITYGW_IMAGE" "$out" --entrypoint /bin/versitygw \
+      --user 65534:65534
+    rm -rf "$r"; log "image $VERSITYGW_IMAGE: built"
+  fi
+  ln -sf "$out" "$IMG/30-versitygw.tar"
 }
 
 # Content hash of a build: the Dockerfile, the base, the CA bundle, and the files its COPY/ADD

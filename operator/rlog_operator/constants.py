@@ -22,6 +22,7 @@ LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 APP_NAME: Final = "rlog"
 COMPONENT_REPLICA: Final = "replica"
+COMPONENT_ARCHIVER: Final = "archiver"
 MANAGED_BY: Final = "rlog-operator"
 
 # Set by the StatefulSet controller on its pods.
@@ -40,6 +41,8 @@ ANNOTATION_LOG_ID: Final = "rlog.io/log-id"
 
 # ---- the replica container -----------------------------------------------------------------
 CONTAINER_NAME: Final = "replica"
+ARCHIVER_CONTAINER: Final = "archiver"
+RESTORE_CONTAINER: Final = "restore"  # the init container of spec.bootstrap.fromArchive
 DATA_VOLUME: Final = "data"
 DATA_MOUNT: Final = "/data"
 # A sub-directory of the volume: a fresh ext4 volume holds lost+found at its root.

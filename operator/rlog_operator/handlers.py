@@ -36,8 +36,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from rlog_operator import archive_specs, metrics, observed, pki, rolling, specs
 from rlog_operator import constants as c
-from rlog_operator import metrics, observed, pki, rolling, specs
 from rlog_operator import status as st
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
@@ -91,6 +91,8 @@ def _api_for(kind: str) -> tuple[Any, str]:
     """(the API object, the method suffix) of a kind `desired_objects` builds."""
     if kind == "StatefulSet":
         return k8s.AppsV1Api(), "namespaced_stateful_set"
+    if kind == "Deployment":  # the archiver of spec.backup
+        return k8s.AppsV1Api(), "namespaced_deployment"
     if kind == "Service":
         return k8s.CoreV1Api(), "namespaced_service"
     if kind == "PodDisruptionBudget":
@@ -408,6 +410,24 @@ def _delete_pvc(name: str, namespace: str, uid: str) -> None:
             raise
 
 
+def _fetch_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=2.0) as answer:
+        return str(answer.read().decode())
+
+
+async def _archive_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.archive` from the archiver's metrics (spec.backup), read through its Service."""
+    name, namespace = archive_specs.archiver_name(body), specs.namespace_of(body)
+    url = f"http://{name}.{namespace}.svc:{archive_specs.ARCHIVER_METRICS_PORT}/metrics"
+    try:
+        text = await asyncio.to_thread(_fetch_text, url)
+    except OSError as exc:
+        return archive_specs.archive_status(None, f"cannot read {url}: {exc}")
+    return archive_specs.archive_status(archive_specs.parse_archive_metrics(text))
+
+
 @kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=TIMER_INTERVAL, initial_delay=2.0)
 async def observe(
     *,
@@ -471,6 +491,10 @@ async def observe(
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     metrics.observe_status(namespace, specs.name_of(body), result.status)
+    if (body.get("spec") or {}).get("backup"):
+        archive = await _archive_status(body)
+        if previous.get("archive") != archive:
+            patch.status["archive"] = archive
 
     # permits.decide: grants are withheld while a replicas change is refused
     permit = result.permit

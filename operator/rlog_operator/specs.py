@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlog_operator import archive_specs
 from rlog_operator import constants as c
 
 Manifest = dict[str, Any]
@@ -407,6 +408,15 @@ def pod_template(body: Body, config: OperatorConfig) -> Manifest:
     for key in ("nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets"):
         if spec.get(key):
             pod_spec[key] = copy.deepcopy(spec[key])
+    restore = archive_specs.restore_init_container(
+        body,
+        image=spec.get("image") or config.replica_image,
+        pull_policy=spec.get("imagePullPolicy") or config.image_pull_policy,
+        peers=peers(body, config),
+        security_context=container_security_context(),
+    )
+    if restore is not None:
+        pod_spec["initContainers"] = [restore]
     return {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
 
 
@@ -521,9 +531,23 @@ def pod_disruption_budget(body: Body) -> Manifest:
 
 def desired_objects(body: Body, config: OperatorConfig) -> list[Manifest]:
     """Everything a ReplicatedLog owns, in the order to create it."""
-    return [
+    objects = [
         headless_service(body, config),
         client_service(body, config),
         pod_disruption_budget(body),
         statefulset(body, config),
     ]
+    spec = body.get("spec", {})
+    if spec.get("backup"):
+        objects += [
+            archive_specs.archiver_service(body),
+            archive_specs.archiver_deployment(
+                body,
+                image=spec.get("image") or config.replica_image,
+                pull_policy=spec.get("imagePullPolicy") or config.image_pull_policy,
+                client_endpoint=f"{client_service_name(body)}:{config.grpc_port}",
+                security_context=container_security_context(),
+                pod_security_context=pod_security_context(),
+            ),
+        ]
+    return objects

@@ -18,6 +18,7 @@ ALERTS = {
     "RlogDataLoss",
     "RlogRollingUpdateStuck",
     "RlogDiskFull",
+    "RlogArchiveLag",
 }
 UNIT_TESTS = HERE / "alerts_test.yaml"
 
@@ -36,6 +37,7 @@ def test_the_rendered_rules_are_the_expected_alerts(chart: Chart) -> None:
     assert by_name["RlogNoLeader"]["for"] == "5m"
     assert by_name["RlogRollingUpdateStuck"]["for"] == "30m"
     assert by_name["RlogDiskFull"]["for"] == "1m"
+    assert by_name["RlogArchiveLag"]["for"] == "5m"
     # Grafana/Helm templating was escaped: Prometheus sees its own {{ $labels.x }}
     for rule in rules:
         assert "{{ $labels." in rule["annotations"]["summary"], rule["alert"]

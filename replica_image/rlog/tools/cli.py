@@ -360,6 +360,20 @@ def cmd_state(args: argparse.Namespace) -> int:
     return state_cli.run(args, _endpoint(args), lambda message: UsageError(message, args.prog))
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from rlog.tools import archive_cli
+
+    return archive_cli.run_archive(
+        args, args.endpoint, lambda message: UsageError(message, args.prog)
+    )
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from rlog.tools import archive_cli
+
+    return archive_cli.run_restore(args, lambda message: UsageError(message, args.prog))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rlog.tools import bench
 
@@ -566,6 +580,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint_arguments(p)
     state_cli.add_arguments(p)
     p.set_defaults(func=cmd_state)
+
+    from rlog.tools import archive_cli
+
+    p = sub.add_parser("archive", help="archive the log to S3: run | status | list")
+    archive_cli.add_archive_arguments(p, add_endpoint_arguments)
+    p.set_defaults(func=cmd_archive)
+
+    p = sub.add_parser("restore", help="build a new log's data dirs from an S3 archive")
+    archive_cli.add_restore_arguments(p)
+    p.set_defaults(func=cmd_restore)
 
     from rlog.tools import bench
 

@@ -1,0 +1,307 @@
+"""The archiver: follows a log's learned entries and writes them to an object store in
+segments listed by a manifest (docs/backup.md).
+
+Only learned entries are ever archived: the archiver reads through the client
+(`read_columns`, linearizable reads bounded by a learned position the log reported), and
+a read returns chosen entries only. It resumes after any restart from the manifest alone:
+what it had read but not yet listed in the manifest is read again from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from rlog.archive import metrics
+from rlog.archive.format import (
+    MANIFEST_NAME,
+    SEGMENTS_DIR,
+    ArchiveError,
+    Manifest,
+    SegmentInfo,
+    encode_segment,
+    now,
+    sha256,
+)
+from rlog.archive.store import ObjectStore
+from rlog.client import AsyncClient
+from rlog.client.errors import PastEnd, RlogError, Truncated
+from rlog.packed import run_count, run_last
+from rlog.proto import rlog_pb2 as pb
+
+log = logging.getLogger("rlog.archive")
+
+
+class ArchiveFatal(ArchiveError):
+    """An error retrying cannot fix: the archive belongs to another log, the log was
+    truncated past it, or another archiver writes the same manifest."""
+
+
+@dataclass
+class Retention:
+    """Which segments to delete: older than `max_age` seconds, or wholly below position
+    `keep_from`. The newest segment is always kept (it carries the archived position)."""
+
+    max_age: float | None = None
+    keep_from: int | None = None
+
+    def expired(self, segments: list[SegmentInfo], at: float) -> list[SegmentInfo]:
+        doomed: list[SegmentInfo] = []
+        for s in segments[:-1]:  # a prefix: segments are contiguous and in order
+            old = self.max_age is not None and at - s.created > self.max_age
+            below = self.keep_from is not None and s.last < self.keep_from
+            if not (old or below):
+                break
+            doomed.append(s)
+        return doomed
+
+
+@dataclass
+class ArchiverConfig:
+    segment_bytes: int = 8 << 20  # cut a segment once this many value bytes are pending
+    flush_interval: float = 10.0  # ... or once news is this old (bounds the archive's lag)
+    poll_interval: float = 0.5  # how often to ask the log for news when caught up
+    retention: Retention = field(default_factory=Retention)
+
+
+@dataclass
+class _Pending:
+    """Read from the log, not yet in a segment: runs at [first, covered_through]."""
+
+    first: int
+    covered_through: int
+    runs: list[pb.Run] = field(default_factory=list)
+    bytes: int = 0
+    since: float | None = None  # when the first uncovered news arrived
+
+    def add(self, runs: list[pb.Run]) -> None:
+        self.runs += runs
+        self.bytes += sum(len(r.data) + len(r.offsets) for r in runs)
+        self.covered_through = max(self.covered_through, run_last(runs[-1]))
+
+
+class Archiver:
+    def __init__(
+        self,
+        client: AsyncClient,
+        store: ObjectStore,
+        config: ArchiverConfig | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.config = config or ArchiverConfig()
+        self.manifest: Manifest | None = None
+        self.log_learned = 0
+
+    # ---- the manifest ------------------------------------------------------------------
+
+    async def load_manifest(self) -> Manifest | None:
+        raw = await self.store.get(MANIFEST_NAME)
+        return None if raw is None else Manifest.from_json(raw, self.store.where(MANIFEST_NAME))
+
+    async def open(self) -> Manifest:
+        """Load the manifest (or start one at the log's beginning), check that it is this
+        log's, and delete segment objects it does not list (left by a crash between a
+        segment's upload and the manifest's update, or by a retention cut)."""
+        await self.store.check_bucket()
+        status = await self.client.status()
+        manifest = await self.load_manifest()
+        if manifest is None:
+            manifest = Manifest(log_id=status.log_id, begin=status.begin)
+            await self._write_manifest(manifest, expect_generation=None)
+            log.info(
+                "started a new archive at %s from position %d", self.store.where(), status.begin
+            )
+        elif manifest.log_id != status.log_id:
+            raise ArchiveFatal(
+                f"the archive at {self.store.where()} belongs to log {manifest.log_id!r}, not to "
+                f"this log ({status.log_id!r}): use another bucket or prefix"
+            )
+        self.manifest = manifest
+        listed = {s.key for s in manifest.segments}
+        for key in await self.store.list(SEGMENTS_DIR):
+            if key not in listed:
+                log.info("deleting %s: not in the manifest (an interrupted upload)", key)
+                await self.store.delete(key)
+        self._observe()
+        return manifest
+
+    async def _write_manifest(self, manifest: Manifest, expect_generation: int | None) -> None:
+        """Write the manifest, first checking that nobody else wrote it since we read it
+        (two archivers on one prefix would lose segments)."""
+        if expect_generation is not None:
+            stored = await self.load_manifest()
+            found = None if stored is None else stored.generation
+            if found != expect_generation:
+                raise ArchiveFatal(
+                    f"the manifest at {self.store.where(MANIFEST_NAME)} changed under this "
+                    f"archiver (generation {found}, expected {expect_generation}): another "
+                    "archiver writes this prefix; run one archiver per archive"
+                )
+        manifest.generation += 1
+        manifest.updated = now()
+        await self.store.put(MANIFEST_NAME, manifest.to_json())
+
+    # ---- archiving ---------------------------------------------------------------------
+
+    async def _cut(self, pending: _Pending, last: int) -> _Pending:
+        """Upload the pending runs up to `last` as one segment, list it, return the rest."""
+        manifest = self.manifest
+        assert manifest is not None and pending.first == manifest.next_position
+        runs = [r for r in pending.runs if r.first <= last]
+        rest = [r for r in pending.runs if r.first > last]
+        assert all(run_last(r) <= last for r in runs), "segments cut between runs only"
+        body = encode_segment(runs)
+        info = SegmentInfo(
+            key=SegmentInfo.key_for(pending.first, last),
+            first=pending.first,
+            last=last,
+            entries=sum(run_count(r) for r in runs),
+            bytes=len(body),
+            sha256=sha256(body),
+            created=now(),
+        )
+        # The segment first, then the manifest that lists it: a crash in between leaves
+        # an unlisted object, deleted by the next `open`.
+        await self.store.put(info.key, body, info.sha256)
+        generation = manifest.generation
+        manifest.segments.append(info)
+        manifest.archived_through = last
+        try:
+            await self._write_manifest(manifest, expect_generation=generation)
+        except BaseException:
+            manifest.segments.pop()  # reloaded by the caller's retry anyway
+            raise
+        metrics.SEGMENTS.inc()
+        metrics.BYTES.inc(info.bytes)
+        metrics.ENTRIES.inc(info.entries)
+        metrics.LAST_SEGMENT_TIMESTAMP.set(info.created)
+        log.info(
+            "archived [%d, %d]: %d entries, %d bytes", info.first, last, info.entries, info.bytes
+        )
+        await self._apply_retention()
+        self._observe()
+        left = _Pending(first=last + 1, covered_through=max(pending.covered_through, last))
+        if rest:
+            left.add(rest)
+        left.since = pending.since if left.covered_through > last else None
+        return left
+
+    async def _apply_retention(self) -> None:
+        manifest = self.manifest
+        assert manifest is not None
+        doomed = self.config.retention.expired(manifest.segments, now())
+        if not doomed:
+            return
+        generation = manifest.generation
+        manifest.segments = manifest.segments[len(doomed) :]
+        manifest.begin = doomed[-1].last + 1
+        # The manifest first: a segment it no longer lists is garbage even if the deletes
+        # below are cut short (the next `open` finishes them).
+        await self._write_manifest(manifest, expect_generation=generation)
+        for s in doomed:
+            await self.store.delete(s.key)
+        metrics.DELETED_SEGMENTS.inc(len(doomed))
+        log.info(
+            "retention: deleted %d segments, the archive begins at %d", len(doomed), manifest.begin
+        )
+
+    def _observe(self) -> None:
+        manifest = self.manifest
+        archived = (
+            -1
+            if manifest is None or manifest.archived_through is None
+            else manifest.archived_through
+        )
+        metrics.ARCHIVED_POSITION.set(archived)
+        metrics.LOG_LEARNED_POSITION.set(self.log_learned)
+        metrics.LAG_POSITIONS.set(max(self.log_learned - archived, 0))
+
+    async def _learned_end(self) -> int:
+        status = await self.client.status()
+        self.log_learned = status.learned
+        return int(status.learned)
+
+    async def _read_into(self, pending: _Pending, to: int) -> _Pending:
+        """Read the log's APPEND entries in [pending.covered_through + 1, to] into
+        `pending`, cutting segments whenever enough bytes are pending."""
+        start = pending.covered_through + 1
+        columns = self.client.read_columns(start, to)
+        try:
+            async for runs in columns:
+                if pending.since is None:
+                    pending.since = now()
+                pending.add(runs)
+                if pending.bytes >= self.config.segment_bytes:
+                    pending = await self._cut(pending, pending.covered_through)
+        except Truncated as exc:
+            raise ArchiveFatal(
+                f"the log was truncated to {exc.begin}, past the archive's next position "
+                f"{start}: positions {start}..{(exc.begin or start) - 1} can no longer be "
+                "archived; start a new archive under another prefix"
+            ) from None
+        finally:
+            await columns.aclose()
+        if to > pending.covered_through:
+            pending.covered_through = to
+            if pending.since is None:
+                pending.since = now()
+        return pending
+
+    async def step(self, pending: _Pending, flush: bool) -> _Pending:
+        """One round: read what the log learned since, cut a segment if one is due (or if
+        `flush`, whatever is pending)."""
+        to = await self._learned_end()
+        if to >= pending.covered_through + 1:
+            try:
+                pending = await self._read_into(pending, to)
+            except PastEnd:
+                pass  # the replica that answered the read has not learned `to` yet
+        self._observe()
+        due = pending.since is not None and now() - pending.since >= self.config.flush_interval
+        if pending.covered_through >= pending.first and (flush or due):
+            pending = await self._cut(pending, pending.covered_through)
+        return pending
+
+    async def archive_now(self) -> Manifest:
+        """Archive everything the log has learned by now, then return the manifest."""
+        manifest = self.manifest or await self.open()
+        pending = _Pending(first=manifest.next_position, covered_through=manifest.next_position - 1)
+        await self.step(pending, flush=True)
+        assert self.manifest is not None
+        return self.manifest
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Archive until `stop` is set (then flush what is pending). Failures of the log
+        or the store are retried with a back-off, each time from the manifest as stored;
+        `ArchiveFatal` ends the run."""
+        stop = stop or asyncio.Event()
+        backoff = self.config.poll_interval
+        pending: _Pending | None = None
+        while True:
+            try:
+                if pending is None:
+                    manifest = await self.open()
+                    pending = _Pending(
+                        first=manifest.next_position,
+                        covered_through=manifest.next_position - 1,
+                    )
+                stopping = stop.is_set()
+                pending = await self.step(pending, flush=stopping)
+                if stopping:
+                    return
+                backoff = self.config.poll_interval
+            except ArchiveFatal:
+                raise
+            except (RlogError, OSError) as exc:
+                metrics.ERRORS.inc()
+                log.warning("archiving failed, retrying in %.1fs: %s", backoff, exc)
+                pending = None  # start again from the manifest as stored
+                if stop.is_set():
+                    raise
+                backoff = min(backoff * 2, 30.0)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=backoff)
+            except TimeoutError:
+                pass

@@ -1,0 +1,143 @@
+"""spec.backup and spec.bootstrap.fromArchive as manifests (rlog_operator.archive_specs via
+specs.desired_objects), the archiver's metrics into status.archive, and the CRD schema."""
+
+from pathlib import Path
+
+import yaml
+
+from rlog_operator import archive_specs, specs
+from rlog_operator import constants as c
+from rlog_operator.specs import OperatorConfig
+
+CONFIG = OperatorConfig()
+UID = "0b6f3c2e-1111-2222-3333-444455556666"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def body(**spec):
+    return {
+        "apiVersion": "rlog.io/v1alpha1",
+        "kind": "ReplicatedLog",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": UID, "generation": 1},
+        "spec": {"replicas": 3, "storage": {"size": "1Gi"}, **spec},
+    }
+
+
+def after(args, flag):
+    return args[args.index(flag) + 1]
+
+
+BACKUP = {
+    "endpoint": "http://s3.shop:7070",
+    "bucket": "logs",
+    "credentialsSecret": "s3-creds",
+    "retention": {"maxAgeSeconds": 86400, "keepFromPosition": 0},
+    "flushIntervalSeconds": 5,
+}
+
+
+def test_no_backup_no_archiver_no_init_container():
+    objects = specs.desired_objects(body(), CONFIG)
+    assert [o["kind"] for o in objects] == [
+        "Service",
+        "Service",
+        "PodDisruptionBudget",
+        "StatefulSet",
+    ]
+    assert "initContainers" not in objects[-1]["spec"]["template"]["spec"]
+
+
+def test_backup_adds_one_archiver_deployment_and_its_service():
+    objects = specs.desired_objects(body(backup=BACKUP), CONFIG)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    service = objects[-2]
+    assert deployment["metadata"]["name"] == service["metadata"]["name"] == "orders-archiver"
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two archivers
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"][c.LABEL_COMPONENT] == "archiver"
+    # not selected by the replicas' Services, StatefulSet and PDB
+    assert specs.selector_labels(body()).items() - pod["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    (ctr,) = pod["spec"]["containers"]
+    args = ctr["args"]
+    assert ctr["command"] == ["rlog"] and args[:2] == ["archive", "run"]
+    assert after(args, "--endpoint") == f"orders:{CONFIG.grpc_port}"
+    assert after(args, "--bucket") == "logs"
+    assert after(args, "--prefix") == "shop/orders"  # the default prefix
+    assert after(args, "--s3-endpoint") == "http://s3.shop:7070"
+    assert after(args, "--retention-max-age") == "86400"
+    assert after(args, "--retention-keep-from") == "0"
+    assert after(args, "--flush-interval") == "5"
+    assert after(args, "--metrics-port") == str(archive_specs.ARCHIVER_METRICS_PORT)
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in ctr["env"]}
+    assert secrets == {
+        "AWS_ACCESS_KEY_ID": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "s3-creds", "key": "AWS_SECRET_ACCESS_KEY"},
+    }
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_bootstrap_adds_a_restore_init_container_that_defers_to_a_running_log():
+    source = {
+        "bucket": "logs",
+        "prefix": "shop/old",
+        "credentialsSecret": "s3-creds",
+        "toPosition": 1234,
+    }
+    sts = next(
+        o
+        for o in specs.desired_objects(body(bootstrap={"fromArchive": source}), CONFIG)
+        if o["kind"] == "StatefulSet"
+    )
+    (init,) = sts["spec"]["template"]["spec"]["initContainers"]
+    args = init["args"]
+    assert init["name"] == c.RESTORE_CONTAINER and args[0] == "restore"
+    assert "--if-fresh" in args and "--starting" in args  # never VOTING without the permit
+    assert after(args, "--unless-peers-voting") == ",".join(specs.peers(body(), CONFIG))
+    assert after(args, "--data-dir") == c.DATA_DIR
+    assert after(args, "--prefix") == "shop/old" and after(args, "--to-position") == "1234"
+    assert {"name": c.DATA_VOLUME, "mountPath": c.DATA_MOUNT} in init["volumeMounts"]
+
+
+def test_archive_status_from_metrics():
+    text = """# HELP rlog_archive_archived_position x
+# TYPE rlog_archive_archived_position gauge
+rlog_archive_archived_position 900.0
+rlog_archive_log_learned_position 1000.0
+rlog_archive_lag_positions 100.0
+rlog_archive_last_segment_timestamp_seconds 1.7672256e+09
+rlog_archive_segments_total 4.0
+"""
+    status = archive_specs.archive_status(archive_specs.parse_archive_metrics(text))
+    assert status == {
+        "archivedPosition": 900,
+        "logLearnedPosition": 1000,
+        "lag": 100,
+        "lastSegmentTime": "2026-01-01T00:00:00Z",
+        "message": "",
+    }
+    assert archive_specs.archive_status(None, "cannot read x")["message"] == "cannot read x"
+
+
+def test_crd_schema_has_backup_bootstrap_and_archive_status():
+    for path in (
+        ROOT / "crds/replicatedlog.yaml",
+        ROOT / "helm/rlog-operator/crds/replicatedlog.yaml",
+    ):
+        crd = yaml.safe_load(path.read_text())
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        spec = schema["spec"]["properties"]
+        assert spec["backup"]["required"] == ["bucket", "credentialsSecret"]
+        assert set(spec["backup"]["properties"]["retention"]["properties"]) == {
+            "maxAgeSeconds",
+            "keepFromPosition",
+        }
+        source = spec["bootstrap"]["properties"]["fromArchive"]
+        assert "toPosition" in source["properties"]
+        assert spec["bootstrap"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+        assert set(schema["status"]["properties"]["archive"]["properties"]) >= {
+            "archivedPosition",
+            "lag",
+        }
