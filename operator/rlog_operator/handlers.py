@@ -5,12 +5,13 @@
   `spec.replicas` that slipped past the CRD's CEL rule (condition + PermanentError).
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
   label selector) and of existing PersistentVolume names: no list calls in the loop.
-* a 5 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
+* a 1 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
   replica its Status through the headless Service's DNS names (short timeouts,
-  concurrently), then `rolling.next_step` and `status.compute_status` (the facts of the
-  observation, the status, its Events and the `permits.decide` decision); patch the status,
-  emit Events, grant/revoke initialization permits (the CR's uid is the log id) and perform
-  the one rolling action (deletes with UID preconditions; step-down of the leader).
+  concurrently, over one kept channel per replica), then `rolling.next_step` and
+  `status.compute_status` (the facts of the observation, the status, its Events and the
+  `permits.decide` decision); patch the status fields that changed, emit Events,
+  grant/revoke initialization permits (the CR's uid is the log id) and perform the one
+  rolling action (deletes with UID preconditions; step-down of the leader).
 
 Operator settings (startup): one active operator. The chart runs a single Deployment replica
 with the `Recreate` strategy and kopf runs `--standalone` (no peering objects, no peering
@@ -42,7 +43,11 @@ from rlog_operator import status as st
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
 ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
-TIMER_INTERVAL = 5.0
+# Fresh status: `status.replicas` follows a replica's state and positions within about a
+# second. A tick asks each replica Status over a kept channel (cheap for the replica: a
+# local read) and writes only the status fields that changed (`status.status_patch`): an
+# idle log costs the API server nothing, a log under load one status patch a second.
+TIMER_INTERVAL = 1.0
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -251,17 +256,33 @@ def _endpoint(body: Mapping[str, Any], pod: str) -> str:
     return f"{specs.peer_host(body, ordinal or 0, CONFIG)}:{CONFIG.grpc_port}"
 
 
+# One client (one gRPC channel) per replica endpoint, kept between ticks: asking Status
+# every second must not cost a DNS lookup and a new connection every second. A client that
+# failed is dropped and made again on the next tick (the pod may have a new address).
+_STATUS_CLIENTS: dict[str, Any] = {}
+
+
 async def _replica_status(endpoint: str) -> dict[str, Any] | None:
     from rlog.client import AsyncClient, status_to_dict
 
-    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT)
+    client = _STATUS_CLIENTS.get(endpoint)
+    if client is None:
+        client = _STATUS_CLIENTS[endpoint] = AsyncClient(endpoint, timeout=STATUS_TIMEOUT)
     try:
         response = await asyncio.wait_for(client.status(endpoint), STATUS_TIMEOUT + 1)
         return status_to_dict(response)
     except Exception:  # unreachable, refusing, timing out: all mean "no answer"
-        return None
-    finally:
+        _STATUS_CLIENTS.pop(endpoint, None)
         await client.close()
+        return None
+
+
+async def _forget_status_clients(endpoints: list[str]) -> None:
+    """Close the kept clients of a deleted log."""
+    for endpoint in endpoints:
+        client = _STATUS_CLIENTS.pop(endpoint, None)
+        if client is not None:
+            await client.close()
 
 
 async def _replica_call(endpoint: str, what: str, log_id: str = "") -> None:
@@ -346,9 +367,9 @@ async def observe(
     )
 
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
-    for key, value in result.status.items():
-        if previous.get(key) != value:
-            patch.status[key] = value
+    # Only what changed is written (an unchanged tick writes nothing).
+    for key, value in st.status_patch(previous, result.status).items():
+        patch.status[key] = value
     for key in result.remove_annotations:
         patch.metadata.annotations[key] = None
     for event in result.events:
@@ -377,9 +398,12 @@ async def observe(
 
 
 @kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
-def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
-    """A deleted log leaves no series behind (its owned objects go by owner references)."""
+async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
+    """A deleted log leaves no series and no kept channel behind (its owned objects go by
+    owner references)."""
     metrics.forget(specs.namespace_of(body), specs.name_of(body))
+    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
+    await _forget_status_clients([_endpoint(body, n) for n in names])
 
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:

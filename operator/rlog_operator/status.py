@@ -413,6 +413,14 @@ def status_of(
     }
 
 
+def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `new` that differ from `previous`: what to write. An observation that
+    changed nothing writes nothing, so the operator can observe every second without
+    writing to the API server more often than something actually changes (a log under
+    continuous appends: at most one status write per observation)."""
+    return {key: value for key, value in new.items() if previous.get(key) != value}
+
+
 def compute_status(
     body: Mapping[str, Any],
     pods: Sequence[PodInfo],
