@@ -143,6 +143,12 @@ async def reconcile(
     **_: Any,
 ) -> None:
     metrics.RECONCILES.labels(handler="apply").inc()
+    if specs.paused(body):
+        # Nothing is applied while paused; removing the annotation is an update, which
+        # applies everything changed meanwhile.
+        patch.status["paused"] = True
+        kopf.info(body, reason="Paused", message=f"{c.ANNOTATION_PAUSED}: nothing applied")
+        return
     objects = specs.desired_objects(body, CONFIG)
     sts_name = specs.statefulset_name(body)
     namespace = specs.namespace_of(body)
@@ -354,7 +360,12 @@ async def observe(
     previous = dict(body.get("status") or {})
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
     now = _now()
-    action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
+    paused = specs.paused(body)
+    if paused:  # observe only: the stored rolling queue stays as it is
+        message = str((previous.get("rollingUpdate") or {}).get("message") or "")
+        action = rolling.Action("none", queue=queue, reason=message)
+    else:
+        action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
     result = st.compute_status(
         view,
         pods,
@@ -364,6 +375,7 @@ async def observe(
         now,
         rolling_update=action.as_status(),
         refused=refused,
+        paused=paused,
     )
 
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
@@ -384,7 +396,7 @@ async def observe(
         await _act(body, "revoke", name, uid, logger)
     if not (permit.grant or permit.revoke):
         logger.debug("initialization permits: nothing to do: %s", permit.reason())
-    if refused:
+    if refused or paused:
         return
 
     if action.kind in ("none", "wait"):

@@ -128,6 +128,9 @@ class ReplicaConfig:
     max_inflight_batches: int = 2  # measured: deeper pipelines make smaller batches
     # Client sessions (exactly-once appends) last this many positions (docs/protocol.md).
     session_window: int = DEFAULT_SESSION_WINDOW
+    # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
+    # the next leader) until another replica leads, at most this long; 0 = stop at once.
+    drain_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -144,6 +147,8 @@ class ReplicaConfig:
             raise ConfigError("--max-entry-size must be positive")
         if self.session_window <= 0:
             raise ConfigError("--session-window must be positive")
+        if self.drain_timeout < 0:
+            raise ConfigError("--drain-timeout must not be negative")
 
     @property
     def address(self) -> str:

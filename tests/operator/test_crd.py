@@ -176,7 +176,8 @@ def test_status_fields(schema):
 
 def test_printer_columns(version):
     columns = {col["name"]: col for col in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Replicas", "Voting", "Leader", "Phase", "Age"]
+    assert list(columns) == ["Replicas", "Voting", "Leader", "Phase", "Paused", "Age"]
+    assert columns["Paused"]["jsonPath"] == ".status.paused"
     assert columns["Replicas"]["jsonPath"] == ".spec.replicas"
     assert columns["Phase"]["jsonPath"] == ".status.phase"
     assert columns["Age"]["type"] == "date"

@@ -399,3 +399,17 @@ def test_a_state_change_writes_the_state_and_what_follows_from_it():
     assert {"replicas", "phase", "votingReplicas", "conditions"} <= set(patch)
     assert "leader" not in patch and "initialized" not in patch
     assert st.status_patch({}, again) == again  # a first observation writes everything
+
+
+# ---- pause -----------------------------------------------------------------------------------
+
+
+def test_paused_log_reports_it_and_grants_nothing():
+    pods = [pod(i, ready=False) for i in range(3)]
+    statuses = {f"orders-{i}": rs(i, "EMPTY", leader=None) for i in range(3)}
+    assert compute(cr(), pods, statuses).permit.grant  # not paused: permits go out
+    r = compute(cr(), pods, statuses, paused=True)
+    assert r.status["paused"] is True
+    assert r.permit.grant == () and r.permit.revoke == ()
+    assert r.status["phase"] == "Initializing"  # the observation itself goes on
+    assert compute(cr(), pods, statuses).status["paused"] is False
