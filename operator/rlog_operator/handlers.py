@@ -68,6 +68,10 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     settings.posting.level = logging.INFO
     # A single active operator (module docs): standalone, no peering.
     settings.peering.standalone = True
+    # No watching of CRDs and namespaces (least privilege: the chart grants neither): kopf
+    # finds the ReplicatedLog resource once at startup through discovery, and takes the
+    # watched namespaces as given. A CRD installed after the operator needs a restart.
+    settings.scanning.disabled = True
     # Retry a failed handler after a short, bounded delay.
     settings.execution.max_workers = 8
     settings.persistence.finalizer = f"{c.GROUP}/operator"

@@ -30,14 +30,16 @@ RESOURCES = {
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
 }
-# what kopf itself needs: watch the CRs, patch them and their status, post Events
-KOPF_NEEDS = [
+# what kopf itself does for the ReplicatedLog handlers: list and watch the CRs, patch them
+# (finalizer, progress) and their status, post Events
+KOPF_CR_CALLS = [
     ("rlog.io", "replicatedlogs", "list"),
     ("rlog.io", "replicatedlogs", "watch"),
     ("rlog.io", "replicatedlogs", "patch"),
     ("rlog.io", "replicatedlogs/status", "patch"),
     ("", "events", "create"),
 ]
+CLUSTER_SCOPED = {"persistentvolumes"}
 # _apply_one creates or patches every kind desired_objects builds
 APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
 
@@ -126,25 +128,87 @@ def _handler_calls() -> set[tuple[str, str, str]]:
     for stem in APPLIED:
         group, resource = RESOURCES[stem]
         needed |= {(group, resource, "create"), (group, resource, "patch")}
-    needed |= set(KOPF_NEEDS)
+    needed |= set(KOPF_CR_CALLS)
+    needed |= _kopf_index_calls()
     return needed
 
 
-def test_rbac_covers_what_the_handlers_call(helm: str) -> None:
-    role = next(d for d in _render(helm) if d["kind"] == "ClusterRole")
-    granted = {
+def _kopf_index_calls() -> set[tuple[str, str, str]]:
+    """kopf lists and watches the resource of every index the handlers register."""
+    import kopf
+
+    from rlog_operator import handlers  # noqa: F401  (registers the handlers)
+
+    calls: set[tuple[str, str, str]] = set()
+    for handler in kopf.get_default_registry()._indexing.get_all_handlers():
+        selector = handler.selector
+        assert selector is not None
+        group = selector.group or ""
+        resource = selector.plural or selector.any_name
+        assert resource, handler.id
+        calls |= {(group, str(resource), "list"), (group, str(resource), "watch")}
+    return calls
+
+
+def _grants(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
         (g, r, v)
-        for rule in role["rules"]
+        for rule in doc["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    missing = _handler_calls() - granted
-    assert not missing, f"the ClusterRole lacks {sorted(missing)}"
+
+
+def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
+    """Every call is granted, and every granted (resource, verb) is called: a verb the
+    operator never uses fails this test."""
+    needed = _handler_calls()
+    docs = _render(helm)
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    granted = _grants(role)
+    assert granted - needed == set(), f"granted, never called: {sorted(granted - needed)}"
+    assert needed - granted == set(), f"called, not granted: {sorted(needed - granted)}"
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
-    # least privilege: the operator never deletes what it does not replace
-    deletable = {r for g, r, v in granted if v == "delete"}
-    assert deletable == {"pods", "persistentvolumeclaims"}
+    # the operator never deletes what it does not replace, and never reads nodes
+    assert {r for g, r, v in granted if v == "delete"} == {"pods", "persistentvolumeclaims"}
+    assert not {r for g, r, v in granted if r == "nodes"}
+
+
+def test_rbac_is_namespaced_when_watch_namespaces_is_set(helm: str) -> None:
+    needed = _handler_calls()
+    docs = _render(helm, "--set", "watchNamespaces={shop,billing}")
+    (cluster_role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    # cluster-wide: only what is cluster-scoped, read-only
+    assert {r for _, r, _ in _grants(cluster_role)} == CLUSTER_SCOPED
+    assert {v for _, _, v in _grants(cluster_role)} <= {"get", "list", "watch"}
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
+    assert set(roles) == set(bindings) == {"shop", "billing"}
+    for namespace, role in roles.items():
+        granted = _grants(role) | _grants(cluster_role)
+        assert granted == needed, (namespace, sorted(granted ^ needed))
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        (subject,) = binding["subjects"]
+        assert subject["kind"] == "ServiceAccount"
+
+
+def test_every_granted_verb_says_why() -> None:
+    """A comment per verb in the chart's RBAC template."""
+    template = (CHART / "templates" / "rbac.yaml").read_text()
+    verbs = [
+        line
+        for line in template.splitlines()
+        if re.match(r"\s+- (get|list|watch|create|patch|delete|update)\b", line)
+    ]
+    assert verbs
+    assert all("#" in line for line in verbs), [line for line in verbs if "#" not in line]
 
 
 def test_monitoring_objects_take_extra_labels(helm: str) -> None:
