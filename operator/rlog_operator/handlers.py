@@ -13,9 +13,10 @@
   grant/revoke initialization permits (the CR's uid is the log id) and perform the one
   rolling action (deletes with UID preconditions; step-down of the leader).
 
-Operator settings (startup): one active operator. The chart runs a single Deployment replica
-with the `Recreate` strategy and kopf runs `--standalone` (no peering objects, no peering
-RBAC): two operators never run at once, short of a node partition, and even then every
+Operator settings (startup): one acting operator. The chart runs two pods; only the holder of
+a Lease runs kopf (rlog_operator.election, lease.py; main.py stands by before kopf starts)
+and kopf runs `--standalone` (no peering objects). Should two ever act at once (a holder cut
+off from the API server for longer than its renew deadline is already exiting), every
 destructive action is a delete with a UID precondition decided from current observations and
 `rolling.next_step` never takes a log below quorum, so a stale twin cannot do harm.
 
@@ -79,14 +80,14 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     # not every pod of the cluster; PersistentVolumes carry no labels of ours.
     for resource in ("pods", "persistentvolumeclaims", "statefulsets"):
         settings.watching.label_selectors[resource] = observed.REPLICA_SELECTOR
-    _load_kube_config()
+    load_kube_config()
     port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
     if port:
         metrics.serve(port)
         logger.info("operator metrics on :%d/metrics", port)
 
 
-def _load_kube_config() -> None:
+def load_kube_config() -> None:
     try:
         k8s_config.load_incluster_config()
     except k8s_config.ConfigException:

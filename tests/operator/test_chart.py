@@ -12,7 +12,8 @@ import pytest
 from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 
 ROOT = Path(__file__).resolve().parents[2]
-HANDLERS = ROOT / "operator" / "rlog_operator" / "handlers.py"
+# the modules that call the Kubernetes API through the kubernetes client
+CALLERS = [ROOT / "operator" / "rlog_operator" / name for name in ("handlers.py", "lease.py")]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,9 @@ RESOURCES = {
     "stateful_set": ("apps", "statefulsets"),
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
+    "lease": ("coordination.k8s.io", "leases"),
 }
+VERBS = {"read": "get", "replace": "update"}  # client method prefix -> RBAC verb
 # what kopf itself does for the ReplicatedLog handlers: list and watch the CRs, patch them
 # (finalizer, progress) and their status, post Events
 KOPF_CR_CALLS = [
@@ -116,15 +119,15 @@ def test_dashboard_is_json_on_the_replica_metrics(helm: str) -> None:
 
 
 def _handler_calls() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every kubernetes-client call in handlers.py."""
-    source = HANDLERS.read_text()
+    """(group, resource, verb) of every kubernetes-client call the operator makes."""
     needed: set[tuple[str, str, str]] = set()
-    for verb, stem in re.findall(
-        r"\.(read|list|delete|create|patch)_(?:namespaced_)?(\w+)\(", source
-    ):
-        assert stem in RESOURCES, f"handlers.py calls {verb}_{stem}: add it to RESOURCES"
-        group, resource = RESOURCES[stem]
-        needed.add((group, resource, "get" if verb == "read" else verb))
+    for path in CALLERS:
+        for verb, stem in re.findall(
+            r"\.(read|list|delete|create|patch|replace)_(?:namespaced_)?(\w+)\(", path.read_text()
+        ):
+            assert stem in RESOURCES, f"{path.name} calls {verb}_{stem}: add it to RESOURCES"
+            group, resource = RESOURCES[stem]
+            needed.add((group, resource, VERBS.get(verb, verb)))
     for stem in APPLIED:
         group, resource = RESOURCES[stem]
         needed |= {(group, resource, "create"), (group, resource, "patch")}
@@ -165,9 +168,12 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
     operator never uses fails this test."""
     needed = _handler_calls()
     docs = _render(helm)
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
     (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
-    granted = _grants(role)
+    (lease_role,) = [
+        d for d in docs if d["kind"] == "Role"
+    ]  # the Lease, in the release's namespace
+    assert {r for _, r, _ in _grants(lease_role)} == {"leases"}
+    granted = _grants(role) | _grants(lease_role)
     assert granted - needed == set(), f"granted, never called: {sorted(granted - needed)}"
     assert needed - granted == set(), f"called, not granted: {sorted(needed - granted)}"
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
@@ -183,11 +189,22 @@ def test_rbac_is_namespaced_when_watch_namespaces_is_set(helm: str) -> None:
     # cluster-wide: only what is cluster-scoped, read-only
     assert {r for _, r, _ in _grants(cluster_role)} == CLUSTER_SCOPED
     assert {v for _, _, v in _grants(cluster_role)} <= {"get", "list", "watch"}
-    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
-    bindings = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "RoleBinding"}
+    lease = _grants(
+        next(d for d in docs if d["kind"] == "Role" and "lease" in d["metadata"]["name"])
+    )
+    roles = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["namespace"] != "default"
+    }
+    bindings = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["metadata"]["namespace"] != "default"
+    }
     assert set(roles) == set(bindings) == {"shop", "billing"}
     for namespace, role in roles.items():
-        granted = _grants(role) | _grants(cluster_role)
+        granted = _grants(role) | _grants(cluster_role) | lease
         assert granted == needed, (namespace, sorted(granted ^ needed))
         binding = bindings[namespace]
         assert binding["roleRef"] == {
@@ -209,6 +226,27 @@ def test_every_granted_verb_says_why() -> None:
     ]
     assert verbs
     assert all("#" in line for line in verbs), [line for line in verbs if "#" not in line]
+
+
+def test_two_operator_pods_with_a_lease_by_default(helm: str) -> None:
+    (deployment,) = [d for d in _render(helm) if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RLOG_OPERATOR_LEASE"]["value"] == "t-rlog-operator"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    single = _render(helm, "--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
+    (deployment,) = [d for d in single if d["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert not [d for d in single if d["kind"] == "Role"]
+    out = subprocess.run(
+        [helm, "template", "t", str(CHART), "--set", "leaderElection.enabled=false"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "replicaCount must be 1" in out.stderr
 
 
 def test_monitoring_objects_take_extra_labels(helm: str) -> None:

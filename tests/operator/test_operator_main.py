@@ -61,3 +61,11 @@ def test_metrics_count_replicas_by_status() -> None:
     assert value("VOTING") is None and value("Unknown") is None
     assert REGISTRY.get_sample_value("rlog_operator_log_phase", phase) is None
     metrics.forget("ns", "log")  # twice is harmless
+
+
+def test_lease_and_liveness_arguments() -> None:
+    from rlog_operator import main
+
+    args = main.parse_args(["--lease", "rlog-op", "--liveness", "http://0.0.0.0:8181/healthz"])
+    assert args.lease == "rlog-op"
+    assert main.liveness_port(args.liveness) == 8181
