@@ -37,6 +37,9 @@ ANNOTATION_REINITIALIZE: Final = "rlog.io/reinitialize"  # after a suspected tot
 # stays fresh; nothing is applied, granted, deleted or stepped down until it is removed
 # (or set to anything else).
 ANNOTATION_PAUSED: Final = "rlog.io/paused"
+# On the ReplicatedLog, any non-empty value: ask the current leader to step down once (the
+# operator removes the annotation when done; `kubectl rlog step-down` sets it).
+ANNOTATION_STEP_DOWN: Final = "rlog.io/step-down"
 # On a replica pod, any non-empty value: replace this replica's volume (PVC + pod).
 ANNOTATION_REPLACE_VOLUME: Final = "rlog.io/replace-volume"
 # On the StatefulSet and pods the operator makes: the identity the replicas are stamped with.

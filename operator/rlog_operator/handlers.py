@@ -404,6 +404,18 @@ async def observe(
     if refused or paused:
         return
 
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
+    if asked:
+        try:
+            await _replica_call(_endpoint(body, asked), "step-down")
+        except Exception as e:  # the next tick retries
+            logger.warning("step-down of %s failed: %s", asked, e)
+        else:
+            patch.metadata.annotations[c.ANNOTATION_STEP_DOWN] = None
+            kopf.info(body, reason="StepDown", message=f"asked {asked} to step down (requested)")
+            return
+
     if action.kind in ("none", "wait"):
         return
     if action.queue != queue:

@@ -220,3 +220,9 @@ def leader_of(statuses: Mapping[str, ReplicaStatus | None]) -> str:
     if votes:
         return max(sorted(votes), key=lambda p: votes[p])
     return claims[0] if claims else ""
+
+
+def step_down_requested(annotations: Mapping[str, str], leader: str) -> str:
+    """The pod to ask to step down for the annotation rlog.io/step-down: the leader, or ""
+    (no request, or no leader yet: the request waits for one)."""
+    return leader if annotations.get(c.ANNOTATION_STEP_DOWN) and leader else ""
