@@ -30,6 +30,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from rlog_operator import constants as c
 from rlog_operator import metrics, observed, rolling, specs
 from rlog_operator import status as st
+from rlog_operator import storage as sg
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
 ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
@@ -180,6 +182,13 @@ async def reconcile(
             kopf.warn(body, reason="ReplicasChanged", message=message)
             metrics.ERRORS.labels(handler="apply").inc()
             raise kopf.PermanentError(message)
+    if existing is not None:
+        # volumeClaimTemplates are immutable: keep the built one (the observe timer replaces
+        # the StatefulSet when spec.storage changed, see storage.py)
+        built_claims = (existing.get("spec") or {}).get("volumeClaimTemplates")
+        for obj in objects:
+            if obj["kind"] == "StatefulSet" and built_claims:
+                obj["spec"]["volumeClaimTemplates"] = built_claims
     for obj in objects:
         kopf.adopt(obj, owner=body, strict=True)
         try:
@@ -383,6 +392,18 @@ async def observe(
         paused=paused,
     )
 
+    storage_step = sg.Step("none")
+    if not (paused or refused):
+        storage_step = await _storage_step(body, pods, pvcs, sts, statuses, result.status, queue)
+        result.status["migration"] = sg.migration_status(
+            sg.Storage.of_spec(body), sg.claims_of(body, pvcs), storage_step
+        )
+        if (
+            storage_step.kind == "refuse"
+            and (previous.get("migration") or {}).get("phase") != "Refused"
+        ):
+            kopf.warn(body, reason="StorageShrinkRefused", message=storage_step.reason)
+
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
     # Only what changed is written (an unchanged tick writes nothing).
     for key, value in st.status_patch(previous, result.status).items():
@@ -417,6 +438,8 @@ async def observe(
             return
 
     if action.kind in ("none", "wait"):
+        if action.kind == "none" and storage_step.kind not in ("none", "wait"):
+            await _storage_act(body, storage_step, sts, namespace, logger)
         return
     if action.queue != queue:
         # The queue must be stored before the delete; kopf patches after the handler, so
@@ -468,3 +491,109 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
         metrics.ERRORS.labels(handler="rolling").inc()
         raise kopf.TemporaryError(f"{action.kind} {action.pod}: {e}", delay=5) from e
     logger.info("rolling: %s %s (%s)", action.kind, action.pod, action.reason)
+
+
+# ---- storage expansion and migration (storage.py decides) -------------------------------------
+
+# StorageClass name -> allowVolumeExpansion, looked up once per operator run
+_EXPANDABLE: dict[str, bool] = {}
+
+
+def _class_expandable(name: str) -> bool | None:
+    if name in _EXPANDABLE:
+        return _EXPANDABLE[name]
+    try:
+        found = k8s.StorageV1Api().read_storage_class(name)
+    except ApiException as e:
+        if e.status == 404:
+            return False  # no such class: it cannot expand anything
+        return None
+    _EXPANDABLE[name] = bool(found.allow_volume_expansion)
+    return _EXPANDABLE[name]
+
+
+async def _storage_step(
+    body: kopf.Body,
+    pods: list[observed.PodInfo],
+    pvcs: dict[str, observed.PvcInfo],
+    sts: observed.StatefulSetRecord | None,
+    statuses: Mapping[str, observed.ReplicaStatus | None],
+    status: Mapping[str, Any],
+    queue: list[Any],
+) -> sg.Step:
+    wanted = sg.Storage.of_spec(body)
+    claims = sg.claims_of(body, pvcs)
+    # the class that decides expansion: the spec's, else the one the claims got by default
+    cls = wanted.storage_class or next((cl.storage.storage_class for cl in claims), "")
+    expandable = await asyncio.to_thread(_class_expandable, cls) if cls else False
+    return sg.next_step(
+        wanted,
+        sg.built_of(sts),
+        claims,
+        states={name: observed.status_name(s) for name, s in statuses.items()},
+        leader=str(status.get("leader") or ""),
+        expandable=expandable,
+        busy=sg.rolling_busy(queue, pods),
+    )
+
+
+def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
+    """Delete the StatefulSet leaving its pods and claims (Orphan), wait until it is gone,
+    and create it from the spec: it adopts the same pods without restarting them."""
+    name, namespace = specs.statefulset_name(body), specs.namespace_of(body)
+    api = k8s.AppsV1Api()
+    try:
+        api.delete_namespaced_stateful_set(
+            name,
+            namespace,
+            body=k8s.V1DeleteOptions(
+                propagation_policy="Orphan", preconditions=k8s.V1Preconditions(uid=uid)
+            ),
+        )
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+    for _ in range(40):
+        if _read_statefulset(name, namespace) is None:
+            break
+        time.sleep(0.25)
+    else:
+        return  # still going: the next tick tries again
+    desired = specs.statefulset(body, CONFIG)
+    kopf.adopt(desired, owner=body, strict=True)
+    _apply_one(desired)
+
+
+def _expand_claim(name: str, namespace: str, size: str) -> None:
+    k8s.CoreV1Api().patch_namespaced_persistent_volume_claim(
+        name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
+    )
+
+
+def _ask_new_volume(pod: str, namespace: str) -> None:
+    k8s.CoreV1Api().patch_namespaced_pod(
+        pod, namespace, {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: "storage"}}}
+    )
+
+
+async def _storage_act(
+    body: kopf.Body,
+    step: sg.Step,
+    sts: observed.StatefulSetRecord | None,
+    namespace: str,
+    logger: Any,
+) -> None:
+    try:
+        if step.kind == "recreate-statefulset" and sts is not None:
+            await asyncio.to_thread(_recreate_statefulset, body, str(sts.get("uid") or ""))
+            kopf.info(body, reason="StorageTemplate", message=step.reason)
+        elif step.kind == "expand":
+            await asyncio.to_thread(_expand_claim, step.claim, namespace, step.size)
+            kopf.info(body, reason="ExpandingVolume", message=step.reason)
+        elif step.kind == "migrate":
+            await asyncio.to_thread(_ask_new_volume, step.pod, namespace)
+            kopf.info(body, reason="MigratingVolume", message=step.reason)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="storage").inc()
+        raise _temporary(e, f"storage {step.kind} {step.pod or step.claim}") from e
+    logger.info("storage: %s (%s)", step.kind, step.reason)

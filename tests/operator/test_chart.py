@@ -31,6 +31,7 @@ RESOURCES = {
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
     "lease": ("coordination.k8s.io", "leases"),
+    "storage_class": ("storage.k8s.io", "storageclasses"),
 }
 VERBS = {"read": "get", "replace": "update"}  # client method prefix -> RBAC verb
 # what kopf itself does for the ReplicatedLog handlers: list and watch the CRs, patch them
@@ -42,7 +43,7 @@ KOPF_CR_CALLS = [
     ("rlog.io", "replicatedlogs/status", "patch"),
     ("", "events", "create"),
 ]
-CLUSTER_SCOPED = {"persistentvolumes"}
+CLUSTER_SCOPED = {"persistentvolumes", "storageclasses"}
 # _apply_one creates or patches every kind desired_objects builds
 APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
 
@@ -177,8 +178,13 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
     assert granted - needed == set(), f"granted, never called: {sorted(granted - needed)}"
     assert needed - granted == set(), f"called, not granted: {sorted(needed - granted)}"
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
-    # the operator never deletes what it does not replace, and never reads nodes
-    assert {r for g, r, v in granted if v == "delete"} == {"pods", "persistentvolumeclaims"}
+    # the operator never deletes what it does not replace (a StatefulSet only to replace its
+    # claim template, orphaning its pods), and never reads nodes
+    assert {r for g, r, v in granted if v == "delete"} == {
+        "pods",
+        "persistentvolumeclaims",
+        "statefulsets",
+    }
     assert not {r for g, r, v in granted if r == "nodes"}
 
 
