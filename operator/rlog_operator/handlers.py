@@ -40,7 +40,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from rlog_operator import constants as c
-from rlog_operator import metrics, observed, rolling, specs
+from rlog_operator import metrics, netpol, observed, rolling, specs
 from rlog_operator import status as st
 from rlog_operator import storage as sg
 
@@ -107,6 +107,8 @@ def _api_for(kind: str) -> tuple[Any, str]:
         return k8s.CoreV1Api(), "namespaced_service"
     if kind == "PodDisruptionBudget":
         return k8s.PolicyV1Api(), "namespaced_pod_disruption_budget"
+    if kind == "NetworkPolicy":
+        return k8s.NetworkingV1Api(), "namespaced_network_policy"
     raise kopf.PermanentError(f"the operator cannot apply a {kind}")
 
 
@@ -156,7 +158,7 @@ async def reconcile(
         patch.status["paused"] = True
         kopf.info(body, reason="Paused", message=f"{c.ANNOTATION_PAUSED}: nothing applied")
         return
-    objects = specs.desired_objects(body, CONFIG)
+    objects = [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
     sts_name = specs.statefulset_name(body)
     namespace = specs.namespace_of(body)
     try:

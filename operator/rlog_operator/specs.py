@@ -64,6 +64,8 @@ class OperatorConfig:
     # and for closing the store before the kubelet's SIGKILL.
     drain_seconds: int = 10
     termination_grace_seconds: int = 30
+    # where the operator runs (its pods are let in by a log's NetworkPolicy)
+    operator_namespace: str = "rlog-system"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
@@ -76,6 +78,7 @@ class OperatorConfig:
             grpc_port=int(env.get("RLOG_GRPC_PORT", d.grpc_port)),
             metrics_port=int(env.get("RLOG_METRICS_PORT", d.metrics_port)),
             cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
+            operator_namespace=env.get("RLOG_OPERATOR_NAMESPACE", d.operator_namespace),
         )
 
 
@@ -460,7 +463,8 @@ def pod_disruption_budget(body: Body) -> Manifest:
 
 
 def desired_objects(body: Body, config: OperatorConfig) -> list[Manifest]:
-    """Everything a ReplicatedLog owns, in the order to create it."""
+    """Everything a ReplicatedLog owns, in the order to create it (with
+    `spec.networkPolicy`, netpol.for_log's NetworkPolicy goes before these)."""
     return [
         headless_service(body, config),
         client_service(body, config),

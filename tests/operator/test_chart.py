@@ -32,6 +32,7 @@ RESOURCES = {
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
     "lease": ("coordination.k8s.io", "leases"),
     "storage_class": ("storage.k8s.io", "storageclasses"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
 }
 VERBS = {"read": "get", "replace": "update"}  # client method prefix -> RBAC verb
 # what kopf itself does for the ReplicatedLog handlers: list and watch the CRs, patch them
@@ -45,7 +46,7 @@ KOPF_CR_CALLS = [
 ]
 CLUSTER_SCOPED = {"persistentvolumes", "storageclasses"}
 # _apply_one creates or patches every kind desired_objects builds
-APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
+APPLIED = ["stateful_set", "service", "pod_disruption_budget", "network_policy"]
 
 
 def _render(helm: str, *args: str) -> list[dict[str, Any]]:
