@@ -15,13 +15,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import CHART
 from e2elib import Kubectl, wait_until
 from oplib import Log, Writer, check_acknowledged, created_log
 
 NAME = "upgrade-log"
 RELEASE = "rlog-operator"
-CRD = os.path.join(os.path.dirname(os.path.dirname(CHART)), "crds", "replicatedlog.yaml")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHART = os.path.join(ROOT, "helm", "rlog-operator")
+CRD = os.path.join(ROOT, "crds", "replicatedlog.yaml")
 QUORUM = 2
 
 
