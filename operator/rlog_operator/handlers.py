@@ -539,6 +539,12 @@ async def _storage_step(
     )
 
 
+def _create_statefulset(body: kopf.Body) -> None:
+    desired = specs.statefulset(body, CONFIG)
+    kopf.adopt(desired, owner=body, strict=True)
+    _apply_one(desired)  # created (it is gone); a patch only if it came back meanwhile
+
+
 def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
     """Delete the StatefulSet leaving its pods and claims (Orphan), wait until it is gone,
     and create it from the spec: it adopts the same pods without restarting them."""
@@ -560,10 +566,8 @@ def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
             break
         time.sleep(0.25)
     else:
-        return  # still going: the next tick tries again
-    desired = specs.statefulset(body, CONFIG)
-    kopf.adopt(desired, owner=body, strict=True)
-    _apply_one(desired)
+        return  # still going: the next tick creates it (storage: create-statefulset)
+    _create_statefulset(body)
 
 
 def _expand_claim(name: str, namespace: str, size: str) -> None:
@@ -586,7 +590,10 @@ async def _storage_act(
     logger: Any,
 ) -> None:
     try:
-        if step.kind == "recreate-statefulset" and sts is not None:
+        if step.kind == "create-statefulset":
+            await asyncio.to_thread(_create_statefulset, body)
+            kopf.info(body, reason="StorageTemplate", message=step.reason)
+        elif step.kind == "recreate-statefulset" and sts is not None:
             await asyncio.to_thread(_recreate_statefulset, body, str(sts.get("uid") or ""))
             kopf.info(body, reason="StorageTemplate", message=step.reason)
         elif step.kind == "expand":

@@ -35,7 +35,9 @@ from rlog_operator import constants as c
 from rlog_operator import specs
 from rlog_operator.observed import PodInfo, PvcInfo, StatefulSetRecord
 
-StepKind = Literal["none", "refuse", "recreate-statefulset", "expand", "migrate", "wait"]
+StepKind = Literal[
+    "none", "refuse", "create-statefulset", "recreate-statefulset", "expand", "migrate", "wait"
+]
 
 _SUFFIXES: dict[str, Decimal | int] = {
     "Ki": 2**10,
@@ -150,7 +152,13 @@ def next_step(
     Unknown); `expandable`: the wanted class allows volume expansion (None: not known yet);
     `busy`: why the rolling replacement is busy ("" if it is idle: no queue, no pod
     annotated for a new volume)."""
-    if built is None or not wanted.size:
+    if not wanted.size:
+        return Step("none")
+    if built is None:
+        # claims but no StatefulSet: it was deleted (by the template replacement, which
+        # orphans pods and claims, or by hand): create it again; it adopts what is left
+        if claims:
+            return Step("create-statefulset", "the StatefulSet is gone: creating it again")
         return Step("none")
     refusal = shrink_refusal(built, wanted)
     if refusal:
@@ -223,6 +231,7 @@ def migration_status(wanted: Storage, claims: Sequence[Claim], step: Step) -> di
     phase = {
         "none": "Idle",
         "refuse": "Refused",
+        "create-statefulset": "Template",
         "recreate-statefulset": "Template",
         "expand": "Expanding",
         "migrate": "Migrating",

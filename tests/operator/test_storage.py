@@ -62,7 +62,11 @@ def plan(
 
 def test_nothing_to_do_when_every_claim_matches():
     assert plan([claim(i) for i in range(3)]).kind == "none"
-    assert plan([], built=None).kind == "none"
+    assert plan([], built=None).kind == "none"  # a new log: reconcile creates it
+
+
+def test_claims_without_a_statefulset_get_it_back():
+    assert plan([claim(i) for i in range(3)], built=None).kind == "create-statefulset"
 
 
 def test_a_shrink_is_refused_before_anything_else():
