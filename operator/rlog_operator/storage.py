@@ -126,6 +126,12 @@ def shrink_refusal(built: Storage, wanted: Storage) -> str:
     return ""
 
 
+def same(a: Storage, b: Storage) -> bool:
+    """The same class and size, by value: the API server writes quantities back in
+    canonical form ("1024Mi" comes back as "1Gi")."""
+    return a.storage_class == b.storage_class and quantity(a.size) == quantity(b.size)
+
+
 def _class_differs(claim: Storage, wanted: Storage) -> bool:
     # an unset class in the spec means "the default": any claim's class is accepted
     return bool(wanted.storage_class) and claim.storage_class != wanted.storage_class
@@ -169,7 +175,7 @@ def next_step(
         if _class_differs(claim.storage, wanted) or _too_small(claim.storage, wanted)
     ]
     names = tuple(claim.pod for claim in outdated)
-    if built != wanted:
+    if not same(built, wanted):
         return Step(
             "recreate-statefulset",
             f"the claim template follows the spec ({built.size}/{built.storage_class or 'default'}"

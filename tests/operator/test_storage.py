@@ -69,6 +69,13 @@ def test_claims_without_a_statefulset_get_it_back():
     assert plan([claim(i) for i in range(3)], built=None).kind == "create-statefulset"
 
 
+def test_sizes_compare_by_value_not_by_spelling():
+    """The API server returns "1024Mi" as "1Gi": no template replacement for that."""
+    wanted = Storage("1024Mi", "fast")
+    claims = [claim(i, "1Gi") for i in range(3)]
+    assert plan(claims, built=Storage("1Gi", "fast"), wanted=wanted).kind == "none"
+
+
 def test_a_shrink_is_refused_before_anything_else():
     step = plan([claim(i, "4Gi") for i in range(3)], built=Storage("4Gi", "fast"))
     assert step.kind == "refuse" and "cannot shrink" in step.reason
