@@ -46,9 +46,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="kubectl rlog", description="Operate ReplicatedLogs (rlog.io) from kubectl."
     )
-    p.add_argument("-n", "--namespace", help="the log's namespace (default: the context's)")
-    p.add_argument("--context", help="the kubeconfig context to use")
-    p.add_argument("--kubeconfig", help="path to the kubeconfig file")
+    _add_cluster_options(p)
+    # kubectl passes the flags where the user wrote them: after the command too
+    common = argparse.ArgumentParser(add_help=False)
+    _add_cluster_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (
         ("status", "the replicas' state, role, positions and catch-up progress"),
@@ -57,12 +58,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ("pause", "pause reconciliation (the status stays current)"),
         ("resume", "resume reconciliation"),
     ):
-        sp = sub.add_parser(name, help=text)
+        sp = sub.add_parser(name, help=text, parents=[common])
         sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
-    sp = sub.add_parser("replace-volume", help="give one replica a fresh volume (it catches up)")
+    sp = sub.add_parser(
+        "replace-volume", help="give one replica a fresh volume (it catches up)", parents=[common]
+    )
     sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
     sp.add_argument("ordinal", metavar="ORDINAL", type=_ordinal, help="the replica's ordinal")
     return p.parse_args(list(argv))
+
+
+def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    # after the command, an absent flag must not overwrite one given before it
+    default = argparse.SUPPRESS if suppress else None
+    p.add_argument(
+        "-n", "--namespace", default=default, help="the log's namespace (default: the context's)"
+    )
+    p.add_argument("--context", default=default, help="the kubeconfig context to use")
+    p.add_argument("--kubeconfig", default=default, help="path to the kubeconfig file")
 
 
 def _ordinal(text: str) -> int:

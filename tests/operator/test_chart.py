@@ -92,7 +92,8 @@ def test_toggles_render_the_monitoring_objects(helm: str) -> None:
 def test_deployment_is_restricted_with_a_liveness_probe(helm: str) -> None:
     dep = next(d for d in _render(helm) if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    # two pods, one acting (the Lease): test_two_operator_pods_with_a_lease_by_default
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     sc = container["securityContext"]

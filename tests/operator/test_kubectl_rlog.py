@@ -16,11 +16,17 @@ from rlog_operator import kubectl_rlog as kr
 NOW = "2026-01-01T00:00:00Z"
 
 
-def log(phase="Ready", leader="orders-1", replicas=3, **status):
+def log(phase="Ready", leader="orders-1", replicas=3, items=(), **status):
     return {
         "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
         "spec": {"replicas": replicas},
-        "status": {"phase": phase, "leader": leader, "votingReplicas": replicas, **status},
+        "status": {
+            "phase": phase,
+            "leader": leader,
+            "votingReplicas": replicas,
+            "replicas": list(items),
+            **status,
+        },
     }
 
 
@@ -38,6 +44,11 @@ def test_arguments_of_every_command():
     for command in ("status", "reinitialize", "step-down", "pause", "resume"):
         args = kr.parse_args([command, "orders", "--context", "kind"])
         assert (args.command, args.name, args.context) == (command, "orders", "kind")
+    # kubectl passes flags where the user put them: before or after the command
+    before = kr.parse_args(["-n", "shop", "--kubeconfig", "k", "status", "orders"])
+    after = kr.parse_args(["status", "orders", "-n", "shop", "--kubeconfig", "k"])
+    assert (before.namespace, before.kubeconfig) == (after.namespace, after.kubeconfig)
+    assert (after.namespace, after.kubeconfig, after.context) == ("shop", "k", None)
 
 
 @pytest.mark.parametrize(
@@ -121,9 +132,7 @@ def test_status_table_lists_every_replica():
         {"name": "orders-2", "status": "RECOVERING", "role": "follower", "begin": 0, "end": 40,
          "learned": 40, "ready": False, "catchup": "40/90", "reason": "catching up"},
     ]  # fmt: skip
-    table = kr.status_table(
-        log(phase="Recovering", replicas=3, paused=True, **{"replicas": replicas})
-    )
+    table = kr.status_table(log(phase="Recovering", replicas=3, paused=True, items=replicas))
     lines = table.splitlines()
     assert lines[0].startswith("orders: Recovering (leader orders-1")
     assert "PAUSED" in lines[0]
