@@ -37,6 +37,7 @@ class DrainRun:
     acked: int = 0
     failed: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # failure class -> count
+    first: dict[str, str] = field(default_factory=dict)  # failure class -> its first message
     stop_seconds: float = 0.0  # SIGTERM to the process's exit
     drained: bool = False  # the old leader saw another replica lead before it exited
     missing: int = 0  # acknowledged appends not read back (must be 0)
@@ -46,8 +47,7 @@ def run(directory: Path, drain_timeout: float, before: float = 2.0) -> DrainRun:
     """One run: start, write, SIGTERM the leader, write on, check every acked append."""
     result = DrainRun(drain_timeout)
     cluster = DevCluster(3, directory, replica_args=["--drain-timeout", str(drain_timeout)])
-    with cluster:
-        cluster.start()
+    with cluster:  # started (and a leader elected) on entry
         leader = cluster.wait_for_leader()
         acked: list[tuple[int, bytes]] = []
         stop = threading.Event()
@@ -65,6 +65,7 @@ def run(directory: Path, drain_timeout: float, before: float = 2.0) -> DrainRun:
                         result.failed += 1
                         kind = type(e).__name__
                         result.errors[kind] = result.errors.get(kind, 0) + 1
+                        result.first.setdefault(kind, str(e)[:200])
                         time.sleep(0.01)
 
         writer = threading.Thread(target=write)

@@ -30,7 +30,6 @@ def test_without_a_drain_timeout_the_leader_stops_at_once(tmp_path):
 
 def test_a_follower_asked_to_stop_does_not_drain(tmp_path):
     with DevCluster(3, tmp_path, replica_args=["--drain-timeout", "10"]) as cluster:
-        cluster.start()
         leader = cluster.wait_for_leader()
         follower = (leader + 1) % 3
         cluster.kill(follower, signal.SIGTERM, wait=True)
