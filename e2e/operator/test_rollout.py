@@ -56,7 +56,10 @@ def _roll_under_writer(
             queue = (log.status().get("rollingUpdate") or {}).get("queue") or []
             if replaced and queue:
                 op = operator.json("get", "pods", "-l", "app.kubernetes.io/name=rlog-operator")
-                old = op["items"][0]["metadata"]
+                # the acting one: the Lease holder (two pods with leader election)
+                lease = operator.json("get", "lease", "rlog-operator-rlog-operator")
+                holder = (lease.get("spec") or {}).get("holderIdentity")
+                old = next(p["metadata"] for p in op["items"] if p["metadata"]["name"] == holder)
                 operator("delete", "pod", old["name"], "--wait=true", timeout=120)
                 restarted.update(pod=old["uid"], queue=str(queue), replaced=",".join(replaced))
                 print(f"operator pod deleted mid-rollout: replaced {replaced}, queue {queue}")
@@ -69,7 +72,7 @@ def _roll_under_writer(
     if operator is not None:
         assert restarted, "the rollout finished before the operator could be restarted"
         op = operator.json("get", "pods", "-l", "app.kubernetes.io/name=rlog-operator")
-        assert [p["metadata"]["uid"] for p in op["items"]] != [restarted["pod"]], op
+        assert restarted["pod"] not in [p["metadata"]["uid"] for p in op["items"]], op
 
     # every pod replaced exactly once
     after_uids = log.pod_uids()

@@ -34,6 +34,13 @@ LABEL_POD_NAME: Final = "statefulset.kubernetes.io/pod-name"
 # On the ReplicatedLog, value = the CR's metadata.uid (so a copied manifest cannot trigger it):
 ANNOTATION_INITIALIZE: Final = "rlog.io/initialize"  # first initialization, autoInitialize false
 ANNOTATION_REINITIALIZE: Final = "rlog.io/reinitialize"  # after a suspected total data loss
+# On the ReplicatedLog, "true": pause reconciliation (status.paused says so). The status
+# stays fresh; nothing is applied, granted, deleted or stepped down until it is removed
+# (or set to anything else).
+ANNOTATION_PAUSED: Final = "rlog.io/paused"
+# On the ReplicatedLog, any non-empty value: ask the current leader to step down once (the
+# operator removes the annotation when done; `kubectl rlog step-down` sets it).
+ANNOTATION_STEP_DOWN: Final = "rlog.io/step-down"
 # On a replica pod, any non-empty value: replace this replica's volume (PVC + pod).
 ANNOTATION_REPLACE_VOLUME: Final = "rlog.io/replace-volume"
 # On the StatefulSet and pods the operator makes: the identity the replicas are stamped with.

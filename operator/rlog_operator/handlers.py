@@ -5,16 +5,18 @@
   `spec.replicas` that slipped past the CRD's CEL rule (condition + PermanentError).
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
   label selector) and of existing PersistentVolume names: no list calls in the loop.
-* a 5 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
+* a 1 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
   replica its Status through the headless Service's DNS names (short timeouts,
-  concurrently), then `rolling.next_step` and `status.compute_status` (the facts of the
-  observation, the status, its Events and the `permits.decide` decision); patch the status,
-  emit Events, grant/revoke initialization permits (the CR's uid is the log id) and perform
-  the one rolling action (deletes with UID preconditions; step-down of the leader).
+  concurrently, over one kept channel per replica), then `rolling.next_step` and
+  `status.compute_status` (the facts of the observation, the status, its Events and the
+  `permits.decide` decision); patch the status fields that changed, emit Events,
+  grant/revoke initialization permits (the CR's uid is the log id) and perform the one
+  rolling action (deletes with UID preconditions; step-down of the leader).
 
-Operator settings (startup): one active operator. The chart runs a single Deployment replica
-with the `Recreate` strategy and kopf runs `--standalone` (no peering objects, no peering
-RBAC): two operators never run at once, short of a node partition, and even then every
+Operator settings (startup): one acting operator. The chart runs two pods; only the holder of
+a Lease runs kopf (rlog_operator.election, lease.py; main.py stands by before kopf starts)
+and kopf runs `--standalone` (no peering objects). Should two ever act at once (a holder cut
+off from the API server for longer than its renew deadline is already exiting), every
 destructive action is a delete with a UID precondition decided from current observations and
 `rolling.next_step` never takes a log below quorum, so a stale twin cannot do harm.
 
@@ -28,6 +30,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,13 +39,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from rlog_operator import archive_specs, metrics, observed, pki, rolling, specs
+from rlog_operator import archive_specs, metrics, netpol, observed, pki, rolling, specs
 from rlog_operator import constants as c
 from rlog_operator import status as st
+from rlog_operator import storage as sg
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
 ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
-TIMER_INTERVAL = 5.0
+# Fresh status: `status.replicas` follows a replica's state and positions within about a
+# second. A tick asks each replica Status over a kept channel (cheap for the replica: a
+# local read) and writes only the status fields that changed (`status.status_patch`): an
+# idle log costs the API server nothing, a log under load one status patch a second.
+TIMER_INTERVAL = 1.0
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -63,6 +71,10 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     settings.posting.level = logging.INFO
     # A single active operator (module docs): standalone, no peering.
     settings.peering.standalone = True
+    # No watching of CRDs and namespaces (least privilege: the chart grants neither): kopf
+    # finds the ReplicatedLog resource once at startup through discovery, and takes the
+    # watched namespaces as given. A CRD installed after the operator needs a restart.
+    settings.scanning.disabled = True
     # Retry a failed handler after a short, bounded delay.
     settings.execution.max_workers = 8
     settings.persistence.finalizer = f"{c.GROUP}/operator"
@@ -70,14 +82,14 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     # not every pod of the cluster; PersistentVolumes carry no labels of ours.
     for resource in ("pods", "persistentvolumeclaims", "statefulsets"):
         settings.watching.label_selectors[resource] = observed.REPLICA_SELECTOR
-    _load_kube_config()
+    load_kube_config()
     port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
     if port:
         metrics.serve(port)
         logger.info("operator metrics on :%d/metrics", port)
 
 
-def _load_kube_config() -> None:
+def load_kube_config() -> None:
     try:
         k8s_config.load_incluster_config()
     except k8s_config.ConfigException:
@@ -97,6 +109,8 @@ def _api_for(kind: str) -> tuple[Any, str]:
         return k8s.CoreV1Api(), "namespaced_service"
     if kind == "PodDisruptionBudget":
         return k8s.PolicyV1Api(), "namespaced_pod_disruption_budget"
+    if kind == "NetworkPolicy":
+        return k8s.NetworkingV1Api(), "namespaced_network_policy"
     raise kopf.PermanentError(f"the operator cannot apply a {kind}")
 
 
@@ -239,7 +253,13 @@ async def reconcile(
     **_: Any,
 ) -> None:
     metrics.RECONCILES.labels(handler="apply").inc()
-    objects = specs.desired_objects(body, CONFIG)
+    if specs.paused(body):
+        # Nothing is applied while paused; removing the annotation is an update, which
+        # applies everything changed meanwhile.
+        patch.status["paused"] = True
+        kopf.info(body, reason="Paused", message=f"{c.ANNOTATION_PAUSED}: nothing applied")
+        return
+    objects = [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
     sts_name = specs.statefulset_name(body)
     namespace = specs.namespace_of(body)
     try:
@@ -265,6 +285,13 @@ async def reconcile(
             kopf.warn(body, reason="ReplicasChanged", message=message)
             metrics.ERRORS.labels(handler="apply").inc()
             raise kopf.PermanentError(message)
+    if existing is not None:
+        # volumeClaimTemplates are immutable: keep the built one (the observe timer replaces
+        # the StatefulSet when spec.storage changed, see storage.py)
+        built_claims = (existing.get("spec") or {}).get("volumeClaimTemplates")
+        for obj in objects:
+            if obj["kind"] == "StatefulSet" and built_claims:
+                obj["spec"]["volumeClaimTemplates"] = built_claims
     try:  # the Secrets first: the pods mount them
         await _ensure_pki(body, logger)
     except ApiException as e:
@@ -357,17 +384,45 @@ def _endpoint(body: Mapping[str, Any], pod: str) -> str:
     return f"{specs.peer_host(body, ordinal or 0, CONFIG)}:{CONFIG.grpc_port}"
 
 
-async def _replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
-    from rlog.client import AsyncClient, status_to_dict
+# One client (one gRPC channel) per replica endpoint and credentials, kept between ticks:
+# asking Status every second must not cost a DNS lookup, a new connection and a TLS
+# handshake every second. A client that failed is dropped and made again on the next tick
+# (the pod may have a new address); renewed credentials make a new one (the old is closed).
+_STATUS_CLIENTS: dict[str, tuple[Any, Any]] = {}  # endpoint -> (credentials, client)
 
+
+async def _status_client(endpoint: str, credentials: Any) -> Any:
+    from rlog.client import AsyncClient
+
+    kept = _STATUS_CLIENTS.get(endpoint)
+    if kept is not None and kept[0] == credentials:
+        return kept[1]
+    if kept is not None:
+        await kept[1].close()
     client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT, credentials=credentials)
+    _STATUS_CLIENTS[endpoint] = (credentials, client)
+    return client
+
+
+async def _replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
+    from rlog.client import status_to_dict
+
+    client = await _status_client(endpoint, credentials)
     try:
         response = await asyncio.wait_for(client.status(endpoint), STATUS_TIMEOUT + 1)
         return status_to_dict(response)
     except Exception:  # unreachable, refusing, timing out: all mean "no answer"
-        return None
-    finally:
+        _STATUS_CLIENTS.pop(endpoint, None)
         await client.close()
+        return None
+
+
+async def _forget_status_clients(endpoints: list[str]) -> None:
+    """Close the kept clients of a deleted log."""
+    for endpoint in endpoints:
+        kept = _STATUS_CLIENTS.pop(endpoint, None)
+        if kept is not None:
+            await kept[1].close()
 
 
 async def _replica_call(
@@ -470,7 +525,12 @@ async def observe(
         patch.status["tls"] = tls
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
     now = _now()
-    action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
+    paused = specs.paused(body)
+    if paused:  # observe only: the stored rolling queue stays as it is
+        message = str((previous.get("rollingUpdate") or {}).get("message") or "")
+        action = rolling.Action("none", queue=queue, reason=message)
+    else:
+        action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
     result = st.compute_status(
         view,
         pods,
@@ -480,12 +540,25 @@ async def observe(
         now,
         rolling_update=action.as_status(),
         refused=refused,
+        paused=paused,
     )
 
+    storage_step = sg.Step("none")
+    if not (paused or refused):
+        storage_step = await _storage_step(body, pods, pvcs, sts, statuses, result.status, queue)
+        result.status["migration"] = sg.migration_status(
+            sg.Storage.of_spec(body), sg.claims_of(body, pvcs), storage_step
+        )
+        if (
+            storage_step.kind == "refuse"
+            and (previous.get("migration") or {}).get("phase") != "Refused"
+        ):
+            kopf.warn(body, reason="StorageShrinkRefused", message=storage_step.reason)
+
     # Persist the status (and the rolling queue) before acting: a restart resumes from it.
-    for key, value in result.status.items():
-        if previous.get(key) != value:
-            patch.status[key] = value
+    # Only what changed is written (an unchanged tick writes nothing).
+    for key, value in st.status_patch(previous, result.status).items():
+        patch.status[key] = value
     for key in result.remove_annotations:
         patch.metadata.annotations[key] = None
     for event in result.events:
@@ -504,10 +577,24 @@ async def observe(
         await _act(body, "revoke", name, uid, logger)
     if not (permit.grant or permit.revoke):
         logger.debug("initialization permits: nothing to do: %s", permit.reason())
-    if refused:
+    if refused or paused:
         return
 
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
+    if asked:
+        try:
+            await _replica_call(_endpoint(body, asked), "step-down")
+        except Exception as e:  # the next tick retries
+            logger.warning("step-down of %s failed: %s", asked, e)
+        else:
+            patch.metadata.annotations[c.ANNOTATION_STEP_DOWN] = None
+            kopf.info(body, reason="StepDown", message=f"asked {asked} to step down (requested)")
+            return
+
     if action.kind in ("none", "wait"):
+        if action.kind == "none" and storage_step.kind not in ("none", "wait"):
+            await _storage_act(body, storage_step, sts, namespace, logger)
         return
     if action.queue != queue:
         # The queue must be stored before the delete; kopf patches after the handler, so
@@ -518,9 +605,12 @@ async def observe(
 
 
 @kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
-def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
-    """A deleted log leaves no series behind (its owned objects go by owner references)."""
+async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
+    """A deleted log leaves no series and no kept channel behind (its owned objects go by
+    owner references)."""
     metrics.forget(specs.namespace_of(body), specs.name_of(body))
+    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
+    await _forget_status_clients([_endpoint(body, n) for n in names])
 
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
@@ -558,3 +648,116 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
         metrics.ERRORS.labels(handler="rolling").inc()
         raise kopf.TemporaryError(f"{action.kind} {action.pod}: {e}", delay=5) from e
     logger.info("rolling: %s %s (%s)", action.kind, action.pod, action.reason)
+
+
+# ---- storage expansion and migration (storage.py decides) -------------------------------------
+
+# StorageClass name -> allowVolumeExpansion, looked up once per operator run
+_EXPANDABLE: dict[str, bool] = {}
+
+
+def _class_expandable(name: str) -> bool | None:
+    if name in _EXPANDABLE:
+        return _EXPANDABLE[name]
+    try:
+        found = k8s.StorageV1Api().read_storage_class(name)
+    except ApiException as e:
+        if e.status == 404:
+            return False  # no such class: it cannot expand anything
+        return None
+    _EXPANDABLE[name] = bool(found.allow_volume_expansion)
+    return _EXPANDABLE[name]
+
+
+async def _storage_step(
+    body: kopf.Body,
+    pods: list[observed.PodInfo],
+    pvcs: dict[str, observed.PvcInfo],
+    sts: observed.StatefulSetRecord | None,
+    statuses: Mapping[str, observed.ReplicaStatus | None],
+    status: Mapping[str, Any],
+    queue: list[Any],
+) -> sg.Step:
+    wanted = sg.Storage.of_spec(body)
+    claims = sg.claims_of(body, pvcs)
+    # the class that decides expansion: the spec's, else the one the claims got by default
+    cls = wanted.storage_class or next((cl.storage.storage_class for cl in claims), "")
+    expandable = await asyncio.to_thread(_class_expandable, cls) if cls else False
+    return sg.next_step(
+        wanted,
+        sg.built_of(sts),
+        claims,
+        states={name: observed.status_name(s) for name, s in statuses.items()},
+        leader=str(status.get("leader") or ""),
+        expandable=expandable,
+        busy=sg.rolling_busy(queue, pods),
+    )
+
+
+def _create_statefulset(body: kopf.Body) -> None:
+    desired = specs.statefulset(body, CONFIG)
+    kopf.adopt(desired, owner=body, strict=True)
+    _apply_one(desired)  # created (it is gone); a patch only if it came back meanwhile
+
+
+def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
+    """Delete the StatefulSet leaving its pods and claims (Orphan), wait until it is gone,
+    and create it from the spec: it adopts the same pods without restarting them."""
+    name, namespace = specs.statefulset_name(body), specs.namespace_of(body)
+    api = k8s.AppsV1Api()
+    try:
+        api.delete_namespaced_stateful_set(
+            name,
+            namespace,
+            body=k8s.V1DeleteOptions(
+                propagation_policy="Orphan", preconditions=k8s.V1Preconditions(uid=uid)
+            ),
+        )
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+    for _ in range(40):
+        if _read_statefulset(name, namespace) is None:
+            break
+        time.sleep(0.25)
+    else:
+        return  # still going: the next tick creates it (storage: create-statefulset)
+    _create_statefulset(body)
+
+
+def _expand_claim(name: str, namespace: str, size: str) -> None:
+    k8s.CoreV1Api().patch_namespaced_persistent_volume_claim(
+        name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
+    )
+
+
+def _ask_new_volume(pod: str, namespace: str) -> None:
+    k8s.CoreV1Api().patch_namespaced_pod(
+        pod, namespace, {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: "storage"}}}
+    )
+
+
+async def _storage_act(
+    body: kopf.Body,
+    step: sg.Step,
+    sts: observed.StatefulSetRecord | None,
+    namespace: str,
+    logger: Any,
+) -> None:
+    try:
+        if step.kind == "create-statefulset":
+            await asyncio.to_thread(_create_statefulset, body)
+            kopf.info(body, reason="StorageTemplate", message=step.reason)
+        elif step.kind == "recreate-statefulset" and sts is not None:
+            await asyncio.to_thread(_recreate_statefulset, body, str(sts.get("uid") or ""))
+            kopf.info(body, reason="StorageTemplate", message=step.reason)
+        elif step.kind == "expand":
+            await asyncio.to_thread(_expand_claim, step.claim, namespace, step.size)
+            kopf.info(body, reason="ExpandingVolume", message=step.reason)
+        elif step.kind == "migrate":
+            await asyncio.to_thread(_ask_new_volume, step.pod, namespace)
+            kopf.info(body, reason="MigratingVolume", message=step.reason)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="storage").inc()
+        raise _temporary(e, f"storage {step.kind} {step.pod or step.claim}") from e
+    logger.info("storage: %s (%s)", step.kind, step.reason)

@@ -26,8 +26,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("RLOG_OPERATOR_LIVENESS", "http://0.0.0.0:8081/healthz"),
         help="kopf's liveness endpoint (default %(default)s)",
     )
+    p.add_argument(
+        "--lease",
+        default=os.environ.get("RLOG_OPERATOR_LEASE", ""),
+        metavar="NAME",
+        help="act only while holding this Lease in the operator's namespace "
+        "(RLOG_OPERATOR_NAMESPACE); default: act at once (a single operator)",
+    )
     p.add_argument("--verbose", action="store_true", help="debug logging")
     return p.parse_args(argv)
+
+
+def liveness_port(url: str) -> int:
+    """The port of kopf's liveness endpoint URL (http://host:port/path)."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).port or 80
+
+
+def _standby_health(port: int) -> Any:
+    """Answer the liveness probe while standing by (kopf serves it once it runs)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Healthy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"standing by\n")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Healthy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _hold_lease(name: str) -> Any:
+    """Stand by until this pod holds the Lease; then keep it, exiting if it is lost (the
+    pod restarts and stands by again). Returns the elector (to release it on exit)."""
+    import logging
+    import socket
+
+    from rlog_operator.handlers import load_kube_config
+    from rlog_operator.lease import LeaseElector
+
+    load_kube_config()
+    namespace = os.environ.get("RLOG_OPERATOR_NAMESPACE", "default")
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    elector = LeaseElector(name, namespace, identity)
+    elector.acquire()
+
+    def lost(why: str) -> None:
+        logging.getLogger(__name__).error("lost the Lease (%s): exiting", why)
+        os._exit(3)  # stop acting at once; the successor resumes from the status
+
+    elector.keep(lost)
+    return elector
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,11 +100,25 @@ def main(argv: list[str] | None = None) -> None:
     )
     import socket
 
+    elector = None
+    if args.lease:
+        health = _standby_health(liveness_port(args.liveness))
+        elector = _hold_lease(args.lease)
+        health.shutdown()
+        health.server_close()  # kopf binds the same port
+    try:
+        _run_kopf(kopf, args, socket.gethostname())
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def _run_kopf(kopf: Any, args: argparse.Namespace, host: str) -> None:
     kopf.run(
         # kopf's default identity asks getpass.getuser(), which fails for a uid without a
         # passwd entry (the image runs as 65532): name it after the pod instead.
-        identity=cast(Any, f"rlog-operator@{socket.gethostname()}"),  # kopf's Identity NewType
-        standalone=True,  # a single active operator: see rlog_operator.handlers
+        identity=cast(Any, f"rlog-operator@{host}"),  # kopf's Identity NewType
+        standalone=True,  # one acting operator (the Lease holder): see rlog_operator.election
         clusterwide=not args.namespace,
         namespaces=args.namespace or (),
         liveness_endpoint=args.liveness,

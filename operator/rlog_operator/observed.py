@@ -58,11 +58,17 @@ class PvcInfo(TypedDict, total=False):
     deletionTimestamp: str | None
     volume: str  # the bound PersistentVolume's name ("" while unbound)
     volumeLost: bool  # the handler found its PersistentVolume gone (claims_by_name)
+    storageClass: str  # spec.storageClassName (as the API server filled it in)
+    size: str  # spec.resources.requests.storage
+    capacity: str  # status.capacity.storage ("" while unbound)
 
 
-class StatefulSetRecord(TypedDict):
+class StatefulSetRecord(TypedDict, total=False):
     updateRevision: str
     replicas: int  # spec.replicas: the log's real size (it never changes)
+    uid: str
+    claimSize: str  # the data claim template's storage request
+    claimClass: str  # the data claim template's storageClassName ("" = the default)
 
 
 ReplicaStatus = Mapping[str, Any]  # `rlog status --json` shape (rlog.client.status_to_dict)
@@ -119,19 +125,38 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
 
 def claim_record(claim: Mapping[str, Any]) -> PvcInfo:
     meta = claim.get("metadata") or {}
+    spec = claim.get("spec") or {}
+    status = claim.get("status") or {}
     return PvcInfo(
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        phase=str((claim.get("status") or {}).get("phase") or ""),
+        phase=str(status.get("phase") or ""),
         deletionTimestamp=meta.get("deletionTimestamp"),
-        volume=str((claim.get("spec") or {}).get("volumeName") or ""),
+        volume=str(spec.get("volumeName") or ""),
+        storageClass=str(spec.get("storageClassName") or ""),
+        size=str(((spec.get("resources") or {}).get("requests") or {}).get("storage") or ""),
+        capacity=str((status.get("capacity") or {}).get("storage") or ""),
     )
 
 
 def statefulset_record(statefulset: Mapping[str, Any]) -> StatefulSetRecord:
+    spec = statefulset.get("spec") or {}
+    template: Mapping[str, Any] = next(
+        (
+            t.get("spec") or {}
+            for t in spec.get("volumeClaimTemplates") or []
+            if (t.get("metadata") or {}).get("name") == c.DATA_VOLUME
+        ),
+        {},
+    )
     return StatefulSetRecord(
         updateRevision=str((statefulset.get("status") or {}).get("updateRevision") or ""),
-        replicas=int((statefulset.get("spec") or {}).get("replicas") or 0),
+        replicas=int(spec.get("replicas") or 0),
+        uid=str((statefulset.get("metadata") or {}).get("uid") or ""),
+        claimSize=str(
+            ((template.get("resources") or {}).get("requests") or {}).get("storage") or ""
+        ),
+        claimClass=str(template.get("storageClassName") or ""),
     )
 
 
@@ -220,3 +245,9 @@ def leader_of(statuses: Mapping[str, ReplicaStatus | None]) -> str:
     if votes:
         return max(sorted(votes), key=lambda p: votes[p])
     return claims[0] if claims else ""
+
+
+def step_down_requested(annotations: Mapping[str, str], leader: str) -> str:
+    """The pod to ask to step down for the annotation rlog.io/step-down: the leader, or ""
+    (no request, or no leader yet: the request waits for one)."""
+    return leader if annotations.get(c.ANNOTATION_STEP_DOWN) and leader else ""

@@ -24,6 +24,11 @@ Design choices (see also the module docs of status.py and rolling.py):
   replica *answer* Status (any status), with a long failure budget: a long catch-up never
   gets the pod killed. The startup probe gives a slow start (a big store to open) 10 minutes.
   The exec costs ~0.3 s of CPU; readiness runs every 10 s, liveness every 30 s.
+* Stopping: `rlog replica` is PID 1 and handles SIGTERM itself (no preStop hook: there is no
+  shell in the way, and a hook would only duplicate it): a leader steps down first and keeps
+  serving until another replica leads (`--drain-timeout`, OperatorConfig.drain_seconds),
+  within terminationGracePeriodSeconds. Replicas spread over zones and nodes by default
+  (topology spread constraints, ScheduleAnyway; `spec.topologySpreadConstraints` overrides).
 * Restricted pod security: non-root uid 10001 (the image's user), fsGroup for the volume,
   seccomp RuntimeDefault, no capabilities, no privilege escalation, read-only root
   filesystem (an emptyDir on /tmp), no service-account token (replicas never call the API).
@@ -55,7 +60,13 @@ class OperatorConfig:
     # e.g. "cluster.local" -> fully qualified names.
     cluster_domain: str = ""
     listen_host: str = "0.0.0.0"
+    # A leader asked to stop steps down and serves until another replica leads, at most
+    # drain_seconds (`rlog replica --drain-timeout`); the grace period leaves room for that
+    # and for closing the store before the kubelet's SIGKILL.
+    drain_seconds: int = 10
     termination_grace_seconds: int = 30
+    # where the operator runs (its pods are let in by a log's NetworkPolicy)
+    operator_namespace: str = "rlog-system"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
@@ -68,6 +79,7 @@ class OperatorConfig:
             grpc_port=int(env.get("RLOG_GRPC_PORT", d.grpc_port)),
             metrics_port=int(env.get("RLOG_METRICS_PORT", d.metrics_port)),
             cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
+            operator_namespace=env.get("RLOG_OPERATOR_NAMESPACE", d.operator_namespace),
         )
 
 
@@ -123,6 +135,12 @@ def peer_host(body: Body, ordinal: int, config: OperatorConfig) -> str:
 def peers(body: Body, config: OperatorConfig) -> list[str]:
     """Every replica's address, in replica-id (= ordinal) order, as `--peers` wants them."""
     return [f"{peer_host(body, i, config)}:{config.grpc_port}" for i in range(replicas_of(body))]
+
+
+def paused(body: Body) -> bool:
+    """The annotation rlog.io/paused=true stops reconciliation (not observation)."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(c.ANNOTATION_PAUSED, "")).strip().lower() == "true"
 
 
 def ordinal_of(pod: str) -> int | None:
@@ -265,6 +283,8 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         str(config.metrics_port),
         "--log-id",
         uid_of(body),
+        "--drain-timeout",
+        str(config.drain_seconds),
         *security_args(body),
     ]
 
@@ -385,6 +405,30 @@ def default_affinity(body: Body) -> Manifest:
     }
 
 
+def default_topology_spread(body: Body) -> list[Manifest]:
+    """Spread replicas over zones and nodes, softly (ScheduleAnyway): a drain or a zone
+    outage then takes at most one replica when the cluster has room, and a small cluster
+    (one zone, fewer nodes than replicas) still schedules every replica."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(body)},
+        }
+        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+    ]
+
+
+def topology_spread(body: Body) -> list[Manifest]:
+    """spec.topologySpreadConstraints when set (an empty list turns spreading off), else
+    the default."""
+    spec = body.get("spec", {})
+    if "topologySpreadConstraints" in spec and spec["topologySpreadConstraints"] is not None:
+        return copy.deepcopy(list(spec["topologySpreadConstraints"]))
+    return default_topology_spread(body)
+
+
 def pod_template(body: Body, config: OperatorConfig) -> Manifest:
     spec = body.get("spec", {})
     pod_labels = {**dict(spec.get("podLabels") or {}), **labels(body)}
@@ -400,6 +444,7 @@ def pod_template(body: Body, config: OperatorConfig) -> Manifest:
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": config.termination_grace_seconds,
         "affinity": copy.deepcopy(spec.get("affinity") or default_affinity(body)),
+        "topologySpreadConstraints": topology_spread(body),
         "volumes": [
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
             *security_volumes(body)[0],
@@ -530,7 +575,8 @@ def pod_disruption_budget(body: Body) -> Manifest:
 
 
 def desired_objects(body: Body, config: OperatorConfig) -> list[Manifest]:
-    """Everything a ReplicatedLog owns, in the order to create it."""
+    """Everything a ReplicatedLog owns, in the order to create it (with
+    `spec.networkPolicy`, netpol.for_log's NetworkPolicy goes before these)."""
     objects = [
         headless_service(body, config),
         client_service(body, config),

@@ -61,6 +61,7 @@ STATUS_FIELDS = (
     "observedGeneration",
     "updateRevision",
     "rollingUpdate",
+    "paused",
 )
 REPLICA_FIELDS = (
     "name",
@@ -413,6 +414,14 @@ def status_of(
     }
 
 
+def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `new` that differ from `previous`: what to write. An observation that
+    changed nothing writes nothing, so the operator can observe every second without
+    writing to the API server more often than something actually changes (a log under
+    continuous appends: at most one status write per observation)."""
+    return {key: value for key, value in new.items() if previous.get(key) != value}
+
+
 def compute_status(
     body: Mapping[str, Any],
     pods: Sequence[PodInfo],
@@ -424,13 +433,16 @@ def compute_status(
     rolling_update: Mapping[str, Any] | None = None,
     error: str | None = None,
     refused: str = "",
+    paused: bool = False,
 ) -> StatusResult:
     """The new status of a ReplicatedLog, the Events of its transitions and the permits.
 
     `statuses` maps pod name -> the replica's status dict (None: unreachable); `now` is an
     RFC 3339 timestamp; `rolling_update` is what rolling.next_step decided (queue, message);
     `error` a reconcile failure to surface as phase Failed; `refused` the refusal of a
-    replicas change (phase Failed too, and no permit granted)."""
+    replicas change (phase Failed too, and no permit granted); `paused` the log's
+    rlog.io/paused annotation: the status says so, and no permit and no annotation removal
+    comes out (the handler takes no rolling action either)."""
     facts = gather(
         body,
         pods,
@@ -441,8 +453,16 @@ def compute_status(
         error=error,
         refused=refused,
     )
+    status = status_of(facts, (previous or {}).get("conditions") or [], now)
+    status["paused"] = paused
+    if paused:
+        return StatusResult(
+            status=status,
+            events=events(previous, facts),
+            permit=PermitDecision(False, "reconciliation is paused (rlog.io/paused)"),
+        )
     return StatusResult(
-        status=status_of(facts, (previous or {}).get("conditions") or [], now),
+        status=status,
         events=events(previous, facts),
         permit=permits.decide(facts),
         remove_annotations=annotations_to_remove(facts),

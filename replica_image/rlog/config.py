@@ -154,6 +154,9 @@ class ReplicaConfig:
     # A bearer token this replica sends to its peers (when they know peers by token, not by
     # certificate).
     auth_peer_token_file: Path | None = None
+    # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
+    # the next leader) until another replica leads, at most this long; 0 = stop at once.
+    drain_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -187,6 +190,8 @@ class ReplicaConfig:
             raise ConfigError("--min-free-bytes must be 0 or positive")
         if self.stream_window < 0:
             raise ConfigError("--stream-window must be 0 (gRPC's own) or positive")
+        if self.drain_timeout < 0:
+            raise ConfigError("--drain-timeout must not be negative")
         self._check_security_files()
 
     def _check_security_files(self) -> None:

@@ -12,7 +12,8 @@ import pytest
 from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 
 ROOT = Path(__file__).resolve().parents[2]
-HANDLERS = ROOT / "operator" / "rlog_operator" / "handlers.py"
+# the modules that call the Kubernetes API through the kubernetes client
+CALLERS = [ROOT / "operator" / "rlog_operator" / name for name in ("handlers.py", "lease.py")]
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +28,28 @@ RESOURCES = {
     "persistent_volume_claim": ("", "persistentvolumeclaims"),
     "persistent_volume": ("", "persistentvolumes"),
     "stateful_set": ("apps", "statefulsets"),
+    "deployment": ("apps", "deployments"),
     "service": ("", "services"),
     "pod_disruption_budget": ("policy", "poddisruptionbudgets"),
     "secret": ("", "secrets"),
     "custom_object": ("cert-manager.io", "certificates"),
+    "lease": ("coordination.k8s.io", "leases"),
+    "storage_class": ("storage.k8s.io", "storageclasses"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
 }
-# what kopf itself needs: watch the CRs, patch them and their status, post Events
-KOPF_NEEDS = [
+VERBS = {"read": "get", "replace": "update"}  # client method prefix -> RBAC verb
+# what kopf itself does for the ReplicatedLog handlers: list and watch the CRs, patch them
+# (finalizer, progress) and their status, post Events
+KOPF_CR_CALLS = [
     ("rlog.io", "replicatedlogs", "list"),
     ("rlog.io", "replicatedlogs", "watch"),
     ("rlog.io", "replicatedlogs", "patch"),
     ("rlog.io", "replicatedlogs/status", "patch"),
     ("", "events", "create"),
 ]
+CLUSTER_SCOPED = {"persistentvolumes", "storageclasses"}
 # _apply_one creates or patches every kind desired_objects builds
-APPLIED = ["stateful_set", "service", "pod_disruption_budget"]
+APPLIED = ["stateful_set", "deployment", "service", "pod_disruption_budget", "network_policy"]
 
 
 def _render(helm: str, *args: str) -> list[dict[str, Any]]:
@@ -87,7 +95,8 @@ def test_toggles_render_the_monitoring_objects(helm: str) -> None:
 def test_deployment_is_restricted_with_a_liveness_probe(helm: str) -> None:
     dep = next(d for d in _render(helm) if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    # two pods, one acting (the Lease): test_two_operator_pods_with_a_lease_by_default
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     sc = container["securityContext"]
@@ -120,37 +129,139 @@ def test_dashboard_is_json_on_the_replica_metrics(helm: str) -> None:
 
 
 def _handler_calls() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every kubernetes-client call in handlers.py."""
-    source = HANDLERS.read_text()
+    """(group, resource, verb) of every kubernetes-client call the operator makes."""
     needed: set[tuple[str, str, str]] = set()
-    for verb, stem in re.findall(
-        r"\.(read|list|delete|create|patch)_(?:namespaced_)?(\w+)\(", source
-    ):
-        assert stem in RESOURCES, f"handlers.py calls {verb}_{stem}: add it to RESOURCES"
-        group, resource = RESOURCES[stem]
-        needed.add((group, resource, "get" if verb == "read" else verb))
+    for path in CALLERS:
+        for verb, stem in re.findall(
+            r"\.(read|list|delete|create|patch|replace)_(?:namespaced_)?(\w+)\(", path.read_text()
+        ):
+            assert stem in RESOURCES, f"{path.name} calls {verb}_{stem}: add it to RESOURCES"
+            group, resource = RESOURCES[stem]
+            needed.add((group, resource, VERBS.get(verb, verb)))
     for stem in APPLIED:
         group, resource = RESOURCES[stem]
         needed |= {(group, resource, "create"), (group, resource, "patch")}
-    needed |= set(KOPF_NEEDS)
+    needed |= set(KOPF_CR_CALLS)
+    needed |= _kopf_index_calls()
     return needed
 
 
-def test_rbac_covers_what_the_handlers_call(helm: str) -> None:
-    role = next(d for d in _render(helm) if d["kind"] == "ClusterRole")
-    granted = {
+def _kopf_index_calls() -> set[tuple[str, str, str]]:
+    """kopf lists and watches the resource of every index the handlers register."""
+    import kopf
+
+    from rlog_operator import handlers  # noqa: F401  (registers the handlers)
+
+    calls: set[tuple[str, str, str]] = set()
+    for handler in kopf.get_default_registry()._indexing.get_all_handlers():
+        selector = handler.selector
+        assert selector is not None
+        group = selector.group or ""
+        resource = selector.plural or selector.any_name
+        assert resource, handler.id
+        calls |= {(group, str(resource), "list"), (group, str(resource), "watch")}
+    return calls
+
+
+def _grants(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
         (g, r, v)
-        for rule in role["rules"]
+        for rule in doc["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    missing = _handler_calls() - granted
-    assert not missing, f"the ClusterRole lacks {sorted(missing)}"
+
+
+def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
+    """Every call is granted, and every granted (resource, verb) is called: a verb the
+    operator never uses fails this test."""
+    needed = _handler_calls()
+    docs = _render(helm)
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    (lease_role,) = [
+        d for d in docs if d["kind"] == "Role"
+    ]  # the Lease, in the release's namespace
+    assert {r for _, r, _ in _grants(lease_role)} == {"leases"}
+    granted = _grants(role) | _grants(lease_role)
+    assert granted - needed == set(), f"granted, never called: {sorted(granted - needed)}"
+    assert needed - granted == set(), f"called, not granted: {sorted(needed - granted)}"
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
-    # least privilege: the operator never deletes what it does not replace
-    deletable = {r for g, r, v in granted if v == "delete"}
-    assert deletable == {"pods", "persistentvolumeclaims"}
+    # the operator never deletes what it does not replace (a StatefulSet only to replace its
+    # claim template, orphaning its pods), and never reads nodes
+    assert {r for g, r, v in granted if v == "delete"} == {
+        "pods",
+        "persistentvolumeclaims",
+        "statefulsets",
+    }
+    assert not {r for g, r, v in granted if r == "nodes"}
+
+
+def test_rbac_is_namespaced_when_watch_namespaces_is_set(helm: str) -> None:
+    needed = _handler_calls()
+    docs = _render(helm, "--set", "watchNamespaces={shop,billing}")
+    (cluster_role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    # cluster-wide: only what is cluster-scoped, read-only
+    assert {r for _, r, _ in _grants(cluster_role)} == CLUSTER_SCOPED
+    assert {v for _, _, v in _grants(cluster_role)} <= {"get", "list", "watch"}
+    lease = _grants(
+        next(d for d in docs if d["kind"] == "Role" and "lease" in d["metadata"]["name"])
+    )
+    roles = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["namespace"] != "default"
+    }
+    bindings = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["metadata"]["namespace"] != "default"
+    }
+    assert set(roles) == set(bindings) == {"shop", "billing"}
+    for namespace, role in roles.items():
+        granted = _grants(role) | _grants(cluster_role) | lease
+        assert granted == needed, (namespace, sorted(granted ^ needed))
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        (subject,) = binding["subjects"]
+        assert subject["kind"] == "ServiceAccount"
+
+
+def test_every_granted_verb_says_why() -> None:
+    """A comment per verb in the chart's RBAC template."""
+    template = (CHART / "templates" / "rbac.yaml").read_text()
+    verbs = [
+        line
+        for line in template.splitlines()
+        if re.match(r"\s+- (get|list|watch|create|patch|delete|update)\b", line)
+    ]
+    assert verbs
+    assert all("#" in line for line in verbs), [line for line in verbs if "#" not in line]
+
+
+def test_two_operator_pods_with_a_lease_by_default(helm: str) -> None:
+    (deployment,) = [d for d in _render(helm) if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RLOG_OPERATOR_LEASE"]["value"] == "t-rlog-operator"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    single = _render(helm, "--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
+    (deployment,) = [d for d in single if d["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert not [d for d in single if d["kind"] == "Role"]
+    out = subprocess.run(
+        [helm, "template", "t", str(CHART), "--set", "leaderElection.enabled=false"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "replicaCount must be 1" in out.stderr
 
 
 def test_monitoring_objects_take_extra_labels(helm: str) -> None:

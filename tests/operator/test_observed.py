@@ -34,8 +34,23 @@ def test_selector_matches_the_labels_the_builders_put_on_replicas() -> None:
 def test_claim_record() -> None:
     record = observed.claim_record(CLAIM)
     assert record == PvcInfo(
-        name="data-orders-0", uid="u-0", phase="Bound", deletionTimestamp=None, volume="pv-a"
+        name="data-orders-0",
+        uid="u-0",
+        phase="Bound",
+        deletionTimestamp=None,
+        volume="pv-a",
+        storageClass="",
+        size="",
+        capacity="",
     )
+    sized = observed.claim_record(
+        {
+            **CLAIM,
+            "spec": {"storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}},
+        }
+    )
+    assert (sized["storageClass"], sized["size"], sized["capacity"]) == ("fast", "1Gi", "2Gi")
     pending = observed.claim_record({"metadata": {"name": "c"}, "status": {"phase": "Pending"}})
     assert pending["volume"] == "" and pending["phase"] == "Pending"
 
@@ -58,8 +73,21 @@ def test_unknown_volumes_or_unbound_claims_are_never_lost() -> None:
 
 def test_statefulset_record() -> None:
     sts = {"spec": {"replicas": 3}, "status": {"updateRevision": "orders-7f"}}
-    assert observed.statefulset_record(sts) == {"updateRevision": "orders-7f", "replicas": 3}
-    assert observed.statefulset_record({}) == {"updateRevision": "", "replicas": 0}
+    record = observed.statefulset_record(sts)
+    assert (record["updateRevision"], record["replicas"]) == ("orders-7f", 3)
+    empty = observed.statefulset_record({})
+    assert (empty["updateRevision"], empty["replicas"], empty["claimSize"]) == ("", 0, "")
+
+
+def test_statefulset_record_keeps_the_claim_template() -> None:
+    from rlog_operator import specs
+
+    body = {
+        "metadata": {"name": "orders", "namespace": "ns", "uid": "u"},
+        "spec": {"replicas": 3, "storage": {"size": "1Gi", "storageClassName": "fast"}},
+    }
+    record = observed.statefulset_record(specs.statefulset(body, specs.OperatorConfig()))
+    assert (record["claimSize"], record["claimClass"]) == ("1Gi", "fast")
 
 
 def test_a_replicas_change_is_refused_and_the_log_observed_as_built() -> None:

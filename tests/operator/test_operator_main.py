@@ -35,7 +35,7 @@ def test_handlers_register_for_replicatedlogs() -> None:
     assert any("reconcile" in n for n in names)
     timers = list(registry._spawning.get_all_handlers())
     assert any("observe" in t.id for t in timers)
-    assert handlers.TIMER_INTERVAL == 5.0
+    assert handlers.TIMER_INTERVAL == 1.0  # fresh status (docs/operator.md)
 
 
 def test_metrics_count_replicas_by_status() -> None:
@@ -61,3 +61,11 @@ def test_metrics_count_replicas_by_status() -> None:
     assert value("VOTING") is None and value("Unknown") is None
     assert REGISTRY.get_sample_value("rlog_operator_log_phase", phase) is None
     metrics.forget("ns", "log")  # twice is harmless
+
+
+def test_lease_and_liveness_arguments() -> None:
+    from rlog_operator import main
+
+    args = main.parse_args(["--lease", "rlog-op", "--liveness", "http://0.0.0.0:8181/healthz"])
+    assert args.lease == "rlog-op"
+    assert main.liveness_port(args.liveness) == 8181

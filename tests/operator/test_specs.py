@@ -200,6 +200,45 @@ def test_default_affinity_spreads_replicas():
     assert pod["affinity"] == custom
 
 
+def test_default_topology_spread_over_zones_and_nodes_softly():
+    pod = specs.statefulset(body(), CONFIG)["spec"]["template"]["spec"]
+    spread = pod["topologySpreadConstraints"]
+    assert [t["topologyKey"] for t in spread] == [
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    ]
+    assert {t["whenUnsatisfiable"] for t in spread} == {"ScheduleAnyway"}
+    assert all(t["labelSelector"]["matchLabels"] == specs.selector_labels(body()) for t in spread)
+
+
+def test_topology_spread_is_overridable_and_can_be_turned_off():
+    custom = [{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule"}]
+    pod = specs.statefulset(body(topologySpreadConstraints=custom), CONFIG)
+    assert pod["spec"]["template"]["spec"]["topologySpreadConstraints"] == custom
+    off = specs.statefulset(body(topologySpreadConstraints=[]), CONFIG)
+    assert off["spec"]["template"]["spec"]["topologySpreadConstraints"] == []
+
+
+def test_the_replica_drains_within_the_grace_period():
+    sts = specs.statefulset(body(), CONFIG)
+    drain = float(arg(container(sts), "--drain-timeout"))
+    assert drain == CONFIG.drain_seconds > 0
+    # the drain, then closing the store, before the kubelet's SIGKILL
+    assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= drain + 10
+
+
+def test_paused_only_by_true():
+    def annotated(value):
+        return {
+            **body(),
+            "metadata": {**body()["metadata"], "annotations": {c.ANNOTATION_PAUSED: value}},
+        }
+
+    assert specs.paused(annotated("true")) and specs.paused(annotated(" True "))
+    assert not specs.paused(annotated("false")) and not specs.paused(annotated(""))
+    assert not specs.paused(body())
+
+
 def test_services():
     headless = specs.headless_service(body(), CONFIG)
     assert headless["metadata"]["name"] == "orders-headless"

@@ -365,3 +365,51 @@ def test_a_refused_replicas_change_fails_and_withholds_grants():
     assert reasons(r) == ["Failed"]
     assert r.permit.allowed and r.permit.grant == ()
     assert r.permit.withheld == ("orders-0", "orders-1", "orders-2")
+
+
+# ---- fresh status: write only what changed ---------------------------------------------------
+
+
+def test_an_unchanged_observation_writes_nothing_even_later():
+    """Observing every second must not write every second: the same observation at a later
+    time yields the same status (no timestamp churn), hence an empty patch."""
+    pods, statuses = healthy()
+    first = compute(cr(), pods, statuses, now=NOW).status
+    again = compute(cr(), pods, statuses, previous=first, now=LATER).status
+    assert st.status_patch(first, again) == {}
+
+
+def test_a_position_change_writes_only_the_replicas():
+    pods, statuses = healthy()
+    first = compute(cr(), pods, statuses, now=NOW).status
+    statuses = {**statuses, "orders-1": {**statuses["orders-1"], "end": 99, "learned": 99}}
+    again = compute(cr(), pods, statuses, previous=first, now=LATER).status
+    patch = st.status_patch(first, again)
+    assert list(patch) == ["replicas"]
+    (item,) = [i for i in patch["replicas"] if i["name"] == "orders-1"]
+    assert item["end"] == 99 and item["learned"] == 99
+
+
+def test_a_state_change_writes_the_state_and_what_follows_from_it():
+    pods, statuses = healthy()
+    first = compute(cr(), pods, statuses, now=NOW).status
+    statuses = {**statuses, "orders-2": None}
+    again = compute(cr(), pods, statuses, previous=first, now=LATER).status
+    patch = st.status_patch(first, again)
+    assert {"replicas", "phase", "votingReplicas", "conditions"} <= set(patch)
+    assert "leader" not in patch and "initialized" not in patch
+    assert st.status_patch({}, again) == again  # a first observation writes everything
+
+
+# ---- pause -----------------------------------------------------------------------------------
+
+
+def test_paused_log_reports_it_and_grants_nothing():
+    pods = [pod(i, ready=False) for i in range(3)]
+    statuses = {f"orders-{i}": rs(i, "EMPTY", leader=None) for i in range(3)}
+    assert compute(cr(), pods, statuses).permit.grant  # not paused: permits go out
+    r = compute(cr(), pods, statuses, paused=True)
+    assert r.status["paused"] is True
+    assert r.permit.grant == () and r.permit.revoke == ()
+    assert r.status["phase"] == "Initializing"  # the observation itself goes on
+    assert compute(cr(), pods, statuses).status["paused"] is False

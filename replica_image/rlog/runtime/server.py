@@ -483,8 +483,31 @@ async def _serve(config: ReplicaConfig) -> None:
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
     log.info("stopping")
+    await drain(node, config.drain_timeout)
     await server.stop(grace=1.0)
     await node.stop()
+
+
+async def drain(node: Node, seconds: float) -> bool:
+    """A leader asked to stop steps down first and keeps serving until another replica
+    leads (at most `seconds`): its in-flight appends finish or fail as a step-down
+    makes them, and while it stays up it forwards appends to the next leader instead of
+    refusing connections. Returns whether another replica was seen leading. A follower
+    (or `seconds` 0) returns at once."""
+    if seconds <= 0 or not node.is_leader:
+        return False
+    log.info("leading while asked to stop: stepping down first (drain up to %gs)", seconds)
+    node.step_down()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        leader = node.leader_id
+        if leader is not None and leader != node.config.id and node.live_leader:
+            log.info("replica %d leads now: stopping", leader)
+            return True
+        await asyncio.sleep(0.05)
+    log.warning("no other replica leads after %gs: stopping anyway", seconds)
+    return False
 
 
 def serve(config: ReplicaConfig) -> None:

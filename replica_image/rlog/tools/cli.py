@@ -81,6 +81,16 @@ def _nonnegative(text: str) -> int:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -155,7 +165,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         auth_peer_token_file=_path(args.auth_peer_token_file),
         **{
             key: getattr(args, key)
-            for key in ("heartbeat_interval", "append_timeout", "session_window")
+            for key in ("heartbeat_interval", "append_timeout", "session_window", "drain_timeout")
             if getattr(args, key) is not None
         },
     )
@@ -491,6 +501,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-peer-token-file",
         metavar="FILE",
         help="bearer token this replica sends to its peers (when they know peers by token)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=_nonnegative_float,
+        metavar="SECONDS",
+        help="on SIGTERM while leading, step down and keep serving until another replica "
+        "leads, at most this long (default 0: stop at once)",
     )
     p.set_defaults(func=cmd_replica)
 

@@ -1,0 +1,97 @@
+"""`kubectl rlog` against a real log (conftest.py installs the operator): every command,
+and its errors. Runs the plugin as kubectl does (`kubectl rlog ...` when `kubectl-rlog`
+is on the PATH, else the same module with this Python). For the lead to run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from e2elib import wait_until
+from oplib import Log, created_log
+
+NAME = "plugin-log"
+
+
+def plugin(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if shutil.which("kubectl-rlog"):
+        cmd = ["kubectl", "rlog", "-n", namespace, *args]
+    else:
+        cmd = [sys.executable, "-m", "rlog_operator.kubectl_rlog", "-n", namespace, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def log(operator: str, namespace: str) -> Iterator[Log]:
+    with created_log(namespace, NAME, settle=True) as log:
+        yield log
+
+
+def test_status_lists_every_replica(log: Log, namespace: str) -> None:
+    table = plugin(namespace, "status", NAME).stdout
+    print(table)
+    assert table.startswith(f"{NAME}: Ready")
+    for pod in log.pods:
+        row = next(line for line in table.splitlines() if line.startswith(pod))
+        assert row.split()[1] == "VOTING", row
+
+
+def test_pause_and_resume(log: Log, namespace: str) -> None:
+    plugin(namespace, "pause", NAME)
+    wait_until("status.paused", lambda: log.status().get("paused") is True, 60, 1)
+    assert "PAUSED" in plugin(namespace, "status", NAME).stdout
+    columns = log.k("get", "replicatedlog", NAME)
+    assert "true" in columns.splitlines()[1], columns
+    plugin(namespace, "resume", NAME)
+    wait_until("status.paused false", lambda: log.status().get("paused") is False, 60, 1)
+
+
+def test_step_down_moves_the_leader(log: Log, namespace: str) -> None:
+    before = str(log.status().get("leader") or "")
+    plugin(namespace, "step-down", NAME)
+    wait_until(
+        "another leader",
+        lambda: (log.status().get("leader") or before) != before and log.all_voting(),
+        120,
+        1,
+    )
+    annotations = log.body()["metadata"].get("annotations") or {}
+    assert "rlog.io/step-down" not in annotations, annotations
+
+
+def test_replace_volume_of_a_follower(log: Log, namespace: str) -> None:
+    leader = str(log.status().get("leader") or "")
+    victim = next(p for p in reversed(log.pods) if p != leader)
+    claim_uid = log.k.json("get", "pvc", f"data-{victim}")["metadata"]["uid"]
+    plugin(namespace, "replace-volume", NAME, victim.rsplit("-", 1)[1])
+
+    def fresh() -> bool:
+        got = log.k.run("get", "pvc", f"data-{victim}", "-o", "json", check=False)
+        import json
+
+        return (
+            got.returncode == 0
+            and json.loads(got.stdout)["metadata"]["uid"] != claim_uid
+            and log.all_voting()
+        )
+
+    wait_until(f"{victim} VOTING on a fresh claim", fresh, 300, 2)
+
+
+def test_errors_are_one_line(log: Log, namespace: str) -> None:
+    out = plugin(namespace, "status", "no-such-log", check=False)
+    assert out.returncode == 1
+    assert (
+        out.stderr.strip()
+        == f"kubectl rlog: no ReplicatedLog 'no-such-log' in namespace {namespace}"
+    )
+    out = plugin(namespace, "replace-volume", NAME, "7", check=False)
+    assert out.returncode == 1 and "out of range" in out.stderr, out.stderr
+    out = plugin(namespace, "reinitialize", NAME, check=False)
+    assert out.returncode == 1 and "not DataLoss" in out.stderr, out.stderr

@@ -1,0 +1,304 @@
+"""`kubectl rlog`: a kubectl plugin over the ReplicatedLog's documented annotations and status.
+
+    kubectl rlog status NAME          the replicas: state, role, positions, catch-up
+    kubectl rlog replace-volume NAME ORDINAL   rlog.io/replace-volume on the replica's pod
+    kubectl rlog reinitialize NAME    rlog.io/reinitialize=<metadata.uid> (after a data loss)
+    kubectl rlog step-down NAME       rlog.io/step-down: the operator steps the leader down
+    kubectl rlog pause|resume NAME    rlog.io/paused=true / removed
+
+Installed with the package as the `kubectl-rlog` console script (kubectl finds plugins on the
+PATH by that name). Each command is a pure request builder (`Request`: what to patch) and
+one generic execution through the kubernetes client; errors are one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlog_operator import constants as c
+
+EXIT_ERROR = 1
+
+
+class PluginError(Exception):
+    """A one-line error for the user."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One merge patch: on the ReplicatedLog (kind "ReplicatedLog") or on one of its pods."""
+
+    kind: str  # ReplicatedLog or Pod
+    name: str
+    patch: dict[str, Any]
+    done: str  # what to print once it is applied
+
+
+# ---- arguments ------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="kubectl rlog", description="Operate ReplicatedLogs (rlog.io) from kubectl."
+    )
+    _add_cluster_options(p)
+    # kubectl passes the flags where the user wrote them: after the command too
+    common = argparse.ArgumentParser(add_help=False)
+    _add_cluster_options(common, suppress=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("status", "the replicas' state, role, positions and catch-up progress"),
+        ("reinitialize", "acknowledge a suspected total data loss: initialize the log again"),
+        ("step-down", "ask the leader to step down (the operator does it)"),
+        ("pause", "pause reconciliation (the status stays current)"),
+        ("resume", "resume reconciliation"),
+    ):
+        sp = sub.add_parser(name, help=text, parents=[common])
+        sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    sp = sub.add_parser(
+        "replace-volume", help="give one replica a fresh volume (it catches up)", parents=[common]
+    )
+    sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    sp.add_argument("ordinal", metavar="ORDINAL", type=_ordinal, help="the replica's ordinal")
+    return p.parse_args(list(argv))
+
+
+def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    # after the command, an absent flag must not overwrite one given before it
+    default = argparse.SUPPRESS if suppress else None
+    p.add_argument(
+        "-n", "--namespace", default=default, help="the log's namespace (default: the context's)"
+    )
+    p.add_argument("--context", default=default, help="the kubeconfig context to use")
+    p.add_argument("--kubeconfig", default=default, help="path to the kubeconfig file")
+
+
+def _ordinal(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ordinal (0, 1, 2, ...)")
+    return int(text)
+
+
+# ---- request builders (pure) -----------------------------------------------------------------
+
+
+def _annotate(value: str | None, key: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {key: value}}}
+
+
+def replace_volume_request(log: Mapping[str, Any], ordinal: int, now: str) -> Request:
+    """Annotate the replica's pod: the operator replaces its claim and pod, quorum-gated."""
+    name = str(log["metadata"]["name"])
+    replicas = int((log.get("spec") or {}).get("replicas") or c.DEFAULT_REPLICAS)
+    if not 0 <= ordinal < replicas:
+        raise PluginError(
+            f"ordinal {ordinal} is out of range: {name} has {replicas} replicas "
+            f"(ordinals 0..{replicas - 1})"
+        )
+    pod = f"{name}-{ordinal}"
+    return Request(
+        "Pod",
+        pod,
+        _annotate(now, c.ANNOTATION_REPLACE_VOLUME),
+        f"{pod}: volume replacement requested ({c.ANNOTATION_REPLACE_VOLUME})",
+    )
+
+
+def reinitialize_request(log: Mapping[str, Any]) -> Request:
+    name, uid = str(log["metadata"]["name"]), str(log["metadata"].get("uid") or "")
+    phase = (log.get("status") or {}).get("phase")
+    if phase != "DataLoss":
+        raise PluginError(
+            f"{name} is {phase or 'not observed yet'}, not DataLoss: reinitialize only "
+            "acknowledges a suspected total data loss"
+        )
+    return Request(
+        "ReplicatedLog",
+        name,
+        _annotate(uid, c.ANNOTATION_REINITIALIZE),
+        f"{name}: re-initialization acknowledged ({c.ANNOTATION_REINITIALIZE}={uid})",
+    )
+
+
+def step_down_request(log: Mapping[str, Any], now: str) -> Request:
+    name = str(log["metadata"]["name"])
+    leader = (log.get("status") or {}).get("leader")
+    if not leader:
+        raise PluginError(f"{name} has no leader to step down (status.leader is empty)")
+    return Request(
+        "ReplicatedLog",
+        name,
+        _annotate(now, c.ANNOTATION_STEP_DOWN),
+        f"{name}: step-down of {leader} requested ({c.ANNOTATION_STEP_DOWN})",
+    )
+
+
+def pause_request(log: Mapping[str, Any], pause: bool) -> Request:
+    name = str(log["metadata"]["name"])
+    return Request(
+        "ReplicatedLog",
+        name,
+        _annotate("true" if pause else None, c.ANNOTATION_PAUSED),
+        f"{name}: {'paused' if pause else 'resumed'} ({c.ANNOTATION_PAUSED})",
+    )
+
+
+# ---- the status table (pure) -----------------------------------------------------------------
+
+COLUMNS = ("REPLICA", "STATE", "ROLE", "BEGIN", "END", "LEARNED", "CATCH-UP", "READY", "REASON")
+
+
+def status_table(log: Mapping[str, Any]) -> str:
+    """A header line (phase, leader, paused) and one row per replica of status.replicas."""
+    name = str(log["metadata"]["name"])
+    status = log.get("status") or {}
+    header = (
+        f"{name}: {status.get('phase') or 'not observed yet'}"
+        f" (leader {status.get('leader') or 'none'},"
+        f" {status.get('votingReplicas', 0)}/{(log.get('spec') or {}).get('replicas', '?')}"
+        " VOTING" + (", reconciliation PAUSED" if status.get("paused") else "") + ")"
+    )
+    rows = [COLUMNS]
+    for item in status.get("replicas") or []:
+        rows.append(
+            (
+                str(item.get("name", "")),
+                str(item.get("status", "")),
+                str(item.get("role", "-")),
+                str(item.get("begin", "-")),
+                str(item.get("end", "-")),
+                str(item.get("learned", "-")),
+                str(item.get("catchup") or "-"),
+                "yes" if item.get("ready") else "no",
+                str(item.get("reason") or ""),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    message = status.get("message")
+    return "\n".join([header, *([f"  {message}"] if message else []), "", *lines])
+
+
+# ---- I/O --------------------------------------------------------------------------------------
+
+
+class Cluster:
+    """The few calls the plugin makes, through the kubernetes client."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        import logging
+
+        from kubernetes import client, config
+
+        # urllib3 would print its retries on stderr: the plugin says one line instead
+        logging.getLogger("urllib3").setLevel(logging.CRITICAL)
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context)
+            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        except Exception as e:  # no file, no such context, a broken kubeconfig
+            raise PluginError(f"no cluster: cannot load the kubeconfig: {e}") from None
+        chosen = context or (active or {}).get("name")
+        contexts = {ctx["name"]: ctx for ctx in config.list_kube_config_contexts(kubeconfig)[0]}
+        self.default_namespace = str(
+            ((contexts.get(chosen or "") or {}).get("context") or {}).get("namespace") or "default"
+        )
+        self.custom = client.CustomObjectsApi()
+        self.core = client.CoreV1Api()
+        self.api_client = client.ApiClient()
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(*args)
+        except ApiException as e:
+            if e.status == 404:
+                raise PluginError(f"{what}: not found") from None
+            if e.status == 403:
+                raise PluginError(f"{what}: forbidden ({e.reason})") from None
+            raise PluginError(f"{what}: HTTP {e.status} {e.reason}") from None
+        except Exception as e:  # connection refused, DNS, TLS: the cluster is not there
+            raise PluginError(f"no cluster: {what}: {type(e).__name__}: {e}") from None
+
+    def log(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = self._call(
+                f"ReplicatedLog {namespace}/{name}",
+                self.custom.get_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                name,
+            )
+        except PluginError as e:
+            if str(e).endswith("not found"):
+                raise PluginError(f"no ReplicatedLog {name!r} in namespace {namespace}") from None
+            raise
+        return found
+
+    def apply(self, namespace: str, request: Request) -> None:
+        what = f"{request.kind} {namespace}/{request.name}"
+        if request.kind == "Pod":
+            self._call(what, self.core.patch_namespaced_pod, request.name, namespace, request.patch)
+        else:
+            self._call(
+                what,
+                self.custom.patch_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                request.name,
+                request.patch,
+            )
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def request_for(args: argparse.Namespace, log: Mapping[str, Any], now: str) -> Request:
+    """The request of a command other than status."""
+    if args.command == "replace-volume":
+        return replace_volume_request(log, args.ordinal, now)
+    if args.command == "reinitialize":
+        return reinitialize_request(log)
+    if args.command == "step-down":
+        return step_down_request(log, now)
+    if args.command in ("pause", "resume"):
+        return pause_request(log, args.command == "pause")
+    raise PluginError(f"unknown command {args.command!r}")
+
+
+def run(args: argparse.Namespace) -> str:
+    cluster = Cluster(args.kubeconfig, args.context)
+    namespace = args.namespace or cluster.default_namespace
+    log = cluster.log(namespace, args.name)
+    if args.command == "status":
+        return status_table(log)
+    request = request_for(args, log, _now())
+    cluster.apply(namespace, request)
+    return request.done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        print(run(args))
+    except PluginError as e:
+        print(f"kubectl rlog: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""`kubectl rlog` (rlog_operator.kubectl_rlog): arguments, request builders, the status
+table, and the errors of a real run without a cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlog_operator import constants as c
+from rlog_operator import kubectl_rlog as kr
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def log(phase="Ready", leader="orders-1", replicas=3, items=(), **status):
+    return {
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
+        "spec": {"replicas": replicas},
+        "status": {
+            "phase": phase,
+            "leader": leader,
+            "votingReplicas": replicas,
+            "replicas": list(items),
+            **status,
+        },
+    }
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+
+def test_arguments_of_every_command():
+    args = kr.parse_args(["-n", "shop", "replace-volume", "orders", "2"])
+    assert (args.namespace, args.command, args.name, args.ordinal) == (
+        "shop",
+        "replace-volume",
+        "orders",
+        2,
+    )
+    for command in ("status", "reinitialize", "step-down", "pause", "resume"):
+        args = kr.parse_args([command, "orders", "--context", "kind"])
+        assert (args.command, args.name, args.context) == (command, "orders", "kind")
+    # kubectl passes flags where the user put them: before or after the command
+    before = kr.parse_args(["-n", "shop", "--kubeconfig", "k", "status", "orders"])
+    after = kr.parse_args(["status", "orders", "-n", "shop", "--kubeconfig", "k"])
+    assert (before.namespace, before.kubeconfig) == (after.namespace, after.kubeconfig)
+    assert (after.namespace, after.kubeconfig, after.context) == ("shop", "k", None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["status"], ["replace-volume", "orders"], ["replace-volume", "orders", "-1"],
+     ["replace-volume", "orders", "x"], ["explode", "orders"]],
+)  # fmt: skip
+def test_bad_arguments_exit_with_usage(argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        kr.parse_args(argv)
+    assert exit.value.code == 2
+    assert "usage: kubectl rlog" in capsys.readouterr().err
+
+
+# ---- request builders -------------------------------------------------------------------------
+
+
+def test_replace_volume_annotates_the_replicas_pod():
+    request = kr.replace_volume_request(log(), 2, NOW)
+    assert (request.kind, request.name) == ("Pod", "orders-2")
+    assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: NOW}}}
+
+
+def test_replace_volume_refuses_an_ordinal_out_of_range():
+    with pytest.raises(
+        kr.PluginError, match=r"ordinal 3 is out of range: orders has 3 replicas \(ordinals 0..2\)"
+    ):
+        kr.replace_volume_request(log(), 3, NOW)
+    assert kr.replace_volume_request(log(replicas=5), 4, NOW).name == "orders-4"
+
+
+def test_reinitialize_writes_the_uid_only_in_data_loss():
+    request = kr.reinitialize_request(log(phase="DataLoss"))
+    assert (request.kind, request.name) == ("ReplicatedLog", "orders")
+    assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_REINITIALIZE: "u-1"}}}
+    with pytest.raises(kr.PluginError, match="is Ready, not DataLoss"):
+        kr.reinitialize_request(log())
+
+
+def test_step_down_needs_a_leader():
+    request = kr.step_down_request(log(), NOW)
+    assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_STEP_DOWN: NOW}}}
+    assert "orders-1" in request.done
+    with pytest.raises(kr.PluginError, match="no leader"):
+        kr.step_down_request(log(leader=""), NOW)
+
+
+def test_pause_and_resume_set_and_remove_the_annotation():
+    assert kr.pause_request(log(), True).patch == {
+        "metadata": {"annotations": {c.ANNOTATION_PAUSED: "true"}}
+    }
+    assert kr.pause_request(log(), False).patch == {
+        "metadata": {"annotations": {c.ANNOTATION_PAUSED: None}}  # merge patch: removed
+    }
+
+
+def test_the_operator_reads_the_same_annotations():
+    """The plugin's pause is the operator's pause; its step-down the operator's request."""
+    from rlog_operator import observed, specs
+
+    body = {
+        **log(),
+        "metadata": {**log()["metadata"], "annotations": {c.ANNOTATION_PAUSED: "true"}},
+    }
+    assert specs.paused(body)
+    asked = kr.step_down_request(log(), NOW).patch["metadata"]["annotations"]
+    assert observed.step_down_requested(asked, "orders-1") == "orders-1"
+    assert observed.step_down_requested(asked, "") == ""  # waits for a leader
+    assert observed.step_down_requested({}, "orders-1") == ""
+
+
+# ---- the status table -------------------------------------------------------------------------
+
+
+def test_status_table_lists_every_replica():
+    replicas = [
+        {"name": "orders-0", "status": "VOTING", "role": "follower", "begin": 1, "end": 90,
+         "learned": 90, "ready": True},
+        {"name": "orders-1", "status": "VOTING", "role": "leader", "begin": 1, "end": 90,
+         "learned": 90, "ready": True},
+        {"name": "orders-2", "status": "RECOVERING", "role": "follower", "begin": 0, "end": 40,
+         "learned": 40, "ready": False, "catchup": "40/90", "reason": "catching up"},
+    ]  # fmt: skip
+    table = kr.status_table(log(phase="Recovering", replicas=3, paused=True, items=replicas))
+    lines = table.splitlines()
+    assert lines[0].startswith("orders: Recovering (leader orders-1")
+    assert "PAUSED" in lines[0]
+    header = next(line for line in lines if line.startswith("REPLICA"))
+    assert header.split() == list(kr.COLUMNS)
+    row = next(line for line in lines if line.startswith("orders-2"))
+    assert row.split()[:8] == ["orders-2", "RECOVERING", "follower", "0", "40", "40", "40/90", "no"]
+    assert row.endswith("catching up")
+
+
+def test_status_table_of_a_log_not_yet_observed():
+    table = kr.status_table({"metadata": {"name": "orders"}, "spec": {"replicas": 3}})
+    assert table.splitlines()[0].startswith("orders: not observed yet")
+
+
+# ---- a real run: no cluster -------------------------------------------------------------------
+
+
+def test_no_cluster_is_a_one_line_error(tmp_path: Path):
+    env = dict(os.environ, KUBECONFIG=str(tmp_path / "missing"))
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlog_operator.kubectl_rlog", "status", "orders"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == kr.EXIT_ERROR
+    assert out.stderr.startswith("kubectl rlog: no cluster:"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_cluster_is_a_one_line_error(tmp_path: Path):
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:9"}}]
+users: [{name: u, user: {}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: shop}}]
+current-context: x
+"""
+    )
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run(
+        [sys.executable, "-m", "rlog_operator.kubectl_rlog", "pause", "orders"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert out.returncode == kr.EXIT_ERROR
+    assert out.stderr.startswith("kubectl rlog: no cluster: ReplicatedLog shop/orders"), out.stderr
