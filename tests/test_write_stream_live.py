@@ -52,6 +52,16 @@ def write_failures(cluster: DevCluster, leader: int, peer: int) -> float:
     )
 
 
+def settled_failures(cluster: DevCluster, leader: int, peer: int) -> float:
+    """The leader's failed writes to `peer` once three scrapes 0.2 s apart agree (a broken
+    stream's writes are counted within one turn of the replica's event loop)."""
+    reads = [write_failures(cluster, leader, peer)]
+    while len(reads) < 3 or len(set(reads[-3:])) > 1:
+        time.sleep(0.2)
+        reads.append(write_failures(cluster, leader, peer))
+    return reads[-1]
+
+
 def batches_sent(cluster: DevCluster, leader: int) -> float:
     """Write batches the leader has sent (each goes to every replica, itself included)."""
     return scrape(cluster, leader).get(("rlog_write_batch_entries_count", ()), 0.0)
@@ -172,6 +182,9 @@ def test_a_cut_connection_fails_only_the_writes_pending_on_the_stream(tmp_path):
             await asyncio.sleep(1.5)
             assert await asyncio.to_thread(write_failures, cluster, leader, follower) == 0
             seen["batches_before"] = await asyncio.to_thread(batches_sent, cluster, leader)
+            # Counted, not assumed to be 1: a stream may have ended with nothing pending on it
+            # (no write failed) and been reopened before this point.
+            opened = await asyncio.to_thread(streams_opened, cluster, leader, follower)
             # Paused, the follower answers nothing: the leader's writes to it pile up on the
             # stream (a quorum goes on without it), then its connections are cut.
             cluster.pause(follower)
@@ -179,13 +192,19 @@ def test_a_cut_connection_fails_only_the_writes_pending_on_the_stream(tmp_path):
             cut = await asyncio.to_thread(cluster.proxies[follower].cut_all)
             assert cut > 0, "no connection to cut"
             cluster.resume(follower)
+            # The failed writes are counted by the tasks that sent them, which the broken
+            # stream wakes one loop turn after it ends: a scrape can see the new stream
+            # before the count. Wait for both; a failure count that never comes times out.
             await asyncio.to_thread(
                 wait_until,
-                lambda: streams_opened(cluster, leader, follower) >= 2,
+                lambda: (
+                    streams_opened(cluster, leader, follower) > opened
+                    and write_failures(cluster, leader, follower) >= 1
+                ),
                 30,
-                "the leader to open a new stream",
+                "a new stream, and the writes pending on the cut one failed",
             )
-            seen["failed"] = await asyncio.to_thread(write_failures, cluster, leader, follower)
+            seen["failed"] = await asyncio.to_thread(settled_failures, cluster, leader, follower)
             seen["batches_after"] = await asyncio.to_thread(batches_sent, cluster, leader)
             seen["stream_writes"] = await asyncio.to_thread(
                 write_requests, cluster, follower, "stream"
