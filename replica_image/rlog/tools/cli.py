@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import faulthandler
 import json
 import os
 import socket
@@ -141,6 +142,9 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def cmd_replica(args: argparse.Namespace) -> int:
+    # A fatal signal (SIGBUS from a mapped file cut short, SIGSEGV in a C extension) kills
+    # the process before Python can say anything: print where it was, in the replica's log.
+    faulthandler.enable()
     config = ReplicaConfig(
         id=args.id,
         peers=parse_peers(args.peers),
