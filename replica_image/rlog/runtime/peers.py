@@ -240,13 +240,22 @@ class Peers(Mapping[int, Peer]):
         except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken, StorageError):
             # StorageError: this replica's own disk (full, or a corrupt record the node is
             # repairing) failed the local half of the round.
-            if isinstance(message, pb.WriteRequest) and send.to != self.config.id:
-                self._metrics.peer_write_failures.labels(str(send.to)).inc()
-            if send.round:
-                self._on_failure(send)
+            self._failed(send)
+            return
+        except Exception:
+            # A bug, not a peer's failure; but the round must still hear that this send
+            # failed (or it waits for an answer that never comes), and the log says so.
+            log.exception("sending %s to replica %d failed", type(message).__name__, send.to)
+            self._failed(send)
             return
         if send.round and response is not None:
             self._on_reply(send, response)
+
+    def _failed(self, send: Send) -> None:
+        if isinstance(send.message, pb.WriteRequest) and send.to != self.config.id:
+            self._metrics.peer_write_failures.labels(str(send.to)).inc()
+        if send.round:
+            self._on_failure(send)
 
     async def _local(self, message: Message) -> Response | None:
         if isinstance(message, pb.PromiseRequest):

@@ -57,6 +57,14 @@ def with_id(encoded: bytes, request_id: int) -> bytes:
     return encoded + _ID_TAG + _varint(request_id)
 
 
+def _stream_error(exc: Exception) -> Exception:
+    """What the writes pending on an ended stream fail with: the call's own status if it
+    has one, else StreamBroken (never an exception the callers do not expect)."""
+    if isinstance(exc, grpc.aio.AioRpcError | StreamBroken | StreamUnimplemented):
+        return exc
+    return StreamBroken(f"the write stream ended: {type(exc).__name__}: {exc}")
+
+
 def _identity(data: bytes) -> bytes:
     return data
 
@@ -83,8 +91,11 @@ class _Session:
                     await self.call.write(data)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the call ended: the reader sees why, unless it already did
-            self._end(exc)
+        except Exception as exc:
+            # The call ended under the sender (gRPC raises InvalidStateError "RPC already
+            # finished" when the reader has not yet seen the status): the pending writes
+            # fail as a broken stream, an error their callers handle as a failed write.
+            self._end(_stream_error(exc))
 
     async def _read(self) -> None:
         try:
@@ -104,7 +115,7 @@ class _Session:
                 self._end(exc)
             return
         except Exception as exc:
-            self._end(exc)
+            self._end(_stream_error(exc))
             return
         self._end(StreamBroken("the peer ended the write stream"))
 
