@@ -17,6 +17,7 @@ from rlog.client import AsyncClient
 from rlog.client.errors import (
     REASON_CLASSES,
     ConditionFailed,
+    DataCorrupt,
     EntryTooLarge,
     EpochFromFuture,
     InvalidArgument,
@@ -27,6 +28,7 @@ from rlog.client.errors import (
     OutcomeUnknownUnavailable,
     OutOfRange,
     PastEnd,
+    ResourceExhausted,
     RlogError,
     SequenceForgotten,
     SessionExpired,
@@ -75,6 +77,12 @@ EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),
     Reason.EPOCH_FROM_FUTURE: (EpochFromFuture, EpochFromFuture),
     Reason.UNKNOWN_SESSION: (UnknownSession, UnknownSession),
+    # Nothing was proposed: a full disk or a limit refuses the request before the protocol.
+    Reason.DISK_FULL: (ResourceExhausted, ResourceExhausted),
+    Reason.LIMIT_EXCEEDED: (ResourceExhausted, ResourceExhausted),
+    # A read met a corrupt record (never served); an append that met one may have been
+    # proposed already.
+    Reason.CORRUPT_RECORD: (DataCorrupt, OutcomeUnknown),
 }
 
 
