@@ -65,9 +65,11 @@ class LmdbStorage(RecordStorage):
                 writemap=False,
                 lock=True,
             )
+            # Before anything reads the tree: opening the named databases reads the main
+            # tree's pages, which a truncated file may no longer hold (SIGBUS).
+            self._check_size(engine_dir / "data.mdb")
             self._actions = self._env.open_db(b"actions")
             self._meta = self._env.open_db(b"meta")
-            self._check_size(engine_dir / "data.mdb")
         except lmdb.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
