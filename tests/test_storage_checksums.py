@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,34 @@ def test_a_truncated_lmdb_file_is_refused_at_open(tmp_path: Path) -> None:
     os.truncate(path, size // 2)
     with pytest.raises(StorageError, match="truncated"):
         open_storage(data, "lmdb")
+
+
+def test_an_lmdb_file_cut_to_its_meta_pages_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """Cut so short that the tree's pages are gone: the size check must come before anything
+    reads the tree (opening the named databases did, and the process died of SIGBUS). In a
+    child process, so that a crash fails the test instead of killing the run."""
+    data = tmp_path / "data"
+    store = _store("lmdb", data)
+    for i in range(20):
+        store.apply(WriteBatch(runs=[run(1 + 100 * i, 100, b"x" * 50)]))
+    store.close()
+    path = data / "lmdb" / "data.mdb"
+    os.truncate(path, 2 * os.sysconf("SC_PAGE_SIZE"))  # the two meta pages only
+    opened = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from rlog.storage import StorageError, open_storage\n"
+            "try:\n    open_storage(sys.argv[1], 'lmdb')\n"
+            "except StorageError as exc:\n    print(exc)\n",
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert opened.returncode == 0, (opened.returncode, opened.stderr)
+    assert "is truncated" in opened.stdout, opened.stdout
 
 
 def test_lmdb_map_full_fails_the_batch_and_reads_go_on(tmp_path: Path) -> None:

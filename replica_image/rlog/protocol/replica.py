@@ -63,6 +63,27 @@ def tombstone(position: int) -> pb.Action:
 
 Record = pb.Action | pb.Run
 
+# The highest position a record may hold: one below uint64's maximum, so that the begin a
+# learned tombstone implies (its position + 1) still fits the uint64 fields it is stored in.
+MAX_POSITION = 2**64 - 2
+
+
+def well_formed(records: Iterable[Record]) -> bool:
+    """Whether a peer's records can be held: every run's offsets check out and no position
+    passes MAX_POSITION. A correct leader never sends anything else; a message that does not
+    pass is taken as a whole or not at all (not at all), never stored to break later reads."""
+    for record in records:
+        if isinstance(record, pb.Run):
+            try:
+                offsets_of(record.data, record.offsets)
+            except PackedError:
+                return False
+            if run_last(record) > MAX_POSITION:
+                return False
+        elif record.position > MAX_POSITION:
+            return False
+    return True
+
 
 def span(record: Record) -> tuple[int, int]:
     """The first and last position a record holds."""
@@ -392,13 +413,11 @@ class ReplicaCore:
             incoming_records = sorted([*request.actions, *request.runs], key=_start)
         accepted: list[pb.Action] = []
         accepted_runs: list[pb.Run] = []
+        if not well_formed(incoming_records):
+            # Never sent by a correct leader: take nothing of the batch.
+            return Reply(pb.WriteResponse(verdict=pb.IGNORED, status=self.status), None)
         for record in incoming_records:
             if isinstance(record, pb.Run):
-                try:
-                    offsets_of(record.data, record.offsets)
-                except PackedError:
-                    # Never sent by a correct leader: take nothing of the batch.
-                    return Reply(pb.WriteResponse(verdict=pb.IGNORED, status=self.status), None)
                 if run_count(record) == 0:
                     continue
                 if record.first > self.end and record.first >= self.begin:
@@ -453,6 +472,8 @@ class ReplicaCore:
         """Apply chosen positions. Always applied, whatever the status (that is how a
         recovering replica receives data). Learned state is re-derivable (by fill or fetch),
         so its batch needs no fsync."""
+        if not well_formed([*request.actions, *request.runs]):
+            return None  # never sent by a correct leader: take nothing of it
         before = self.learned_next
         stored: list[pb.Action] = []
         stored_runs: list[pb.Run] = []

@@ -1,10 +1,12 @@
-"""Storage faults at the RPC boundary: a request that meets a corrupt stored record or a full
-disk ends with a clear error instead of a crashed handler (docs/faults.md).
+"""Malformed requests and storage faults at the RPC boundary: a request that meets a
+corrupt stored record or a full disk ends with a clear error instead of a crashed handler
+(docs/faults.md).
 
 `guarded` wraps every RPC method of a servicer: `CorruptRecord` -> the replica drops the
 record and recovers (`Node.storage_fault_seen`), the call ends with DATA_LOSS
 (CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL). Anything already sent on a
-stream was checked record by record before it left.
+stream was checked record by record before it left. A request that does not parse (the
+server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error.
 """
 
 from __future__ import annotations
@@ -19,6 +21,47 @@ import grpc
 from rlog.client.wire import Reason
 from rlog.runtime.errors import RpcError
 from rlog.storage.base import CorruptRecord, DiskFull
+
+
+class Malformed:
+    """What the server's request deserializers hand a handler for bytes that do not parse
+    (gRPC itself would answer UNKNOWN): the handler answers INVALID_ARGUMENT."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.message = f"the request does not parse as {type_name}: {error}"
+
+
+def tolerant(parse: Callable[[bytes], Any], type_name: str) -> Callable[[bytes], Any]:
+    """A request deserializer that returns `Malformed` instead of raising."""
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except Exception as exc:
+            return Malformed(type_name, exc)
+
+    return deserialize
+
+
+class _CheckedStream:
+    """A stream of requests that ends at the first one that does not parse (as if the
+    client had closed it there) and keeps it, for the call to end with INVALID_ARGUMENT
+    once the requests before it are answered."""
+
+    def __init__(self, requests: AsyncIterator[Any]) -> None:
+        self._requests = requests
+        self.malformed: Malformed | None = None
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for request in self._requests:
+            if isinstance(request, Malformed):
+                self.malformed = request
+                return
+            yield request
+
+
+def _malformed_error(malformed: Malformed) -> RpcError:
+    return RpcError(Reason.INVALID_ARGUMENT, malformed.message)
 
 
 class _FaultSink(Protocol):
@@ -48,18 +91,25 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def stream(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+            if isinstance(request, Malformed):
+                await _abort(context, _malformed_error(request))
+            checked = _CheckedStream(request) if hasattr(request, "__aiter__") else None
             try:
-                async for item in method(self, request, context):
+                async for item in method(self, checked or request, context):
                     yield item
             except (CorruptRecord, DiskFull) as exc:
                 error = error_of(exc, self.node)
                 assert error is not None
                 await _abort(context, error)
+            if checked is not None and checked.malformed is not None:
+                await _abort(context, _malformed_error(checked.malformed))
 
         return stream
 
     @functools.wraps(method)
     async def unary(self: Any, request: Any, context: Any) -> Any:
+        if isinstance(request, Malformed):
+            await _abort(context, _malformed_error(request))
         try:
             return await method(self, request, context)
         except (CorruptRecord, DiskFull) as exc:

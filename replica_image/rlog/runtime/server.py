@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -19,7 +19,7 @@ from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
 from rlog.runtime.errors import RpcError
-from rlog.runtime.faults import guarded
+from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
@@ -389,14 +389,28 @@ class _Handlers:
         self.service, self.handlers = service, handlers
 
 
-def _add_replica_service(
-    service: ReplicaService, server: grpc.aio.Server, without: tuple[str, ...]
+def _register(
+    add: Callable[[Any, Any], None],
+    service: object,
+    server: grpc.aio.Server,
+    without: tuple[str, ...] = (),
 ) -> None:
-    """Register the Replica service without the methods named (the server then answers
+    """Register a generated service's methods with tolerant request deserializers (a request
+    that does not parse reaches the handler as `Malformed`, answered INVALID_ARGUMENT, where
+    gRPC would answer UNKNOWN), without the methods named (the server then answers
     UNIMPLEMENTED to them, as a build without them does)."""
     taken = _Handlers()
-    pbg.add_ReplicaServicer_to_server(service, taken)
-    handlers = {name: h for name, h in taken.handlers.items() if name not in without}
+    add(service, taken)
+    methods = pb.DESCRIPTOR.services_by_name[taken.service.rpartition(".")[2]].methods_by_name
+    handlers = {
+        name: h._replace(
+            request_deserializer=tolerant(
+                h.request_deserializer, methods[name].input_type.full_name
+            )
+        )
+        for name, h in taken.handlers.items()
+        if name not in without
+    }
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(taken.service, handlers),)
     )
@@ -420,13 +434,13 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
         interceptors=interceptors,
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
+    without: tuple[str, ...] = ()
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
-        _add_replica_service(ReplicaService(node), server, without=("WriteStream",))
-    else:
-        pbg.add_ReplicaServicer_to_server(ReplicaService(node), server)
-    pbg.add_LogServicer_to_server(LogService(node), server)
-    pbg.add_AdminServicer_to_server(AdminService(node), server)
+        without = ("WriteStream",)
+    _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without)
+    _register(pbg.add_LogServicer_to_server, LogService(node), server)
+    _register(pbg.add_AdminServicer_to_server, AdminService(node), server)
     try:
         if certificates is None:
             server.add_insecure_port(config.listen)

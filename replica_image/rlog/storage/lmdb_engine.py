@@ -65,8 +65,8 @@ class LmdbStorage(RecordStorage):
                 writemap=False,
                 lock=True,
             )
-            # Before anything reads a page past the meta pages: opening a named database
-            # reads the main tree, which in a truncated file may lie past its end (SIGBUS).
+            # Before anything reads the tree: opening the named databases reads the main
+            # tree's pages, which a truncated file may no longer hold (SIGBUS).
             self._check_size(engine_dir / "data.mdb")
             self._actions = self._env.open_db(b"actions")
             self._meta = self._env.open_db(b"meta")
