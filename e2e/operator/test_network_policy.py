@@ -59,6 +59,16 @@ spec:
       securityContext:
         allowPrivilegeEscalation: false
         capabilities: {{drop: ["ALL"]}}
+      # the log is mutual TLS (the default): the client presents the operator's certificate,
+      # so what decides whether it gets through is the network, not a failed handshake
+      env:
+        - {{name: RLOG_CA, value: /etc/rlog/tls/ca.crt}}
+        - {{name: RLOG_CERT, value: /etc/rlog/tls/tls.crt}}
+        - {{name: RLOG_KEY, value: /etc/rlog/tls/tls.key}}
+      volumeMounts: [{{name: tls, mountPath: /etc/rlog/tls}}]
+  volumes:
+    - name: tls
+      secret: {{secretName: {NAME}-tls-operator}}
 """
     )
     k("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout=150)

@@ -14,7 +14,7 @@ built by pure functions like specs.py.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlog_operator import constants as c
@@ -59,6 +59,17 @@ def credentials_env(secret: str) -> list[Manifest]:
     ]
 
 
+CLIENT_TLS_MOUNT = "/etc/rlog/tls"
+
+
+def _client_tls_env() -> list[Manifest]:
+    return [
+        {"name": "RLOG_CA", "value": f"{CLIENT_TLS_MOUNT}/ca.crt"},
+        {"name": "RLOG_CERT", "value": f"{CLIENT_TLS_MOUNT}/tls.crt"},
+        {"name": "RLOG_KEY", "value": f"{CLIENT_TLS_MOUNT}/tls.key"},
+    ]
+
+
 def archiver_args(body: Body, client_endpoint: str) -> list[str]:
     backup = body["spec"]["backup"]
     args = ["archive", "run", "--endpoint", client_endpoint]
@@ -84,7 +95,10 @@ def archiver_deployment(
     client_endpoint: str,
     security_context: Manifest,
     pod_security_context: Manifest,
+    tls_secret: str | None = None,
 ) -> Manifest:
+    """The archiver; `tls_secret`: the Secret of its client certificate (a TLS log), mounted
+    and named to `rlog` through the RLOG_* variables."""
     meta = body["metadata"]
     pod_labels = {**archiver_labels(body), c.LABEL_MANAGED_BY: c.MANAGED_BY}
     container: Manifest = {
@@ -93,7 +107,10 @@ def archiver_deployment(
         "imagePullPolicy": pull_policy,
         "command": ["rlog"],
         "args": archiver_args(body, client_endpoint),
-        "env": credentials_env(body["spec"]["backup"]["credentialsSecret"]),
+        "env": [
+            *credentials_env(body["spec"]["backup"]["credentialsSecret"]),
+            *(_client_tls_env() if tls_secret else []),
+        ],
         "ports": [{"name": "metrics", "containerPort": ARCHIVER_METRICS_PORT, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/metrics", "port": "metrics"},
@@ -101,9 +118,15 @@ def archiver_deployment(
         },
         "resources": copy.deepcopy((body["spec"]["backup"].get("resources")) or {}),
         "securityContext": copy.deepcopy(security_context),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            *([{"name": "tls", "mountPath": CLIENT_TLS_MOUNT}] if tls_secret else []),
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    volumes: list[Manifest] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    if tls_secret:
+        volumes.append({"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o440}})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -126,7 +149,7 @@ def archiver_deployment(
                     "enableServiceLinks": False,
                     # flush what is pending on SIGTERM (one segment upload)
                     "terminationGracePeriodSeconds": 60,
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -165,8 +188,12 @@ def restore_init_container(
     pull_policy: str,
     peers: list[str],
     security_context: Manifest,
+    tls_env: Sequence[Manifest] = (),
+    tls_mounts: Sequence[Manifest] = (),
 ) -> Manifest | None:
-    """The init container restoring `spec.bootstrap.fromArchive` (None without one)."""
+    """The init container restoring `spec.bootstrap.fromArchive` (None without one). On a
+    TLS log it asks the peers' Status (`--unless-peers-voting`) with the replica's own
+    certificate (`tls_env`, `tls_mounts`: the replica container's)."""
     source = ((body.get("spec") or {}).get("bootstrap") or {}).get("fromArchive")
     if not source:
         return None
@@ -181,11 +208,12 @@ def restore_init_container(
         "imagePullPolicy": pull_policy,
         "command": ["rlog"],
         "args": args,
-        "env": credentials_env(source["credentialsSecret"]),
+        "env": [*credentials_env(source["credentialsSecret"]), *copy.deepcopy(tls_env)],
         "securityContext": copy.deepcopy(security_context),
         "volumeMounts": [
             {"name": c.DATA_VOLUME, "mountPath": c.DATA_MOUNT},
             {"name": "tmp", "mountPath": "/tmp"},
+            *copy.deepcopy(tls_mounts),
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

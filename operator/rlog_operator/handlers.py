@@ -176,6 +176,8 @@ def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, byte
         pki.operator_secret_name(body),
         specs.auth_secret_name(body),
     ]
+    if (body.get("spec") or {}).get("backup"):
+        names.append(specs.archiver_secret_name(body))
     existing = {name: _read_secret(name, namespace) for name in names}
     tokens: dict[str, bytes] = {}
     for rule in ((body.get("spec") or {}).get("auth") or {}).get("tokens") or []:
@@ -584,7 +586,7 @@ async def observe(
     asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
     if asked:
         try:
-            await _replica_call(_endpoint(body, asked), "step-down")
+            await _replica_call(_endpoint(body, asked), "step-down", credentials=_credentials(body))
         except Exception as e:  # the next tick retries
             logger.warning("step-down of %s failed: %s", asked, e)
         else:

@@ -57,6 +57,10 @@ def operator_secret_name(body: Body) -> str:
     return f"{specs.name_of(body)}-tls-operator"
 
 
+def archiver_common_name(body: Body) -> str:
+    return f"{specs.name_of(body)}-archiver"
+
+
 def replica_common_name(body: Body) -> str:
     return f"{specs.name_of(body)}-replica"
 
@@ -179,6 +183,8 @@ def roles(body: Body, tokens: Mapping[str, bytes] = {}) -> dict[str, Any]:
         replica_common_name(body): "peer",
         OPERATOR_COMMON_NAME: "admin",
     }
+    if body.get("spec", {}).get("backup"):
+        subjects[archiver_common_name(body)] = "read"  # the archiver reads, nothing more
     for rule in auth.get("subjects") or []:
         subjects.setdefault(str(rule["name"]), str(rule["role"]))
     token_rules = []
@@ -248,10 +254,13 @@ def plan_secrets(
         assert ca_cert is not None and ca_key is not None
         ca = certs.Pem(ca_cert, ca_key)
     names = server_names(body, config)
-    for name, common_name, wanted in (
+    identities = [
         (server_secret_name(body), replica_common_name(body), names),
         (operator_secret_name(body), OPERATOR_COMMON_NAME, []),
-    ):
+    ]
+    if body.get("spec", {}).get("backup"):
+        identities.append((specs.archiver_secret_name(body), archiver_common_name(body), []))
+    for name, common_name, wanted in identities:
         found = existing.get(name)
         if (
             renew_all

@@ -209,6 +209,11 @@ def server_secret_name(body: Body) -> str:
     return f"{name_of(body)}-tls"
 
 
+def archiver_secret_name(body: Body) -> str:
+    """The archiver's client certificate (spec.backup; role read)."""
+    return f"{name_of(body)}-tls-archiver"
+
+
 def auth_secret_name(body: Body) -> str:
     """The replicas' roles file."""
     return f"{name_of(body)}-auth"
@@ -459,6 +464,8 @@ def pod_template(body: Body, config: OperatorConfig) -> Manifest:
         pull_policy=spec.get("imagePullPolicy") or config.image_pull_policy,
         peers=peers(body, config),
         security_context=container_security_context(),
+        tls_env=security_env(body),
+        tls_mounts=[m for m in security_volumes(body)[1] if m["name"] == "tls"],
     )
     if restore is not None:
         pod_spec["initContainers"] = [restore]
@@ -594,6 +601,7 @@ def desired_objects(body: Body, config: OperatorConfig) -> list[Manifest]:
                 client_endpoint=f"{client_service_name(body)}:{config.grpc_port}",
                 security_context=container_security_context(),
                 pod_security_context=pod_security_context(),
+                tls_secret=None if mode_of(body) == MODE_DISABLED else archiver_secret_name(body),
             ),
         ]
     return objects

@@ -1,11 +1,12 @@
 """spec.backup and spec.bootstrap.fromArchive as manifests (rlog_operator.archive_specs via
 specs.desired_objects), the archiver's metrics into status.archive, and the CRD schema."""
 
+import datetime
 from pathlib import Path
 
 import yaml
 
-from rlog_operator import archive_specs, specs
+from rlog_operator import archive_specs, pki, specs
 from rlog_operator import constants as c
 from rlog_operator.specs import OperatorConfig
 
@@ -70,11 +71,24 @@ def test_backup_adds_one_archiver_deployment_and_its_service():
     assert after(args, "--retention-keep-from") == "0"
     assert after(args, "--flush-interval") == "5"
     assert after(args, "--metrics-port") == str(archive_specs.ARCHIVER_METRICS_PORT)
-    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in ctr["env"]}
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in ctr["env"] if "valueFrom" in e}
     assert secrets == {
         "AWS_ACCESS_KEY_ID": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"},
         "AWS_SECRET_ACCESS_KEY": {"name": "s3-creds", "key": "AWS_SECRET_ACCESS_KEY"},
     }
+    # a new log is mutual TLS: the archiver reads as itself (role read), its certificate
+    # mounted and named to rlog through RLOG_*
+    tls = {e["name"]: e["value"] for e in ctr["env"] if "value" in e}
+    assert tls == {
+        "RLOG_CA": "/etc/rlog/tls/ca.crt",
+        "RLOG_CERT": "/etc/rlog/tls/tls.crt",
+        "RLOG_KEY": "/etc/rlog/tls/tls.key",
+    }
+    assert {"name": "tls", "mountPath": "/etc/rlog/tls"} in ctr["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "orders-tls-archiver"
+    assert pki.roles(body(backup=BACKUP))["subjects"]["orders-archiver"] == "read"
+    assert "orders-archiver" not in pki.roles(body())["subjects"]
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
 
@@ -99,6 +113,37 @@ def test_bootstrap_adds_a_restore_init_container_that_defers_to_a_running_log():
     assert after(args, "--data-dir") == c.DATA_DIR
     assert after(args, "--prefix") == "shop/old" and after(args, "--to-position") == "1234"
     assert {"name": c.DATA_VOLUME, "mountPath": c.DATA_MOUNT} in init["volumeMounts"]
+    # it asks the peers' Status as the replica itself: a TLS log refuses a plaintext call,
+    # and a refused call must not read as "no replica runs the log"
+    (replica,) = sts["spec"]["template"]["spec"]["containers"]
+    tls_env = [e for e in init["env"] if e["name"].startswith("RLOG_")]
+    assert tls_env and tls_env == [
+        e for e in replica["env"] if e["name"] in ("RLOG_CA", "RLOG_CERT", "RLOG_KEY")
+    ]
+    assert {"name": "tls", "mountPath": specs.TLS_MOUNT, "readOnly": True} in init["volumeMounts"]
+    assert "auth" not in {m["name"] for m in init["volumeMounts"]}
+
+
+def test_a_plaintext_log_gives_the_archiver_and_the_restore_no_certificate():
+    plain = body(backup=BACKUP, bootstrap={"fromArchive": BACKUP}, tls={"mode": "disabled"})
+    objects = specs.desired_objects(plain, CONFIG)
+    (archiver,) = [o for o in objects if o["kind"] == "Deployment"]
+    (ctr,) = archiver["spec"]["template"]["spec"]["containers"]
+    assert not [e for e in ctr["env"] if e["name"].startswith("RLOG_")]
+    assert [v["name"] for v in archiver["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    (sts,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    (init,) = sts["spec"]["template"]["spec"]["initContainers"]
+    assert not [e for e in init["env"] if e["name"].startswith("RLOG_")]
+    assert pki.plan_secrets(plain, CONFIG, {}, datetime.datetime.now(datetime.UTC)) == []
+
+
+def test_the_archiver_gets_its_own_certificate_and_keeps_it():
+    now = datetime.datetime.now(datetime.UTC)
+    log = body(backup=BACKUP)
+    written = {s["metadata"]["name"]: s for s in pki.plan_secrets(log, CONFIG, {}, now)}
+    assert "orders-tls-archiver" in written
+    # nothing to renew the next time round: the archiver's Secret is not issued again
+    assert pki.plan_secrets(log, CONFIG, written, now) == []
 
 
 def test_archive_status_from_metrics():

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlog.tools.client_args import add_security_arguments, credentials_of
+
 if TYPE_CHECKING:  # the archive's modules (and the S3 SDK) load only when a command runs
     from rlog.archive.format import SegmentInfo
     from rlog.archive.store import ObjectStore
@@ -116,6 +118,7 @@ def add_archive_arguments(
 
 def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_arguments(parser)
+    add_security_arguments(parser)  # for --unless-peers-voting on a TLS log
     parser.add_argument(
         "--data-dir",
         action="append",
@@ -193,6 +196,7 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
     from rlog.client import AsyncClient
 
     store = store_of(args, usage)
+    credentials = credentials_of(args)
     try:
         if args.action == "list":
             manifest = await read_manifest(store)
@@ -210,7 +214,9 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
             manifest = await read_manifest(store)
             body = manifest.summary()
             if endpoint:
-                async with AsyncClient(endpoint, timeout=args.timeout) as client:
+                async with AsyncClient(
+                    endpoint, timeout=args.timeout, credentials=credentials
+                ) as client:
                     status = await client.status()
                 archived = -1 if manifest.archived_through is None else manifest.archived_through
                 body["log_learned"] = status.learned
@@ -227,7 +233,7 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
             poll_interval=args.poll_interval,
             retention=Retention(args.retention_max_age, args.retention_keep_from),
         )
-        async with AsyncClient(endpoint, timeout=args.timeout) as client:
+        async with AsyncClient(endpoint, timeout=args.timeout, credentials=credentials) as client:
             archiver = Archiver(client, store, config)
             if args.once:
                 manifest = await archiver.archive_now()
@@ -281,7 +287,7 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
                 _print(args, {"restored": False}, "the data dir is not fresh: nothing restored")
                 return 0
         if args.unless_peers_voting:
-            running = await _running_peer(args.unless_peers_voting)
+            running = await _running_peer(args.unless_peers_voting, credentials_of(args))
             if running:
                 _print(
                     args,
@@ -315,16 +321,20 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
         store.close()
 
 
-async def _running_peer(peers: str) -> str | None:
-    """The first peer that answers VOTING or RECOVERING (its own view, at once), if any."""
+async def _running_peer(peers: str, credentials: Any = None) -> str | None:
+    """The first peer that answers VOTING or RECOVERING (its own view, at once), if any. A
+    peer that refuses us (unauthenticated, no role) is running: better no restore than one
+    beside a live log."""
     from rlog.client import AsyncClient, parse_endpoints
-    from rlog.client.errors import RlogError
+    from rlog.client.errors import PermissionDenied, RlogError
     from rlog.proto import rlog_pb2 as pb
 
-    async with AsyncClient(peers, timeout=2.0) as client:
+    async with AsyncClient(peers, timeout=2.0, credentials=credentials) as client:
         for peer in parse_endpoints(peers):
             try:
                 status = await client.status(peer)
+            except PermissionDenied:  # Unauthenticated is one too
+                return peer
             except RlogError:
                 continue  # unreachable: not (yet) running
             if status.status in (pb.VOTING, pb.RECOVERING):
