@@ -18,6 +18,9 @@ import pytest
 from e2elib import wait_until
 from oplib import Log, Writer, check_acknowledged, created_log
 
+# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+pytestmark = pytest.mark.extended
+
 NAME = "drain-log"
 
 

@@ -18,6 +18,9 @@ import pytest
 from e2elib import Kubectl, wait_until
 from oplib import Log, Writer, check_acknowledged, created_log, watch_pods
 
+# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+pytestmark = pytest.mark.extended
+
 NAME = "ha-log"
 LEASE = "rlog-operator-rlog-operator"  # <release>-rlog-operator (conftest's release)
 

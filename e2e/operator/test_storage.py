@@ -20,6 +20,9 @@ import pytest
 from e2elib import Kubectl, wait_until
 from oplib import Log, Writer, check_acknowledged, created_log, watch_pods
 
+# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+pytestmark = pytest.mark.extended
+
 NAME = "storage-log"
 OTHER_CLASS = "rlog-e2e-other"
 QUORUM = 2
