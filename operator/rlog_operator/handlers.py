@@ -150,21 +150,30 @@ def _read_secret(name: str, namespace: str) -> dict[str, Any] | None:
     return result
 
 
-def _write_secret(obj: Mapping[str, Any]) -> None:
-    """Create the Secret, or replace its data if it exists."""
+class SecretRaced(Exception):
+    """A Secret planned as new was created meanwhile (another handler or operator pod):
+    what was planned with it (certificates of a CA) is not written; plan again."""
+
+
+def _write_secret(obj: Mapping[str, Any], new: bool) -> None:
+    """Create the Secret (`new`: it was absent when planned), or replace its data."""
     api = k8s.CoreV1Api()
     name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+    if not new:
+        api.patch_namespaced_secret(name, namespace, {"data": obj["data"]})
+        return
     try:
         api.create_namespaced_secret(namespace, dict(obj))  # type: ignore[arg-type]
     except ApiException as e:
-        if e.status != 409:
-            raise
-        api.patch_namespaced_secret(name, namespace, {"data": obj["data"]})
+        if e.status == 409:
+            raise SecretRaced(name) from None
+        raise
 
 
 # The operator's client credentials per log (namespace, name), from its `-tls-operator`
 # Secret; None: the log is plaintext.
 _CREDENTIALS: dict[tuple[str, str], Any] = {}
+_PKI_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 
 
 def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -207,7 +216,8 @@ def _apply_certificate(obj: Mapping[str, Any]) -> None:
 
 async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
     """Create or renew the log's certificates and roles (pki.plan_secrets), and keep the
-    operator's client credentials for it."""
+    operator's client credentials for it. Raises SecretRaced if a Secret planned as new
+    appeared meanwhile (nothing planned after it is written)."""
     from rlog.client import Credentials
 
     key = (specs.namespace_of(body), specs.name_of(body))
@@ -219,13 +229,17 @@ async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
         request = pki.certificate_request(body, CONFIG)
         kopf.adopt(request, owner=body, strict=True)
         await asyncio.to_thread(_apply_certificate, request)
-    existing, tokens = await asyncio.to_thread(_secrets_of, body)
-    now = dt.datetime.now(dt.UTC)
-    for secret in pki.plan_secrets(body, CONFIG, existing, now, tokens):
-        kopf.adopt(secret, owner=body, strict=True)
-        await asyncio.to_thread(_write_secret, secret)
-        existing[secret["metadata"]["name"]] = secret
-        logger.info("wrote Secret %s", secret["metadata"]["name"])
+    # One plan at a time per log: two at once (the create handler and the observe timer
+    # on a new log) would each make a CA, and one log's Secrets would mix them.
+    async with _PKI_LOCKS.setdefault(key, asyncio.Lock()):
+        existing, tokens = await asyncio.to_thread(_secrets_of, body)
+        now = dt.datetime.now(dt.UTC)
+        for secret in pki.plan_secrets(body, CONFIG, existing, now, tokens):
+            name = secret["metadata"]["name"]
+            kopf.adopt(secret, owner=body, strict=True)
+            await asyncio.to_thread(_write_secret, secret, existing.get(name) is None)
+            existing[name] = secret
+            logger.info("wrote Secret %s", name)
     mine = existing.get(pki.operator_secret_name(body))
     cert = pki.secret_bytes(mine, specs.CERT_KEY)
     if cert is None:  # certManager: the operator's identity Secret is the user's to provide
@@ -299,6 +313,9 @@ async def reconcile(
     except ApiException as e:
         metrics.ERRORS.labels(handler="apply").inc()
         raise _temporary(e, "writing the log's certificates") from e
+    except SecretRaced as raced:
+        # Another operator pod wrote it (an HA hand-over): the next pass plans with it.
+        raise kopf.TemporaryError(f"Secret {raced} was created meanwhile", delay=2) from None
     for obj in objects:
         kopf.adopt(obj, owner=body, strict=True)
         try:
@@ -514,6 +531,8 @@ async def observe(
     except ApiException as e:
         metrics.ERRORS.labels(handler="pki").inc()
         logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
+    except SecretRaced as raced:
+        logger.info("Secret %s was created meanwhile: planned again next tick", raced)
     credentials = _credentials(body)
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
     answers = await asyncio.gather(
