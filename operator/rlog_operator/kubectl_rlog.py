@@ -5,6 +5,9 @@
     kubectl rlog reinitialize NAME    rlog.io/reinitialize=<metadata.uid> (after a data loss)
     kubectl rlog step-down NAME       rlog.io/step-down: the operator steps the leader down
     kubectl rlog pause|resume NAME    rlog.io/paused=true / removed
+    kubectl rlog restore SOURCE NEW [--to-position P] [--dry-run]
+                                      a new ReplicatedLog NEW bootstrapped from SOURCE's
+                                      archive (spec.bootstrap.fromArchive), up to P
 
 Installed with the package as the `kubectl-rlog` console script (kubectl finds plugins on the
 PATH by that name). Each command is a pure request builder (`Request`: what to patch) and
@@ -20,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlog_operator import archive_specs
 from rlog_operator import constants as c
 
 EXIT_ERROR = 1
@@ -65,7 +69,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
     sp.add_argument("ordinal", metavar="ORDINAL", type=_ordinal, help="the replica's ordinal")
+    sp = sub.add_parser(
+        "restore",
+        help="create a new log from another log's archive (spec.bootstrap.fromArchive)",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="SOURCE", help="the ReplicatedLog whose archive to restore")
+    sp.add_argument("new", metavar="NEW", help="the name of the new ReplicatedLog")
+    sp.add_argument(
+        "--to-position",
+        type=_position,
+        metavar="P",
+        help="restore up to and including position P (default: the whole archive)",
+    )
+    sp.add_argument(
+        "--dry-run", action="store_true", help="print the new ReplicatedLog, create nothing"
+    )
     return p.parse_args(list(argv))
+
+
+def _position(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a position") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a position (0 or more)")
+    return value
 
 
 def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
@@ -148,6 +178,40 @@ def pause_request(log: Mapping[str, Any], pause: bool) -> Request:
     )
 
 
+# Copied from the source log to the restored one: its shape, not its identity or history.
+RESTORE_COPIED = ("replicas", "storage", "image", "imagePullPolicy", "resources", "autoInitialize")
+
+
+def restore_manifest(
+    source: Mapping[str, Any], new_name: str, to_position: int | None
+) -> dict[str, Any]:
+    """A new ReplicatedLog that bootstraps from `source`'s archive (its spec.backup), with
+    the source's shape (`RESTORE_COPIED`); not archiving itself until told to."""
+    meta = source["metadata"]
+    backup = (source.get("spec") or {}).get("backup")
+    if not backup:
+        raise PluginError(f"{meta['name']} has no spec.backup: it has no archive to restore")
+    if new_name == meta["name"]:
+        raise PluginError("the new log needs a name of its own (the source keeps running)")
+    archive: dict[str, Any] = {
+        "bucket": backup["bucket"],
+        "prefix": backup.get("prefix") or archive_specs.default_prefix(source),
+        "credentialsSecret": backup["credentialsSecret"],
+    }
+    for key in ("endpoint", "region"):
+        if backup.get(key):
+            archive[key] = backup[key]
+    if to_position is not None:
+        archive["toPosition"] = to_position
+    spec = {k: v for k, v in (source.get("spec") or {}).items() if k in RESTORE_COPIED}
+    return {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}",
+        "kind": "ReplicatedLog",
+        "metadata": {"name": new_name, "namespace": meta.get("namespace", "default")},
+        "spec": {**spec, "bootstrap": {"fromArchive": archive}},
+    }
+
+
 # ---- the status table (pure) -----------------------------------------------------------------
 
 COLUMNS = ("REPLICA", "STATE", "ROLE", "BEGIN", "END", "LEARNED", "CATCH-UP", "READY", "REASON")
@@ -163,6 +227,18 @@ def status_table(log: Mapping[str, Any]) -> str:
         f" {status.get('votingReplicas', 0)}/{(log.get('spec') or {}).get('replicas', '?')}"
         " VOTING" + (", reconciliation PAUSED" if status.get("paused") else "") + ")"
     )
+    archive = status.get("archive")
+    if archive:
+        header += (
+            f"\n  archive: position {archive.get('archivedPosition', '?')},"
+            f" lag {archive.get('lag', '?')}"
+            + (
+                f", last segment {archive['lastSegmentTime']}"
+                if archive.get("lastSegmentTime")
+                else ""
+            )
+            + (f" ({archive['message']})" if archive.get("message") else "")
+        )
     rows = [COLUMNS]
     for item in status.get("replicas") or []:
         rows.append(
@@ -222,6 +298,8 @@ class Cluster:
         except ApiException as e:
             if e.status == 404:
                 raise PluginError(f"{what}: not found") from None
+            if e.status == 409:
+                raise PluginError(f"{what}: already exists") from None
             if e.status == 403:
                 raise PluginError(f"{what}: forbidden ({e.reason})") from None
             raise PluginError(f"{what}: HTTP {e.status} {e.reason}") from None
@@ -244,6 +322,17 @@ class Cluster:
                 raise PluginError(f"no ReplicatedLog {name!r} in namespace {namespace}") from None
             raise
         return found
+
+    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._call(
+            f"ReplicatedLog {namespace}/{body['metadata']['name']}",
+            self.custom.create_namespaced_custom_object,
+            c.GROUP,
+            c.VERSION,
+            namespace,
+            c.PLURAL,
+            dict(body),
+        )
 
     def apply(self, namespace: str, request: Request) -> None:
         what = f"{request.kind} {namespace}/{request.name}"
@@ -285,6 +374,16 @@ def run(args: argparse.Namespace) -> str:
     log = cluster.log(namespace, args.name)
     if args.command == "status":
         return status_table(log)
+    if args.command == "restore":
+        manifest = restore_manifest(log, args.new, args.to_position)
+        manifest["metadata"]["namespace"] = namespace
+        if args.dry_run:
+            import json
+
+            return json.dumps(manifest, indent=2)
+        cluster.create(namespace, manifest)
+        where = f"up to position {args.to_position}" if args.to_position is not None else "whole"
+        return f"{args.new}: created, restoring {args.name}'s archive ({where})"
     request = request_for(args, log, _now())
     cluster.apply(namespace, request)
     return request.done

@@ -148,6 +148,62 @@ def test_status_table_of_a_log_not_yet_observed():
     assert table.splitlines()[0].startswith("orders: not observed yet")
 
 
+def test_status_table_shows_the_archive():
+    archive = {"archivedPosition": 880, "lag": 20, "lastSegmentTime": NOW, "message": ""}
+    lines = kr.status_table(log(archive=archive)).splitlines()
+    assert lines[1] == f"  archive: position 880, lag 20, last segment {NOW}"
+
+
+# ---- restore (pure) ---------------------------------------------------------------------------
+
+BACKUP = {
+    "endpoint": "http://s3.shop:7070",
+    "bucket": "logs",
+    "credentialsSecret": "s3-creds",
+    "retention": {"maxAgeSeconds": 86400},
+}
+
+
+def source(**spec):
+    body = log()
+    body["spec"] = {"replicas": 5, "storage": {"size": "2Gi"}, "autoInitialize": True, **spec}
+    return body
+
+
+def test_restore_writes_a_new_log_bootstrapped_from_the_archive():
+    manifest = kr.restore_manifest(source(backup=BACKUP, tls={"mode": "disabled"}), "orders2", 1234)
+    assert manifest["metadata"] == {"name": "orders2", "namespace": "shop"}
+    spec = manifest["spec"]
+    assert spec["bootstrap"]["fromArchive"] == {
+        "endpoint": "http://s3.shop:7070",
+        "bucket": "logs",
+        "prefix": "shop/orders",  # the source's default prefix
+        "credentialsSecret": "s3-creds",
+        "toPosition": 1234,
+    }
+    # the source's shape, not its archive (it would write into the source's prefix) nor
+    # its TLS mode (a new log gets the default)
+    assert (spec["replicas"], spec["storage"], spec["autoInitialize"]) == (5, {"size": "2Gi"}, True)
+    assert "backup" not in spec and "tls" not in spec
+    whole = kr.restore_manifest(source(backup={**BACKUP, "prefix": "p/x"}), "orders2", None)
+    assert whole["spec"]["bootstrap"]["fromArchive"]["prefix"] == "p/x"
+    assert "toPosition" not in whole["spec"]["bootstrap"]["fromArchive"]
+
+
+def test_restore_refuses_a_log_without_archive_or_the_same_name():
+    with pytest.raises(kr.PluginError, match=r"no spec\.backup"):
+        kr.restore_manifest(source(), "orders2", None)
+    with pytest.raises(kr.PluginError, match="a name of its own"):
+        kr.restore_manifest(source(backup=BACKUP), "orders", None)
+
+
+def test_restore_arguments():
+    args = kr.parse_args(["restore", "orders", "orders2", "--to-position", "7", "--dry-run"])
+    assert (args.name, args.new, args.to_position, args.dry_run) == ("orders", "orders2", 7, True)
+    with pytest.raises(SystemExit):
+        kr.parse_args(["restore", "orders", "orders2", "--to-position", "-1"])
+
+
 # ---- a real run: no cluster -------------------------------------------------------------------
 
 
