@@ -56,7 +56,7 @@ e2e-operator: $(STAMP)
 	$(E2E_PYTEST) e2e/operator -v -m "not extended"
 
 # The day-two e2e tests (storage migration, chart upgrade, HA hand-over, drain, kubectl
-# rlog): about 11 minutes on the local cluster, so not in `test` (CI's time budget).
+# rlog): 7.5 minutes on the local cluster, so not in `test` (CI's time budget).
 e2e-extended: $(STAMP)
 	$(E2E_PYTEST) e2e/operator -v -m extended
 
