@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlog.tools.arg_types import nonnegative
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
 
@@ -78,7 +79,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     sp.add_argument("new", metavar="NEW", help="the name of the new ReplicatedLog")
     sp.add_argument(
         "--to-position",
-        type=_position,
+        type=nonnegative,
         metavar="P",
         help="restore up to and including position P (default: the whole archive)",
     )
@@ -86,16 +87,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--dry-run", action="store_true", help="print the new ReplicatedLog, create nothing"
     )
     return p.parse_args(list(argv))
-
-
-def _position(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a position") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a position (0 or more)")
-    return value
 
 
 def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:

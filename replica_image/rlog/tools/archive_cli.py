@@ -25,25 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlog.tools.arg_types import nonnegative, positive_float
 from rlog.tools.client_args import add_security_arguments, credentials_of
 
 if TYPE_CHECKING:  # the archive's modules (and the S3 SDK) load only when a command runs
     from rlog.archive.format import SegmentInfo
     from rlog.archive.store import ObjectStore
-
-
-def _nonnegative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {value}")
-    return value
 
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,38 +66,38 @@ def add_archive_arguments(
     )
     parser.add_argument(
         "--segment-bytes",
-        type=_nonnegative_int,
+        type=nonnegative,
         default=8 << 20,
         metavar="N",
         help="run: cut a segment at N bytes of values (default 8 MiB)",
     )
     parser.add_argument(
         "--flush-interval",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         metavar="SECONDS",
         help="run: ... or when the oldest unarchived entry is this old (default 10)",
     )
     parser.add_argument(
         "--poll-interval",
-        type=_positive_float,
+        type=positive_float,
         default=0.5,
         metavar="SECONDS",
         help="run: how often to ask the log for news (default 0.5)",
     )
     parser.add_argument(
         "--retention-max-age",
-        type=_positive_float,
+        type=positive_float,
         metavar="SECONDS",
         help="run: delete segments older than this (the newest is always kept)",
     )
     parser.add_argument(
         "--retention-keep-from",
-        type=_nonnegative_int,
+        type=nonnegative,
         metavar="P",
         help="run: delete segments wholly below position P",
     )
-    parser.add_argument("--metrics-port", type=_nonnegative_int, metavar="PORT")
+    parser.add_argument("--metrics-port", type=nonnegative, metavar="PORT")
     parser.add_argument(
         "--create-bucket", action="store_true", help="run: create the bucket if it is missing"
     )
@@ -128,7 +115,7 @@ def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--to-position",
-        type=_nonnegative_int,
+        type=nonnegative,
         metavar="P",
         help="restore up to and including position P (default: all of the archive)",
     )

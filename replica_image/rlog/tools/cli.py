@@ -39,6 +39,7 @@ from rlog.config import (
     parse_peers,
 )
 from rlog.storage import ENGINES, StorageError
+from rlog.tools.arg_types import nonnegative, nonnegative_float, positive_float
 from rlog.tools.client_args import add_security_arguments, credentials_of
 from rlog.tools.initialize import initialize
 
@@ -72,36 +73,6 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not positive")
-    return value
-
-
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoint",
@@ -112,7 +83,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=30.0,
         metavar="SECONDS",
         help="deadline of each call (default 30)",
@@ -406,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("replica", help="run a replica")
-    p.add_argument("--id", type=_nonnegative, required=True, help="this replica's id (0-based)")
+    p.add_argument("--id", type=nonnegative, required=True, help="this replica's id (0-based)")
     p.add_argument(
         "--peers", required=True, metavar="H:P,H:P,...", help="every replica, in id order"
     )
@@ -417,59 +388,59 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="hold the initialization permit from the start (local use)",
     )
-    p.add_argument("--metrics-port", type=_nonnegative, metavar="P")
+    p.add_argument("--metrics-port", type=nonnegative, metavar="P")
     p.add_argument("--log-id", default="", metavar="ID", help="identity of the log")
     p.add_argument(
-        "--max-entry-size", type=_nonnegative, default=DEFAULT_MAX_ENTRY_SIZE, metavar="BYTES"
+        "--max-entry-size", type=nonnegative, default=DEFAULT_MAX_ENTRY_SIZE, metavar="BYTES"
     )
     p.add_argument("--storage-engine", choices=ENGINES, default=ENGINES[0])
     p.add_argument(
         "--election-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         metavar="SECONDS",
         help="randomized in [T, 2T) (default 1)",
     )
-    p.add_argument("--heartbeat-interval", type=_positive_float, metavar="SECONDS")
-    p.add_argument("--append-timeout", type=_positive_float, metavar="SECONDS")
+    p.add_argument("--heartbeat-interval", type=positive_float, metavar="SECONDS")
+    p.add_argument("--append-timeout", type=positive_float, metavar="SECONDS")
     p.add_argument(
         "--session-window",
-        type=_nonnegative,
+        type=nonnegative,
         metavar="POSITIONS",
         help="client sessions (exactly-once appends) last this many positions (default 100000)",
     )
     limits = p.add_argument_group("limits (docs/faults.md)")
     limits.add_argument(
         "--max-message-size",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_MAX_MESSAGE_SIZE,
         metavar="BYTES",
         help="largest request accepted (default 64 MiB); larger: RESOURCE_EXHAUSTED",
     )
     limits.add_argument(
         "--max-concurrent-streams",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_MAX_CONCURRENT_STREAMS,
         metavar="N",
         help="calls in flight per connection (default 1024; more wait in the client)",
     )
     limits.add_argument(
         "--max-concurrent-rpcs",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_MAX_CONCURRENT_RPCS,
         metavar="N",
         help="calls in flight on the replica (default 16384; more: RESOURCE_EXHAUSTED)",
     )
     limits.add_argument(
         "--max-tail-readers",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_MAX_TAIL_READERS,
         metavar="N",
         help="Tail calls open at once (default 1024; more: RESOURCE_EXHAUSTED)",
     )
     limits.add_argument(
         "--min-free-bytes",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_MIN_FREE_BYTES,
         metavar="BYTES",
         help="appends are refused (DISK_FULL) while the data dir's file system has less "
@@ -477,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     limits.add_argument(
         "--stream-window",
-        type=_nonnegative,
+        type=nonnegative,
         default=DEFAULT_STREAM_WINDOW,
         metavar="BYTES",
         help="HTTP/2 flow-control window per call (default 0: gRPC's own, sized by BDP)",
@@ -508,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--drain-timeout",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         metavar="SECONDS",
         help="on SIGTERM while leading, step down and keep serving until another replica "
         "leads, at most this long (default 0: stop at once)",
@@ -528,13 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base64", action="store_true", help="values are base64-encoded")
     p.add_argument(
         "--if-next",
-        type=_nonnegative,
+        type=nonnegative,
         metavar="P",
         help="append only if the log's next position is P (all values in one call)",
     )
     p.add_argument(
         "--epoch",
-        type=_nonnegative,
+        type=nonnegative,
         default=0,
         metavar="E",
         help="append only if writer epoch E (`rlog epoch take`) is still the highest",
@@ -548,13 +519,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("read", help="print the entries in [--from, --to]")
     add_endpoint_arguments(p)
-    p.add_argument("--from", dest="from_", type=_nonnegative, metavar="P")
-    p.add_argument("--to", type=_nonnegative, metavar="P", help="inclusive")
+    p.add_argument("--from", dest="from_", type=nonnegative, metavar="P")
+    p.add_argument("--to", type=nonnegative, metavar="P", help="inclusive")
     p.add_argument("--json", action="store_true", help='{"position": P, "value": "<base64>"}')
     p.add_argument("--stale", action="store_true", help="read the contacted replica's entries")
     p.add_argument(
         "--min-position",
-        type=_nonnegative,
+        type=nonnegative,
         metavar="P",
         help="the serving replica first waits (up to --timeout) until it has learned P",
     )
@@ -562,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tail", help="print entries from --from on, following new ones")
     add_endpoint_arguments(p)
-    p.add_argument("--from", dest="from_", type=_nonnegative, default=0, metavar="P")
+    p.add_argument("--from", dest="from_", type=nonnegative, default=0, metavar="P")
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--stale",
@@ -580,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("truncate", help="drop every entry below --to")
     add_endpoint_arguments(p)
-    p.add_argument("--to", type=_nonnegative, required=True, metavar="P")
+    p.add_argument("--to", type=nonnegative, required=True, metavar="P")
     p.set_defaults(func=cmd_truncate)
 
     p = sub.add_parser("initialize", help="set a fresh data dir VOTING (offline)")
