@@ -31,7 +31,7 @@ import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -128,26 +128,24 @@ def _apply_one(obj: Mapping[str, Any]) -> str:
     return "patched"
 
 
-def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
+def _read_or_none(read: Callable[[], Any]) -> dict[str, Any] | None:
+    """What `read()` returns, as plain data; None if it does not exist (404)."""
     try:
-        sts = k8s.AppsV1Api().read_namespaced_stateful_set(name, namespace)
+        found = read()
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(sts)
+    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
     return result
+
+
+def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
+    return _read_or_none(lambda: k8s.AppsV1Api().read_namespaced_stateful_set(name, namespace))
 
 
 def _read_secret(name: str, namespace: str) -> dict[str, Any] | None:
-    try:
-        secret = k8s.CoreV1Api().read_namespaced_secret(name, namespace)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(secret)
-    return result
+    return _read_or_none(lambda: k8s.CoreV1Api().read_namespaced_secret(name, namespace))
 
 
 class SecretRaced(Exception):
