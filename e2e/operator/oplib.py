@@ -182,36 +182,85 @@ class Log:
 
 
 WRITER_SCRIPT = r"""
-import json, os, sys, threading, time
+import json, os, ssl, sys, threading, time, urllib.request
+import grpc
 from rlog.client import Client, Credentials, status_name
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
+from rlog.proto import rlog_pb2 as pb, rlog_pb2_grpc as pbg
 # The operator's certificate, mounted from its Secret when the log is mutual TLS.
 creds = Credentials.from_env() if os.path.exists(os.environ.get("RLOG_CA", "")) else None
 
 peers = sys.argv[1].split(",")
 service = sys.argv[2]
 tag = sys.argv[3]
+selector = sys.argv[4]
 STOP = "/tmp/stop"
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 def emit(**kw):
     print(json.dumps(kw), flush=True)
 
-def ask(probe, peer, states):
+def pod_ips():
+    # The pods' addresses from the API server, fresh each sample: a replica recreated under
+    # its DNS name is asked at its new address at once, not after the DNS answers for the
+    # old one have expired (the cluster DNS caches them for seconds).
+    namespace = open(f"{SA}/namespace").read().strip()
+    api = f"{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
+    url = f"https://{api}/api/v1/namespaces/{namespace}/pods?labelSelector={selector}"
+    request = urllib.request.Request(
+        url, headers={"Authorization": "Bearer " + open(f"{SA}/token").read().strip()})
+    context = ssl.create_default_context(cafile=f"{SA}/ca.crt")
+    with urllib.request.urlopen(request, context=context, timeout=3) as answer:
+        items = json.load(answer)["items"]
+    return {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in items}
+
+channels = {}
+
+def stub(peer, ip):
+    # One kept channel per (replica, address), dialled by address; TLS still checks the
+    # replica's name (its certificate's), as any client of the DNS name would.
+    key = (peer, ip)
+    if key not in channels:
+        address = f"{ip}:{peer.rsplit(':', 1)[1]}"
+        if creds is None:
+            channel = grpc.insecure_channel(address, options=CLIENT_CHANNEL_OPTIONS)
+        else:
+            options = [*CLIENT_CHANNEL_OPTIONS,
+                       ("grpc.ssl_target_name_override", peer.rsplit(":", 1)[0])]
+            channel = grpc.secure_channel(address, creds.channel_credentials(), options)
+        channels[key] = pbg.LogStub(channel)
+    return channels[key]
+
+def ask(peer, ip, states, why):
+    name = peer.split(".")[0]
+    if not ip:
+        states[name], why[name] = "error:NO_POD_IP", "no pod, or no address yet"
+        return
     try:
-        states[peer.split(".")[0]] = status_name(probe.status(peer).status)
-    except Exception as e:  # UNAVAILABLE (down), DEADLINE_EXCEEDED (slow), ...
-        code = getattr(getattr(e, "code", None), "name", None) or type(e).__name__
-        states[peer.split(".")[0]] = f"error:{code}"
+        answer = stub(peer, ip).Status(pb.StatusRequest(), timeout=3.0)
+        states[name] = status_name(answer.status)
+    except grpc.RpcError as e:  # UNAVAILABLE (down), DEADLINE_EXCEEDED (slow), ...
+        states[name] = f"error:{e.code().name}"
+        why[name] = f"{ip}: " + (e.details() or "")[:400]  # gRPC's own words
 
 def sample():
-    probe = Client(peers, timeout=3.0, credentials=creds)
     while not os.path.exists(STOP):
-        states = {}
-        askers = [threading.Thread(target=ask, args=(probe, p, states)) for p in peers]
+        states, why = {}, {}
+        try:
+            ips = pod_ips()
+        except Exception as e:
+            emit(t=time.time(), sample_error=f"listing pods: {e}"[:300])
+            time.sleep(0.5)
+            continue
+        askers = [
+            threading.Thread(target=ask, args=(p, ips.get(p.split(".")[0]), states, why))
+            for p in peers
+        ]
         for a in askers:
             a.start()
         for a in askers:
             a.join()
-        emit(t=time.time(), sample=states)
+        emit(t=time.time(), sample=states, why=why)
         time.sleep(0.5)
 
 threading.Thread(target=sample, daemon=True).start()
@@ -230,11 +279,43 @@ time.sleep(3600)
 """
 
 
+SAMPLER_RBAC = """
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: rlog-e2e-sampler
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: rlog-e2e-sampler
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: rlog-e2e-sampler
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: rlog-e2e-sampler
+subjects:
+- kind: ServiceAccount
+  name: rlog-e2e-sampler
+"""
+
+
 @dataclass
 class WriterReport:
     acks: list[tuple[int, str]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     samples: list[tuple[float, dict[str, str]]] = field(default_factory=list)
+    # why a replica's status could not be had, by sample time (the error's details)
+    why: dict[float, dict[str, str]] = field(default_factory=dict)
+    sample_errors: list[str] = field(default_factory=list)  # the pod list could not be had
 
     def voting_counts(self) -> list[int]:
         return [sum(1 for s in st.values() if s == "VOTING") for _, st in self.samples]
@@ -249,11 +330,14 @@ class Writer:
         self.pod = f"writer-{tag}"
 
     def start(self) -> None:
+        # the sampler reads the pods' addresses from the API (see WRITER_SCRIPT)
+        self.log.k.apply(SAMPLER_RBAC)
         spec = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": self.pod},
             "spec": {
+                "serviceAccountName": "rlog-e2e-sampler",
                 "restartPolicy": "Never",
                 "securityContext": {
                     "runAsNonRoot": True,
@@ -266,7 +350,12 @@ class Writer:
                         "image": REPLICA_IMAGE,
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["python3", "-u", "-c", WRITER_SCRIPT],
-                        "args": [",".join(self.log.peers), self.log.service, self.tag],
+                        "args": [
+                            ",".join(self.log.peers),
+                            self.log.service,
+                            self.tag,
+                            f"app.kubernetes.io/instance={self.log.name}",
+                        ],
                         "securityContext": {
                             "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]},
@@ -318,6 +407,10 @@ class Writer:
                 report.errors.append(item)
             elif "sample" in item:
                 report.samples.append((float(item["t"]), item["sample"]))
+                if item.get("why"):
+                    report.why[float(item["t"])] = item["why"]
+            elif "sample_error" in item:
+                report.sample_errors.append(item["sample_error"])
         return report
 
     def stop(self) -> WriterReport:

@@ -85,10 +85,38 @@ def _roll_under_writer(
     counts = report.voting_counts()
     assert counts, "the writer took no status sample"
     below = [
-        (t, states)
+        (t, states, report.why.get(t))
         for t, states in report.samples
         if list(states.values()).count("VOTING") < QUORUM
     ]
+    kinds: dict[str, int] = {}
+    for why in report.why.values():
+        for pod, details in why.items():
+            key = f"{pod}: {details[:300]}"
+            kinds[key] = kinds.get(key, 0) + 1
+    print("status errors seen by the sampler:", json.dumps(kinds, indent=1))
+    if report.sample_errors:
+        print(f"{len(report.sample_errors)} samples lost:", report.sample_errors[:3])
+    if below:  # what Kubernetes and the operator did around then, for the failure report
+        first, last = below[0][0] - 10, below[-1][0] + 3
+        for t, states in report.samples:
+            if first <= t <= last:
+                print(
+                    time.strftime("%H:%M:%S", time.gmtime(t)),
+                    f"{t % 1:.2f}",
+                    states,
+                    report.why.get(t) or "",
+                )
+        events = log.k.json("get", "events", "--sort-by=.lastTimestamp")
+        for e in events["items"]:
+            obj = e.get("involvedObject") or {}
+            print(
+                e.get("lastTimestamp"),
+                obj.get("kind"),
+                obj.get("name"),
+                e.get("reason"),
+                (e.get("message") or "")[:160],
+            )
     assert not below, (
         f"fewer than {QUORUM} VOTING in {len(below)} of {len(counts)} samples: {below[:10]}"
     )
