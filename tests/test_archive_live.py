@@ -407,3 +407,83 @@ def test_retention_drops_old_segments_and_restore_begins_after_them(s3, tmp_path
         assert every_entry(restored) == [(p, v) for p, v in entries if p >= keep_from]
         with restored.client() as client:
             assert client.status().begin == keep_from
+
+
+def _post(url: str) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def covered(s3: S3Server, bucket: str, prefix: str) -> int:
+    """The last position the archive covers (-1: none)."""
+    through = (manifest(s3, bucket, prefix) or {}).get("archived_through")
+    return -1 if through is None else int(through)
+
+
+def test_flush_archives_now_without_waiting_for_a_segment(s3, tmp_path):
+    """`POST /flush?through=P` on the archiver's endpoint (kubectl rlog backup): with a
+    segment size and flush interval that would cut nothing for an hour, the archive covers
+    P at once; bad requests get a clear 4xx and change nothing."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bucket = s3.new_bucket()
+    with DevCluster(1, tmp_path / "one") as cluster:
+        writer = Writer(cluster, "f")
+        writer.append(40)
+        archive = archiver(
+            s3, cluster, bucket, "f", "--segment-bytes", str(1 << 30), "--flush-interval",
+            "3600", "--metrics-port", str(port), log=tmp_path / "archiver.log",
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: manifest(s3, bucket, "f") is not None, 60, "the manifest")
+
+            def metrics() -> str:
+                with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+                    return str(r.read().decode())
+
+            wait_for(lambda: "rlog_archive_archived_position" in metrics(), 30, "metrics")
+            assert covered(s3, bucket, "f") == -1
+            for query, code, words in (
+                ("", 400, "missing ?through=POSITION"),
+                ("?through=abc", 400, "'abc' is not a position"),
+                ("?through=-3", 400, "'-3' is not a position"),
+            ):
+                status, body = _post(f"{base}/flush{query}")
+                assert (status, words in body["error"]) == (code, True), body
+            with pytest.raises(urllib.error.HTTPError) as got:
+                urllib.request.urlopen(f"{base}/flush?through=1", timeout=5)  # a GET
+            assert got.value.code == 405
+            assert covered(s3, bucket, "f") == -1
+
+            for _ in range(2):  # a second request after more appends works the same
+                learned = cluster.status(cluster.wait_for_leader()).learned
+                status, body = _post(f"{base}/flush?through={learned}")
+                assert status == 202 and body["through"] == learned, body
+                wait_for(
+                    lambda learned=learned: covered(s3, bucket, "f") >= learned,
+                    60,
+                    f"the flush to archive through {learned}",
+                )
+                writer.append(25)
+            entries = dict(every_entry(cluster))
+            archived = manifest(s3, bucket, "f") or {}
+            assert len(archived["segments"]) == 2  # one segment per flush, nothing else
+            # every APPEND entry through the last flush's position, in the two segments
+            assert sum(seg["entries"] for seg in archived["segments"]) == len(
+                [p for p in entries if p <= learned]
+            )
+        finally:
+            archive.send_signal(signal.SIGTERM)
+            assert archive.wait(timeout=60) == 0, (tmp_path / "archiver.log").read_text()[-3000:]
+            writer.client.close()

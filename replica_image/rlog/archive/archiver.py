@@ -93,6 +93,10 @@ class Archiver:
         self.config = config or ArchiverConfig()
         self.manifest: Manifest | None = None
         self.log_learned = 0
+        # "Archive now" (`request_flush`): cut segments, whatever is pending, until the
+        # archive covers this position; -1 when nobody asked.
+        self.flush_through = -1
+        self._wake = asyncio.Event()
 
     # ---- the manifest ------------------------------------------------------------------
 
@@ -264,6 +268,35 @@ class Archiver:
             pending = await self._cut(pending, pending.covered_through)
         return pending
 
+    @property
+    def archived_through(self) -> int:
+        """The last position the archive covers (-1: none yet)."""
+        manifest = self.manifest
+        if manifest is None or manifest.archived_through is None:
+            return -1
+        return manifest.archived_through
+
+    def request_flush(self, through: int) -> int:
+        """Ask `run` to archive through position `through` now instead of when a segment
+        fills or `flush_interval` passes; returns the position archived so far. Asking
+        again (or for less) is harmless: the largest position asked for stands. Call it
+        on the event loop's thread."""
+        if through < 0:
+            raise ValueError(f"position {through} is negative")
+        if through > self.archived_through:
+            self.flush_through = max(self.flush_through, through)
+            self._wake.set()
+        return self.archived_through
+
+    def _flush_due(self) -> bool:
+        if self.flush_through < 0:
+            return False
+        if self.archived_through >= self.flush_through:
+            log.info("archived through %d as asked (flush)", self.archived_through)
+            self.flush_through = -1
+            return False
+        return True
+
     async def archive_now(self) -> Manifest:
         """Archive everything the log has learned by now, then return the manifest."""
         manifest = self.manifest or await self.open()
@@ -287,10 +320,12 @@ class Archiver:
                         first=manifest.next_position,
                         covered_through=manifest.next_position - 1,
                     )
+                self._wake.clear()  # a request from now on wakes the wait below
                 stopping = stop.is_set()
-                pending = await self.step(pending, flush=stopping)
+                pending = await self.step(pending, flush=stopping or self._flush_due())
                 if stopping:
                     return
+                self._flush_due()  # forgets a request this step satisfied
                 backoff = self.config.poll_interval
             except ArchiveFatal:
                 raise
@@ -301,7 +336,9 @@ class Archiver:
                 if stop.is_set():
                     raise
                 backoff = min(backoff * 2, 30.0)
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
             try:
-                await asyncio.wait_for(stop.wait(), timeout=backoff)
-            except TimeoutError:
-                pass
+                await asyncio.wait(waits, timeout=backoff, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()

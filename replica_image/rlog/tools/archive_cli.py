@@ -227,10 +227,10 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
                 body = manifest.summary()
                 _print(args, body, f"archived through {manifest.archived_through}")
                 return 0
-            if args.metrics_port is not None:
-                from prometheus_client import start_http_server
+            if args.metrics_port is not None:  # metrics, and "archive now" (POST /flush)
+                from rlog.archive import endpoint as http_endpoint
 
-                start_http_server(args.metrics_port)
+                http_endpoint.serve(archiver, asyncio.get_running_loop(), args.metrics_port)
             await archiver.open()  # fail fast on a wrong bucket, credentials or log
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
