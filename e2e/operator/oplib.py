@@ -11,6 +11,9 @@ import base64
 import contextlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +23,19 @@ from e2elib import Kubectl, wait_until
 
 PORT = 7000
 REPLICA_IMAGE = os.environ.get("E2E_REPLICA_IMAGE", "docker.io/rlog/rlog-replica:dev")
+
+
+def plugin(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`kubectl rlog ...` as kubectl runs it (`kubectl-rlog` on the PATH), else the same
+    module with this Python."""
+    if shutil.which("kubectl-rlog"):
+        cmd = ["kubectl", "rlog", "-n", namespace, *args]
+    else:
+        cmd = [sys.executable, "-m", "rlog_operator.kubectl_rlog", "-n", namespace, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
 
 
 def manifest(name: str, replicas: int = 3, auto_initialize: bool = True, size: str = "64Mi") -> str:

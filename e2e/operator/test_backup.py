@@ -6,6 +6,8 @@ binary e2e/s3/s3.sh builds).
    (force-deleted) mid-run and its Deployment brings it back; the archive reaches the log's
    end and status.archive says so;
 2. the log and every one of its volumes are deleted;
+   then `kubectl rlog backup --wait` makes an archiver that would cut nothing for an hour
+   archive the appends made since ("archive now");
 3. a new log bootstraps from the archive and holds exactly the old log's entries;
 4. another one restores to a middle position (PITR) and holds exactly the entries up to it.
 
@@ -20,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import Log, Writer, check_acknowledged
+from oplib import Log, Writer, check_acknowledged, plugin
 
 S3_IMAGE = "docker.io/rlog/versitygw:dev"
 S3 = "s3"
@@ -168,6 +170,33 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
         240,
         2,
     )
+
+    # "Archive now": an archiver that would cut nothing for an hour (segment size and flush
+    # interval) is asked through `kubectl rlog backup --wait` to cover the appends made since.
+    slow = {**backup_spec(namespace)["backup"], "flushIntervalSeconds": 3600,
+            "segmentBytes": 1 << 30}  # fmt: skip
+    k.run("patch", "replicatedlog", SOURCE, "--type=merge", "-p",
+          json.dumps({"spec": {"backup": slow}}))  # fmt: skip
+    wait_until(
+        "the archiver Deployment to take the new settings",
+        lambda: "--flush-interval 3600" in " ".join(
+            k.json("get", "deployment", f"{SOURCE}-archiver")["spec"]["template"]["spec"][
+                "containers"][0].get("args", [])),
+        60,
+        1,
+    )  # fmt: skip
+    k.run("rollout", "status", f"deployment/{SOURCE}-archiver", "--timeout=180s", timeout=200)
+    for i in range(20):
+        source.rlog(source.pods[0], "append", "--endpoint", source.service, f"after-{i}")
+    learned = int(source.replica_status(source.pods[0])["learned"])
+    assert archive_status(source).get("archivedPosition", -1) < learned
+    t_backup = time.monotonic()
+    done = plugin(namespace, "backup", SOURCE, "--wait", "--timeout", "240").stdout
+    print(f"kubectl rlog backup: {done.strip()} in {time.monotonic() - t_backup:.1f}s")
+    backup = archive_status(source)["backup"]
+    assert backup["state"] == "Completed" and backup["through"] >= learned, backup
+    assert archive_status(source)["archivedPosition"] >= learned
+    entries = source.entries(source.pods[0])  # the restores below must hold these too
     print(
         f"archived {len(entries)} entries through {learned} "
         f"({len(report.acks)} acknowledged, {len(report.errors)} failed calls) "

@@ -4,30 +4,16 @@ is on the PATH, else the same module with this Python). For the lead to run."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from e2elib import wait_until
-from oplib import Log, created_log
+from oplib import Log, created_log, plugin
 
 # Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
 pytestmark = pytest.mark.extended
 
 NAME = "plugin-log"
-
-
-def plugin(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    if shutil.which("kubectl-rlog"):
-        cmd = ["kubectl", "rlog", "-n", namespace, *args]
-    else:
-        cmd = [sys.executable, "-m", "rlog_operator.kubectl_rlog", "-n", namespace, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if check:
-        assert out.returncode == 0, out.stderr
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,9 @@ ANNOTATION_PAUSED: Final = "rlog.io/paused"
 # On the ReplicatedLog, any non-empty value: ask the current leader to step down once (the
 # operator removes the annotation when done; `kubectl rlog step-down` sets it).
 ANNOTATION_STEP_DOWN: Final = "rlog.io/step-down"
+# On the ReplicatedLog, a request id (`kubectl rlog backup` writes the time): archive the
+# log through its current learned position now (backups.py); status.archive.backup reports it.
+ANNOTATION_BACKUP: Final = "rlog.io/backup"
 # On a replica pod, any non-empty value: replace this replica's volume (PVC + pod).
 ANNOTATION_REPLACE_VOLUME: Final = "rlog.io/replace-volume"
 # On the StatefulSet and pods the operator makes: the identity the replicas are stamped with.

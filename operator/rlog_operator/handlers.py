@@ -39,7 +39,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from rlog_operator import archive_specs, metrics, netpol, observed, pki, rolling, specs
+from rlog_operator import archive_specs, backups, metrics, netpol, observed, pki, rolling, specs
 from rlog_operator import constants as c
 from rlog_operator import status as st
 from rlog_operator import storage as sg
@@ -489,6 +489,51 @@ def _fetch_text(url: str) -> str:
         return str(answer.read().decode())
 
 
+def _post(url: str) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=2.0):
+        pass
+
+
+async def _observe_archive(
+    body: kopf.Body,
+    previous: Mapping[str, Any],
+    statuses: Mapping[str, observed.ReplicaStatus | None],
+    status: Mapping[str, Any],
+    now: str,
+    patch: kopf.Patch,
+    logger: Any,
+) -> None:
+    """status.archive from the archiver's metrics, and the next step of a backup request
+    (rlog.io/backup, backups.py): a flush asked of the archiver, its completion reported."""
+    before = dict(previous.get("archive") or {})
+    archive = await _archive_status(body) if (body.get("spec") or {}).get("backup") else {}
+    leader = str(status.get("leader") or "")
+    answer = statuses.get(leader) if leader else None
+    learned = int(answer["learned"]) if answer and "learned" in answer else None
+    position = archive.get("archivedPosition")
+    step = backups.backup_step(body, learned, position, before.get("backup"), now)
+    backup = step.backup if step.backup is not None else before.get("backup")
+    if backup:
+        archive["backup"] = dict(backup)
+    if step.kind == "flush":
+        name, namespace = archive_specs.archiver_name(body), specs.namespace_of(body)
+        url = (
+            f"http://{name}.{namespace}.svc:{archive_specs.ARCHIVER_METRICS_PORT}"
+            f"/flush?through={step.through}"
+        )
+        try:  # repeated each tick until the archive covers the position
+            await asyncio.to_thread(_post, url)
+        except OSError as exc:
+            logger.warning("backup: asking the archiver to flush (%s): %s", url, exc)
+    if step.event:
+        kind, reason, message = step.event
+        kopf.event(body, type=kind, reason=reason, message=message)
+    if before != archive:
+        patch.status["archive"] = archive
+
+
 async def _archive_status(body: Mapping[str, Any]) -> dict[str, Any]:
     """`status.archive` from the archiver's metrics (spec.backup), read through its Service."""
     name, namespace = archive_specs.archiver_name(body), specs.namespace_of(body)
@@ -583,10 +628,9 @@ async def observe(
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     metrics.observe_status(namespace, specs.name_of(body), result.status)
-    if (body.get("spec") or {}).get("backup"):
-        archive = await _archive_status(body)
-        if previous.get("archive") != archive:
-            patch.status["archive"] = archive
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if (body.get("spec") or {}).get("backup") or annotations.get(c.ANNOTATION_BACKUP):
+        await _observe_archive(body, previous, statuses, result.status, now, patch, logger)
 
     # permits.decide: grants are withheld while a replicas change is refused
     permit = result.permit
@@ -599,7 +643,6 @@ async def observe(
     if refused or paused:
         return
 
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
     asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
     if asked:
         try:

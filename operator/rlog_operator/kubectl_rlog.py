@@ -5,6 +5,8 @@
     kubectl rlog reinitialize NAME    rlog.io/reinitialize=<metadata.uid> (after a data loss)
     kubectl rlog step-down NAME       rlog.io/step-down: the operator steps the leader down
     kubectl rlog pause|resume NAME    rlog.io/paused=true / removed
+    kubectl rlog backup NAME [--wait] rlog.io/backup=<time>: archive through the log's
+                                      learned position now (status.archive.backup)
     kubectl rlog restore SOURCE NEW [--to-position P] [--dry-run]
                                       a new ReplicatedLog NEW bootstrapped from SOURCE's
                                       archive (spec.bootstrap.fromArchive), up to P
@@ -23,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlog.tools.arg_types import nonnegative
+from rlog.tools.arg_types import nonnegative, positive_float
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
 
@@ -70,6 +72,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
     sp.add_argument("ordinal", metavar="ORDINAL", type=_ordinal, help="the replica's ordinal")
+    sp = sub.add_parser(
+        "backup",
+        help="archive the log through its learned position now (it has spec.backup)",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    sp.add_argument(
+        "--wait", action="store_true", help="wait until the archive covers that position"
+    )
+    sp.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --wait: give up after this long (default 300)",
+    )
     sp = sub.add_parser(
         "restore",
         help="create a new log from another log's archive (spec.bootstrap.fromArchive)",
@@ -169,6 +187,41 @@ def pause_request(log: Mapping[str, Any], pause: bool) -> Request:
     )
 
 
+def backup_request(log: Mapping[str, Any], now: str) -> Request:
+    """Annotate the log with a new request id (the time): the operator has its archiver
+    archive through the leader's learned position (backups.py)."""
+    name = str(log["metadata"]["name"])
+    if not (log.get("spec") or {}).get("backup"):
+        raise PluginError(
+            f"{name} has no spec.backup: nothing archives it (add spec.backup first, "
+            "docs/backup.md)"
+        )
+    return Request(
+        "ReplicatedLog",
+        name,
+        _annotate(now, c.ANNOTATION_BACKUP),
+        f"{name}: backup requested ({c.ANNOTATION_BACKUP}={now}); "
+        f"`kubectl rlog status {name}` shows its progress",
+    )
+
+
+def backup_outcome(log: Mapping[str, Any], request: str) -> str | None:
+    """The line to print once request `request` is answered in status.archive.backup;
+    None while it is not (yet). PluginError if it was refused."""
+    name = str(log["metadata"]["name"])
+    backup = ((log.get("status") or {}).get("archive") or {}).get("backup") or {}
+    if backup.get("request") != request:
+        return None
+    if backup.get("state") == "Refused":
+        raise PluginError(f"{name}: backup refused: {backup.get('message', '')}")
+    if backup.get("state") != "Completed":
+        return None
+    return (
+        f"{name}: the archive covers the log through position "
+        f"{backup.get('archivedPosition')} (asked: {backup.get('through')})"
+    )
+
+
 # Copied from the source log to the restored one: its shape, not its identity or history.
 RESTORE_COPIED = ("replicas", "storage", "image", "imagePullPolicy", "resources", "autoInitialize")
 
@@ -230,6 +283,13 @@ def status_table(log: Mapping[str, Any]) -> str:
             )
             + (f" ({archive['message']})" if archive.get("message") else "")
         )
+        backup = archive.get("backup")
+        if backup:
+            header += (
+                f"\n  last backup request {backup.get('request')}: {backup.get('state')}"
+                + (f", through position {backup['through']}" if "through" in backup else "")
+                + (f" ({backup['message']})" if backup.get("message") else "")
+            )
     rows = [COLUMNS]
     for item in status.get("replicas") or []:
         rows.append(
@@ -356,6 +416,8 @@ def request_for(args: argparse.Namespace, log: Mapping[str, Any], now: str) -> R
         return step_down_request(log, now)
     if args.command in ("pause", "resume"):
         return pause_request(log, args.command == "pause")
+    if args.command == "backup":
+        return backup_request(log, now)
     raise PluginError(f"unknown command {args.command!r}")
 
 
@@ -375,9 +437,35 @@ def run(args: argparse.Namespace) -> str:
         cluster.create(namespace, manifest)
         where = f"up to position {args.to_position}" if args.to_position is not None else "whole"
         return f"{args.new}: created, restoring {args.name}'s archive ({where})"
-    request = request_for(args, log, _now())
+    # a backup's request id is its time, precise enough that two requests differ
+    now = (
+        _now()
+        if args.command != "backup"
+        else dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    )
+    request = request_for(args, log, now)
     cluster.apply(namespace, request)
+    if args.command == "backup" and args.wait:
+        return _wait_for_backup(cluster, namespace, args.name, now, args.timeout)
     return request.done
+
+
+def _wait_for_backup(
+    cluster: Cluster, namespace: str, name: str, request: str, timeout: float
+) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        done = backup_outcome(cluster.log(namespace, name), request)
+        if done is not None:
+            return done
+        if time.monotonic() > deadline:
+            raise PluginError(
+                f"{name}: backup {request} not completed after {timeout:g}s "
+                f"(`kubectl rlog status {name}` says why)"
+            )
+        time.sleep(1.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

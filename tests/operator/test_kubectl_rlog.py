@@ -237,3 +237,50 @@ current-context: x
     )  # fmt: skip
     assert out.returncode == kr.EXIT_ERROR
     assert out.stderr.startswith("kubectl rlog: no cluster: ReplicatedLog shop/orders"), out.stderr
+
+
+# ---- backup -----------------------------------------------------------------------------------
+
+
+def test_backup_annotates_the_log_and_the_operator_reads_it():
+    from rlog_operator import backups
+
+    request = kr.backup_request(source(backup=BACKUP), NOW)
+    assert (request.kind, request.name) == ("ReplicatedLog", "orders")
+    assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_BACKUP: NOW}}}
+    body = {**source(backup=BACKUP), "metadata": {"name": "orders", **request.patch["metadata"]}}
+    step = backups.backup_step(body, 90, 40, None, NOW)
+    assert (step.kind, step.through) == ("flush", 90)
+    args = kr.parse_args(["backup", "orders", "--wait", "--timeout", "30"])
+    assert (args.command, args.name, args.wait, args.timeout) == ("backup", "orders", True, 30.0)
+
+
+def test_backup_refuses_a_log_without_an_archive():
+    with pytest.raises(kr.PluginError, match=r"orders has no spec\.backup"):
+        kr.backup_request(source(), NOW)
+
+
+def test_backup_outcome_waits_for_its_own_request():
+    def with_backup(**backup):
+        return log(archive={"archivedPosition": 95, "backup": backup})
+
+    assert kr.backup_outcome(log(), NOW) is None  # not observed yet
+    assert kr.backup_outcome(with_backup(request="older", state="Completed"), NOW) is None
+    assert kr.backup_outcome(with_backup(request=NOW, state="Running", through=90), NOW) is None
+    done = with_backup(request=NOW, state="Completed", through=90, archivedPosition=95)
+    assert kr.backup_outcome(done, NOW) == (
+        "orders: the archive covers the log through position 95 (asked: 90)"
+    )
+    refused = with_backup(request=NOW, state="Refused", message="the log has no spec.backup")
+    with pytest.raises(kr.PluginError, match=r"backup refused: the log has no spec\.backup"):
+        kr.backup_outcome(refused, NOW)
+    lines = kr.status_table(done).splitlines()
+    assert lines[2] == f"  last backup request {NOW}: Completed, through position 90"
+
+
+@pytest.mark.parametrize("argv", [["backup"], ["backup", "orders", "--timeout", "0"],
+                                  ["backup", "orders", "--timeout", "x"]])  # fmt: skip
+def test_backup_bad_arguments(argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        kr.parse_args(argv)
+    assert exit.value.code == 2
