@@ -66,3 +66,21 @@ def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
     if os.environ.get("E2E_KEEP_NAMESPACE") != "1":
         subprocess.run(["helm", "uninstall", release, "-n", ns, "--wait"], timeout=180)
         cluster.run("delete", "namespace", ns, "--wait=false", check=False, namespaced=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What each disruption cost the continuous writer (issue 15: the failed-call count per
+    disruption), from every Writer of the run."""
+    from oplib import DISRUPTIONS
+
+    if not DISRUPTIONS:
+        return
+    terminalreporter.section("continuous writer per disruption")
+    terminalreporter.write_line(
+        f"{'test':<62} {'disruption':<40} {'acked':>6} {'failed':>6} {'s':>6}"
+    )
+    for d in DISRUPTIONS:
+        terminalreporter.write_line(
+            f"{d.test[:62]:<62} {d.what[:40]:<40} {d.acknowledged:>6} {d.failed_calls:>6} "
+            f"{d.seconds:>6.0f}"
+        )

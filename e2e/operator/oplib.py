@@ -337,13 +337,31 @@ class WriterReport:
         return [sum(1 for s in st.values() if s == "VOTING") for _, st in self.samples]
 
 
+@dataclass(frozen=True)
+class Disruption:
+    """What one disruption cost the continuous writer (reported at the end of the run)."""
+
+    test: str
+    what: str
+    acknowledged: int
+    failed_calls: int
+    seconds: float
+
+
+# Every writer's outcome in this run, in order; conftest.py prints them as a table.
+DISRUPTIONS: list[Disruption] = []
+
+
 class Writer:
     """A pod (the replica image) appending unique values through the client Service with
-    failover to the peers, and sampling every replica's status twice a second."""
+    failover to the peers, and sampling every replica's status twice a second. `what`
+    names the disruption it writes through, for the run's report (DISRUPTIONS)."""
 
-    def __init__(self, log: Log, tag: str) -> None:
+    def __init__(self, log: Log, tag: str, what: str = "") -> None:
         self.log, self.tag = log, tag
+        self.what = what or tag
         self.pod = f"writer-{tag}"
+        self.started = 0.0
 
     def start(self) -> None:
         # the sampler reads the pods' addresses from the API (see WRITER_SCRIPT)
@@ -397,6 +415,7 @@ class Writer:
             },
         }
         self.log.k.apply(json.dumps(spec))
+        self.started = time.monotonic()
         # writing and seeing every replica VOTING before anything is changed
         wait_until(
             f"{self.pod} to append and see every replica VOTING",
@@ -436,6 +455,16 @@ class Writer:
         wait_until(f"{self.pod} to stop", lambda: '"done"' in self.log.k("logs", self.pod), 60)
         report = self.report()
         self.log.k("delete", "pod", self.pod, "--wait=false")
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1]
+        DISRUPTIONS.append(
+            Disruption(
+                test,
+                self.what,
+                len(report.acks),
+                len(report.errors),
+                time.monotonic() - self.started,
+            )
+        )
         return report
 
 

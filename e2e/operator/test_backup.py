@@ -142,7 +142,7 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
     k.exec_py(f"{SOURCE}-0", CREATE_BUCKET)  # the replica image has the minio SDK
     k.run("rollout", "status", f"deployment/{SOURCE}-archiver", "--timeout=180s", timeout=200)
 
-    writer = Writer(source, "bk")
+    writer = Writer(source, "bk", "archiver pod force-deleted mid-run")
     writer.start()
     wait_until(
         "the archive to cover some entries",

@@ -34,7 +34,7 @@ def test_evicting_the_leader_costs_no_failed_append(log: Log) -> None:
     leader = str(log.status().get("leader") or "")
     assert leader in log.pods, log.status()
     uid = log.pod_uids()[leader]
-    writer = Writer(log, "drain")
+    writer = Writer(log, "drain", "node drain (leader evicted)")
     writer.start()
     eviction = {
         "apiVersion": "policy/v1",

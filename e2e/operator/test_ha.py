@@ -65,7 +65,7 @@ def test_killing_the_lease_holder_mid_rollout_hands_over(log: Log, operator: str
     holder, transitions = _holder(op)
     before_uids = log.pod_uids()
     revision_before = log.update_revision()
-    writer = Writer(log, "ha")
+    writer = Writer(log, "ha", "acting operator pod killed (HA)")
     writer.start()
     log.k(
         "patch", "replicatedlog", NAME, "--type=merge", "-p",

@@ -42,7 +42,8 @@ def _roll_under_writer(
     revision_before = log.update_revision()
     leader = str(log.status().get("leader") or "")
     assert leader in log.pods, log.status()
-    writer = Writer(log, tag)
+    what = "rolling restart" + (", acting operator pod killed" if operator_ns else "")
+    writer = Writer(log, tag, f"{what} ({tag})")
     writer.start()
     t0 = time.monotonic()
     log.k("patch", "replicatedlog", NAME, "--type=merge", "-p", patch)
@@ -166,6 +167,8 @@ def test_a_vanished_persistent_volume_gets_a_fresh_claim(log: Log) -> None:
     volume = claim["spec"]["volumeName"]
     log.rlog(log.pods[0], "append", "--endpoint", log.service, "before-volume-loss")
     before = log.entries(leader)
+    writer = Writer(log, "pv", f"the volume under {victim} deleted")
+    writer.start()
     t0 = time.monotonic()
     # A Bound volume's deletion waits on the pv-protection finalizer (which its controller
     # re-adds if removed beforehand): delete, then drop the finalizer.
@@ -191,6 +194,9 @@ def test_a_vanished_persistent_volume_gets_a_fresh_claim(log: Log) -> None:
         120,
         2,
     )
+    report = writer.stop()
+    check_acknowledged(log, report)  # every replica, the new one too, agrees on every ack
+    print(f"{len(report.acks)} appends acknowledged, {len(report.errors)} failed calls")
 
 
 def test_every_volume_lost_is_data_loss_until_the_reinitialize_annotation(log: Log) -> None:

@@ -53,7 +53,7 @@ def _claims(log: Log) -> dict[str, tuple[str, str]]:
 def _migrate_under_writer(log: Log, tag: str, patch: str, wanted: tuple[str, str | None]) -> None:
     before = log.pod_uids()
     sts_uid = log.k.json("get", "statefulset", NAME)["metadata"]["uid"]
-    writer = Writer(log, tag)
+    writer = Writer(log, tag, f"storage migration, one replica at a time ({tag})")
     writer.start()
     t0 = time.monotonic()
     log.k("patch", "replicatedlog", NAME, "--type=merge", "-p", patch)

@@ -45,7 +45,7 @@ def test_chart_upgrade_restarts_no_replica(log: Log, operator: str, cluster: Kub
     replica_uids = log.pod_uids()
     sts = log.k.json("get", "statefulset", NAME)
     operator_uids = _operator_uids(op)
-    writer = Writer(log, "upgrade")
+    writer = Writer(log, "upgrade", "chart upgrade under a live log")
     writer.start()
     t0 = time.monotonic()
     cluster("apply", "--server-side", "--force-conflicts", "-f", CRD, namespaced=False)
