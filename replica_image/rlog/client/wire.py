@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 MAX_MESSAGE_LENGTH = 64 * 1024 * 1024
+CONNECT_TIMEOUT_MS = 2000  # one connection attempt (see BASE_OPTIONS)
 
 # Every endpoint of rlog's gRPC traffic: replicas' servers, replica-to-replica channels and
 # clients' channels. (A server ignores the channel-only options.)
@@ -40,8 +41,14 @@ BASE_OPTIONS: list[tuple[str, Any]] = [
     # default reconnect back-off (up to 120 s): a replica that hears no heartbeat stands for
     # election, and a client waits for the replica it talks to.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # Despite its name, gRPC takes this as the time one connection attempt may take (TCP,
+    # TLS handshake, the server's first HTTP/2 frame) before it is abandoned and the call
+    # fails UNAVAILABLE, not as a back-off. At 100 ms (once set here beside the back-off) a
+    # replica busy for a tenth of a second, e.g. on a loaded node, failed fresh connections;
+    # 2 s is far more than a handshake needs and still fails over from an address that
+    # swallows packets (a deleted pod's) before a call's own timeout.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     # A peer recreated under the same DNS name (a Kubernetes pod) has a new address: re-resolve
     # at most a second after a disconnect, not gRPC's default 30 s, else the channel keeps
     # dialling the old address and the peer stays unreachable that long.
