@@ -9,7 +9,8 @@ binary e2e/s3/s3.sh builds).
    then `kubectl rlog backup --wait` makes an archiver that would cut nothing for an hour
    archive the appends made since ("archive now");
 3. a new log bootstraps from the archive and holds exactly the old log's entries;
-4. another one restores to a middle position (PITR) and holds exactly the entries up to it.
+4. another one restores to a middle position (PITR) and holds exactly the entries up to it,
+   the acting operator pod killed mid-restore (its standby finishes; initialized once).
 
 Run by the lead with the rest of `make e2e-operator`.
 """
@@ -132,8 +133,13 @@ def archive_status(log: Log) -> dict:
     return log.status().get("archive") or {}
 
 
+def _lease_holder(op: Kubectl) -> str:
+    lease = op.json("get", "lease", "rlog-operator-rlog-operator")  # conftest's release
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
 def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
-    k: Kubectl, namespace: str
+    k: Kubectl, namespace: str, operator: str
 ) -> None:
     t0 = time.monotonic()
     source = Log(k, SOURCE)
@@ -225,7 +231,23 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
     middle = entries[len(entries) // 2][0]
     pitr = Log(k, PITR)
     k.apply(log_manifest(PITR, bootstrap_spec(namespace, middle)))
+    # The acting operator is killed mid-restore (no grace, as in a node failure) once the
+    # restore's pods exist (their init containers restoring): the standby takes the Lease over
+    # and finishes; the log is initialized exactly once.
+    op = Kubectl(operator)
+    wait_until(f"{PITR}'s pods to be created", lambda: len(pitr.pod_uids()) == 3, 180, 1)
+    holder = _lease_holder(op)
+    op.run("delete", "pod", holder, "--grace-period=0", "--force", "--wait=false")
+    t2 = time.monotonic()
     pitr.wait_ready("every replica VOTING after the point-in-time restore", timeout=420)
+    successor = _lease_holder(op)
+    assert successor and successor != holder, (holder, successor)
+    initialized = k.json(
+        "get", "events", "--field-selector", f"involvedObject.name={PITR},reason=Initialized"
+    )["items"]
+    assert sum(int(e.get("count") or 1) for e in initialized) == 1, initialized
+    print(f"operator {holder} killed mid-restore; {successor} finished it in "
+          f"{time.monotonic() - t2:.0f}s")  # fmt: skip
     expected = [(p, v) for p, v in entries if p <= middle]
     for pod in pitr.pods:
         wait_until(
