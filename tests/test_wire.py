@@ -325,3 +325,50 @@ async def test_the_blocking_grpc_api_reads_the_same_reasons(failing_replica, rea
         raise AssertionError("the read did not fail")
 
     _check(await asyncio.to_thread(read), EXPECTED[reason][0], sent)
+
+
+# ---- a call the server cancelled -----------------------------------------------------------
+
+
+def test_a_cancelled_append_is_outcome_unknown_and_a_cancelled_read_is_not():
+    """A CANCELLED status reaching the client was the server's doing (our own cancellation
+    raises CancelledError in the caller): an append may have been applied, so it is an
+    outcome-unknown error that exactly-once appends re-send under their session."""
+    append = error_for(grpc.StatusCode.CANCELLED, "Cancelled", "h:1", mutating=True)
+    assert type(append) is OutcomeUnknownUnavailable and "outcome unknown" in str(append)
+    read = error_for(grpc.StatusCode.CANCELLED, "Cancelled", "h:1", mutating=False)
+    assert type(read) is RlogError and not isinstance(read, OutcomeUnknown)
+
+
+class _StuckNode(_FailingNode):
+    """Appends that never finish: the server stopping cancels them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = asyncio.Event()
+
+    async def append(
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: object = None
+    ) -> list[int]:
+        self.arrived.set()
+        await asyncio.sleep(3600)
+        return []
+
+
+async def test_a_replica_stopping_under_an_append_is_outcome_unknown():
+    """A real server stopped (short grace) with an append in flight, as a replica asked to
+    stop does: the client gets an outcome-unknown error, not a plain failure. (gRPC says
+    UNAVAILABLE here; a replica that cancels a forwarded append as it stops says CANCELLED,
+    which the drain e2e test saw end a continuous writer's append as a bare 'cancelled':
+    the test above.)"""
+    node = _StuckNode()
+    server = grpc.aio.server()
+    pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with AsyncClient(f"127.0.0.1:{port}", append_timeout=30, exactly_once=False) as client:
+        call = asyncio.ensure_future(client.append([b"x"]))
+        await asyncio.wait_for(node.arrived.wait(), 10)
+        await server.stop(grace=0.2)
+        with pytest.raises(OutcomeUnknown):
+            await call

@@ -370,6 +370,15 @@ def _for_code(
                 endpoint,
             )
         return Unavailable(details, code, endpoint)
+    if code == grpc.StatusCode.CANCELLED and mutating:
+        # Our own cancellation never reaches here (the caller gets CancelledError): the
+        # server ended the call, e.g. a replica stopping, or the connection under it. It may
+        # have been applied, or forwarded to the leader and applied there.
+        return OutcomeUnknownUnavailable(
+            f"the replica cancelled the request{where}: {details}: outcome unknown",
+            code,
+            endpoint,
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         if mutating:
             return OutcomeUnknownTimeout(f"{details}{where}: outcome unknown", code, endpoint)
