@@ -9,7 +9,8 @@ binary e2e/s3/s3.sh builds).
    then `kubectl rlog backup --wait` makes an archiver that would cut nothing for an hour
    archive the appends made since ("archive now");
 3. a new log bootstraps from the archive and holds exactly the old log's entries;
-4. another one restores to a middle position (PITR) and holds exactly the entries up to it,
+4. another one, written by `kubectl rlog restore --to-position --dry-run` before the loss,
+   restores to a middle position (PITR) and holds exactly the entries up to it,
    the acting operator pod killed mid-restore (its standby finishes; initialized once).
 
 Run by the lead with the rest of `make e2e-operator`.
@@ -209,6 +210,13 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
         f"in {time.monotonic() - t0:.0f}s; status.archive={archive_status(source)}"
     )
 
+    # The PITR log's manifest, written by `kubectl rlog restore` while the source exists.
+    middle = entries[len(entries) // 2][0]
+    pitr_manifest = plugin(
+        namespace, "restore", SOURCE, PITR, "--to-position", str(middle), "--dry-run"
+    ).stdout
+    assert json.loads(pitr_manifest)["spec"]["bootstrap"]["fromArchive"]["toPosition"] == middle
+
     # Lose everything: the log and every one of its volumes.
     k.run("delete", "replicatedlog", SOURCE, "--wait=true", timeout=180)
     k.run("delete", "pvc", "-l", f"app.kubernetes.io/instance={SOURCE}", "--wait=true",
@@ -228,9 +236,8 @@ def test_archive_kill_the_archiver_lose_every_volume_restore_and_pitr(
         )
     print(f"restored {len(entries)} entries into {RESTORED} in {time.monotonic() - t1:.0f}s")
 
-    middle = entries[len(entries) // 2][0]
     pitr = Log(k, PITR)
-    k.apply(log_manifest(PITR, bootstrap_spec(namespace, middle)))
+    k.apply(pitr_manifest)
     # The acting operator is killed mid-restore (no grace, as in a node failure) once the
     # restore's pods exist (their init containers restoring): the standby takes the Lease over
     # and finishes; the log is initialized exactly once.

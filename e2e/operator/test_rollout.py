@@ -7,6 +7,7 @@ Tests run in file order and share one ReplicatedLog:
 2. an image change rolls again, and the operator pod is killed mid-rollout: its successor
    resumes from the queue kept in status and finishes, replacing no pod twice;
 3. the PersistentVolume under a follower's claim vanishes: a fresh claim, back VOTING;
+   the leader's pod is killed without grace under a writer: nothing acknowledged is lost;
 4. every PVC and pod deleted after initialization: DataLoss, no re-initialization (every
    replica stays EMPTY) until `rlog.io/reinitialize=<uid>`, then Ready again.
 """
@@ -197,6 +198,32 @@ def test_a_vanished_persistent_volume_gets_a_fresh_claim(log: Log) -> None:
     report = writer.stop()
     check_acknowledged(log, report)  # every replica, the new one too, agrees on every ack
     print(f"{len(report.acks)} appends acknowledged, {len(report.errors)} failed calls")
+
+
+def test_the_leader_pod_killed_under_a_writer_loses_no_acknowledged_append(log: Log) -> None:
+    """The leader's pod deleted without grace (as a node failure would): another replica
+    leads, the pod comes back and catches up; every acknowledged append is everywhere."""
+    leader = log.wait_settled_leader()
+    uid = log.pod_uids()[leader]
+    writer = Writer(log, "kill", f"the leader pod {leader} killed, no grace")
+    writer.start()
+    t0 = time.monotonic()
+    log.k("delete", "pod", leader, "--grace-period=0", "--force", "--wait=false")
+    wait_until(
+        f"{leader} recreated and every replica VOTING under a leader",
+        lambda: log.pod_uids().get(leader, uid) != uid and log.all_voting()
+        and bool(log.status().get("leader")),
+        300,
+        1,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    report = writer.stop()
+    check_acknowledged(log, report)
+    print(
+        f"leader {leader} killed: all VOTING again after {took:.1f}s (leader now "
+        f"{log.status().get('leader')}); {len(report.acks)} acknowledged, "
+        f"{len(report.errors)} failed calls"
+    )
 
 
 def test_every_volume_lost_is_data_loss_until_the_reinitialize_annotation(log: Log) -> None:
