@@ -97,3 +97,23 @@ def test_a_catch_up_interrupted_by_sigkill_resumes_and_ends_identical(tmp_path, 
         report = check(cluster, acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]
+
+
+def test_large_values_cut_the_spans_and_the_copy_goes_on(tmp_path):
+    """Values far larger than the first spans assume (1,024 positions): a span's call is cut
+    at its byte cap instead of holding the whole span, and the copy sizes its spans again."""
+    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+        acknowledged: dict[int, bytes] = {}
+        with Client(cluster.endpoints, append_timeout=60) as client:
+            for n in range(48):
+                value = f"big{n}:".encode().ljust(1024 * 1024, b"#")
+                acknowledged.update(zip(append_acked(client, [value]), [value], strict=True))
+        leader = cluster.wait_for_leader()
+        victim = next(i for i in range(3) if i != leader)
+        cluster.wipe(victim)
+        cluster.start_replica(victim)
+        wait_all_voting(cluster, timeout=120)
+        assert "sizing spans again" in cluster.log_file(victim).read_text()
+        report = check(cluster, acknowledged)
+        entries = [view.entries for view in report.replicas]
+        assert entries[victim] == entries[leader]

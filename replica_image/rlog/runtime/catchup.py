@@ -41,11 +41,14 @@ FILL_BATCH = 256
 REFETCH_ROUNDS = 5
 # Copy: the range is cut into spans, each one Fetch call; FETCH_WINDOW calls are in flight at
 # once (spread over the sources), each span sized to about SPAN_BYTES from the bytes per
-# position seen so far (SPAN_FIRST positions before any are seen).
+# position seen so far (SPAN_FIRST positions before any are seen). A call whose answers
+# reach SPAN_CAP (values larger than the estimate) is cut there: the copy holds at most
+# FETCH_WINDOW spans of SPAN_CAP plus one answer each, whatever the values' sizes.
 FETCH_WINDOW = 4
 SPAN_BYTES = 8 * 1024 * 1024
+SPAN_CAP = 2 * SPAN_BYTES
 SPAN_FIRST = 1024
-SPAN_MIN, SPAN_MAX = 64, 1 << 20
+SPAN_MIN, SPAN_MAX = 1, 1 << 20
 # Spans applied but not yet durable: at most this many durability barriers outstanding (the
 # journal writes one group while the next gathers), so a disk slower than the network makes
 # the copy wait instead of holding the log in memory.
@@ -135,6 +138,8 @@ class CatchUp:
             dropped = await Copier(self, sources).run()
             if dropped is None:
                 break
+            if dropped == AGAIN:
+                continue  # a span was cut short by its size: size the spans again
             sources.remove(dropped)
             if self.core.learned_next == start and not sources:
                 break
@@ -214,13 +219,17 @@ class CatchUp:
         return outcome
 
 
+AGAIN = -1  # what `Copier.run` returns when a span was cut at SPAN_CAP (replica ids are >= 0)
+
+
 class Copier:
     """One round of the copy: [learned_next, end] cut into spans, one Fetch call each, up to
     FETCH_WINDOW in flight, spread over the sources in turn, applied strictly in position
     order (each span once those before it are), so the replica learns in order as with one
     call at a time, with the peers' reads, the network and this replica's disk overlapping.
     A span that fails or comes back short (its source has learned nothing further) ends the
-    round and names that source; spans fetched after it are dropped, not applied."""
+    round and names that source; spans fetched after it are dropped, not applied. So does a
+    span cut at SPAN_CAP, naming no source (AGAIN): the next round sizes its spans anew."""
 
     def __init__(self, catch_up: CatchUp, sources: list[int]) -> None:
         self.catch_up = catch_up
@@ -231,9 +240,11 @@ class Copier:
         self._turn = 0
 
     async def run(self) -> int | None:
-        """Copy until done (None) or until a source fails or runs short (that source)."""
+        """Copy until done (None), until a source fails or runs short (that source), or until
+        a span was cut at SPAN_CAP (AGAIN)."""
         core = self.core
-        spans: deque[tuple[int, int, asyncio.Task[list[pb.FetchResponse]]]] = deque()
+        spans: deque[tuple[int, int, asyncio.Task[tuple[list[pb.FetchResponse], bool]]]]
+        spans = deque()
         barriers: deque[asyncio.Task[None]] = deque()
         following = core.learned_next
         try:
@@ -249,13 +260,19 @@ class Copier:
                     return None
                 source, last, task = spans.popleft()
                 try:
-                    chunks = await task
+                    chunks, whole = await task
                 except grpc.aio.AioRpcError as exc:
                     log.info("fetch from replica %d failed: %s", source, exc.code().name)
                     return source
+                before = core.learned_next
                 self._apply(chunks)
                 await self._bound_unwritten(barriers)
                 if core.learned_next <= min(last, self.end):
+                    if not whole and core.learned_next > before:
+                        log.info(
+                            "a span reached %d bytes at %d: sizing spans again", SPAN_CAP, before
+                        )
+                        return AGAIN
                     return source  # nothing learned there past learned_next: try the others
         finally:
             for *_, task in spans:
@@ -269,10 +286,21 @@ class Copier:
         per_position = max(1, catch_up.copied_bytes // catch_up.copied_positions)
         return max(SPAN_MIN, min(SPAN_MAX, SPAN_BYTES // per_position))
 
-    async def _fetch(self, source: int, first: int, last: int) -> list[pb.FetchResponse]:
+    async def _fetch(
+        self, source: int, first: int, last: int
+    ) -> tuple[list[pb.FetchResponse], bool]:
+        """The span's answers, and whether they are all there (False: cut at SPAN_CAP)."""
         request = pb.FetchRequest(**{"from": first, "to": last, "max_actions": last - first + 1})
-        stream = self.peers[source].replica.Fetch(request, timeout=FETCH_TIMEOUT)
-        return [chunk async for chunk in stream]
+        call = self.peers[source].replica.Fetch(request, timeout=FETCH_TIMEOUT)
+        chunks, held = [], 0
+        async for chunk in call:
+            chunks.append(chunk)
+            held += sum(run_bytes(run) for run in chunk.runs)
+            held += sum(len(action.value) for action in chunk.actions)
+            if held >= SPAN_CAP:
+                call.cancel()
+                return chunks, False
+        return chunks, True
 
     def _apply(self, chunks: list[pb.FetchResponse]) -> None:
         catch_up, core = self.catch_up, self.core
