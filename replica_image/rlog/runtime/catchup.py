@@ -3,7 +3,9 @@
 Two steps, cheapest first:
 1. copy: stream learned actions from the VOTING replicas that answered the recover round
    (`Fetch`). A learned action is chosen, so copying it is always safe; a reply whose begin
-   is past our position says the prefix was truncated and we skip it in one step;
+   is past our position says the prefix was truncated and we skip it in one step. Several
+   calls are in flight over the sources, applied in position order, each span written
+   durably as one group with a bound on what waits unwritten (`Copier`);
 2. fill: positions still unlearned (chosen but learned nowhere yet, or in flight at the
    leader) are settled by Paxos (`FillRound`), batched, each round with a timeout and a retry
    above the highest proposal seen after a random back-off in [T, 2T). A round judges a
