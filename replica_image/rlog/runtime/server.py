@@ -392,7 +392,8 @@ class _Handlers:
 
 def passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     """A response serializer that sends `bytes` as they are: a handler may answer a message
-    it serialized itself (Fetch joins stored records' bytes: runtime/fetch.py)."""
+    it serialized itself (a Fetch answer is its records serialized one by one and joined:
+    runtime/fetch.py)."""
 
     def serializer(response: Any) -> bytes:
         return response if isinstance(response, bytes) else serialize(response)
