@@ -857,3 +857,40 @@ def test_segment_torn_run_frame_is_cut_and_a_bad_crc_ends_the_log(tmp_path: Path
         assert store.last_position() == 256 + 63
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_a_scan_reads_about_what_its_consumer_takes(engine: str, tmp_path: Path) -> None:
+    """A consumer that stops after a few large records (a Fetch answer of 4 MiB) must not
+    have copied hundreds of them out of the engine; a whole scan reads each record once."""
+    from rlog.storage.records import SCAN_CHUNK, SCAN_FIRST_CHUNK
+
+    store = open_storage(tmp_path / "data", engine)
+    try:
+        big = b"v" * 65_536
+        count = SCAN_CHUNK + 44  # more records than one read used to take at once
+        for first in range(0, count, 50):
+            batch = []
+            for n in range(first, min(first + 50, count)):
+                data, offsets = packed.pack([big] * 4)
+                head = pb.Action(type=pb.APPEND, learned=True)
+                batch.append(packed.make_run(n * 4, head, data, offsets))
+            store.apply(WriteBatch(runs=batch))
+        reads: list[int] = []
+        range_read = store._range  # type: ignore[attr-defined]
+
+        def counted(first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+            found = range_read(first, last, limit)
+            reads.append(len(found))
+            return found
+
+        store._range = counted  # type: ignore[attr-defined]
+        scan = store.scan_records(0, 4 * count - 1)
+        taken = [next(scan), next(scan)]
+        assert [r.first for r in taken] == [0, 4]  # type: ignore[union-attr]
+        assert sum(reads) <= SCAN_FIRST_CHUNK
+        rest = list(scan)
+        assert [r.first for r in taken + rest] == [4 * n for n in range(count)]  # type: ignore[union-attr]
+        assert sum(reads) == count - 1  # each record read once (the first by the floor lookup)
+    finally:
+        store.close()

@@ -32,7 +32,16 @@ import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from rlog.packed import PackedError, action_at, clip, expand, offsets_of, run_count, run_last
+from rlog.packed import (
+    PackedError,
+    action_at,
+    clip,
+    expand,
+    offsets_of,
+    run_bytes,
+    run_count,
+    run_last,
+)
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
@@ -289,7 +298,7 @@ class ReplicaCore:
                 break
             if isinstance(record, pb.Run):
                 record = clip(record, lo, through)
-                if size + len(record.data) > max_bytes and through > lo:
+                if size + run_bytes(record) > max_bytes and through > lo:
                     # A big run: only the values that fit (at least one), so a message of
                     # records stays bounded in bytes.
                     fit = bisect.bisect_right(
@@ -297,7 +306,7 @@ class ReplicaCore:
                     )
                     through = lo + max(fit - 1, 1) - 1
                     record = clip(record, lo, through)
-                size += len(record.data)
+                size += run_bytes(record)
             else:
                 size += len(record.value)
             out.append(_as_learned(record))

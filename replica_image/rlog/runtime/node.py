@@ -526,7 +526,10 @@ class Node:
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
-        if self.core.learned < target and not self.peers.fetching:
+        # A replica that is not VOTING learns by recovery's catch-up, which copies the same
+        # records: a pull as well would fetch them twice.
+        voting = self.core.status == pb.VOTING
+        if voting and self.core.learned < target and not self.peers.fetching:
             self.peers.fetching = True
             self.spawn(self.peers.pull_learned(request.leader, target))
 
