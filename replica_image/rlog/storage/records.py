@@ -53,6 +53,10 @@ _CRC = struct.Struct(">I")
 _KEY = struct.Struct(">Q")
 _METADATA_KEY = 2**64 - 1  # what the metadata's CRC covers as its key (its tag sets it apart)
 SCAN_CHUNK = 256  # records read per short read transaction / iterator
+# A scan's first read takes this many records, each next one twice as many, up to SCAN_CHUNK:
+# a reader that stops after a record or two (a Read or Fetch response: a few runs of up to
+# megabytes each) then copies out of the engine only about what it uses.
+SCAN_FIRST_CHUNK = 2
 
 
 # ---- the codec ----------------------------------------------------------------------------
@@ -339,16 +343,18 @@ class RecordStorage(Storage):
             first = last_of(head) + 1
         # Chunked: each chunk comes from its own short read (no snapshot pinned while the
         # consumer works; a scan interleaved with writes may see writes between chunks).
+        size = SCAN_FIRST_CHUNK
         while first <= last:
-            chunk = self._range(first, last, SCAN_CHUNK)
+            chunk = self._range(first, last, size)
             if not chunk:
                 return
             for key, raw in chunk:
                 record = decode(key, raw)
                 yield clip_record(record, first_of(record), min(last, last_of(record)))
-            if len(chunk) < SCAN_CHUNK:
+            if len(chunk) < size:
                 return
             first = chunk[-1][0] + 1
+            size = min(2 * size, SCAN_CHUNK)
 
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         for record in self.scan_records(first, last):
