@@ -137,12 +137,20 @@ def main() -> int:
         rows = args.sink_rows
         src = spark.range(0, rows, 1, 2).select(F.lit(value).alias("value")).cache()
         src.count()
+
+        def sink() -> None:
+            src.write.format("rlog").option("endpoints", log.endpoint).mode("append").save()
+
+        # The first write of a session also starts the Python workers of the write path
+        # (planning, tasks, commit; seconds on this VM): timed on its own, then the sink is
+        # timed warm, best of --repeat, as the source is.
         before = observe(log.endpoints).learned
         t = time.perf_counter()
-        src.write.format("rlog").option("endpoints", log.endpoint).mode("append").save()
-        record("sink: df.write.format('rlog') (2 tasks)", time.perf_counter() - t, rows)
+        sink()
+        record("first write of the session (cold workers)", time.perf_counter() - t, rows)
+        record("sink: df.write.format('rlog') (2 tasks)", best(sink, args.repeat), rows)
         after = observe(log.endpoints).learned
-        assert after - before >= rows
+        assert after - before >= rows * (1 + args.repeat)
         del view
 
     by = {what: rows / s for what, s, rows in results}
@@ -161,7 +169,9 @@ def main() -> int:
     raw = by["raw Read stream, 1 follower (no Spark)"]
     print(f"| one raw stale Read stream from a follower (no Spark) | {raw:,.0f} | |")
     sink_key = "sink: df.write.format('rlog') (2 tasks)"
-    print(f"| rlog sink (append through the leader) | {by[sink_key]:,.0f} | |")
+    print(f"| rlog sink (append through the leader, warm) | {by[sink_key]:,.0f} | |")
+    cold = by["first write of the session (cold workers)"]
+    print(f"| rlog sink, the session's first write (cold workers) | {cold:,.0f} | |")
     spark.stop()
     if args.dir is None:
         shutil.rmtree(work, ignore_errors=True)
