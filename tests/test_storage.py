@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -648,6 +649,35 @@ def test_scan_records_clips_runs_at_the_range_ends(run_engine: str, open_runs) -
         assert records(s, 50, 59) == [] and records(s, 61, 2**64 - 1) == []
         assert records(s, 35, 20) == []
         assert values(s, 28, 31) == {28: b"a:28", 29: b"a:29", 30: b"b:30", 31: b"b:31"}
+
+
+def test_scan_records_across_read_chunks(run_engine: str, open_runs) -> None:  # type: ignore[no-untyped-def]
+    """Scans read the engine in chunks that grow from a few records to SCAN_CHUNK: every
+    record comes once, in order, whatever the range, also where a scan stops early."""
+    store = open_runs()
+    count = 700  # past 2 + 4 + ... + 256 + 256 records
+    store.apply(
+        WriteBatch(
+            runs=[run(10 * k, 3, b"r") for k in range(count)],
+            actions=[action(10 * k + 5, b"a%d" % k) for k in range(count)],
+        )
+    )
+    expected = []
+    for k in range(count):
+        expected += [("run", 10 * k, 10 * k + 2), ("action", 10 * k + 5, 10 * k + 5)]
+    for s in before_and_after_reopen(run_engine, store, open_runs):
+        assert records(s) == expected
+        assert records(s, 1, 10 * count) == [("run", 1, 2), *expected[1:]]
+        assert records(s, 2001, 4005) == [
+            ("run", 2001, 2002),
+            *[r for r in expected if 2001 < r[1] <= 4005],
+        ]
+        first_three = list(itertools.islice(s.scan_records(95, 2**64 - 1), 3))
+        assert [(r.position if isinstance(r, pb.Action) else r.first) for r in first_three] == [
+            95,
+            100,
+            105,
+        ]
 
 
 @pytest.mark.parametrize("engine", DISK)

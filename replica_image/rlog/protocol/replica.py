@@ -276,14 +276,20 @@ class ReplicaCore:
         return position - 1
 
     def learned_records(
-        self, first: int, last: int, limit: int, max_bytes: int = 1 << 62
+        self,
+        first: int,
+        last: int,
+        limit: int,
+        max_bytes: int = 1 << 62,
+        max_records: int | None = None,
     ) -> list[Record]:
         """Consecutive learned records from `first` (or begin) on, in order, clipped to
         [first, last]: stored runs as runs (their bytes as stored), other positions as
-        actions, all with the learned flag. Stops at `last`, at `limit` positions, once
-        `max_bytes` of values are collected (always at least one record), or at the first
-        position this replica has not learned. Reads storage lazily, merged with what is
-        decided but not yet on disk."""
+        actions, all with the learned flag. Stops at `last`, at `limit` positions, at
+        `max_records` records, before `max_bytes` of values are passed (always at least one
+        record: a first run bigger than that is cut to the values that fit, at least one), or
+        at the first position this replica has not learned. Reads storage lazily, merged with
+        what is decided but not yet on disk."""
         out: list[Record] = []
         first = max(first, self.begin)
         if last < first or limit <= 0:
@@ -299,6 +305,10 @@ class ReplicaCore:
             if isinstance(record, pb.Run):
                 record = clip(record, lo, through)
                 if size + run_bytes(record) > max_bytes and through > lo:
+                    if out:
+                        # It goes whole in the next batch: cut here, it would be read from
+                        # storage and cut again for the rest.
+                        break
                     # A big run: only the values that fit (at least one), so a message of
                     # records stays bounded in bytes.
                     fit = bisect.bisect_right(
@@ -313,6 +323,8 @@ class ReplicaCore:
             count += through - lo + 1
             position = through + 1
             if through < hi or count >= limit or size >= max_bytes:
+                break
+            if max_records is not None and len(out) >= max_records:
                 break
         return out
 

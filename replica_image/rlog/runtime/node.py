@@ -66,14 +66,18 @@ from rlog.runtime.journal import Journal
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
-    READ_CHUNK_BYTES,
-    READ_CHUNK_POSITIONS,
     LocalReplica,
     Peer,
     Peers,
     Response,
 )
-from rlog.runtime.read_runs import end_of, read_runs
+from rlog.runtime.read_runs import (
+    READ_RESPONSE_BYTES,
+    READ_RESPONSE_POSITIONS,
+    READ_RESPONSE_RECORDS,
+    end_of,
+    read_runs,
+)
 from rlog.runtime.recovery import Report, recover
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
@@ -1075,7 +1079,11 @@ class Node:
         position = first
         while position <= end:
             records = self.core.learned_records(
-                position, end, READ_CHUNK_POSITIONS, READ_CHUNK_BYTES
+                position,
+                end,
+                READ_RESPONSE_POSITIONS,
+                READ_RESPONSE_BYTES,
+                READ_RESPONSE_RECORDS,
             )
             if position < self.core.begin:
                 raise RpcError(
