@@ -223,3 +223,49 @@ def test_follower_reads_and_forwarded_appends(cluster):
         assert [e.value for e in consistent] == values
         tail = client.tail(positions[0])  # non-stale: the leader serves the start
         assert [next(tail).value for _ in range(50)] == values
+
+
+def test_a_read_response_holds_stored_runs_whole(cluster):
+    """A Read response passes every stored run it has room for whole (each run is read from
+    storage once per read), ends before a run that would pass its byte bound, and cuts a run
+    only where the range asked for does, or when one run alone is past the bound."""
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in range(3) if i != leader)
+    big = 15_000  # x 100 B: 1.5 MB per run, so 2 runs fit a response's 4 MiB, not 3
+    with Client(cluster.endpoints[leader], exactly_once=False) as client:
+        calls = []
+        for k in range(4):
+            values = [bytes([k]) * 100] * big
+            positions = client.append_packed(*packed.pack(values))
+            calls.append((positions[0], len(positions)))
+        huge = [b"h" * 1000] * 5000  # 5 MB: alone past the bound
+        positions = client.append_packed(*packed.pack(huge))
+        calls.append((positions[0], len(positions)))
+        last = positions[-1]
+    cluster.wait_for(
+        lambda found: all(s is not None and s.learned >= last for s in found), what="learned"
+    )
+    with Client(cluster.endpoints[follower], exactly_once=False) as reader:
+        first = calls[0][0] + 10  # mid-run: the first run is cut where the range starts
+        responses = [
+            [(run.first, packed.run_count(run)) for run in runs]
+            for runs in reader.read_columns(first, last, stale=True)
+        ]
+        got = [
+            (run.first + i, value)
+            for runs in reader.read_columns(first, last, stale=True)
+            for run in runs
+            for i, value in enumerate(packed.values_of(run.data, run.offsets))
+        ]
+    _, (b, _), (c, _), (d, _), (h, _) = calls
+    assert responses[:2] == [[(first, big - 10), (b, big)], [(c, big), (d, big)]]
+    # The 5 MB run alone: cut to the values that fit 4 MiB, the rest in the next response.
+    rest = responses[2:]
+    assert all(len(runs) == 1 for runs in rest) and len(rest) == 2
+    assert rest[0][0][0] == h and rest[1][0][0] == h + rest[0][0][1]
+    assert rest[0][0][1] + rest[1][0][1] == 5000 and rest[0][0][1] * 1000 <= 4 * 1024 * 1024
+    expected = []
+    for (start, count), fill in zip(calls[:4], range(4), strict=True):
+        expected += [(p, bytes([fill]) * 100) for p in range(start, start + count)]
+    expected += [(p, b"h" * 1000) for p in range(h, h + 5000)]
+    assert got == [e for e in expected if e[0] >= first]

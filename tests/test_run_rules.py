@@ -359,11 +359,33 @@ def test_learned_records_cut_a_big_run_to_the_byte_budget():
     write_run(r, 1, run_of(0, [b"z"]))
     write_run(r, 1, run_of(1, [bytes([k]) * 100 for k in range(10)]))
     learn_range(r, 1, 0, 10)
-    action, second = r.learned_records(0, 10, 100, max_bytes=250)
+    # The run does not fit after the action: it is left whole for the next batch.
+    (action,) = r.learned_records(0, 10, 100, max_bytes=250)
     assert isinstance(action, pb.Action) and action.value == b"z"
-    assert isinstance(second, pb.Run) and span(second) == (1, 2)  # 1 + 200 bytes fit
+    # First in a batch, it is cut to the values that fit (200 bytes of 250).
+    (first,) = r.learned_records(1, 10, 100, max_bytes=250)
+    assert isinstance(first, pb.Run) and span(first) == (1, 2)
     (alone,) = r.learned_records(1, 10, 100, max_bytes=10)
     assert isinstance(alone, pb.Run) and span(alone) == (1, 1)  # always at least one value
+    # With room for it, the run comes whole, its bytes as stored.
+    action, whole = r.learned_records(0, 10, 100, max_bytes=1001)
+    assert isinstance(whole, pb.Run) and span(whole) == (1, 10)
+    assert values_of(whole.data, whole.offsets) == [bytes([k]) * 100 for k in range(10)]
+
+
+def test_learned_records_stop_at_max_records():
+    r = core()
+    for first in range(1, 13, 3):  # (a run at 0 is stored per position: see on_write)
+        write_run(r, 1, run_of(first, values(3, f"r{first}")))
+    learn_range(r, 1, 1, 12)
+    records = r.learned_records(1, 12, 100, max_records=2)
+    assert [span(record) for record in records] == [(1, 3), (4, 6)]
+    assert [span(record) for record in r.learned_records(1, 12, 100)] == [
+        (1, 3),
+        (4, 6),
+        (7, 9),
+        (10, 12),
+    ]
 
 
 # ---- the leader: one run per admitted append --------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -650,6 +651,35 @@ def test_scan_records_clips_runs_at_the_range_ends(run_engine: str, open_runs) -
         assert values(s, 28, 31) == {28: b"a:28", 29: b"a:29", 30: b"b:30", 31: b"b:31"}
 
 
+def test_scan_records_across_read_chunks(run_engine: str, open_runs) -> None:  # type: ignore[no-untyped-def]
+    """Scans read the engine in chunks that grow from a few records to SCAN_CHUNK: every
+    record comes once, in order, whatever the range, also where a scan stops early."""
+    store = open_runs()
+    count = 700  # past 2 + 4 + ... + 256 + 256 records
+    store.apply(
+        WriteBatch(
+            runs=[run(10 * k, 3, b"r") for k in range(count)],
+            actions=[action(10 * k + 5, b"a%d" % k) for k in range(count)],
+        )
+    )
+    expected = []
+    for k in range(count):
+        expected += [("run", 10 * k, 10 * k + 2), ("action", 10 * k + 5, 10 * k + 5)]
+    for s in before_and_after_reopen(run_engine, store, open_runs):
+        assert records(s) == expected
+        assert records(s, 1, 10 * count) == [("run", 1, 2), *expected[1:]]
+        assert records(s, 2001, 4005) == [
+            ("run", 2001, 2002),
+            *[r for r in expected if 2001 < r[1] <= 4005],
+        ]
+        first_three = list(itertools.islice(s.scan_records(95, 2**64 - 1), 3))
+        assert [(r.position if isinstance(r, pb.Action) else r.first) for r in first_three] == [
+            95,
+            100,
+            105,
+        ]
+
+
 @pytest.mark.parametrize("engine", DISK)
 def test_one_put_per_run_in_the_disk_engines(engine: str, open_) -> None:  # type: ignore[no-untyped-def]
     from rlog.storage.records import RecordStorage, decode
@@ -855,5 +885,42 @@ def test_segment_torn_run_frame_is_cut_and_a_bad_crc_ends_the_log(tmp_path: Path
         assert all(a.value == value for a in store.scan(0, 2**64 - 1))
         store.apply(WriteBatch(runs=[packed.make_run(256, pb.Action(), data, offsets)]))
         assert store.last_position() == 256 + 63
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("engine", DISK)
+def test_a_scan_reads_about_what_its_consumer_takes(engine: str, tmp_path: Path) -> None:
+    """A consumer that stops after a few large records (a Fetch answer of 4 MiB) must not
+    have copied hundreds of them out of the engine; a whole scan reads each record once."""
+    from rlog.storage.records import SCAN_CHUNK, SCAN_FIRST_CHUNK
+
+    store = open_storage(tmp_path / "data", engine)
+    try:
+        big = b"v" * 65_536
+        count = SCAN_CHUNK + 44  # more records than one read used to take at once
+        for first in range(0, count, 50):
+            batch = []
+            for n in range(first, min(first + 50, count)):
+                data, offsets = packed.pack([big] * 4)
+                head = pb.Action(type=pb.APPEND, learned=True)
+                batch.append(packed.make_run(n * 4, head, data, offsets))
+            store.apply(WriteBatch(runs=batch))
+        reads: list[int] = []
+        range_read = store._range  # type: ignore[attr-defined]
+
+        def counted(first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
+            found = range_read(first, last, limit)
+            reads.append(len(found))
+            return found
+
+        store._range = counted  # type: ignore[attr-defined]
+        scan = store.scan_records(0, 4 * count - 1)
+        taken = [next(scan), next(scan)]
+        assert [r.first for r in taken] == [0, 4]  # type: ignore[union-attr]
+        assert sum(reads) <= SCAN_FIRST_CHUNK
+        rest = list(scan)
+        assert [r.first for r in taken + rest] == [4 * n for n in range(count)]  # type: ignore[union-attr]
+        assert sum(reads) == count - 1  # each record read once (the first by the floor lookup)
     finally:
         store.close()

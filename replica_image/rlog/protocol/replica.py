@@ -32,7 +32,16 @@ import bisect
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from rlog.packed import PackedError, action_at, clip, expand, offsets_of, run_count, run_last
+from rlog.packed import (
+    PackedError,
+    action_at,
+    clip,
+    expand,
+    offsets_of,
+    run_bytes,
+    run_count,
+    run_last,
+)
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
@@ -267,14 +276,20 @@ class ReplicaCore:
         return position - 1
 
     def learned_records(
-        self, first: int, last: int, limit: int, max_bytes: int = 1 << 62
+        self,
+        first: int,
+        last: int,
+        limit: int,
+        max_bytes: int = 1 << 62,
+        max_records: int | None = None,
     ) -> list[Record]:
         """Consecutive learned records from `first` (or begin) on, in order, clipped to
         [first, last]: stored runs as runs (their bytes as stored), other positions as
-        actions, all with the learned flag. Stops at `last`, at `limit` positions, once
-        `max_bytes` of values are collected (always at least one record), or at the first
-        position this replica has not learned. Reads storage lazily, merged with what is
-        decided but not yet on disk."""
+        actions, all with the learned flag. Stops at `last`, at `limit` positions, at
+        `max_records` records, before `max_bytes` of values are passed (always at least one
+        record: a first run bigger than that is cut to the values that fit, at least one), or
+        at the first position this replica has not learned. Reads storage lazily, merged with
+        what is decided but not yet on disk."""
         out: list[Record] = []
         first = max(first, self.begin)
         if last < first or limit <= 0:
@@ -289,7 +304,11 @@ class ReplicaCore:
                 break
             if isinstance(record, pb.Run):
                 record = clip(record, lo, through)
-                if size + len(record.data) > max_bytes and through > lo:
+                if size + run_bytes(record) > max_bytes and through > lo:
+                    if out:
+                        # It goes whole in the next batch: cut here, it would be read from
+                        # storage and cut again for the rest.
+                        break
                     # A big run: only the values that fit (at least one), so a message of
                     # records stays bounded in bytes.
                     fit = bisect.bisect_right(
@@ -297,13 +316,15 @@ class ReplicaCore:
                     )
                     through = lo + max(fit - 1, 1) - 1
                     record = clip(record, lo, through)
-                size += len(record.data)
+                size += run_bytes(record)
             else:
                 size += len(record.value)
             out.append(_as_learned(record))
             count += through - lo + 1
             position = through + 1
             if through < hi or count >= limit or size >= max_bytes:
+                break
+            if max_records is not None and len(out) >= max_records:
                 break
         return out
 

@@ -66,14 +66,18 @@ from rlog.runtime.journal import Journal
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
-    READ_CHUNK_BYTES,
-    READ_CHUNK_POSITIONS,
     LocalReplica,
     Peer,
     Peers,
     Response,
 )
-from rlog.runtime.read_runs import end_of, read_runs
+from rlog.runtime.read_runs import (
+    READ_RESPONSE_BYTES,
+    READ_RESPONSE_POSITIONS,
+    READ_RESPONSE_RECORDS,
+    end_of,
+    read_runs,
+)
 from rlog.runtime.recovery import Report, recover
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
@@ -526,7 +530,10 @@ class Node:
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
         # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
         # since may still be arriving in ordinary learned messages.
-        if self.core.learned < target and not self.peers.fetching:
+        # A replica that is not VOTING learns by recovery's catch-up, which copies the same
+        # records: a pull as well would fetch them twice.
+        voting = self.core.status == pb.VOTING
+        if voting and self.core.learned < target and not self.peers.fetching:
             self.peers.fetching = True
             self.spawn(self.peers.pull_learned(request.leader, target))
 
@@ -1072,7 +1079,11 @@ class Node:
         position = first
         while position <= end:
             records = self.core.learned_records(
-                position, end, READ_CHUNK_POSITIONS, READ_CHUNK_BYTES
+                position,
+                end,
+                READ_RESPONSE_POSITIONS,
+                READ_RESPONSE_BYTES,
+                READ_RESPONSE_RECORDS,
             )
             if position < self.core.begin:
                 raise RpcError(

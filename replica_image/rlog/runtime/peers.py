@@ -28,12 +28,12 @@ import grpc
 
 from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
-from rlog.packed import run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
+from rlog.runtime.fetch import fetch_answers
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.write_stream import StreamBroken, StreamUnimplemented, WriteStream
 from rlog.storage.base import StorageError
@@ -321,40 +321,24 @@ class Peers(Mapping[int, Peer]):
             timeout=60,
         )
         async for chunk in stream:
-            actions = list(chunk.actions)
-            if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
-                actions.insert(0, tombstone(chunk.begin - 1))
-            if actions or chunk.runs:
-                self._local_replica.learned(pb.LearnedRequest(actions=actions, runs=chunk.runs))
-                progressed = True
+            progressed = self.learn_fetched(chunk) or progressed
             if on_chunk is not None:
                 on_chunk()
         return progressed
 
-    def fetch(self, request: pb.FetchRequest) -> Iterator[pb.FetchResponse]:
-        """Learned records from `from` to `to` held here, in chunks bounded in positions and
-        bytes, up to the first position this replica has not learned: stored runs go as
-        runs (their bytes as stored), other positions as actions."""
-        first = max(getattr(request, "from"), self.core.begin)
-        last = min(request.to, self.core.end)
-        limit = request.max_actions or 4096
-        sent = 0
-        while first <= last and sent < limit:
-            records = self.core.learned_records(
-                first, last, min(READ_CHUNK_POSITIONS, limit - sent), READ_CHUNK_BYTES
-            )
-            if not records:
-                break
-            response = pb.FetchResponse(begin=self.core.begin)
-            for record in records:
-                if isinstance(record, pb.Run):
-                    response.runs.append(record)
-                    first = record.first + run_count(record)
-                    sent += run_count(record)
-                else:
-                    response.actions.append(record)
-                    first = record.position + 1
-                    sent += 1
-            yield response
-        if sent == 0:
-            yield pb.FetchResponse(begin=self.core.begin)
+    def learn_fetched(self, chunk: pb.FetchResponse) -> bool:
+        """Learn what a Fetch answer holds (its records are learned at the peer, so chosen),
+        in order after what this replica learned so far: a `begin` past our first unlearned
+        position says the peer truncated below it, which a tombstone below `begin` applies in
+        one step. Returns whether the answer held anything."""
+        actions = list(chunk.actions)
+        if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
+            actions.insert(0, tombstone(chunk.begin - 1))
+        if actions or chunk.runs:
+            self._local_replica.learned(pb.LearnedRequest(actions=actions, runs=chunk.runs))
+            return True
+        return False
+
+    def fetch(self, request: pb.FetchRequest) -> Iterator[bytes]:
+        """Serve a Fetch: serialized FetchResponse answers (`runtime/fetch.py`)."""
+        return fetch_answers(self.core, request)

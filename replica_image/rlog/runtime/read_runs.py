@@ -14,6 +14,15 @@ from collections.abc import Iterable, Sequence
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 
+# What one Read or Tail response holds at most. Stored runs pass whole (a response never cuts
+# one it has room for, so each is read from storage once per read), so the bounds are on the
+# bytes of values (the message size), on the records (the Python work per response: a record
+# costs a parse and an object, its positions nothing) and, loosely, on the positions (4 bytes
+# of offsets each).
+READ_RESPONSE_BYTES = 4 * 1024 * 1024
+READ_RESPONSE_RECORDS = 1024
+READ_RESPONSE_POSITIONS = 1 << 18
+
 
 def read_runs(records: Iterable[pb.Action | pb.Run], first: int, last: int) -> list[pb.Run]:
     """The APPEND entries among `records` (in position order) within [first, last]."""

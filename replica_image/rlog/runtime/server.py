@@ -130,7 +130,8 @@ class ReplicaService(pbg.ReplicaServicer):
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.FetchResponse]:
+    ) -> AsyncIterator[bytes]:
+        # Answers are serialized FetchResponses (runtime/fetch.py), passed through as bytes.
         for chunk in self.node.peers.fetch(request):
             yield chunk
 
@@ -389,6 +390,17 @@ class _Handlers:
         self.service, self.handlers = service, handlers
 
 
+def passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A response serializer that sends `bytes` as they are: a handler may answer a message
+    it serialized itself (a Fetch answer is its records serialized one by one and joined:
+    runtime/fetch.py)."""
+
+    def serializer(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serializer
+
+
 def _register(
     add: Callable[[Any, Any], None],
     service: object,
@@ -406,7 +418,8 @@ def _register(
         name: h._replace(
             request_deserializer=tolerant(
                 h.request_deserializer, methods[name].input_type.full_name
-            )
+            ),
+            response_serializer=passing_bytes(h.response_serializer),
         )
         for name, h in taken.handlers.items()
         if name not in without

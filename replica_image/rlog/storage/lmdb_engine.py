@@ -120,13 +120,14 @@ class LmdbStorage(RecordStorage):
         out: list[tuple[int, bytes]] = []
         with self._env.begin(db=self._actions) as txn:
             cur = txn.cursor()
-            if not cur.set_range(encode_position(first)):
-                return out
-            for key, value in cur:
-                position = decode_position(key)
-                if position > last or len(out) == limit:
+            found = cur.set_range(encode_position(first))
+            # Keys first, a value only once it is taken: a value is a copy (a run's megabyte).
+            while found and len(out) < limit:
+                position = decode_position(cur.key())
+                if position > last:
                     break
-                out.append((position, value))
+                out.append((position, cur.value()))
+                found = cur.next()
         return out
 
     def _last_record(self) -> tuple[int, bytes] | None:

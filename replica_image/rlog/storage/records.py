@@ -52,7 +52,12 @@ _LAST = struct.Struct(">Q")
 _CRC = struct.Struct(">I")
 _KEY = struct.Struct(">Q")
 _METADATA_KEY = 2**64 - 1  # what the metadata's CRC covers as its key (its tag sets it apart)
-SCAN_CHUNK = 256  # records read per short read transaction / iterator
+SCAN_CHUNK = 256  # records read per short read transaction / iterator, at most
+# A scan's first read takes a few records and each next one doubles while the chunk holds
+# less than SCAN_CHUNK_BYTES: a consumer that stops after a few megabytes (Fetch, Read, a
+# learned range) then never copies 256 records of 1 MB runs out of the engine to use four.
+SCAN_FIRST_CHUNK = 4
+SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 # ---- the codec ----------------------------------------------------------------------------
@@ -339,16 +344,19 @@ class RecordStorage(Storage):
             first = last_of(head) + 1
         # Chunked: each chunk comes from its own short read (no snapshot pinned while the
         # consumer works; a scan interleaved with writes may see writes between chunks).
+        size = SCAN_FIRST_CHUNK
         while first <= last:
-            chunk = self._range(first, last, SCAN_CHUNK)
+            chunk = self._range(first, last, size)
             if not chunk:
                 return
             for key, raw in chunk:
                 record = decode(key, raw)
                 yield clip_record(record, first_of(record), min(last, last_of(record)))
-            if len(chunk) < SCAN_CHUNK:
+            if len(chunk) < size:
                 return
             first = chunk[-1][0] + 1
+            if sum(len(raw) for _, raw in chunk) < SCAN_CHUNK_BYTES:
+                size = min(size * 2, SCAN_CHUNK)
 
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         for record in self.scan_records(first, last):

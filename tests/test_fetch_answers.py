@@ -1,0 +1,117 @@
+"""Fetch answers (rlog/runtime/fetch.py): built as bytes, each record serialized alone and
+joined, they must parse as the FetchResponse protobuf would have built; served from a real
+replica core over LMDB on disk, bounded in bytes and positions, in order, learned only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_run_rules import learn_range, run_of, write_run
+
+from rlog.packed import run_bytes, run_count
+from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.replica import ReplicaCore, span
+from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers, varint
+from rlog.storage import open_storage
+
+VALUE = 4096
+PER_RUN = 256  # 1 MiB runs, as a client's batch of 256 x 4 KiB stores them
+
+
+def test_varint_is_protobufs():
+    assert varint(0) == b"\x00"
+    for n in (1, 127, 128, 300, 16383, 16384, 2**21, 2**32 + 5, 2**63):
+        message = pb.FetchRequest(to=n)  # field 2, varint: tag 0x10, then n's varint
+        assert message.SerializeToString() == b"\x10" + varint(n)
+
+
+def test_answer_parses_as_the_response_protobuf_builds():
+    records: list[pb.Action | pb.Run] = [
+        pb.Action(position=3, type=pb.APPEND, value=b"a" * 300, learned=True, performed=2),
+        run_of(4, [b"x" * 200, b"", b"y" * 70_000]),
+        pb.Action(position=7, type=pb.NOP, learned=True),
+        run_of(8, [bytes([i]) * i for i in range(50)]),
+    ]
+    built = pb.FetchResponse(begin=3)
+    for record in records:
+        (built.runs if isinstance(record, pb.Run) else built.actions).append(record)
+    parsed = pb.FetchResponse.FromString(answer(3, records))
+    assert parsed == built
+    assert pb.FetchResponse.FromString(answer(0, [])) == pb.FetchResponse()
+    assert pb.FetchResponse.FromString(answer(9, [])) == pb.FetchResponse(begin=9)
+
+
+@pytest.fixture
+def replica(tmp_path: Path):
+    storage = open_storage(tmp_path / "data", "lmdb")
+    core = ReplicaCore(storage)
+    batch = core.set_status(pb.VOTING)
+    storage.apply(batch)
+    core.persisted(batch)
+    yield core
+    storage.close()
+
+
+def fill(core: ReplicaCore, runs: int, first: int = 1) -> list[pb.Run]:
+    """`runs` runs of PER_RUN values written and persisted at proposal 1 (not learned)."""
+    written = []
+    for n in range(runs):
+        start = first + n * PER_RUN
+        values = [f"{start + i}:".encode().ljust(VALUE, b".") for i in range(PER_RUN)]
+        run = run_of(start, values)
+        assert write_run(core, 1, run).response.verdict == pb.ACCEPT
+        written.append(run)
+    return written
+
+
+def served(core: ReplicaCore, first: int, to: int, max_actions: int) -> list[pb.FetchResponse]:
+    request = pb.FetchRequest(**{"from": first, "to": to, "max_actions": max_actions})
+    return [pb.FetchResponse.FromString(raw) for raw in fetch_answers(core, request)]
+
+
+def values_of(responses: list[pb.FetchResponse], learned: bool = True) -> dict[int, bytes]:
+    out = {}
+    for response in responses:
+        assert not response.actions
+        for run in response.runs:
+            assert run.head.learned == learned
+            offsets = [
+                int.from_bytes(run.offsets[i : i + 4], "little")
+                for i in range(0, len(run.offsets), 4)
+            ]
+            for i in range(run_count(run)):
+                out[run.first + i] = run.data[offsets[i] : offsets[i + 1]]
+    return out
+
+
+def test_learned_runs_are_served_whole_in_bounded_answers(replica: ReplicaCore):
+    written = fill(replica, 12)
+    learn_range(replica, 1, 1, 12 * PER_RUN)
+    last = 12 * PER_RUN
+    responses = served(replica, 1, last, last)
+    assert len(responses) > 1
+    for response in responses:
+        assert sum(run_bytes(r) for r in response.runs) <= FETCH_CHUNK_BYTES
+        assert response.begin == replica.begin
+    want = {}
+    for run in written:
+        want.update(values_of([pb.FetchResponse(runs=[run])], learned=False))
+    assert values_of(responses) == want
+    # The stored runs go out as they were stored, one run per client batch.
+    assert [span(r) for response in responses for r in response.runs] == [span(r) for r in written]
+
+
+def test_an_answer_stops_at_max_actions_at_the_range_and_at_the_first_unlearned(
+    replica: ReplicaCore,
+):
+    fill(replica, 4)
+    learn_range(replica, 1, 1, 2 * PER_RUN + 10)  # learned up to 10 values into the third run
+    got = values_of(served(replica, 1, 4 * PER_RUN, 4 * PER_RUN))
+    assert sorted(got) == list(range(1, 2 * PER_RUN + 11))
+    got = values_of(served(replica, 100, 4 * PER_RUN, 300))  # clipped runs at both ends
+    assert sorted(got) == list(range(100, 400))
+    got = values_of(served(replica, 1, 50, 4096))
+    assert sorted(got) == list(range(1, 51))
+    nothing = served(replica, 2 * PER_RUN + 11, 4 * PER_RUN, 4096)
+    assert len(nothing) == 1 and not nothing[0].runs and not nothing[0].actions
