@@ -12,7 +12,8 @@ from test_run_rules import learn_range, run_of, write_run
 from rlog.packed import run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.replica import ReplicaCore, span
-from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers, varint
+from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers
+from rlog.runtime.protowire import varint
 from rlog.storage import open_storage
 
 VALUE = 4096

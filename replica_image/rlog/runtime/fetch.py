@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from rlog.packed import run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.replica import ReplicaCore
+from rlog.runtime.protowire import varint
 
 FETCH_CHUNK_BYTES = 4 * 1024 * 1024  # values per answer (at least one record), as a Read's
 # The position bound of an answer is high: runs of small values cost per run, not per
@@ -25,16 +26,6 @@ DEFAULT_MAX_ACTIONS = 4096
 
 _ACTIONS_TAG = b"\x0a"  # FetchResponse.actions = 1, length-delimited
 _RUNS_TAG = b"\x1a"  # FetchResponse.runs = 3, length-delimited
-
-
-def varint(n: int) -> bytes:
-    """`n` as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def answer(begin: int, records: list[pb.Action | pb.Run]) -> bytes:

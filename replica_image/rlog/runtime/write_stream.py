@@ -30,6 +30,7 @@ from collections.abc import Callable
 import grpc
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.runtime.protowire import varint
 
 WRITE_STREAM_METHOD = "/rlog.v1.Replica/WriteStream"
 _ID_TAG = b"\x38"  # WriteRequest.id: field 7, varint
@@ -43,18 +44,9 @@ class StreamBroken(Exception):
     """The stream ended without a status error (the peer closed it): the write failed."""
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def with_id(encoded: bytes, request_id: int) -> bytes:
     """The encoding of a WriteRequest (`encoded`, without an id) with `id` set."""
-    return encoded + _ID_TAG + _varint(request_id)
+    return encoded + _ID_TAG + varint(request_id)
 
 
 def _stream_error(exc: Exception) -> Exception:
