@@ -8,14 +8,21 @@ append. At the end the registry must hold exactly the workers admitted and not r
 
     # a local log: `rlog dev --replicas 3` prints "replica i: H:P ..."
     python examples/worker_registry.py --endpoints 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
-    # a ReplicatedLog on Kubernetes, through a port-forward of its client Service
+    # a ReplicatedLog on Kubernetes, from a pod of the cluster (a log is mutual TLS by
+    # default: the client certificate from a Secret, see docs/security.md)
+    python examples/worker_registry.py --endpoints orders-0.orders:7000,orders-1.orders:7000 \
+        --ca /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key
+    # or through a port-forward of its client Service (the replicas' certificates name
+    # 127.0.0.1 for this)
     kubectl port-forward svc/orders 7000:7000 &
-    python examples/worker_registry.py --endpoints 127.0.0.1:7000 --processes 3
+    python examples/worker_registry.py --endpoints 127.0.0.1:7000 --processes 3 --ca ca.crt ...
 
 Options: --processes N (default 4), --workers W per process (default 10), --remove R of
 them removed again (default 3), --strict (refuse a log whose state was lost), --cas (each
 change as fetch + store with the version read, retried when refused, instead of an
-operation decided inside the batch).
+operation decided inside the batch), and the client's security arguments (--ca, --cert,
+--key, --token-file, --server-name, or the RLOG_* variables), --patience S (how long to
+wait for a leader before giving up, default 30).
 """
 
 from __future__ import annotations
@@ -25,8 +32,13 @@ import asyncio
 import json
 import multiprocessing
 import sys
+from dataclasses import dataclass
 
+from rlog.client.errors import RlogError
+from rlog.client.security import Credentials
+from rlog.config import ConfigError
 from rlog.state import AsyncState, Variable
+from rlog.tools.client_args import add_security_arguments, credentials_of
 
 
 def _decode(variable: Variable) -> list[str]:
@@ -66,12 +78,28 @@ async def operate(state: AsyncState, admit: str | None, remove: str | None) -> i
     return 1
 
 
-async def agent(
-    endpoints: str, index: int, workers: int, remove: int, strict: bool, cas: bool
-) -> int:
+@dataclass(frozen=True)
+class Connection:
+    """How every process of the example reaches the log."""
+
+    endpoints: str
+    credentials: Credentials | None
+    strict: bool = False
+    patience: float = 30.0  # how long to wait out a log with no leader (or unreachable)
+
+    def state(self) -> AsyncState:
+        return AsyncState(
+            self.endpoints,
+            strict=self.strict,
+            credentials=self.credentials,
+            unavailable_patience=self.patience,
+        )
+
+
+async def agent(log: Connection, index: int, workers: int, remove: int, cas: bool) -> int:
     names = [f"p{index}-worker-{j}" for j in range(workers)]
     step = change if cas else operate
-    async with AsyncState(endpoints, strict=strict) as state:
+    async with log.state() as state:
         # Admit every worker at once: the changes share appends (Registrar batching).
         tries = await asyncio.gather(*(step(state, name, None) for name in names))
         tries += await asyncio.gather(*(step(state, None, name) for name in names[:remove]))
@@ -84,14 +112,16 @@ async def agent(
     return 0
 
 
-def run_agent(
-    endpoints: str, index: int, workers: int, remove: int, strict: bool, cas: bool
-) -> None:
-    sys.exit(asyncio.run(agent(endpoints, index, workers, remove, strict, cas)))
+def run_agent(log: Connection, index: int, workers: int, remove: int, cas: bool) -> None:
+    try:
+        sys.exit(asyncio.run(agent(log, index, workers, remove, cas)))
+    except RlogError as exc:
+        print(f"process {index}: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
-async def final(endpoints: str) -> list[str]:
-    async with AsyncState(endpoints) as state:
+async def final(log: Connection) -> list[str]:
+    async with log.state() as state:
         return _decode(await state.fetch("registry"))
 
 
@@ -105,12 +135,21 @@ def main() -> int:
     parser.add_argument(
         "--cas", action="store_true", help="fetch + store with versions instead of operations"
     )
+    parser.add_argument(
+        "--patience", type=float, default=30.0, metavar="S",
+        help="seconds to wait for a leader before giving up (default 30)",
+    )  # fmt: skip
+    add_security_arguments(parser)
     args = parser.parse_args()
-    before = set(asyncio.run(final(args.endpoints)))
+    try:
+        log = Connection(args.endpoints, credentials_of(args), args.strict, args.patience)
+        before = set(asyncio.run(final(log)))
+    except (ConfigError, RlogError) as exc:
+        print(f"worker_registry: {exc}", file=sys.stderr)
+        return 1
     processes = [
         multiprocessing.Process(
-            target=run_agent,
-            args=(args.endpoints, i, args.workers, args.remove, args.strict, args.cas),
+            target=run_agent, args=(log, i, args.workers, args.remove, args.cas)
         )
         for i in range(args.processes)
     ]
@@ -125,7 +164,7 @@ def main() -> int:
         f"p{i}-worker-{j}" for i in range(args.processes) for j in range(args.remove, args.workers)
     }
     expected -= {f"p{i}-worker-{j}" for i in range(args.processes) for j in range(args.remove)}
-    registry = set(asyncio.run(final(args.endpoints)))
+    registry = set(asyncio.run(final(log)))
     print(f"registry: {len(registry)} workers")
     if registry != expected:
         print(

@@ -32,6 +32,7 @@ from rlog.client.errors import (
     Truncated,
     Unavailable,
 )
+from rlog.client.security import Credentials
 from rlog.state.format import (
     NO_SNAPSHOT,
     Diff,
@@ -102,6 +103,7 @@ class AsyncState:
       state was lost), instead of starting afresh.
     - every `snapshot_every` mutations or `snapshot_bytes` bytes of diffs since the newest
       snapshot, this process appends a snapshot and truncates the log below the previous one.
+    - `credentials` (with endpoints only): TLS / client certificate / token for a secured log.
     """
 
     def __init__(
@@ -114,9 +116,14 @@ class AsyncState:
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
         compact: bool = True,
         unavailable_patience: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
+        if credentials is not None and not isinstance(client, str):
+            raise TypeError("credentials go with endpoints; a client brings its own")
         self._own_client = isinstance(client, str)
-        self.client = AsyncClient(client) if isinstance(client, str) else client
+        self.client = (
+            AsyncClient(client, credentials=credentials) if isinstance(client, str) else client
+        )
         self.strict = strict
         self.batching = batching
         self.snapshot_every = snapshot_every
