@@ -17,7 +17,10 @@ DEFAULT_SESSION_WINDOW = 100_000  # positions a client session lasts (docs/proto
 DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024  # bytes of one request or response
 DEFAULT_MAX_CONCURRENT_STREAMS = 1024  # HTTP/2 streams (calls in flight) per connection
 DEFAULT_MAX_CONCURRENT_RPCS = 16384  # calls in flight on the whole server
-DEFAULT_MAX_TAIL_READERS = 1024  # Tail calls open at once
+DEFAULT_MAX_TAIL_READERS = 256  # Tail calls open at once (about 1 MB each when unread)
+# Bytes of entries in one Tail response: what a reader that stops reading pins on the replica
+# (with its flow-control window), so far below the 4 MiB chunks of Read (docs/faults.md).
+DEFAULT_TAIL_RESPONSE_BYTES = 256 * 1024
 DEFAULT_STREAM_WINDOW = 0  # HTTP/2 flow-control window per stream; 0: gRPC's own (BDP-sized)
 # A leader refuses appends (DISK_FULL) while its data dir's file system has less than this
 # free, so that promises, elections and learned marks still find room (docs/faults.md).
@@ -141,6 +144,7 @@ class ReplicaConfig:
     max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
     max_tail_readers: int = DEFAULT_MAX_TAIL_READERS
+    tail_response_bytes: int = DEFAULT_TAIL_RESPONSE_BYTES
     stream_window: int = DEFAULT_STREAM_WINDOW
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     # Transport security (docs/security.md): the replica's certificate and key (serve TLS,
@@ -178,6 +182,7 @@ class ReplicaConfig:
             ("--max-concurrent-streams", self.max_concurrent_streams),
             ("--max-concurrent-rpcs", self.max_concurrent_rpcs),
             ("--max-tail-readers", self.max_tail_readers),
+            ("--tail-response-bytes", self.tail_response_bytes),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive")

@@ -52,6 +52,13 @@ class ReplicaMetrics:
             "Reads waiting for this replica to learn their min_position",
             registry=r,
         )
+        self.tail_chunks = Counter(
+            "rlog_tail_chunks",
+            "Tail responses by where their entries came from: read from storage for one "
+            "reader, or shared (kept from another reader's read)",
+            ["source"],
+            registry=r,
+        )
         self.promised = Gauge("rlog_replica_promised", "Highest implicit promise", registry=r)
         self.proposal = Gauge("rlog_coordinator_proposal", "Proposal number in use", registry=r)
         self.appends = Counter("rlog_appends", "Entries appended through this leader", registry=r)

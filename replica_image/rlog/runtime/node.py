@@ -79,6 +79,7 @@ from rlog.runtime.read_runs import (
     read_runs,
 )
 from rlog.runtime.recovery import Report, recover
+from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
 from rlog.storage.base import CorruptRecord, DiskFull
@@ -129,6 +130,8 @@ class Node:
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
+        # What Tail readers read, kept for the readers behind them (rlog.runtime.shared_chunks).
+        self.tail_chunks = SharedChunks()
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
         # A storage fault, for Status and the log: the last corrupt record found, or why the
@@ -1038,16 +1041,23 @@ class Node:
         while True:
             learned = self.core.learned
             if position <= learned:
-                async for runs in self.read_range(position, learned, True):
+                chunk = self.config.tail_response_bytes
+                async for runs in self.read_range(position, learned, True, chunk, self.tail_chunks):
                     yield runs
                 position = learned + 1
             await self.wait_learned_past(position)
 
     async def read_range(
-        self, first: int | None, last: int | None, stale: bool
+        self,
+        first: int | None,
+        last: int | None,
+        stale: bool,
+        chunk_bytes: int = READ_RESPONSE_BYTES,
+        shared: SharedChunks | None = None,
     ) -> AsyncIterator[list[pb.Run]]:
         """Validated learned APPEND entries in [first, last] held here, in chunks of runs
-        (rlog.runtime.read_runs)."""
+        of about `chunk_bytes` (rlog.runtime.read_runs; one larger entry goes whole), taken
+        from and kept in `shared` when given (Tail readers share what they read)."""
         begin = self.core.begin
         first = begin if first is None else first
         learned_end = self.core.learned
@@ -1078,13 +1088,21 @@ class Node:
             return
         position = first
         while position <= end:
-            records = self.core.learned_records(
-                position,
-                end,
-                READ_RESPONSE_POSITIONS,
-                READ_RESPONSE_BYTES,
-                READ_RESPONSE_RECORDS,
-            )
+            chunk = shared.get(position, end, chunk_bytes) if shared is not None else None
+            if shared is not None:
+                self.metrics.tail_chunks.labels("read" if chunk is None else "shared").inc()
+            if chunk is None:
+                records = self.core.learned_records(
+                    position,
+                    end,
+                    READ_RESPONSE_POSITIONS,
+                    chunk_bytes,
+                    READ_RESPONSE_RECORDS,
+                )
+                if records:
+                    chunk = chunk_of(read_runs(records, position, end), end_of(records), end)
+                    if shared is not None and position >= self.core.begin:
+                        shared.put(position, chunk_bytes, chunk)
             if position < self.core.begin:
                 raise RpcError(
                     Reason.TRUNCATED,
@@ -1092,15 +1110,14 @@ class Node:
                     f"(the log begins at {self.core.begin})",
                     begin=self.core.begin,
                 )
-            if not records:
+            if chunk is None:
                 raise RpcError(
                     Reason.NOT_LEARNED,
                     f"position {position} is not learned on this replica yet",
                 )
-            runs = read_runs(records, position, end)
-            if runs:
-                yield runs
-            position = end_of(records) + 1
+            if chunk.runs:
+                yield chunk.runs
+            position = chunk.last + 1
 
     async def _await_learned(self, position: int) -> int:
         """Wait briefly for in-flight positions up to `position` to be learned."""

@@ -34,6 +34,7 @@ from rlog.config import (
     DEFAULT_MAX_TAIL_READERS,
     DEFAULT_MIN_FREE_BYTES,
     DEFAULT_STREAM_WINDOW,
+    DEFAULT_TAIL_RESPONSE_BYTES,
     ConfigError,
     ReplicaConfig,
     parse_peers,
@@ -131,6 +132,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_concurrent_streams=args.max_concurrent_streams,
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         max_tail_readers=args.max_tail_readers,
+        tail_response_bytes=args.tail_response_bytes,
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
         tls_cert=_path(args.tls_cert),
@@ -436,7 +438,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=nonnegative,
         default=DEFAULT_MAX_TAIL_READERS,
         metavar="N",
-        help="Tail calls open at once (default 1024; more: RESOURCE_EXHAUSTED)",
+        help="Tail calls open at once (default 256; more: RESOURCE_EXHAUSTED)",
+    )
+    limits.add_argument(
+        "--tail-response-bytes",
+        type=nonnegative,
+        default=DEFAULT_TAIL_RESPONSE_BYTES,
+        metavar="BYTES",
+        help="entries' bytes in one Tail response, what a reader that stops reading pins "
+        "(default 256 KiB; one larger entry still goes whole)",
     )
     limits.add_argument(
         "--min-free-bytes",
