@@ -304,6 +304,11 @@ def _draw_timeseries(fig: Figure, rect: tuple, panel: Panel) -> None:
             linewidth=1.4,
             label=s.name,
         )
+    finite = {v for s in panel.series for v in s.values if not math.isnan(v)}
+    if len(finite) == 1:  # a flat line: Grafana's axis then spans 0 to the value (or 1)
+        (only,) = finite
+        top = max(1.0, only) * 1.1
+        ax.set_ylim(min(0.0, only) - 0.03 * top, top)  # a line at 0 stays off the axis
     ax.yaxis.set_major_locator(UnitLocator(panel.unit))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, panel.unit)))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
@@ -346,13 +351,14 @@ def draw(
 ) -> Path:
     rows = max(p.grid["y"] + p.grid["h"] for p in panels)
     width_in = 18.0
-    height_in = rows * 0.42 + 1.2  # ~Grafana's 30 px grid rows at 16 px per row-inch ratio
+    height_in = rows * 0.42 + 1.4  # panel rows plus the header and footer
     header = 0.9 / height_in
-    footer = 0.3 / height_in
+    footer = 0.5 / height_in
     fig = plt.figure(figsize=(width_in, height_in), facecolor=BACKGROUND)
     failed = [p for p in panels if p.error]
     shown_vars = "   ".join(
-        f"{v.get('label') or v['name']} = {v.get('current', {}).get('text', '')}"
+        f"{v.get('label') or v['name']} = {v.get('current', {}).get('text', '')} "
+        f"({variables.get(v['name'], '')})"
         for v in board.get("templating", {}).get("list", [])
         if v.get("type") == "query"
     )
@@ -371,16 +377,13 @@ def draw(
     )
     fig.text(0.994, 1 - 0.35 * header, verdict, color=ERROR if failed else PALETTE[0],
              fontsize=12, ha="right", va="center")  # fmt: skip
-    fig.text(
-        0.006,
-        0.5 * footer,
+    lines = [
         "Not Grafana: drawn by tests/monitoring/dashboard_png.py from the chart's dashboard "
-        "JSON and Prometheus query_range answers (docs/monitoring.md)."
-        + (f"  {note}" if note else ""),
-        color=MUTED,
-        fontsize=9,
-        va="center",
-    )
+        "JSON and Prometheus query_range answers (docs/monitoring.md says why).",
+        note,
+    ]
+    for i, line in enumerate(x for x in lines if x):
+        fig.text(0.006, (0.7 - 0.45 * i) * footer, line, color=MUTED, fontsize=9, va="center")
     for panel in panels:
         rect = _place(fig, panel.grid, rows, 1 - header, footer)
         _frame(fig, rect, bool(panel.error))

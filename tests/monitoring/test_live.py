@@ -376,6 +376,9 @@ def stack(tools: Tools, chart: Chart, tmp_path_factory: pytest.TempPathFactory) 
             lambda: len(prom.query("up == 1")) == 4 or None,
             timeout=30,
         )
+        # make dashboard-png: a longer healthy stretch under the write load before the
+        # tests (and their faults), so the picture in docs/ shows more than a few seconds
+        time.sleep(float(os.environ.get("RLOG_DASHBOARD_WARMUP", "0")))
         yield Stack(cluster, prom, writer, update_revision, rules, started)
     finally:
         if writer is not None:
