@@ -53,6 +53,7 @@ PALETTE = [
     "#70dbed", "#fade2a", "#1f78c1", "#ba43a9", "#705da0", "#508642",
 ]  # fmt: skip
 DRAWN_TYPES = ("timeseries", "stat", "gauge")
+QUERYLESS_TYPES = ("row", "text")  # a row's title bar, a text panel's content
 GRID_COLUMNS = 24
 QUERY_TIMEOUT = 15.0
 
@@ -72,6 +73,7 @@ class Panel:
     unit: str
     series: list[Series] = field(default_factory=list)
     error: str = ""  # why the panel shows an error (red); "" if it shows data
+    content: str = ""  # a text panel's text
 
     @property
     def has_samples(self) -> bool:
@@ -171,6 +173,9 @@ def query_panels(
         unit = raw.get("fieldConfig", {}).get("defaults", {}).get("unit", "short")
         panel = Panel(raw.get("title", ""), raw.get("type", ""), raw["gridPos"], unit)
         panels.append(panel)
+        if panel.type in QUERYLESS_TYPES:
+            panel.content = str(raw.get("options", {}).get("content", ""))
+            continue
         panel.error = datasource_error(board, raw)
         if not panel.error and panel.type not in DRAWN_TYPES:
             panel.error = f"panel type {panel.type!r} is not drawn here"
@@ -178,6 +183,8 @@ def query_panels(
             continue
         errors = []
         for target in raw.get("targets", []):
+            if target.get("hide"):  # Grafana does not run a hidden query
+                continue
             expr = substitute(target.get("expr", ""), variables)
             try:
                 found = query_range(url, expr, start, end, step)
@@ -355,7 +362,8 @@ def draw(
     header = 0.9 / height_in
     footer = 0.5 / height_in
     fig = plt.figure(figsize=(width_in, height_in), facecolor=BACKGROUND)
-    failed = [p for p in panels if p.error]
+    queried = [p for p in panels if p.type not in QUERYLESS_TYPES]
+    failed = [p for p in queried if p.error]
     shown_vars = "   ".join(
         f"{v.get('label') or v['name']} = {v.get('current', {}).get('text', '')} "
         f"({variables.get(v['name'], '')})"
@@ -368,12 +376,12 @@ def draw(
     )
     fig.text(0.006, 1 - 0.35 * header, board.get("title", ""), color=TEXT, fontsize=18,
              weight="bold", va="center")  # fmt: skip
-    fig.text(0.006, 1 - 0.75 * header, f"{shown_vars}   |   {span}", color=MUTED, fontsize=10,
-             va="center")  # fmt: skip
+    subtitle = f"{shown_vars}   |   {span}" if shown_vars else span
+    fig.text(0.006, 1 - 0.75 * header, subtitle, color=MUTED, fontsize=10, va="center")
     verdict = (
-        f"{len(failed)} of {len(panels)} panels failed"
+        f"{len(failed)} of {len(queried)} panels failed"
         if failed
-        else f"all {len(panels)} panels show data"
+        else f"all {len(queried)} panels show data"
     )
     fig.text(0.994, 1 - 0.35 * header, verdict, color=ERROR if failed else PALETTE[0],
              fontsize=12, ha="right", va="center")  # fmt: skip
@@ -386,6 +394,10 @@ def draw(
         fig.text(0.006, (0.7 - 0.45 * i) * footer, line, color=MUTED, fontsize=9, va="center")
     for panel in panels:
         rect = _place(fig, panel.grid, rows, 1 - header, footer)
+        if panel.type == "row":
+            fig.text(rect[0], rect[1] + rect[3] / 2, panel.title, color=TEXT, fontsize=13,
+                     weight="bold", va="center")  # fmt: skip
+            continue
         _frame(fig, rect, bool(panel.error))
         left, low, _, height = rect
         fig.text(left + 0.006, low + 0.96 * height, panel.title,
@@ -393,6 +405,9 @@ def draw(
                  va="top")  # fmt: skip
         if panel.error:
             _draw_error(fig, rect, panel)
+        elif panel.type == "text":
+            fig.text(left + 0.006, low + 0.8 * height, textwrap.fill(panel.content, 90),
+                     color=TEXT, fontsize=9, va="top")  # fmt: skip
         elif panel.type == "timeseries":
             _draw_timeseries(fig, rect, panel)
         else:

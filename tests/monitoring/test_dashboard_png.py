@@ -5,6 +5,7 @@ test_live.py."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import dashboard_png as dp
 from monlib import Chart, Tools
@@ -53,3 +54,40 @@ def test_on_grid_leaves_gaps() -> None:
     out = dp.on_grid([[100, "1"], [103, "4"]], 100.0, 1.0, grid)
     assert out[0] == 1.0 and out[3] == 4.0
     assert math.isnan(out[1]) and math.isnan(out[2])
+
+
+def test_rows_text_and_hidden_queries(tmp_path: Path) -> None:
+    """A row and a text panel run no query and never fail; a panel whose only query is
+    hidden runs nothing and shows "No data", as in Grafana. No query is sent: the URL is
+    a closed port."""
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    board = {
+        "title": "t",
+        "templating": {
+            "list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]
+        },
+        "panels": [
+            {"type": "row", "title": "Replicas", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1}},
+            {
+                "type": "text",
+                "title": "Read me",
+                "gridPos": {"x": 0, "y": 1, "w": 12, "h": 4},
+                "options": {"content": "what this dashboard shows"},
+            },
+            {
+                "type": "timeseries",
+                "title": "Hidden",
+                "datasource": ds,
+                "gridPos": {"x": 12, "y": 1, "w": 12, "h": 4},
+                "targets": [{"refId": "A", "expr": "up", "hide": True}],
+            },
+        ],
+    }
+    panels = dp.render(board, "http://127.0.0.1:1", 0.0, 60.0, tmp_path / "p.png")
+    assert [(p.title, p.error) for p in panels] == [
+        ("Replicas", ""),
+        ("Read me", ""),
+        ("Hidden", "No data"),
+    ]
+    assert panels[1].content == "what this dashboard shows"
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
