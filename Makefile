@@ -46,7 +46,7 @@ prometheus-background:
 
 # docs/dashboard.png: the chart's dashboard drawn from a real Prometheus scraping a real
 # 3-replica log (a minute of writes, then tests/monitoring/test_live.py's real faults); the
-# test fails if a panel shows an error. Not Grafana (docs/monitoring.md says why). ~3 min.
+# test fails if a panel shows an error. Not Grafana (docs/monitoring.md says why). ~2 min.
 dashboard-png: $(STAMP)
 	RLOG_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png RLOG_DASHBOARD_WARMUP=60 \
 		$(VENV)/bin/pytest -q tests/monitoring/test_live.py
