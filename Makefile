@@ -8,10 +8,10 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended prometheus prometheus-background jepsen jepsen-checker
+.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
-	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean"
+	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
 	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-kind"
@@ -43,6 +43,13 @@ prometheus:
 prometheus-background:
 	@mkdir -p $(HOME)/.cache/rlog-prometheus
 	@nohup e2e/monitoring/prometheus.sh > $(HOME)/.cache/rlog-prometheus/build.log 2>&1 &
+
+# docs/dashboard.png: the chart's dashboard drawn from a real Prometheus scraping a real
+# 3-replica log (a minute of writes, then tests/monitoring/test_live.py's real faults); the
+# test fails if a panel shows an error. Not Grafana (docs/monitoring.md says why). ~2 min.
+dashboard-png: $(STAMP)
+	RLOG_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png RLOG_DASHBOARD_WARMUP=60 \
+		$(VENV)/bin/pytest -q tests/monitoring/test_live.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests

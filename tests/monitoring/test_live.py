@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import dashboard_png
 import pytest
 import yaml
 from monlib import HERE, RELEASE_NAMESPACE, Chart, Tools
@@ -254,6 +256,7 @@ class Stack:
     writer: Writer
     update_revision: Path
     rules: dict[str, Any]
+    started: float  # unix time the replicas started (the dashboard picture's range start)
 
     def pod(self, i: int) -> str:
         return f"{LOG}-{i}"
@@ -274,6 +277,7 @@ def stack(tools: Tools, chart: Chart, tmp_path_factory: pytest.TempPathFactory) 
     metrics_port_name = port_names[specs.OperatorConfig().metrics_port]
 
     cluster = DevCluster(3, tmp / "log", metrics=True, log_id=UID)
+    started = time.time()
     processes: list[subprocess.Popen[bytes]] = []
     writer: Writer | None = None
     try:
@@ -372,7 +376,10 @@ def stack(tools: Tools, chart: Chart, tmp_path_factory: pytest.TempPathFactory) 
             lambda: len(prom.query("up == 1")) == 4 or None,
             timeout=30,
         )
-        yield Stack(cluster, prom, writer, update_revision, rules)
+        # make dashboard-png: a longer healthy stretch under the write load before the
+        # tests (and their faults), so the picture in docs/ shows more than a few seconds
+        time.sleep(float(os.environ.get("RLOG_DASHBOARD_WARMUP", "0")))
+        yield Stack(cluster, prom, writer, update_revision, rules, started)
     finally:
         if writer is not None:
             writer.close()
@@ -432,9 +439,7 @@ def _panel_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _substitute(expr: str, values: dict[str, str]) -> str:
-    out = expr
-    for name, value in values.items():
-        out = out.replace(f"${name}", value).replace(f"${{{name}}}", value)
+    out = dashboard_png.substitute(expr, values)  # as the dashboard picture does
     assert "$" not in out, f"unknown template variable in {expr}"
     return out
 
@@ -490,6 +495,34 @@ def test_dashboard_variables_and_panels_return_data(stack: Stack, chart: Chart) 
             assert not prom.query(other), title
     for expr in PROMTOOL_ONLY:
         assert expr in (HERE / "alerts_test.yaml").read_text()
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_dashboard_picture_marks_broken_panels(stack: Stack, chart: Chart, tmp_path: Path) -> None:
+    """The picture's panel errors are real: a copy of the dashboard with four panels broken
+    the ways Grafana shows as a panel error or "No data" fails exactly those four, each
+    with its reason, on the real Prometheus."""
+    board = copy.deepcopy(chart.dashboard)
+    panels = board["panels"]
+    panels[0]["targets"][0]["expr"] += " + on() group_left() $nosuchvariable"
+    panels[1]["targets"][0]["expr"] = 'rlog_no_such_metric{namespace=~"$namespace"}'
+    panels[2]["datasource"] = {"type": "prometheus", "uid": "some-other-prometheus"}
+    panels[3]["type"] = "piechart"
+    drawn = dashboard_png.render(
+        board, stack.prom.url, stack.started, time.time(), tmp_path / "broken.png"
+    )
+    errors = {p.title: p.error for p in drawn if p.error}
+    assert set(errors) == {p["title"] for p in panels[:4]}, errors
+    assert "parse error" in errors[panels[0]["title"]], errors
+    assert errors[panels[1]["title"]] == "No data"
+    assert "some-other-prometheus" in errors[panels[2]["title"]]
+    assert "piechart" in errors[panels[3]["title"]]
+    assert _png_size(tmp_path / "broken.png")[0] > 1000
 
 
 def test_healthy_log_has_no_alert(stack: Stack) -> None:
@@ -557,3 +590,23 @@ def test_real_faults_fire_the_alerts(stack: Stack) -> None:
     prom.wait_firing("RlogNoQuorum", log_labels)
     phase = prom.query(f'rlog_operator_log_phase{{namespace="{NAMESPACE}", name="{LOG}"}} == 1')
     assert [r["metric"]["phase"] for r in phase] == ["DataLoss"]
+
+
+def test_dashboard_picture_has_no_panel_error(stack: Stack, chart: Chart, tmp_path: Path) -> None:
+    """The chart's dashboard drawn from the real Prometheus over the whole module (the write
+    load, then the real faults above): no panel shows an error or "No data". With
+    RLOG_DASHBOARD_PNG set (make dashboard-png), the picture is written there too."""
+    out = Path(os.environ.get("RLOG_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    note = (
+        "A 3-replica log under a small write load, then real faults: a stuck rolling update, "
+        "SIGKILL of the leader and one more replica, a wiped volume, total data loss."
+    )
+    drawn = dashboard_png.render(
+        chart.dashboard, stack.prom.url, stack.started, time.time(), out, note
+    )
+    assert [p.title for p in drawn] == [p["title"] for p in chart.dashboard["panels"]]
+    assert not [(p.title, p.error) for p in drawn if p.error]
+    for panel in drawn:
+        assert all(s.name for s in panel.series), (panel.title, panel.series)
+    width, height = _png_size(out)
+    assert width >= 1600 and height >= 1600, (width, height)
