@@ -22,10 +22,11 @@ CM_MOD=github.com/cert-manager/cert-manager
 SRC=$REPO/e2e/certmanager/cmd
 COMPONENTS=(controller webhook cainjector)
 CM_IMAGE_PREFIX=docker.io/rlog/cert-manager
-CM_IMAGE_TAG=$CERT_MANAGER_VERSION
 
 src_hash() { (cd "$SRC" && find . -name '*.go' | sort | xargs sha256sum) | sha256sum | cut -c1-12; }
 CM_BIN=$CACHE/cert-manager-$CERT_MANAGER_VERSION-$(src_hash)/bin
+# Tagged by content too: a rebuilt binary changes the Deployment, so install rolls it out.
+image_tag() { echo "$CERT_MANAGER_VERSION-$(sha256sum "$CM_BIN/$1" | cut -c1-12)"; }
 
 build() {
   local missing=() c
@@ -68,17 +69,17 @@ images() {
   mkdir -p "$IMG"
   local c
   for c in "${COMPONENTS[@]}"; do
-    local sum out
-    sum=$(sha256sum "$CM_BIN/$c" | cut -c1-12)
-    out=$IMG/cert-manager-$c-$sum.tar
+    local tag out
+    tag=$(image_tag "$c")
+    out=$IMG/cert-manager-$c-$tag.tar
     if [[ ! -f $out ]]; then
       local r; r=$(mktemp -d); mkdir -p "$r/bin" "$r/tmp"; chmod 1777 "$r/tmp"
       cp "$CM_BIN/$c" "$r/bin/$c"
       # The chart's pods say runAsNonRoot: the image's user must be a number other than 0.
-      python3 "$REPO/e2e/cluster/ociarchive.py" "$r" "$CM_IMAGE_PREFIX-$c:$CM_IMAGE_TAG" "$out.tmp" \
+      python3 "$REPO/e2e/cluster/ociarchive.py" "$r" "$CM_IMAGE_PREFIX-$c:$tag" "$out.tmp" \
         --entrypoint "/bin/$c" --user 1000:1000
       mv "$out.tmp" "$out"; rm -rf "$r"
-      log "image $CM_IMAGE_PREFIX-$c:$CM_IMAGE_TAG: built"
+      log "image $CM_IMAGE_PREFIX-$c:$tag: built"
     fi
     # Not numbered like the cluster's own archives, so images.sh import leaves them alone.
     ln -sf "$out" "$IMG/cert-manager-$c.tar"
@@ -113,7 +114,7 @@ helm_values() {
   echo --set crds.enabled=true --set startupapicheck.enabled=false --set prometheus.enabled=false
   for c in "${COMPONENTS[@]}"; do
     key=${c/controller/}; key=${key:+$key.}
-    echo --set "${key}image.repository=$CM_IMAGE_PREFIX-$c" --set "${key}image.tag=$CM_IMAGE_TAG" \
+    echo --set "${key}image.repository=$CM_IMAGE_PREFIX-$c" --set "${key}image.tag=$(image_tag "$c")" \
       --set "${key}image.pullPolicy=Never"
   done
 }

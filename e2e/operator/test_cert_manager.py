@@ -10,7 +10,9 @@ the cluster.
 - a self-signed Issuer makes a CA, a CA Issuer signs with it; a log naming the CA Issuer in
   `spec.tls.issuerRef` gets Ready with every replica VOTING, and every replica serves the
   certificate cert-manager wrote into `<log>-tls` (same serial, signed by that CA, as a
-  client sees it in a TLS handshake);
+  client sees it in a TLS handshake); the operator's client identity (`<log>-tls-operator`)
+  comes from the same Issuer (the operator asks for it; with an operator image from before
+  it did, the test issues it as a user had to);
 - a client certificate of the same Issuer (its name given role append in `spec.auth`)
   appends and reads through mutual TLS from outside the cluster (a port-forward);
 - a renewal forced the way `cmctl renew` does it (the Certificate's Issuing condition) gives
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 import pytest
 from cryptography import x509
 from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, manifest
+from oplib import PORT, Log, exists, manifest
 
 NAME = "e2e-cm"
 SELF_SIGNED = "e2e-cm-selfsigned"
@@ -45,6 +47,7 @@ WRITER = "e2e-cm-writer"
 CM_NAMESPACE = "cert-manager"
 
 pytestmark = pytest.mark.cert_manager
+IDENTITY: dict[str, str] = {}  # who created the operator's identity Certificate
 
 
 def _certificate(name: str, common_name: str, issuer: str, *extra: str) -> str:
@@ -139,15 +142,8 @@ spec:
 @pytest.fixture(scope="module")
 def log(operator: str, namespace: str, pki: dict) -> Iterator[Log]:
     k = Kubectl(namespace)
-    # The operator's client identity and a writer's, from the same Issuer: in mode
-    # certManager the operator issues no certificate (docs/security.md).
-    k.apply(
-        _certificate(f"{NAME}-tls-operator", "rlog-operator", CA_ISSUER, "usages: [client auth]")
-        + "---\n"
-        + _certificate(WRITER, WRITER, CA_ISSUER, "usages: [client auth]")
-    )
-    for cert in (f"{NAME}-tls-operator", WRITER):
-        k("wait", f"certificate/{cert}", "--for=condition=Ready", "--timeout=180s", timeout=200)
+    # A writer's client identity from the same Issuer; spec.auth gives its name a role.
+    k.apply(_certificate(WRITER, WRITER, CA_ISSUER, "usages: [client auth]"))
     k.apply(
         manifest(NAME)
         + f"""  tls:
@@ -158,6 +154,24 @@ def log(operator: str, namespace: str, pki: dict) -> Iterator[Log]:
       - {{name: {WRITER}, role: append}}
 """
     )
+    wait_until(
+        "the operator to ask cert-manager for the replicas' certificate",
+        lambda: exists(k, "certificate", f"{NAME}-tls"),
+        120,
+        2,
+    )
+    operator_cert = f"{NAME}-tls-operator"
+    try:  # the operator asks for its own identity right after the replicas' certificate
+        wait_until(
+            "the operator's own Certificate", lambda: exists(k, "certificate", operator_cert), 20
+        )
+        IDENTITY["by"] = "operator"
+    except AssertionError:
+        # An operator image from before pki.certificate_requests: there the user issued the
+        # operator's identity, as this does.
+        k.apply(_certificate(operator_cert, "rlog-operator", CA_ISSUER, "usages: [client auth]"))
+        IDENTITY["by"] = "test"
+    print(f"the operator's identity Certificate was created by the {IDENTITY['by']}")
     log = Log(k, NAME)
     log.wait_ready("every replica VOTING with cert-manager's certificate", timeout=420)
     yield log
@@ -252,6 +266,10 @@ def test_replicas_serve_the_certificate_cert_manager_issued(log: Log, pki: dict,
     for pod in log.pods:
         replica = log.replica_status(pod)
         assert replica["transport"] == "mutual-tls" and replica["authorization"] == "roles"
+    # The operator's own identity (role admin) comes from the same CA.
+    mine = x509.load_pem_x509_certificate(_secret(log.k, f"{NAME}-tls-operator")["tls.crt"])
+    mine.verify_directly_issued_by(ca)
+    assert mine.subject.rfc4514_string() == "CN=rlog-operator"
 
 
 def test_a_client_certificate_of_the_issuer_appends_and_reads(log: Log, tmp_path) -> None:

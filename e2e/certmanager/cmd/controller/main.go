@@ -47,6 +47,8 @@ func main() {
 	clusterNS := fs.String("cluster-resource-namespace", "kube-system", "namespace of the Secrets that ClusterIssuers refer to")
 	healthzAddr := fs.String("healthz-listen-address", ":9403", "address of the /livez endpoint")
 	workers := fs.Int("concurrent-workers", 5, "workers per controller")
+	// Upstream's default too: a Certificate's Secret outlives it unless this is set.
+	ownerRef := fs.Bool("enable-certificate-owner-ref", false, "make each Certificate the owner of its Secret")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -57,7 +59,7 @@ func main() {
 		KubernetesAPIQPS:   20,
 		KubernetesAPIBurst: 50,
 		IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: *clusterNS},
-		CertificateOptions: controller.CertificateOptions{EnableOwnerRef: true},
+		CertificateOptions: controller.CertificateOptions{EnableOwnerRef: *ownerRef},
 	})
 	if err != nil {
 		log.Error(err, "building the controller context")
