@@ -12,9 +12,12 @@
 #   certmanager.sh install    CRDs, RBAC, Deployments and webhook configurations rendered with
 #                             helm from the chart inside the module (deploy/charts/cert-manager),
 #                             our images swapped in; waits until the webhook answers
-#   certmanager.sh uninstall  removes what install applied
+#   certmanager.sh render     prints what install applies
+#   certmanager.sh uninstall  removes the release and its namespace (the chart keeps the CRDs)
 #   certmanager.sh all        build + images + import + install
+# Needs go, helm and kubectl (make cluster-up puts them in place) and a running cluster.
 source "$(dirname "$0")/../cluster/lib.sh"
+export PATH=$PATH:/usr/local/go/bin  # where the Go tarball installs, if not on PATH
 
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.19.4}
 CM_NS=cert-manager
@@ -44,7 +47,9 @@ build() {
       log "cert-manager $CERT_MANAGER_VERSION: preparing the wrapper module"
       rm -f go.mod go.sum
       go mod init "$CM_MOD/rlog-e2e" >/dev/null 2>&1
-      go mod edit -go="$(awk '$1=="go"{print $2; exit}' "$(go env GOMODCACHE)/cache/download/$CM_MOD/@v/$CERT_MANAGER_VERSION.mod" 2>/dev/null || echo 1.25.0)"
+      go mod download -json "$CM_MOD@$CERT_MANAGER_VERSION" >/dev/null || die "no $CM_MOD@$CERT_MANAGER_VERSION"
+      # Our go line must be at least cert-manager's.
+      go mod edit -go="$(awk '$1=="go"{print $2; exit}' "$(go env GOMODCACHE)/cache/download/$CM_MOD/@v/$CERT_MANAGER_VERSION.mod")"
       go mod edit -require "$CM_MOD@$CERT_MANAGER_VERSION"
     fi
     go mod tidy > "$LOGS/cert-manager-tidy.log" 2>&1 ||
