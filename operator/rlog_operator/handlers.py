@@ -224,9 +224,9 @@ async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
         _CREDENTIALS[key] = None
         return
     if mode == specs.MODE_CERT_MANAGER:
-        request = pki.certificate_request(body, CONFIG)
-        kopf.adopt(request, owner=body, strict=True)
-        await asyncio.to_thread(_apply_certificate, request)
+        for request in pki.certificate_requests(body, CONFIG):
+            kopf.adopt(request, owner=body, strict=True)
+            await asyncio.to_thread(_apply_certificate, request)
     # One plan at a time per log: two at once (the create handler and the observe timer
     # on a new log) would each make a CA, and one log's Secrets would mix them.
     async with _PKI_LOCKS.setdefault(key, asyncio.Lock()):
@@ -240,7 +240,7 @@ async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
             logger.info("wrote Secret %s", name)
     mine = existing.get(pki.operator_secret_name(body))
     cert = pki.secret_bytes(mine, specs.CERT_KEY)
-    if cert is None:  # certManager: the operator's identity Secret is the user's to provide
+    if cert is None:  # certManager: cert-manager has not written the operator's Secret yet
         _CREDENTIALS[key] = None
         return
     _CREDENTIALS[key] = Credentials(

@@ -7,8 +7,8 @@ Mode `spec.tls.mode`:
   names the probes use) and its own client identity (`<log>-tls-operator`, common name
   `rlog-operator`, role admin); it renews a certificate `RENEW_MARGIN` before it expires
   (`needs_renewal`), and the replicas take the new files without a restart.
-- `certManager`: a cert-manager Certificate with `spec.tls.issuerRef` writes `<log>-tls`
-  (`certificate_request`); the operator's identity must come from the same issuer.
+- `certManager`: cert-manager Certificates with `spec.tls.issuerRef` write `<log>-tls`,
+  the operator's identity and the archiver's (`certificate_requests`).
 - `disabled`: plaintext (the status and the replicas' logs say so).
 
 Roles (`spec.auth`): `subjects` map certificate names to roles, `tokens` name Secrets
@@ -142,36 +142,69 @@ def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
     return base64.b64decode(value) if value else None
 
 
-def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
-    """The cert-manager Certificate of mode certManager: the replicas' certificate into
-    `<log>-tls`, from `spec.tls.issuerRef`."""
-    tls = body.get("spec", {}).get("tls") or {}
-    issuer = tls.get("issuerRef") or {}
+def _issuer_ref(body: Body) -> dict[str, str]:
+    issuer = (body.get("spec", {}).get("tls") or {}).get("issuerRef") or {}
     if not issuer.get("name"):
         raise ValueError("spec.tls.mode certManager needs spec.tls.issuerRef.name")
-    names = server_names(body, config)
+    return {
+        "name": str(issuer["name"]),
+        "kind": str(issuer.get("kind", "Issuer")),
+        "group": str(issuer.get("group", "cert-manager.io")),
+    }
+
+
+def _certificate(body: Body, secret_name: str, common_name: str, spec: Body) -> Manifest:
+    """A cert-manager Certificate (cert-manager.io/v1) writing `secret_name` with the keys
+    the pods read (ca.crt, tls.crt, tls.key), a new ECDSA P-256 key at every issue."""
     return {
         "apiVersion": "cert-manager.io/v1",
         "kind": "Certificate",
         "metadata": {
-            "name": server_secret_name(body),
+            "name": secret_name,
             "namespace": specs.namespace_of(body),
             "labels": specs.labels(body),
         },
         "spec": {
-            "secretName": server_secret_name(body),
-            "commonName": replica_common_name(body),
+            "secretName": secret_name,
+            "commonName": common_name,
+            **spec,
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": _issuer_ref(body),
+        },
+    }
+
+
+def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
+    """The cert-manager Certificate of mode certManager for the replicas: `<log>-tls`
+    from `spec.tls.issuerRef`, with every name `server_names` gives."""
+    names = server_names(body, config)
+    return _certificate(
+        body,
+        server_secret_name(body),
+        replica_common_name(body),
+        {
             "dnsNames": [n for n in names if not n[0].isdigit()],
             "ipAddresses": [n for n in names if n[0].isdigit()],
             "usages": ["server auth", "client auth"],
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "issuerRef": {
-                "name": issuer["name"],
-                "kind": issuer.get("kind", "Issuer"),
-                "group": issuer.get("group", "cert-manager.io"),
-            },
         },
-    }
+    )
+
+
+def certificate_requests(body: Body, config: OperatorConfig) -> list[Manifest]:
+    """Every Certificate of mode certManager, all from `spec.tls.issuerRef`: the replicas'
+    (`certificate_request`), the operator's client identity (`<log>-tls-operator`,
+    `CN=rlog-operator`, role admin) and, with `spec.backup`, the archiver's
+    (`<log>-tls-archiver`, role read): the same identities mode operator issues itself."""
+    client = {"usages": ["client auth"]}
+    out = [
+        certificate_request(body, config),
+        _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client),
+    ]
+    if body.get("spec", {}).get("backup"):
+        out.append(
+            _certificate(body, specs.archiver_secret_name(body), archiver_common_name(body), client)
+        )
+    return out
 
 
 def roles(body: Body, tokens: Mapping[str, bytes] = {}) -> dict[str, Any]:

@@ -121,6 +121,41 @@ def test_plan_modes():
         pki.certificate_request(body(tls={"mode": "certManager"}), CONFIG)
 
 
+def test_cert_manager_issues_every_identity_of_the_log():
+    """Mode certManager asks cert-manager for the same identities mode operator issues
+    itself, each into the Secret the pods and the operator read, and each name gets the
+    role the roles file gives it."""
+    issuer = {"name": "corp-ca", "kind": "ClusterIssuer"}
+    plain = body(tls={"mode": "certManager", "issuerRef": issuer})
+    backed = body(tls={"mode": "certManager", "issuerRef": issuer}, backup={"s3": {}})
+    assert [r["metadata"]["name"] for r in pki.certificate_requests(plain, CONFIG)] == [
+        "orders-tls",
+        "orders-tls-operator",
+    ]
+    requests = {r["metadata"]["name"]: r for r in pki.certificate_requests(backed, CONFIG)}
+    assert list(requests) == ["orders-tls", "orders-tls-operator", "orders-tls-archiver"]
+    policy = parse_policy(json.loads(json.dumps(pki.roles(backed))), "roles")
+    roles = {}
+    for name, request in requests.items():
+        spec = request["spec"]
+        assert request["apiVersion"] == "cert-manager.io/v1" and request["kind"] == "Certificate"
+        assert spec["secretName"] == name and request["metadata"]["namespace"] == "shop"
+        assert spec["issuerRef"] == {**issuer, "group": "cert-manager.io"}
+        assert spec["privateKey"]["rotationPolicy"] == "Always"
+        found = policy.role_of_subject([spec["commonName"]])
+        roles[name] = found[0] if found else None
+    assert roles == {
+        "orders-tls": "peer",
+        "orders-tls-operator": "admin",
+        "orders-tls-archiver": "read",
+    }
+    assert requests["orders-tls-operator"]["spec"]["usages"] == ["client auth"]
+    assert "dnsNames" not in requests["orders-tls-operator"]["spec"]
+    assert "server auth" in requests["orders-tls"]["spec"]["usages"]
+    with pytest.raises(ValueError, match="issuerRef"):
+        pki.certificate_requests(body(tls={"mode": "certManager", "issuerRef": {}}), CONFIG)
+
+
 def test_roles_file_is_a_valid_policy():
     log = body(
         auth={
