@@ -134,8 +134,8 @@ DF
 # left iptables-save, ip6tables-save, `nft list ruleset` (counters aside), the net.ipv4,
 # net.ipv6, net.bridge and net.netfilter sysctls, links, addresses, routes and rules exactly
 # as they were, during a `docker build --network host`, a `docker run` and after it stopped,
-# and a pod fetching from another pod through a Service once a second saw no failure
-# (docs/local-cluster.md). DOCKERD_EXTRA_ARGS adds flags; the guard below refuses to start a
+# and a pod fetching from another pod through a Service about once a second saw no failure
+# while it ran (docs/local-cluster.md). DOCKERD_EXTRA_ARGS adds flags; the guard below refuses to start a
 # dockerd beside the cluster whose flags would let it touch the host's netfilter state.
 DOCKERD_NET_FLAGS=(--bridge=none --iptables=false --ip6tables=false --ip-forward=false
   --ip-masq=false --userland-proxy=false)
