@@ -20,8 +20,9 @@
 #   APP_NAME      Spark's application name, the pods' name prefix (default rlog-replay-LOG)
 #   SPARK_SUBMIT  the spark-submit to run (default: the one on the PATH, e.g. pip's pyspark)
 # The driver and executor pods carry the label rlog-client=LOG, which log.yaml's
-# spec.networkPolicy.clients admits. spark-submit waits for the driver and exits with its
-# status; `kubectl logs <APP_NAME>-driver` shows what the job printed.
+# spec.networkPolicy.clients admits. spark-submit waits for the driver; this script then
+# exits 1 unless the driver pod Succeeded; `kubectl logs <APP_NAME>-driver` shows what the
+# job printed.
 set -euo pipefail
 
 LOG=${1:?usage: spark-submit.sh LOG [spark_replay.py args...]}
@@ -78,5 +79,11 @@ fi
 
 args=()
 for c in "${conf[@]}"; do args+=(--conf "$c"); done
-exec "$SPARK_SUBMIT" --master "$MASTER" --deploy-mode cluster --name "$APP_NAME" "${args[@]}" \
+"$SPARK_SUBMIT" --master "$MASTER" --deploy-mode cluster --name "$APP_NAME" "${args[@]}" \
   local:///opt/rlog/examples/spark_replay.py --endpoints "$LOG.$NAMESPACE.svc:7000" "$@"
+# spark-submit exits 0 in cluster mode even when the driver failed: the driver pod says
+phase=$(kubectl -n "$NAMESPACE" get pod "$APP_NAME-driver" -o jsonpath='{.status.phase}')
+if [[ $phase != Succeeded ]]; then
+  echo "driver $APP_NAME-driver: $phase (kubectl -n $NAMESPACE logs $APP_NAME-driver)" >&2
+  exit 1
+fi
