@@ -8,13 +8,13 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager prometheus prometheus-background dashboard-png jepsen jepsen-checker
+.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
 	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
-	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-kind"
+	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,7 +60,7 @@ unit: $(STAMP)
 test: prometheus-background lint typecheck unit e2e-local e2e-operator
 
 e2e-operator: $(STAMP)
-	$(E2E_PYTEST) e2e/operator -v -m "not extended and not cert_manager"
+	$(E2E_PYTEST) e2e/operator -v -m "not extended and not cert_manager and not spark_k8s"
 
 # The day-two e2e tests (storage migration, chart upgrade, HA hand-over, drain, kubectl
 # rlog): 7.5 minutes on the local cluster, so not in `test` (CI's time budget).
@@ -76,6 +76,15 @@ e2e-cert-manager: $(STAMP)
 
 e2e-smoke: $(STAMP)
 e2e-kind: $(STAMP)
+
+# Spark on Kubernetes (examples/spark_k8s/, docs/spark.md "On Kubernetes"): the Spark image
+# (spark_image/Dockerfile, ~1.2 GB) built with the private dockerd beside the running cluster
+# and imported, then batch and stream jobs submitted with spark-submit --master k8s://...
+# (driver + 2 executors as pods, one executor deleted mid-job). Needs the cluster up; not in
+# `test` (cold: image ~3.5 min + tests; see docs/local-cluster.md).
+e2e-spark-k8s: $(STAMP)
+	bash $(E2E_CLUSTER)/images.sh spark
+	$(E2E_PYTEST) e2e/operator -v -m spark_k8s
 
 # The main job: the local Kubernetes (built and cached on first use) with freshly built
 # images, the operator helm-installed, a ReplicatedLog created, used and its status printed.

@@ -13,6 +13,11 @@
     python examples/spark_replay.py --endpoints 127.0.0.1:7000 --out /tmp/orders --partitions 3
     # ... or from a pod in the cluster, through the Service itself
     python examples/spark_replay.py --endpoints orders.default.svc:7000 --out s3a://bucket/orders
+    # ... or as a Spark on Kubernetes job, driver and executors in pods
+    # (examples/spark_k8s/spark-submit.sh, docs/spark.md "On Kubernetes")
+    spark-submit --master k8s://https://API:6443 --deploy-mode cluster ... \\
+        local:///opt/rlog/examples/spark_replay.py --endpoints orders.default.svc:7000 \\
+        --out /out/orders
 
 Needs `pip install 'rlog[spark]'` and Java 17. Batch mode writes the entries of [--from,
 --to] (default: the whole log as learned when the job starts) to OUT, replacing it. Stream
@@ -43,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help="streaming checkpoint dir (default: OUT/_checkpoint)")
     parser.add_argument("--starting-position", default="earliest", help="earliest|latest|N")
     parser.add_argument("--max-entries", type=int, help="maxEntriesPerTrigger (stream)")
-    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
+    parser.add_argument(
+        "--master",
+        default=os.environ.get("SPARK_MASTER"),
+        help="default: spark-submit's --master when run by it, else local[2]",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -51,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlog.spark import register
 
+    builder = SparkSession.builder
+    if args.master:
+        builder = builder.master(args.master)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit (its --name)
+        builder = builder.appName("rlog-replay").master(args.master or "local[2]")
     spark = (
-        SparkSession.builder.master(args.master)
-        .appName("rlog-replay")
-        .config("spark.ui.showConsoleProgress", "false")
+        builder.config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .getOrCreate()
     )

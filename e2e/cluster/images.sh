@@ -6,6 +6,8 @@
 #                       the Dockerfiles' base image python:3.11-slim-bookworm is a debootstrap
 #                       rootfs (Debian bookworm + python3) imported under that name
 #   images.sh import    load every built archive into the cluster's containerd (k8s.io ns)
+#   images.sh spark     the Spark image (spark_image/Dockerfile: Java 17, PySpark, rlog[spark];
+#                       ~1 GB, so not part of `build`/`all`), imported when the cluster runs
 # Archives are cached in $CACHE/images, keyed by the content hash of their inputs, so a warm
 # run builds nothing and never starts dockerd.
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +29,9 @@ PROJECT_IMAGES=(
   "docker.io/rlog/rlog-replica:dev|replica_image/Dockerfile|."
   "docker.io/rlog/rlog-operator:dev|Dockerfile|."
 )
+# Built and imported only by `images.sh spark` (make e2e-spark-k8s): its archive is not linked
+# as NN-*.tar, so `import` and cluster-up do not load it.
+SPARK_IMAGES=("docker.io/rlog/rlog-spark:dev|spark_image/Dockerfile|.")
 
 base_images() {
   local psum pbin
@@ -122,17 +127,47 @@ DF
   log "base image $BASE_IMAGE ready in dockerd ($want)"
 }
 
+# The private dockerd's network flags: no bridge, no iptables/ip6tables rules, no change of
+# ip_forward, no masquerading, no userland proxy; builds use --network host. A dockerd with
+# its defaults sets the FORWARD policy to DROP, which breaks pod traffic, so one must never
+# run beside the cluster. This one may: started beside the running cluster (2026-11-24), it
+# left iptables-save, ip6tables-save, `nft list ruleset` (counters aside), the net.ipv4,
+# net.ipv6, net.bridge and net.netfilter sysctls, links, addresses, routes and rules exactly
+# as they were, during a `docker build --network host`, a `docker run` and after it stopped,
+# and a pod fetching from another pod through a Service about once a second saw no failure
+# while it ran (docs/local-cluster.md). DOCKERD_EXTRA_ARGS adds flags; the guard below refuses to start a
+# dockerd beside the cluster whose flags would let it touch the host's netfilter state.
+DOCKERD_NET_FLAGS=(--bridge=none --iptables=false --ip6tables=false --ip-forward=false
+  --ip-masq=false --userland-proxy=false)
+read -r -a DOCKERD_EXTRA <<<"${DOCKERD_EXTRA_ARGS:-}"
+
+cluster_up() {
+  [[ -f $STATE/run/kubelet.pid ]] && kill -0 "$(cat "$STATE/run/kubelet.pid")" 2>/dev/null
+}
+# Exit 0 when the extra flags leave every network flag above as it is.
+dockerd_leaves_netfilter_alone() {
+  local a
+  for a in "${DOCKERD_EXTRA[@]}"; do
+    case $a in
+      --bridge*|-b|--iptables*|--ip6tables*|--ip-forward*|--ip-masq*|--userland-proxy*|--bip*|\
+      --fixed-cidr*|--default-address-pool*) return 1 ;;
+    esac
+  done
+}
+
 DOCKERD_PID=
 dockerd_start() {
   [[ -n $DOCKERD_PID ]] && return
-  if [[ -f $STATE/run/kubelet.pid ]] && kill -0 "$(cat "$STATE/run/kubelet.pid")" 2>/dev/null; then
-    die "the local cluster is up: run 'make cluster-down' before building images (dockerd must not run beside it)"
+  if cluster_up && ! dockerd_leaves_netfilter_alone; then
+    die "the local cluster is up and DOCKERD_EXTRA_ARGS changes dockerd's network flags (${DOCKERD_EXTRA[*]}): a dockerd that touches iptables must not run beside it"
   fi
   mkdir -p "$DOCKER_RUN" "$DOCKER_ROOT"
+  # one builder at a time: a second images.sh (another make target) waits for this one
+  exec 8>"$CACHE/images.lock"
+  flock -w 3600 8 || die "another images.sh held $CACHE/images.lock for an hour"
   dockerd --data-root "$DOCKER_ROOT" --exec-root "$DOCKER_RUN/exec" -H "$DOCKER_HOST_SOCK" \
-    --pidfile "$DOCKER_RUN/dockerd.pid" --bridge=none --iptables=false --ip6tables=false \
-    --ip-forward=false --ip-masq=false --userland-proxy=false --storage-driver=overlay2 \
-    > "$DOCKER_RUN/dockerd.log" 2>&1 &
+    --pidfile "$DOCKER_RUN/dockerd.pid" "${DOCKERD_NET_FLAGS[@]}" --storage-driver=overlay2 \
+    "${DOCKERD_EXTRA[@]}" > "$DOCKER_RUN/dockerd.log" 2>&1 &
   DOCKERD_PID=$!
   trap dockerd_stop EXIT
   for _ in $(seq 60); do docker -H "$DOCKER_HOST_SOCK" version >/dev/null 2>&1 && return; sleep 0.5; done
@@ -148,12 +183,14 @@ dockerd_stop() {
   awk -v a="$DOCKER_RUN" -v b="$DOCKER_ROOT/" 'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts |
     sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   for d in /sys/fs/cgroup/*/docker; do [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+  exec 8>&-
   log "dockerd stopped"
 }
 
 build_images() {
-  local strict=${1:-1} spec name df ctx h out failed=0
-  for spec in "${PROJECT_IMAGES[@]}"; do
+  local strict=${1:-1} spec name df ctx h out failed=0 specs=("${PROJECT_IMAGES[@]}")
+  [[ ${2:-} == spark ]] && specs=("${SPARK_IMAGES[@]}")
+  for spec in "${specs[@]}"; do
     IFS='|' read -r name df ctx <<<"$spec"
     local short=${name##*/}; short=${short%%:*}
     if [[ ! -f $REPO/$df ]] || { [[ $ctx == . ]] && [[ ! -f $REPO/pyproject.toml ]]; }; then
@@ -177,7 +214,7 @@ build_images() {
         tail -20 "$IMG/$short.build.log" >&2; continue
       fi
     fi
-    ln -sf "$out" "$IMG/50-$short.tar"
+    if [[ ${2:-} == spark ]]; then ln -sf "$out" "$IMG/spark-$short.tar"; else ln -sf "$out" "$IMG/50-$short.tar"; fi
   done
   [[ -n $DOCKERD_PID ]] && docker -H "$DOCKER_HOST_SOCK" image prune -f >/dev/null 2>&1 || true
   dockerd_stop
@@ -214,7 +251,14 @@ case ${1:-all} in
   import) import_images ;;
   stale) stale_images ;;
   debootstrap) debootstrap_base ;;
+  spark) build_images 1 spark
+         if cluster_up; then
+           t=$SECONDS
+           ctr -a "$CTRD_SOCK" -n k8s.io images import "$IMG/spark-rlog-spark.tar" >/dev/null ||
+             die "import of the Spark image failed"
+           log "image docker.io/rlog/rlog-spark:dev imported in $((SECONDS - t))s"
+         fi ;;
   all) base_images; build_images 1
        if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
-  *) die "usage: images.sh base|build [strict]|import|stale|debootstrap|all" ;;
+  *) die "usage: images.sh base|build [strict]|import|stale|debootstrap|spark|all" ;;
 esac
