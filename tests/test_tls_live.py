@@ -252,14 +252,23 @@ def test_rotated_certificates_are_taken_while_appending(cluster):
         assert all(pid is not None for pid in [cluster.pid(i)])  # never restarted
 
 
-def test_the_worker_registry_example_over_mutual_tls(cluster):
+def test_the_worker_registry_example_over_mutual_tls(tmp_path):
     """examples/worker_registry.py with the client's security arguments (as it runs against
-    a ReplicatedLog on Kubernetes, which is mutual TLS by default), as the writer identity."""
-    import subprocess
-    import sys
+    a ReplicatedLog on Kubernetes, which is mutual TLS by default), as the writer identity.
+    A log of its own: the state layer refuses a log holding other entries (the module's
+    other tests append plain values)."""
     from pathlib import Path
 
-    example = Path(__file__).parents[1] / "examples" / "worker_registry.py"
+    with DevCluster(3, tmp_path, election_timeout=0.5, tls=True) as cluster:
+        _run_registry_example(
+            cluster, Path(__file__).parents[1] / "examples" / "worker_registry.py"
+        )
+
+
+def _run_registry_example(cluster: DevCluster, example) -> None:
+    import subprocess
+    import sys
+
     tls = cluster.tls_dir
     flags = ["--ca", str(tls / "ca.pem"), "--cert", str(tls / "writer.pem")]
     flags += ["--key", str(tls / "writer-key.pem")]
