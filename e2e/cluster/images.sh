@@ -69,12 +69,15 @@ base_images() {
   kube_router_image
 }
 
-# Copy host binaries into a rootfs with the shared libraries ldd names for them.
+# The shared libraries ldd names for some host binaries (paths, one a line).
+libs_of() { { ldd "$@" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u; }
+
+# Copy host binaries into a rootfs with their shared libraries.
 copy_with_libs() { # ROOTFS FILE...
   local r=$1 f lib; shift
   for f in "$@"; do
     mkdir -p "$r$(dirname "$f")"; cp -L "$f" "$r$f"
-    for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do
+    for lib in $(libs_of "$f"); do
       [[ -e $r$lib ]] && continue
       mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"
     done
@@ -91,7 +94,7 @@ kube_router_image() {
     [[ -e $f ]] || die "$f missing: apt-get install iptables ipset (up.sh installs them)"
   done
   local sum; sum=$( { sha256sum "$kr" "$multi" /usr/sbin/ipset "$ext"/*.so
-    ldd "$multi" /usr/sbin/ipset "$ext"/*.so | grep -o '/[^ ]*' | sort -u | xargs sha256sum
+    libs_of "$multi" /usr/sbin/ipset "$ext"/*.so | xargs sha256sum
   } | sha256sum | cut -c1-12)
   local out=$IMG/kube-router-$sum.tar
   if [[ ! -f $out ]]; then
