@@ -43,7 +43,8 @@ gobuild local-path-provisioner "$LPP_VERSION" "$LPP_BIN" local-path-provisioner 
 # pseudo-version of github.com/vishvananda/netlink that the proxy does not serve; the
 # wrapper replaces it with the release before it, v1.3.1 (the only difference kube-router
 # relies on is in its policy-routing code, which --run-router=false never runs).
-if [[ ! -x $KUBE_ROUTER_BIN/kube-router ]]; then
+if [[ $RLOG_NETPOL_AGENT == 0 ]]; then log "kube-router: skipped (RLOG_NETPOL_AGENT=0)"
+elif [[ ! -x $KUBE_ROUTER_BIN/kube-router ]]; then
   t=$SECONDS; log "kube-router $KUBE_ROUTER_VERSION: building"
   w=$CACHE/build/kube-router-$KUBE_ROUTER_VERSION; mkdir -p "$w" "$KUBE_ROUTER_BIN"
   ( cd "$w"

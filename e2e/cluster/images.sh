@@ -88,6 +88,7 @@ copy_with_libs() { # ROOTFS FILE...
 # the host's iptables-nft and ipset, which it runs as commands. The host's own iptables is
 # nft-based as well, so the agent's rules and kube-proxy's land in the same tables.
 kube_router_image() {
+  if [[ $RLOG_NETPOL_AGENT == 0 ]]; then rm -f "$IMG/40-kube-router.tar"; return; fi
   local kr=$KUBE_ROUTER_BIN/kube-router multi=/usr/sbin/xtables-nft-multi ext=/usr/lib/x86_64-linux-gnu/xtables
   [[ -x $kr ]] || "$HERE/build-tools.sh"
   for f in "$multi" /usr/sbin/ipset "$ext/libxt_set.so"; do

@@ -8,6 +8,8 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
 LPP_VERSION=${LPP_VERSION:-v0.0.30}
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.10.0}
+# 0: no NetworkPolicy agent (saves its cold build; the e2e denial checks then skip)
+RLOG_NETPOL_AGENT=${RLOG_NETPOL_AGENT:-1}
 
 CLUSTER_NAME=rlog-local
 CACHE=${RLOG_CLUSTER_CACHE:-$HOME/.cache/rlog-cluster}

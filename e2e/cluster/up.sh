@@ -55,7 +55,7 @@ netpol_agent_ready() { "${K[@]}" -n kube-system rollout status daemonset/kube-ro
 if [[ -f $RUN/up.done ]] && "$HERE/status.sh" >/dev/null 2>&1; then
   if ! "$HERE/images.sh" stale; then
     # a cluster started before the agent was part of it gets it now, without a restart
-    if ! netpol_agent_ready >/dev/null 2>&1; then
+    if [[ $RLOG_NETPOL_AGENT != 0 ]] && ! netpol_agent_ready >/dev/null 2>&1; then
       step "kube-router (NetworkPolicy agent) on the running cluster"
       "$HERE/images.sh" base && "$HERE/images.sh" import kube-router
       netpol_agent
@@ -292,8 +292,7 @@ start local-path-provisioner "$LPP_BIN/local-path-provisioner" start \
   --helper-pod-file "$HERE/manifests/helper-pod.yaml"
 
 # ---------------------------------------------------------------- NetworkPolicy agent
-step "kube-router (NetworkPolicy agent)"
-netpol_agent
+if [[ $RLOG_NETPOL_AGENT != 0 ]]; then step "kube-router (NetworkPolicy agent)"; netpol_agent; fi
 
 # ---------------------------------------------------------------- wait
 step "waiting for node Ready, service accounts, DNS and kube-router"
@@ -301,7 +300,7 @@ wait_for 120 "node $NODE_NAME Ready" "${K[@]}" wait --for=condition=Ready "node/
 wait_for 60 "default service account" "${K[@]}" -n default get serviceaccount default
 wait_for 60 "kube-root-ca.crt" "${K[@]}" -n default get configmap kube-root-ca.crt
 wait_for 60 "DNS" sh -c "busybox nslookup kubernetes.default.svc.cluster.local $DNS_IP | grep -q $API_SVC_IP"
-wait_for 120 "kube-router Ready" netpol_agent_ready
+[[ $RLOG_NETPOL_AGENT == 0 ]] || wait_for 120 "kube-router Ready" netpol_agent_ready
 for p in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns local-path-provisioner; do
   alive "$p"
 done
