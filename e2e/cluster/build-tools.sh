@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build etcd, CoreDNS, helm and local-path-provisioner from the Go module proxy, plus
+# Build etcd, CoreDNS, helm, local-path-provisioner and kube-router from the Go module proxy, plus
 # our own static pause program. Each lands in $CACHE/<component>-<version>/bin and is
 # skipped when already there. Builds run one at a time (2 cores).
 source "$(dirname "$0")/lib.sh"
@@ -34,6 +34,31 @@ gobuild helm "$HELM_VERSION" "$HELM_BIN" helm "helm.sh/helm/v3/cmd/helm@$HELM_VE
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 gobuild local-path-provisioner "$LPP_VERSION" "$LPP_BIN" local-path-provisioner \
   "github.com/rancher/local-path-provisioner@$LPP_VERSION"
+
+# kube-router, run firewall-only: the NetworkPolicy agent beside the bridge CNI
+# (docs/local-cluster.md says why this one). `go install pkg@version` cannot resolve it here:
+# the module proxy refuses (403, not 404) the path .../cmd/kube-router as a module, which
+# stops the search for the module root; so a wrapper module first requires the module
+# itself, then its command package (which fills go.sum). v2.10.0 pins a
+# pseudo-version of github.com/vishvananda/netlink that the proxy does not serve; the
+# wrapper replaces it with the release before it, v1.3.1 (the only difference kube-router
+# relies on is in its policy-routing code, which --run-router=false never runs).
+if [[ $RLOG_NETPOL_AGENT == 0 ]]; then log "kube-router: skipped (RLOG_NETPOL_AGENT=0)"
+elif [[ ! -x $KUBE_ROUTER_BIN/kube-router ]]; then
+  t=$SECONDS; log "kube-router $KUBE_ROUTER_VERSION: building"
+  w=$CACHE/build/kube-router-$KUBE_ROUTER_VERSION; mkdir -p "$w" "$KUBE_ROUTER_BIN"
+  ( cd "$w"
+    [[ -f go.mod ]] || go mod init rlog.local/kuberouterbuild
+    go mod edit -replace github.com/vishvananda/netlink=github.com/vishvananda/netlink@v1.3.1
+    go get "github.com/cloudnativelabs/kube-router/v2@$KUBE_ROUTER_VERSION"
+    go get "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+    CGO_ENABLED=0 go build -trimpath -o "$KUBE_ROUTER_BIN/kube-router" -ldflags "-s -w \
+      -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+      github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  ) > "$LOGS/kube-router.log" 2>&1 ||
+    { tail -20 "$LOGS/kube-router.log" >&2; die "kube-router build failed (log: $LOGS/kube-router.log)"; }
+  log "kube-router $KUBE_ROUTER_VERSION: built in $((SECONDS - t))s"
+else log "kube-router $KUBE_ROUTER_VERSION: cached"; fi
 
 # pause: our own tiny static program (the sandbox's "infra" process).
 PAUSE_SRC=$HERE/images/pause.c

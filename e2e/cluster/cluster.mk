@@ -6,7 +6,7 @@ KIND ?= kind
 KIND_CLUSTER ?= rlog-e2e
 E2E_IMAGES := docker.io/rlog/e2e-smoke:dev docker.io/rlog/rlog-replica:dev docker.io/rlog/rlog-operator:dev
 
-.PHONY: cluster-up cluster-down cluster-status images e2e-smoke e2e-local e2e-kind
+.PHONY: cluster-up cluster-down cluster-status images e2e-smoke e2e-local e2e-kind e2e-netpol
 
 cluster-up:        ## build what is missing, start a local Kubernetes, context rlog-local
 	bash $(E2E_CLUSTER)/up.sh
@@ -26,6 +26,10 @@ e2e-smoke:         ## smoke suite against the current kubeconfig context
 e2e-local:         ## CI: the local cluster up (warm: ~1-2 min), then the smoke suite on it
 	$(MAKE) cluster-up
 	$(MAKE) e2e-smoke
+
+e2e-netpol:        ## kube-router added to the running local cluster, then the NetworkPolicy e2e (denials)
+	RLOG_NETPOL_AGENT=1 bash $(E2E_CLUSTER)/up.sh
+	$(E2E_PYTEST) e2e/operator/test_network_policy.py -v
 
 e2e-kind:          ## laptop: kind cluster + docker-built images + the same e2e suite
 	$(KIND) get clusters | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s

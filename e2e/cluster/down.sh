@@ -101,7 +101,8 @@ for m in "${mnts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null 
 ((${#mnts[@]})) && { say "unmounted ${#mnts[@]} mounts"; did=1; }
 rm -f /run/netns/cni-* 2>/dev/null || true
 
-# 5. network: kube-proxy's chains, CNI chains, our egress guard, cni0, the DNS address
+# 5. network: kube-proxy's and kube-router's chains (KUBE-*), CNI chains, our egress guard,
+#    kube-router's ipsets, cni0, the DNS address
 if [[ -x $K8S_BIN/kube-proxy ]] && iptables-save 2>/dev/null | grep -q KUBE-; then
   "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
@@ -115,6 +116,12 @@ for t in filter nat mangle; do
     iptables -t "$t" -X "$c" 2>/dev/null || true
   done
 done
+# kube-router's ipsets, once no rule refers to them any more
+if command -v ipset >/dev/null; then
+  for s in $(ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-(SRC|DST)-|kube-router-|TMP-)'); do
+    ipset destroy "$s" 2>/dev/null && did=1 || true
+  done
+fi
 ip link show cni0 >/dev/null 2>&1 && { ip link del cni0; say "deleted cni0"; did=1; }
 ip -o link show type veth 2>/dev/null | awk -F'[ :@]+' '$2 ~ /^veth/ {print $2}' | while read -r v; do
   [[ $(ip -d link show "$v" 2>/dev/null) == *"master cni0"* ]] && ip link del "$v" 2>/dev/null; done || true

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Images without a registry.
-#   images.sh base      pause + busybox as hand-made OCI archives (no daemon needed)
+#   images.sh base      pause, busybox, versitygw and kube-router as hand-made OCI archives
+#                       (no daemon needed)
 #   images.sh build     the project's images from the same Dockerfiles a laptop uses, with a
 #                       private dockerd (--bridge=none --iptables=false) that is stopped after;
 #                       the Dockerfiles' base image python:3.11-slim-bookworm is a debootstrap
 #                       rootfs (Debian bookworm + python3) imported under that name
-#   images.sh import    load every built archive into the cluster's containerd (k8s.io ns)
+#   images.sh import [NAME]  load every built archive (or only NN-NAME.tar) into the
+#                       cluster's containerd (k8s.io ns)
 #   images.sh spark     the Spark image (spark_image/Dockerfile: Java 17, PySpark, rlog[spark];
 #                       ~1 GB, so not part of `build`/`all`), imported when the cluster runs
 # Archives are cached in $CACHE/images, keyed by the content hash of their inputs, so a warm
@@ -69,6 +71,54 @@ base_images() {
     rm -rf "$r"; log "image $VERSITYGW_IMAGE: built"
   fi
   ln -sf "$out" "$IMG/30-versitygw.tar"
+  kube_router_image
+}
+
+# The shared libraries ldd names for some host binaries (paths, one a line).
+libs_of() { { ldd "$@" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u; }
+
+# Copy host binaries into a rootfs with their shared libraries.
+copy_with_libs() { # ROOTFS FILE...
+  local r=$1 f lib; shift
+  for f in "$@"; do
+    mkdir -p "$r$(dirname "$f")"; cp -L "$f" "$r$f"
+    for lib in $(libs_of "$f"); do
+      [[ -e $r$lib ]] && continue
+      mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"
+    done
+  done
+}
+
+# kube-router (firewall only, e2e/cluster/manifests/kube-router.yaml): our static build plus
+# the host's iptables-nft and ipset, which it runs as commands. The host's own iptables is
+# nft-based as well, so the agent's rules and kube-proxy's land in the same tables.
+kube_router_image() {
+  if [[ $RLOG_NETPOL_AGENT == 0 ]]; then rm -f "$IMG/40-kube-router.tar"; return; fi
+  local kr=$KUBE_ROUTER_BIN/kube-router multi=/usr/sbin/xtables-nft-multi ext=/usr/lib/x86_64-linux-gnu/xtables
+  [[ -x $kr ]] || "$HERE/build-tools.sh"
+  for f in "$multi" /usr/sbin/ipset "$ext/libxt_set.so"; do
+    [[ -e $f ]] || die "$f missing: apt-get install iptables ipset (up.sh installs them)"
+  done
+  local sum; sum=$( { sha256sum "$kr" "$multi" /usr/sbin/ipset "$ext"/*.so
+    libs_of "$multi" /usr/sbin/ipset "$ext"/*.so | xargs sha256sum
+  } | sha256sum | cut -c1-12)
+  local out=$IMG/kube-router-$sum.tar
+  if [[ ! -f $out ]]; then
+    local r; r=$(mktemp -d); mkdir -p "$r/usr/local/bin" "$r/usr/sbin" "$r/tmp" "$r/run" "$r/etc"
+    chmod 1777 "$r/tmp"
+    cp "$kr" "$r/usr/local/bin/kube-router"
+    # xtables-nft-multi loads its matches and targets (set, physdev, addrtype, ...) from $ext
+    copy_with_libs "$r" "$multi" /usr/sbin/ipset "$ext"/*.so
+    local n
+    for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+      ln -s xtables-nft-multi "$r/usr/sbin/$n"
+    done
+    cp /etc/protocols "$r/etc/protocols"
+    python3 "$HERE/ociarchive.py" "$r" "$KUBE_ROUTER_IMAGE" "$out" \
+      --entrypoint /usr/local/bin/kube-router
+    rm -rf "$r"; log "image $KUBE_ROUTER_IMAGE: built"
+  fi
+  ln -sf "$out" "$IMG/40-kube-router.tar"
 }
 
 # Content hash of a build: the Dockerfile, the base, the CA bundle, and the files its COPY/ADD
@@ -236,9 +286,9 @@ stale_images() {
   return $stale
 }
 
-import_images() {
+import_images() { # [NAME]: only the archive NN-NAME.tar
   local ctr=(ctr -a "$CTRD_SOCK" -n k8s.io) f
-  for f in "$IMG"/[0-9]*.tar; do
+  for f in "$IMG"/[0-9]*"${1:+-$1}".tar; do
     [[ -e $f ]] || continue
     "${ctr[@]}" images import "$f" >/dev/null || die "import of $f failed"
   done
@@ -248,7 +298,7 @@ import_images() {
 case ${1:-all} in
   base) base_images ;;
   build) base_images; build_images "${2:-1}" ;;
-  import) import_images ;;
+  import) import_images "${2:-}" ;;
   stale) stale_images ;;
   debootstrap) debootstrap_base ;;
   spark) build_images 1 spark
@@ -260,5 +310,5 @@ case ${1:-all} in
          fi ;;
   all) base_images; build_images 1
        if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
-  *) die "usage: images.sh base|build [strict]|import|stale|debootstrap|spark|all" ;;
+  *) die "usage: images.sh base|build [strict]|import [NAME]|stale|debootstrap|spark|all" ;;
 esac

@@ -13,6 +13,9 @@ done
 if ((ok)); then
   K=("$K8S_BIN/kubectl" --kubeconfig "$KCFG/admin.kubeconfig" --request-timeout=5s)
   if "${K[@]}" get --raw /readyz >/dev/null 2>&1; then
+    # the NetworkPolicy agent (a DaemonSet): shown, not required (up.sh adds it when missing)
+    if "${K[@]}" -n kube-system rollout status daemonset/kube-router --timeout=1s >/dev/null 2>&1
+    then line+="kube-router=ready "; else line+="kube-router=not-ready "; fi
     ((SHORT)) || { echo; "${K[@]}" get nodes -o wide; echo; "${K[@]}" get pods -A -o wide; echo; "${K[@]}" get sc,pv; }
   else ok=0; line+="api=not-ready"; ((SHORT)) || echo "kube-apiserver: not ready"; fi
 fi

@@ -20,7 +20,7 @@ on_exit() {
 trap on_exit EXIT
 
 # ---------------------------------------------------------------- host packages
-PKGS=(containerd runc containernetworking-plugins iptables conntrack busybox-static debootstrap
+PKGS=(containerd runc containernetworking-plugins iptables ipset conntrack busybox-static debootstrap
       docker.io openssl curl iproute2 gcc libc6-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -31,9 +31,36 @@ if ((${#missing[@]})); then
 fi
 command -v go >/dev/null || die "go is needed to build the cluster components"
 
+start() { # NAME CMD... : start a process in its own session, remember its pid
+  local name=$1; shift
+  setsid "$@" > "$RUN/$name.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/$name.pid"
+}
+wait_for() { # SECONDS WHAT CMD...
+  local n=$1 what=$2; shift 2
+  for ((i = 0; i < n * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  die "timed out waiting for $what"
+}
+alive() { kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null || die "$1 exited: $(tail -5 "$RUN/$1.log")"; }
+K=("$K8S_BIN/kubectl" --kubeconfig "$KCFG/admin.kubeconfig")
+# The NetworkPolicy agent: kube-router, firewall only (manifests/kube-router.yaml), since the
+# bridge plugin enforces no NetworkPolicy. `apply` is idempotent; its image is imported.
+netpol_agent() {
+  sed -e "s#@KUBE_ROUTER_IMAGE@#$KUBE_ROUTER_IMAGE#g" -e "s#@SERVICE_CIDR@#$SERVICE_CIDR#g" \
+    "$HERE/manifests/kube-router.yaml" | "${K[@]}" apply -f - >/dev/null
+}
+netpol_agent_ready() { "${K[@]}" -n kube-system rollout status daemonset/kube-router --timeout=1s; }
+
 # ---------------------------------------------------------------- already up?
 if [[ -f $RUN/up.done ]] && "$HERE/status.sh" >/dev/null 2>&1; then
   if ! "$HERE/images.sh" stale; then
+    # a cluster started before the agent was part of it gets it now, without a restart
+    if [[ $RLOG_NETPOL_AGENT != 0 ]] && ! netpol_agent_ready >/dev/null 2>&1; then
+      step "kube-router (NetworkPolicy agent) on the running cluster"
+      "$HERE/images.sh" base && "$HERE/images.sh" import kube-router
+      netpol_agent
+      wait_for 120 "kube-router Ready" netpol_agent_ready
+    fi
     log "cluster $CLUSTER_NAME is already up"; "$HERE/status.sh" --short; exit 0
   fi
   # Images are built by a dockerd that must not run beside the cluster: start over (~1 min).
@@ -76,22 +103,10 @@ iptables -N CNI-ADMIN 2>/dev/null || true
 iptables -C CNI-FORWARD -j CNI-ADMIN 2>/dev/null || iptables -A CNI-FORWARD -j CNI-ADMIN
 iptables -C FORWARD -j CNI-FORWARD 2>/dev/null || iptables -I FORWARD 1 -j CNI-FORWARD
 
-start() { # NAME CMD... : start a process in its own session, remember its pid
-  local name=$1; shift
-  setsid "$@" > "$RUN/$name.log" 2>&1 < /dev/null &
-  echo $! > "$RUN/$name.pid"
-}
-wait_for() { # SECONDS WHAT CMD...
-  local n=$1 what=$2; shift 2
-  for ((i = 0; i < n * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
-  die "timed out waiting for $what"
-}
-alive() { kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null || die "$1 exited: $(tail -5 "$RUN/$1.log")"; }
 
 # ---------------------------------------------------------------- pki
 step "certificates"
 "$HERE/pki.sh" "$NODE_IP"
-K=("$K8S_BIN/kubectl" --kubeconfig "$KCFG/admin.kubeconfig")
 
 # ---------------------------------------------------------------- etcd
 step "etcd"
@@ -276,12 +291,16 @@ start local-path-provisioner "$LPP_BIN/local-path-provisioner" start \
   --service-account-name local-path-provisioner-service-account \
   --helper-pod-file "$HERE/manifests/helper-pod.yaml"
 
+# ---------------------------------------------------------------- NetworkPolicy agent
+if [[ $RLOG_NETPOL_AGENT != 0 ]]; then step "kube-router (NetworkPolicy agent)"; netpol_agent; fi
+
 # ---------------------------------------------------------------- wait
-step "waiting for node Ready, service accounts and DNS"
+step "waiting for node Ready, service accounts, DNS and kube-router"
 wait_for 120 "node $NODE_NAME Ready" "${K[@]}" wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 wait_for 60 "default service account" "${K[@]}" -n default get serviceaccount default
 wait_for 60 "kube-root-ca.crt" "${K[@]}" -n default get configmap kube-root-ca.crt
 wait_for 60 "DNS" sh -c "busybox nslookup kubernetes.default.svc.cluster.local $DNS_IP | grep -q $API_SVC_IP"
+[[ $RLOG_NETPOL_AGENT == 0 ]] || wait_for 120 "kube-router Ready" netpol_agent_ready
 for p in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns local-path-provisioner; do
   alive "$p"
 done

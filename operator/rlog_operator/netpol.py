@@ -7,6 +7,8 @@ only:
 * the gRPC port from `spec.networkPolicy.clients` (NetworkPolicyPeers: pod and namespace
   selectors, ipBlocks): the applications;
 * the gRPC port from the operator's pods (Status, initialization permits, step-down);
+* with `spec.backup`, the gRPC port from the log's archiver pod (it reads and tails the log
+  through the client Service);
 * the metrics port from `spec.networkPolicy.metrics` (e.g. Prometheus' namespace).
 
 The Admin API shares the gRPC port with the Log API, and a NetworkPolicy cannot tell RPCs
@@ -24,8 +26,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlog_operator import archive_specs, specs
 from rlog_operator import constants as c
-from rlog_operator import specs
 
 Manifest = dict[str, Any]
 
@@ -62,8 +64,10 @@ def log_network_policy(body: Mapping[str, Any], config: specs.OperatorConfig) ->
     grpc_from: list[Manifest] = [
         {"podSelector": {"matchLabels": specs.selector_labels(body)}},  # the peers
         operator_peer(config.operator_namespace),
-        *clients,
     ]
+    if (body.get("spec") or {}).get("backup"):
+        grpc_from.append({"podSelector": {"matchLabels": archive_specs.archiver_labels(body)}})
+    grpc_from += clients
     ingress: list[Manifest] = [{"from": grpc_from, "ports": _port(config.grpc_port)}]
     if scrapers:
         ingress.append({"from": list(scrapers), "ports": _port(config.metrics_port)})

@@ -55,6 +55,21 @@ def test_an_empty_section_admits_only_peers_and_operator():
     assert len(grpc["from"]) == 2
 
 
+def test_a_log_with_backup_admits_its_archiver_before_the_clients():
+    backup = {"bucket": "b", "credentialsSecret": "s3"}
+    (policy,) = netpol.for_log(body(backup=backup, networkPolicy={"clients": [APPS]}), CONFIG)
+    (grpc,) = policy["spec"]["ingress"]
+    _peers, _operator, archiver, clients = grpc["from"]
+    (deployment,) = [
+        o for o in specs.desired_objects(body(backup=backup), CONFIG) if o["kind"] == "Deployment"
+    ]
+    archiver_pods = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = archiver["podSelector"]["matchLabels"]
+    assert selector.items() <= archiver_pods.items()  # the archiver's pods are admitted
+    assert not selector.items() <= specs.labels(body()).items()  # and not only the replicas
+    assert clients == APPS
+
+
 def test_the_operator_namespace_comes_from_the_environment():
     config = specs.OperatorConfig.from_env({"RLOG_OPERATOR_NAMESPACE": "ops"})
     (policy,) = netpol.for_log(body(networkPolicy={}), config)
