@@ -428,3 +428,30 @@ def test_the_worker_registry_example(cluster):
     with State(joined(cluster)) as state:
         registry = json.loads(state.fetch("registry").value)
     assert len(registry) == 3 * (10 - 3)
+
+
+def test_updates_whose_values_outgrow_one_entry_are_split_into_batches(cluster):
+    """250 concurrent `update`s, each setting one of four variables to a 20 kB value: one
+    batch of them would be a 5 MB entry, over the replicas' 4 MiB entry limit (the batch's
+    size is known only once the functions ran). Every update succeeds, no state entry is
+    over MAX_BATCH_BYTES, and the final values are the last update of each variable."""
+    from rlog.state.store import MAX_BATCH_BYTES
+
+    def setter(i: int):
+        return lambda current: b"%d:" % i + b"x" * 20_000
+
+    async def scenario() -> tuple[list[Variable], int]:
+        async with AsyncState(joined(cluster)) as state:
+            done = await asyncio.gather(*(state.update(f"v{i % 4}", setter(i)) for i in range(250)))
+            return list(done), state.appends
+
+    done, appends = asyncio.run(scenario())
+    assert appends > 5, appends  # split, not one append
+    with Client(joined(cluster)) as client:
+        end = client.status().end
+        sizes = [len(e.value) for e in client.read(1, end)]
+    assert max(sizes) <= MAX_BATCH_BYTES, max(sizes)
+    with State(joined(cluster)) as state:
+        for k in range(4):
+            last = max((v for v in done if v.name == f"v{k}"), key=lambda v: v.version)
+            assert state.fetch(f"v{k}") == last

@@ -77,6 +77,11 @@ class _Patience:
         await asyncio.sleep(min(0.05 * self.tries, 0.5))
 
 
+class _BatchTooLarge(Exception):
+    """A batch's diff came out over MAX_BATCH_BYTES once decided (an update's value is known
+    only then: `update` functions can write far more than the mutation's own size)."""
+
+
 @dataclass
 class _Pending:
     mutation: Mutation
@@ -346,23 +351,31 @@ class AsyncState:
             self._writer = asyncio.create_task(self._write_queued())
         return await future
 
-    def _take_batch(self) -> list[_Pending]:
+    def _take_batch(self, most: int | None = None) -> list[_Pending]:
         if not self.batching:
             return [self._queue.pop(0)]
         batch: list[_Pending] = []
         size = 0
         while self._queue and (not batch or size + self._queue[0].size <= MAX_BATCH_BYTES):
+            if most is not None and len(batch) == most:
+                break
             pending = self._queue.pop(0)
             batch.append(pending)
             size += pending.size
         return batch
 
     async def _write_queued(self) -> None:
+        most: int | None = None  # mutations per batch, after one came out too large
         while self._queue:
-            batch = self._take_batch()
+            batch = self._take_batch(most)
             try:
                 async with self._io:
                     results = await self._write(batch)
+            except _BatchTooLarge:
+                # Nothing was appended: decide half as many again, the rest after them.
+                self._queue[:0] = batch
+                most = max(1, len(batch) // 2)
+                continue
             except BaseException as error:
                 for pending in batch:
                     if not pending.future.done():
@@ -370,6 +383,8 @@ class AsyncState:
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
+            if most is not None:
+                most *= 2  # grow back towards whole batches (values may be small again)
             for pending, result in zip(batch, results, strict=True):
                 if pending.future.done():
                     continue
@@ -405,6 +420,8 @@ class AsyncState:
                 continue
             diff = Diff(image.snapshot, os.urandom(16), tuple(ops))
             value = encode_diff(diff)
+            if len(value) > MAX_BATCH_BYTES and len(batch) > 1:
+                raise _BatchTooLarge
             try:
                 await self.client.append([value], if_next=position)
                 self.appends += 1
