@@ -9,9 +9,8 @@ HELM_VERSION=${HELM_VERSION:-v3.21.4}
 LPP_VERSION=${LPP_VERSION:-v0.0.30}
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.10.0}
 # 1: run kube-router as the NetworkPolicy agent (`make e2e-netpol` sets it). Off by default:
-# its cold build took 19-30 minutes here, over CI's budget for one component, and the
-# rollout tests beside it are not yet shown to pass (docs/local-cluster.md); without it the
-# e2e denial checks skip.
+# its cold build took 19-30 minutes here, over CI's budget for one component
+# (docs/local-cluster.md); without it the e2e denial checks skip.
 RLOG_NETPOL_AGENT=${RLOG_NETPOL_AGENT:-0}
 
 CLUSTER_NAME=rlog-local
