@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,15 @@ class Log:
     def rlog(self, pod: str, *args: str, timeout: float = 60) -> str:
         return self.k("exec", pod, "-c", "replica", "--", "rlog", *args, timeout=timeout)
 
+    def append(self, values: list[str], timeout: float = 120) -> None:
+        """Append `values` (one per line) with the CLI in the first replica's pod, through
+        the client Service."""
+        self.k(
+            "exec", "-i", self.pods[0], "-c", "replica", "--",
+            "rlog", "append", "--endpoint", self.service, "--stdin",
+            input="\n".join(values) + "\n", timeout=timeout,
+        )  # fmt: skip
+
     def client_env(self, directory: str) -> dict[str, str]:
         """RLOG_CA/RLOG_CERT/RLOG_KEY for a client outside the cluster (through a
         port-forward: the replicas' certificate names 127.0.0.1): the operator's own
@@ -195,6 +204,59 @@ class Log:
         ]
         queue = (self.status().get("rollingUpdate") or {}).get("queue") or []
         return len(on_new) == self.replicas and not queue and self.all_voting()
+
+
+def client_pod(
+    log: Log,
+    name: str,
+    command: list[str],
+    args: list[str],
+    *,
+    service_account: str | None = None,
+    mounts: Sequence[dict[str, Any]] = (),
+    volumes: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """A pod of the replica image (rlog installed) that runs `command` once as a client of
+    `log`: restricted security context, and, a log being mutual TLS by default, the
+    operator's client identity from its Secret at /etc/rlog/tls, named by RLOG_CA,
+    RLOG_CERT and RLOG_KEY (which rlog's client tools read)."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "client",
+                "image": REPLICA_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": command,
+                "args": args,
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "env": [
+                    {"name": "RLOG_CA", "value": "/etc/rlog/tls/ca.crt"},
+                    {"name": "RLOG_CERT", "value": "/etc/rlog/tls/tls.crt"},
+                    {"name": "RLOG_KEY", "value": "/etc/rlog/tls/tls.key"},
+                ],
+                "volumeMounts": [{"name": "tls", "mountPath": "/etc/rlog/tls"}, *mounts],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "tls",
+                "secret": {"secretName": f"{log.name}-tls-operator", "optional": True},
+            },
+            *volumes,
+        ],
+    }
+    if service_account is not None:
+        spec["serviceAccountName"] = service_account
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 WRITER_SCRIPT = r"""
@@ -366,54 +428,18 @@ class Writer:
     def start(self) -> None:
         # the sampler reads the pods' addresses from the API (see WRITER_SCRIPT)
         self.log.k.apply(SAMPLER_RBAC)
-        spec = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": self.pod},
-            "spec": {
-                "serviceAccountName": "rlog-e2e-sampler",
-                "restartPolicy": "Never",
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 10001,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [
-                    {
-                        "name": "writer",
-                        "image": REPLICA_IMAGE,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["python3", "-u", "-c", WRITER_SCRIPT],
-                        "args": [
-                            ",".join(self.log.peers),
-                            self.log.service,
-                            self.tag,
-                            f"app.kubernetes.io/instance={self.log.name}",
-                        ],
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                        # a log is mutual TLS by default: write as the operator
-                        "env": [
-                            {"name": "RLOG_CA", "value": "/etc/rlog/tls/ca.crt"},
-                            {"name": "RLOG_CERT", "value": "/etc/rlog/tls/tls.crt"},
-                            {"name": "RLOG_KEY", "value": "/etc/rlog/tls/tls.key"},
-                        ],
-                        "volumeMounts": [{"name": "tls", "mountPath": "/etc/rlog/tls"}],
-                    }
-                ],
-                "volumes": [
-                    {
-                        "name": "tls",
-                        "secret": {
-                            "secretName": f"{self.log.name}-tls-operator",
-                            "optional": True,
-                        },
-                    }
-                ],
-            },
-        }
+        spec = client_pod(
+            self.log,
+            self.pod,
+            ["python3", "-u", "-c", WRITER_SCRIPT],
+            [
+                ",".join(self.log.peers),
+                self.log.service,
+                self.tag,
+                f"app.kubernetes.io/instance={self.log.name}",
+            ],
+            service_account="rlog-e2e-sampler",
+        )
         self.log.k.apply(json.dumps(spec))
         self.started = time.monotonic()
         # writing and seeing every replica VOTING before anything is changed

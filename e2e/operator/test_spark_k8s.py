@@ -116,14 +116,6 @@ spec:
         k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
 
 
-def _append(log: Log, values: list[str]) -> None:
-    log.k(
-        "exec", "-i", f"{NAME}-0", "-c", "replica", "--",
-        "rlog", "append", "--endpoint", log.service, "--stdin",
-        input="\n".join(values) + "\n", timeout=300,
-    )  # fmt: skip
-
-
 def _expected(log: Log, last: str) -> list[tuple[int, str]]:
     """The log's APPEND entries, as `rlog read` gives them, once `last` is readable."""
     return wait_until(
@@ -226,7 +218,7 @@ def _check_exactly_once(got: list[tuple[int, str]], expected: list[tuple[int, st
 
 def test_batch_job_on_kubernetes_with_an_executor_deleted_mid_job(log: Log) -> None:
     values = [f"spark-k8s-{i}" for i in range(ENTRIES)]
-    _append(log, values)
+    log.append(values, timeout=300)
     expected = _expected(log, values[-1])
 
     app, out = "rlog-batch", "/out/batch"
@@ -263,7 +255,7 @@ def test_stream_on_kubernetes_exactly_once_with_an_executor_deleted(log: Log) ->
     _check_exactly_once(_rows(log, f"{out}/data", "stream"), expected)
 
     more = [f"spark-k8s-more-{i}" for i in range(500)]
-    _append(log, more)
+    log.append(more, timeout=300)
     expected = _expected(log, more[-1])
     app = "rlog-stream-2"
     t0 = time.monotonic()

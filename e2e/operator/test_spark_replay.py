@@ -49,14 +49,6 @@ def forwarded(log: Log) -> Iterator[str]:
     proc.wait(10)
 
 
-def _append(log: Log, values: list[str]) -> None:
-    log.k(
-        "exec", "-i", f"{NAME}-0", "-c", "replica", "--",
-        "rlog", "append", "--endpoint", log.service, "--stdin",
-        input="\n".join(values) + "\n", timeout=120,
-    )  # fmt: skip
-
-
 def _replay(endpoint: str, out: str, *extra: str, env: dict[str, str] | None = None) -> str:
     p = subprocess.run(
         [sys.executable, EXAMPLE, "--endpoints", endpoint, "--out", out, *extra],
@@ -77,7 +69,7 @@ def _parquet(path: str) -> list[tuple[int, str]]:
 
 def test_replay_batch_and_stream_through_a_port_forward(log: Log, forwarded: str, tmp_path) -> None:
     first = [f"spark-{i}" for i in range(3000)]
-    _append(log, first)
+    log.append(first)
     expected = log.entries(f"{NAME}-1", log.service, stale=False)
     assert [v for _, v in expected][-len(first) :] == first
     env = log.client_env(str(tmp_path))  # a log is mutual TLS by default
@@ -93,7 +85,7 @@ def test_replay_batch_and_stream_through_a_port_forward(log: Log, forwarded: str
     assert _parquet(os.path.join(stream, "data")) == expected
 
     more = [f"spark-more-{i}" for i in range(500)]
-    _append(log, more)
+    log.append(more)
     expected = wait_until(
         "the new entries to be readable",
         lambda: (e := log.entries(f"{NAME}-2", log.service, stale=False))[-1][1] == more[-1] and e,

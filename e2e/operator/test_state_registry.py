@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import wait_until
-from oplib import REPLICA_IMAGE, Log, created_log
+from oplib import Log, client_pod, created_log
 
 NAME = "registry-log"
 EXAMPLE = os.path.join(
@@ -35,45 +35,16 @@ def log(operator: str, namespace: str) -> Iterator[Log]:
 
 def _example_pod(log: Log, pod: str, *args: str) -> dict:
     """The example in a pod of the replica image, as the operator's client identity (a log
-    is mutual TLS by default), dialling every replica so that it can fail over."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod},
-        "spec": {
-            "restartPolicy": "Never",
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 10001,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": "example",
-                    "image": REPLICA_IMAGE,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["python3", "-u", "/example/worker_registry.py"],
-                    "args": [
-                        *("--endpoints", ",".join(log.peers)),
-                        *("--ca", "/tls/ca.crt", "--cert", "/tls/tls.crt", "--key", "/tls/tls.key"),
-                        *args,
-                    ],
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volumeMounts": [
-                        {"name": "example", "mountPath": "/example"},
-                        {"name": "tls", "mountPath": "/tls"},
-                    ],
-                }
-            ],
-            "volumes": [
-                {"name": "example", "configMap": {"name": "registry-example"}},
-                {"name": "tls", "secret": {"secretName": f"{log.name}-tls-operator"}},
-            ],
-        },
-    }
+    is mutual TLS by default: oplib.client_pod), dialling every replica so that it can fail
+    over."""
+    return client_pod(
+        log,
+        pod,
+        ["python3", "-u", "/example/worker_registry.py"],
+        ["--endpoints", ",".join(log.peers), *args],
+        mounts=[{"name": "example", "mountPath": "/example"}],
+        volumes=[{"name": "example", "configMap": {"name": "registry-example"}}],
+    )
 
 
 def _run_example(log: Log, pod: str, *args: str, during: object = None) -> str:
