@@ -163,3 +163,52 @@ def test_pods_the_policy_does_not_name_are_refused(
     wait_until("the admitted client reaches the log", lambda: _status_from(log.k, allowed_client))
     assert not _status_from(log.k, pod)
     assert log.all_voting()  # the peers and the operator still get through
+
+
+# What someone may delete by hand (the log's NetworkPolicy, its client Service and its
+# PodDisruptionBudget): the operator's observe timer sees each gone from its watch and
+# creates it again from the spec (rlog_operator/children.py).
+DELETED_BY_HAND = [("networkpolicy", NAME), ("service", NAME), ("poddisruptionbudget", NAME)]
+
+
+def _uid(k: Kubectl, kind: str, name: str) -> str | None:
+    out = k.run("get", kind, name, "-o", "jsonpath={.metadata.uid}", check=False)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def test_deleted_children_are_created_again(log: Log) -> None:
+    before = {(kind, name): _uid(log.k, kind, name) for kind, name in DELETED_BY_HAND}
+    assert all(before.values()), before
+    for kind, name in DELETED_BY_HAND:
+        log.k("delete", kind, name, "--wait=true")
+    for kind, name in DELETED_BY_HAND:
+        uid = wait_until(
+            f"{kind} {name} created again", lambda kind=kind, name=name: _uid(log.k, kind, name)
+        )
+        assert uid != before[(kind, name)], f"{kind} {name} was not deleted"
+        owners = log.k.json("get", kind, name)["metadata"].get("ownerReferences") or []
+        assert [o["kind"] for o in owners] == ["ReplicatedLog"], owners
+    events = log.k.json(
+        "get", "events", "--field-selector", f"involvedObject.name={NAME},reason=RecreatedChild"
+    )["items"]
+    said = " ".join(e["message"] for e in events)
+    for kind, name in (("NetworkPolicy", NAME), ("Service", NAME), ("PodDisruptionBudget", NAME)):
+        assert f"{kind} {name} was deleted: created it again" in said, said
+    assert log.all_voting()
+
+
+def test_the_policy_goes_when_the_spec_no_longer_asks_for_it(log: Log) -> None:
+    """Last in this module: it removes spec.networkPolicy."""
+    assert _uid(log.k, "networkpolicy", NAME)
+    log.k(
+        "patch", "replicatedlog", NAME, "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/networkPolicy"}]',
+    )  # fmt: skip
+    wait_until("the policy deleted", lambda: _uid(log.k, "networkpolicy", NAME) is None)
+    events = log.k.json(
+        "get", "events", "--field-selector", f"involvedObject.name={NAME},reason=DeletedChild"
+    )["items"]
+    said = " ".join(e["message"] for e in events)
+    assert f"NetworkPolicy {NAME} is no longer in the spec: deleted it" in said, said
+    assert _uid(log.k, "service", NAME) and _uid(log.k, "poddisruptionbudget", NAME)
+    assert log.all_voting()

@@ -11,7 +11,9 @@
   `status.compute_status` (the facts of the observation, the status, its Events and the
   `permits.decide` decision); patch the status fields that changed, emit Events,
   grant/revoke initialization permits (the CR's uid is the log id) and perform the one
-  rolling action (deletes with UID preconditions; step-down of the leader).
+  rolling action (deletes with UID preconditions; step-down of the leader); mend the
+  owned objects (children.py: create again what was deleted, delete what the spec dropped)
+  from kopf indexes of the operator's labelled Services, budgets, policies and Deployments.
 
 Operator settings (startup): one acting operator. The chart runs two pods; only the holder of
 a Lease runs kopf (rlog_operator.election, lease.py; main.py stands by before kopf starts)
@@ -39,7 +41,17 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from rlog_operator import archive_specs, backups, metrics, netpol, observed, pki, rolling, specs
+from rlog_operator import (
+    archive_specs,
+    backups,
+    children,
+    metrics,
+    netpol,
+    observed,
+    pki,
+    rolling,
+    specs,
+)
 from rlog_operator import constants as c
 from rlog_operator import status as st
 from rlog_operator import storage as sg
@@ -51,6 +63,10 @@ ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
 # local read) and writes only the status fields that changed (`status.status_patch`): an
 # idle log costs the API server nothing, a log under load one status patch a second.
 TIMER_INTERVAL = 1.0
+
+# The owned objects children.py re-creates when deleted carry the operator's managed-by label.
+OWNED_LABELS = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+OWNED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -82,6 +98,10 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     # not every pod of the cluster; PersistentVolumes carry no labels of ours.
     for resource in ("pods", "persistentvolumeclaims", "statefulsets"):
         settings.watching.label_selectors[resource] = observed.REPLICA_SELECTOR
+    # ... and only the owned objects children.py re-creates when deleted (labelled by us).
+    for group, plural in children.WATCHED.values():
+        key = (group, plural) if group else plural
+        settings.watching.label_selectors[key] = OWNED_SELECTOR
     load_kube_config()
     port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
     if port:
@@ -371,6 +391,49 @@ def replica_statefulsets(
     return {key: observed.statefulset_record(body)} if key else {}
 
 
+def _owned(
+    kind: str, namespace: str | None, labels: Mapping[str, str], body: kopf.Body
+) -> dict[observed.LogKey, children.Child]:
+    key, child = observed.log_key(namespace, labels), children.child_of(kind, body)
+    return {key: child} if key and child else {}
+
+
+@kopf.index("services", labels=OWNED_LABELS)
+def owned_services(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, children.Child]:
+    return _owned("Service", namespace, labels, body)
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels=OWNED_LABELS)
+def owned_disruption_budgets(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, children.Child]:
+    return _owned("PodDisruptionBudget", namespace, labels, body)
+
+
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=OWNED_LABELS)
+def owned_network_policies(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, children.Child]:
+    return _owned("NetworkPolicy", namespace, labels, body)
+
+
+@kopf.index("apps", "v1", "deployments", labels=OWNED_LABELS)
+def owned_deployments(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[observed.LogKey, children.Child]:
+    return _owned("Deployment", namespace, labels, body)
+
+
+_OWNED_INDEXES = (
+    "owned_services",
+    "owned_disruption_budgets",
+    "owned_network_policies",
+    "owned_deployments",
+)
+
+
 @kopf.index("persistentvolumes")
 def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
     """Names of existing volumes: a Bound claim whose volume is missing has lost it."""
@@ -642,6 +705,7 @@ async def observe(
         logger.debug("initialization permits: nothing to do: %s", permit.reason())
     if refused or paused:
         return
+    await _mend_children(body, sts is not None, indexes, logger)
 
     asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
     if asked:
@@ -673,6 +737,62 @@ async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
     metrics.forget(specs.namespace_of(body), specs.name_of(body))
     names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
     await _forget_status_clients([_endpoint(body, n) for n in names])
+
+
+async def _mend_children(
+    body: kopf.Body, built: bool, indexes: Mapping[str, Any], logger: Any
+) -> None:
+    """Create again the owned objects someone deleted, and delete those the spec no longer
+    asks for (children.py); each with an Event."""
+    key = (specs.namespace_of(body), specs.name_of(body))
+    present = {child for name in _OWNED_INDEXES for child in indexes[name].get(key, [])}
+    decision = children.decide(
+        [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)],
+        present,
+        specs.uid_of(body),
+        built=built,
+        paused=specs.paused(body),
+        deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
+    )
+    for wanted in decision.recreate:
+        obj = dict(wanted)
+        kopf.adopt(obj, owner=body, strict=True)
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        try:
+            # created; or patched if it exists without our label (which the patch restores)
+            what = await asyncio.to_thread(_apply_one, obj)
+        except ApiException as e:  # the next tick tries again
+            metrics.ERRORS.labels(handler="children").inc()
+            logger.warning("creating %s %s again: HTTP %s %s", kind, name, e.status, e.reason)
+            continue
+        metrics.CHILDREN_MENDED.labels(kind=kind, action="recreate").inc()
+        if what == "created":
+            message = f"{kind} {name} was deleted: created it again"
+        else:
+            message = f"{kind} {name} had lost the operator's labels: restored them"
+        kopf.warn(body, reason="RecreatedChild", message=message)
+        logger.info(message)
+    for child in decision.remove:
+        try:
+            await asyncio.to_thread(_delete_child, child, key[0])
+        except ApiException as e:
+            metrics.ERRORS.labels(handler="children").inc()
+            logger.warning("deleting %s %s: HTTP %s %s", child.kind, child.name, e.status, e.reason)
+            continue
+        metrics.CHILDREN_MENDED.labels(kind=child.kind, action="delete").inc()
+        message = f"{child.kind} {child.name} is no longer in the spec: deleted it"
+        kopf.info(body, reason="DeletedChild", message=message)
+        logger.info(message)
+
+
+def _delete_child(child: children.Child, namespace: str) -> None:
+    api, suffix = _api_for(child.kind)
+    options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=child.uid))
+    try:
+        getattr(api, f"delete_{suffix}")(child.name, namespace, body=options)
+    except ApiException as e:
+        if e.status not in (404, 409):  # gone already / another object by that name now
+            raise
 
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:

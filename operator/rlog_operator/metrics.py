@@ -16,6 +16,12 @@ ERRORS = Counter("rlog_operator_errors_total", "Failed handler steps", ["handler
 ROLLING_ACTIONS = Counter(
     "rlog_operator_rolling_actions_total", "Rolling replacement actions taken", ["action"]
 )
+CHILDREN_MENDED = Counter(
+    "rlog_operator_children_mended_total",
+    "Owned objects (Services, PodDisruptionBudget, NetworkPolicy, archiver) found deleted and "
+    "created again (action=recreate), or no longer in the spec and deleted (action=delete)",
+    ["kind", "action"],
+)
 REPLICAS = Gauge(
     "rlog_operator_replicas",
     "Replicas of a ReplicatedLog by status (as last observed)",

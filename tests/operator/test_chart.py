@@ -141,6 +141,10 @@ def _handler_calls() -> set[tuple[str, str, str]]:
     for stem in APPLIED:
         group, resource = RESOURCES[stem]
         needed |= {(group, resource, "create"), (group, resource, "patch")}
+    # handlers._delete_child deletes an owned object of a kind children.REMOVABLE names
+    from rlog_operator import children
+
+    needed |= {(*children.WATCHED[kind], "delete") for kind in children.REMOVABLE}
     needed |= set(KOPF_CR_CALLS)
     needed |= _kopf_index_calls()
     return needed
@@ -187,12 +191,16 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
     assert granted - needed == set(), f"granted, never called: {sorted(granted - needed)}"
     assert needed - granted == set(), f"called, not granted: {sorted(needed - granted)}"
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
-    # the operator never deletes what it does not replace (a StatefulSet only to replace its
-    # claim template, orphaning its pods), and never reads nodes
+    # the operator deletes only what it replaces (a StatefulSet only to replace its claim
+    # template, orphaning its pods) and owned objects the spec no longer asks for (with a UID
+    # precondition: children.py), and never reads nodes
     assert {r for g, r, v in granted if v == "delete"} == {
         "pods",
         "persistentvolumeclaims",
         "statefulsets",
+        "services",
+        "networkpolicies",
+        "deployments",
     }
     assert not {r for g, r, v in granted if r == "nodes"}
 
