@@ -17,7 +17,13 @@ from rlog_operator import pki, specs
 from rlog_operator.specs import OperatorConfig
 
 CONFIG = OperatorConfig()
-NOW = datetime.datetime.now(datetime.UTC)
+
+
+@pytest.fixture
+def now() -> datetime.datetime:
+    """When the test runs: certificates are issued valid from 5 minutes before the real
+    time, so a time taken at import is older than that in a long (loaded) run."""
+    return datetime.datetime.now(datetime.UTC)
 
 
 def body(replicas=3, **spec):
@@ -63,23 +69,23 @@ def test_server_names():
     assert "orders.shop.svc.cluster.local" in domain
 
 
-def test_needs_renewal():
+def test_needs_renewal(now):
     ca = certs.new_ca("ca")
     pem = certs.issue(ca, "x", ["a.example"], days=90)
-    assert not pki.needs_renewal(pem.cert, NOW, datetime.timedelta(days=30))
+    assert not pki.needs_renewal(pem.cert, now, datetime.timedelta(days=30))
     assert pki.needs_renewal(
-        pem.cert, NOW + datetime.timedelta(days=61), datetime.timedelta(days=30)
+        pem.cert, now + datetime.timedelta(days=61), datetime.timedelta(days=30)
     )
-    assert pki.needs_renewal(pem.cert, NOW - datetime.timedelta(days=1))  # not yet valid
-    assert pki.needs_renewal(None, NOW)
-    assert pki.needs_renewal(b"garbage", NOW)
-    assert not pki.needs_renewal(pem.cert, NOW, names=["a.example"])
-    assert pki.needs_renewal(pem.cert, NOW, names=["a.example", "b.example"])
+    assert pki.needs_renewal(pem.cert, now - datetime.timedelta(days=1))  # not yet valid
+    assert pki.needs_renewal(None, now)
+    assert pki.needs_renewal(b"garbage", now)
+    assert not pki.needs_renewal(pem.cert, now, names=["a.example"])
+    assert pki.needs_renewal(pem.cert, now, names=["a.example", "b.example"])
 
 
-def test_plan_creates_then_keeps_then_renews():
+def test_plan_creates_then_keeps_then_renews(now):
     log = body()
-    first = by_name(pki.plan_secrets(log, CONFIG, {}, NOW))
+    first = by_name(pki.plan_secrets(log, CONFIG, {}, now))
     assert set(first) == {"orders-auth", "orders-tls-ca", "orders-tls", "orders-tls-operator"}
     ca_cert = pki.secret_bytes(first["orders-tls-ca"], pki.CA_KEY)
     server = first["orders-tls"]
@@ -91,21 +97,21 @@ def test_plan_creates_then_keeps_then_renews():
     )
     assert operator.subject.rfc4514_string() == "CN=rlog-operator"
     # Everything current: nothing to write.
-    assert pki.plan_secrets(log, CONFIG, first, NOW) == []
+    assert pki.plan_secrets(log, CONFIG, first, now) == []
     # Close to expiry: the certificates are issued again by the same CA, the CA kept.
-    later = NOW + datetime.timedelta(days=pki.CERT_DAYS - 10)
+    later = now + datetime.timedelta(days=pki.CERT_DAYS - 10)
     renewed = by_name(pki.plan_secrets(log, CONFIG, first, later))
     assert set(renewed) == {"orders-tls", "orders-tls-operator"}
     assert pki.secret_bytes(renewed["orders-tls"], pki.CA_KEY) == ca_cert
     # A fifth replica: its name is missing from the certificate, which is issued again.
-    grown = by_name(pki.plan_secrets(body(replicas=5), CONFIG, first, NOW))
+    grown = by_name(pki.plan_secrets(body(replicas=5), CONFIG, first, now))
     assert "orders-tls" in grown and "orders-tls-operator" not in grown
 
 
-def test_plan_modes():
-    assert pki.plan_secrets(body(tls={"mode": "disabled"}), CONFIG, {}, NOW) == []
+def test_plan_modes(now):
+    assert pki.plan_secrets(body(tls={"mode": "disabled"}), CONFIG, {}, now) == []
     manager = body(tls={"mode": "certManager", "issuerRef": {"name": "corp"}})
-    assert [s["metadata"]["name"] for s in pki.plan_secrets(manager, CONFIG, {}, NOW)] == [
+    assert [s["metadata"]["name"] for s in pki.plan_secrets(manager, CONFIG, {}, now)] == [
         "orders-auth"
     ]
     request = pki.certificate_request(manager, CONFIG)
