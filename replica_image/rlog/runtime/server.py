@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from rlog import event_loop
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.packed import PackedError, pack
@@ -542,4 +543,4 @@ def serve(config: ReplicaConfig) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(_serve(config))
+    event_loop.run(_serve(config))
