@@ -482,6 +482,17 @@ class Node:
         return reply.response
 
     async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        response, durable = self.start_write(request)
+        if durable is not None:
+            await durable
+        return response
+
+    def start_write(
+        self, request: pb.WriteRequest
+    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]:
+        """A write's decision, taken now, and the future of its batch's durability (None:
+        nothing to store); the response may leave only once that future is done. Raises
+        what `handle_write` raises."""
         if request.HasField("learned"):
             self.handle_learned(request.learned)
         if self.journal.full is not None:
@@ -491,12 +502,11 @@ class Node:
         except CorruptRecord as exc:
             self.storage_fault_seen(exc)
             raise
-        if reply.persist is not None:
-            await self.journal.persist(reply.persist)
         assert isinstance(reply.response, pb.WriteResponse)
         if reply.response.verdict == pb.REJECT:
             self.metrics.rejects.labels("write").inc()
-        return reply.response
+        durable = self.journal.submit(reply.persist) if reply.persist is not None else None
+        return reply.response, durable
 
     def handle_learned(self, request: pb.LearnedRequest) -> None:
         if request.leader_address and request.leader != self.config.id:
