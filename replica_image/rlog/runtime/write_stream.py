@@ -15,9 +15,9 @@ group commits finish them.
   `StreamUnimplemented` for the caller to send as unary `Write`s instead.
 
 Requests are serialized once here, by the caller, and handed to gRPC as bytes: the leader
-sends the same `WriteRequest` to every peer, and the id is appended to the encoding (a
-protobuf field appended to a message's encoding is merged into it), so the shared message
-is never copied nor mutated.
+sends the same `WriteRequest` to every peer, and the id (and the learned ranges riding on a
+write to one peer) is appended to the encoding (a protobuf field appended to a message's
+encoding is merged into it), so the shared message is never copied nor mutated.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from rlog.runtime.protowire import varint
 
 WRITE_STREAM_METHOD = "/rlog.v1.Replica/WriteStream"
 _ID_TAG = b"\x38"  # WriteRequest.id: field 7, varint
+_LEARNED_TAG = b"\x2a"  # WriteRequest.learned: field 5, length-delimited
 
 
 class StreamUnimplemented(Exception):
@@ -47,6 +48,13 @@ class StreamBroken(Exception):
 def with_id(encoded: bytes, request_id: int) -> bytes:
     """The encoding of a WriteRequest (`encoded`, without an id) with `id` set."""
     return encoded + _ID_TAG + varint(request_id)
+
+
+def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
+    """The encoding of a WriteRequest (`encoded`, without `learned`) with `learned` set:
+    a message field appended to an encoding that lacks it parses as that field set."""
+    body = learned.SerializeToString()
+    return encoded + _LEARNED_TAG + varint(len(body)) + body
 
 
 def _stream_error(exc: Exception) -> Exception:
