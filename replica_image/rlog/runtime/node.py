@@ -579,6 +579,9 @@ class Node:
 
     def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
+        # This replica's own writes are posted after the writes to the peers: the peers'
+        # answers are the longer way round (a serial append's path runs through a follower).
+        own_writes: list[Send] = []
         for output in self.coordinator.take():
             if isinstance(output, Send):
                 message = output.message
@@ -586,6 +589,8 @@ class Node:
                     self.metrics.batch_entries.observe(
                         len(message.actions) + sum(run_count(r) for r in message.runs)
                     )
+                    own_writes.append(output)
+                    continue
                 self.peers.post(output)
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
@@ -624,6 +629,8 @@ class Node:
                 else:
                     self.metrics.elections.labels("lost").inc()
                 log.info("not leading: %s", output.reason)
+        for send in own_writes:
+            self.peers.post(send)
         self._update_metrics()
 
     def _on_timer(self, round_id: int) -> None:
