@@ -98,12 +98,12 @@ def install_probes() -> None:
         _wrap_async(node.Node, "handle_write", "write")
         _wrap_async(journal.Journal, "persist", "persist")
     _wrap_sync(RecordStorage, "apply", "disk")  # in the storage thread: plan, write, sync
+    _wrap_sync(node.Node, "_pump", "pump")  # the coordinator places the appends queued
     _wrap_async(
         peers.Peers,
         "send",
         "send",
-        lambda self, send: isinstance(send.message, pb.WriteRequest)
-        and send.to != self.config.id,
+        lambda self, send: isinstance(send.message, pb.WriteRequest) and send.to != self.config.id,
     )
     _wrap_async(grpc_call.StreamStreamCall, "write", "grpc_write")  # leader -> follower
     _wrap_async(grpc_call.StreamStreamCall, "read", "grpc_read")  # follower's answer read
@@ -148,10 +148,10 @@ def load_events(path: Path) -> list[tuple[int, str]]:
 
 
 async def drive(endpoint: str, count: int, warmup: int) -> tuple[list[tuple[int, int]], list[int]]:
+    import grpc.aio._call as grpc_call
+
     from rlog.client import AsyncClient
     from rlog.proto import rlog_pb2 as pb
-
-    import grpc.aio._call as grpc_call
 
     _wrap_async(grpc_call.UnaryUnaryCall, "_invoke", "call")  # the client's unary call
     value = os.urandom(1024)
@@ -182,7 +182,10 @@ STARTS = {"call.enter", "append.enter", "write.enter"}
 PATH = [
     ("client send -> client gRPC call starts", "C send", "C call.enter#1"),
     ("client call -> leader Append handler", "C call.enter#1", "L append.enter#1"),
-    ("leader: propose, pump, peer send task", "L append.enter#1", "L grpc_write.enter#1"),
+    ("leader: handler -> pump (propose, a loop turn)", "L append.enter#1", "L pump.enter#1"),
+    ("leader: pump (coordinator, post the sends)", "L pump.enter#1", "L pump.exit#1"),
+    ("leader: pump -> peer send task runs", "L pump.exit#1", "L send.enter#1"),
+    ("leader: send task -> gRPC write starts", "L send.enter#1", "L grpc_write.enter#1"),
     ("leader gRPC write -> follower write handler", "L grpc_write.enter#1", "F write.enter#1"),
     ("follower: on_write (+ learned) to persist", "F write.enter#1", "F persist.enter#1"),
     ("follower: journal hop to storage thread", "F persist.enter#1", "F disk.enter#1"),
