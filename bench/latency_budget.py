@@ -103,7 +103,9 @@ def install_probes() -> None:
         peers.Peers,
         "send",
         "send",
-        lambda self, send: isinstance(send.message, pb.WriteRequest) and send.to != self.config.id,
+        lambda self, send, *_: (
+            isinstance(send.message, pb.WriteRequest) and send.to != self.config.id
+        ),
     )
     _wrap_async(grpc_call.StreamStreamCall, "write", "grpc_write")  # leader -> follower
     _wrap_async(grpc_call.StreamStreamCall, "read", "grpc_read")  # follower's answer read
