@@ -579,17 +579,20 @@ class Node:
 
     def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
-        # This replica's own writes are posted after the writes to the peers: the peers'
-        # answers are the longer way round (a serial append's path runs through a follower).
-        own_writes: list[Send] = []
+        # Messages to this replica itself are posted last: after the writes to the peers
+        # (their answers are the longer way round of a serial append) and after the appends
+        # that are done are answered (their callers first; the leader's own learning of a
+        # chosen batch is no part of the answer).
+        own: list[Send] = []
         for output in self.coordinator.take():
             if isinstance(output, Send):
                 message = output.message
-                if output.to == self.config.id and isinstance(message, pb.WriteRequest):
-                    self.metrics.batch_entries.observe(
-                        len(message.actions) + sum(run_count(r) for r in message.runs)
-                    )
-                    own_writes.append(output)
+                if output.to == self.config.id:
+                    if isinstance(message, pb.WriteRequest):
+                        self.metrics.batch_entries.observe(
+                            len(message.actions) + sum(run_count(r) for r in message.runs)
+                        )
+                    own.append(output)
                     continue
                 self.peers.post(output)
             elif isinstance(output, SetTimer):
@@ -629,7 +632,7 @@ class Node:
                 else:
                     self.metrics.elections.labels("lost").inc()
                 log.info("not leading: %s", output.reason)
-        for send in own_writes:
+        for send in own:
             self.peers.post(send)
         self._update_metrics()
 
