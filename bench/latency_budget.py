@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE / "replica_image"))
+if "--as-replica" not in sys.argv[1:2]:  # a replica takes rlog from its PYTHONPATH (--tree)
+    sys.path.insert(0, str(HERE / "replica_image"))
 
 EVENTS_ENV = "RLOG_BUDGET_EVENTS"  # where a probed replica writes its events
 
@@ -318,6 +319,9 @@ def main() -> int:
     parser.add_argument("--dir", help="cluster dir (default: a new temporary dir)")
     parser.add_argument("--replica-env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--json", metavar="FILE", help="also write the stages as JSON")
+    parser.add_argument(
+        "--tree", type=Path, default=HERE, help="the replicas' source tree (default this one)"
+    )
     args = parser.parse_args()
 
     from rlog import event_loop
@@ -326,7 +330,7 @@ def main() -> int:
     base = Path(args.dir or tempfile.mkdtemp(prefix="rlog-budget-"))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(HERE / "replica_image"), *filter(None, [env.get("PYTHONPATH")])]
+        [str(args.tree.resolve() / "replica_image"), *filter(None, [env.get("PYTHONPATH")])]
     )
     for item in args.replica_env:
         name, _, value = item.partition("=")

@@ -183,7 +183,47 @@ class Peers(Mapping[int, Peer]):
                 return
             if isinstance(message, pb.WriteRequest):
                 learned = self._learned_for(send.to, message)
+                if self._stream_write(send, message, learned):
+                    return
         self._spawn(self.send(send, learned))
+
+    def _stream_write(
+        self, send: Send, message: pb.WriteRequest, learned: pb.LearnedRequest | None
+    ) -> bool:
+        """Queue a write on the peer's stream now, its answer handled by a callback: no
+        task per write, whose first turn would come after the leader's own write (a serial
+        append waits for a follower's answer). False: the peer gets unary writes for now."""
+        if time.monotonic() < self._unary_until.get(send.to, 0.0):
+            return False
+        encoded = self._encode(message)
+        if learned is not None:
+            encoded = with_learned(encoded, learned)
+        future = self._streams[send.to].start(encoded, self.config.append_timeout)
+        future.add_done_callback(lambda f: self._stream_written(send, learned, f))
+        return True
+
+    def _stream_written(
+        self,
+        send: Send,
+        learned: pb.LearnedRequest | None,
+        future: asyncio.Future[pb.WriteResponse],
+    ) -> None:
+        if self._stopped or future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            if send.round:
+                self._on_reply(send, future.result())
+        elif isinstance(error, StreamUnimplemented):
+            # Nothing of the stream reached a handler: this write goes unary instead.
+            log.info("replica %d has no WriteStream: unary writes to it", send.to)
+            self._unary_until[send.to] = time.monotonic() + UNARY_FALLBACK
+            self._spawn(self.send(send, learned))
+        elif isinstance(error, TimeoutError | grpc.aio.AioRpcError | StreamBroken):
+            self._failed(send)
+        else:
+            log.error("sending WriteRequest to replica %d failed", send.to, exc_info=error)
+            self._failed(send)
 
     def broadcast_learned(self, message: pb.LearnedRequest) -> None:
         """Learn `message` here, then tell every peer (one way, in the background)."""

@@ -161,20 +161,28 @@ class WriteStream:
         """Send one encoded WriteRequest (no id) and wait for its response. Raises
         TimeoutError, grpc.aio.AioRpcError or StreamBroken if it failed (the stream broke),
         StreamUnimplemented if the peer has no WriteStream."""
+        return await self.start(encoded, time_limit)
+
+    def start(self, encoded: bytes, time_limit: float) -> asyncio.Future[pb.WriteResponse]:
+        """Queue one encoded WriteRequest (no id) now; its response, or the error `write`
+        would raise, in the future returned (for a caller that is not a task of its own)."""
         session = self._session
         if session is None or session.ended:
             session = self._session = _Session(self._open_call(None), self._ended)
             self._on_open()
         request_id = next(self._ids)
-        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.WriteResponse] = loop.create_future()
         session.pending[request_id] = future
         session.outgoing.put_nowait((request_id, with_id(encoded, request_id)))
-        timer = asyncio.get_running_loop().call_later(time_limit, _expire, future, time_limit)
-        try:
-            return await future
-        finally:
+        timer = loop.call_later(time_limit, _expire, future, time_limit)
+
+        def settled(_: asyncio.Future[pb.WriteResponse]) -> None:
             timer.cancel()
             session.pending.pop(request_id, None)
+
+        future.add_done_callback(settled)
+        return future
 
     def _ended(self, session: _Session) -> None:
         if self._session is session:
