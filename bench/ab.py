@@ -14,6 +14,9 @@ serial_stream (the same on the stream client: each append one message on an Appe
 unary64 (64 writers, one single-entry unary call each, `--seconds`: appends/s), stream64
 (the same on the stream client), batched (8 writers x 64 entries per call: entries/s).
 
+`--etcd` also runs `bench/etcd_put.py` (serial puts, 64 single-put writers) between the
+two sides of each pair, against an etcd started by `bench/etcd_cluster.sh start`.
+
 One JSON object per line on stdout ({"pair", "side", "load", "mode", "result"}); per mode,
 each pair's figures and the medians per side go to stderr.
 """
@@ -88,6 +91,27 @@ def run_side(
     return rows
 
 
+def run_etcd(pair: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """etcd 3.4 (`bench/etcd_cluster.sh start` first): serial puts and 64 single-put
+    writers, rows of side "etcd" in the modes serial and unary64."""
+    command = [sys.executable, str(HERE / "bench" / "etcd_put.py"), "--serial", str(args.count)]
+    command += ["--concurrency", "64", "--duration", str(args.seconds)]
+    load_at = load()
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    rows = []
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        mode = "serial" if r["mode"] == "serial" else "unary64"
+        result = {
+            "latency_ms": {"p50": r["p50_ms"], "p99": r["p99_ms"]},
+            "entries_per_s": r["puts_per_s"],
+        }
+        row = {"pair": pair, "side": "etcd", "load": load_at, "mode": mode, "result": result}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def figure(row: dict[str, Any]) -> str:
     result = row["result"]
     if row["mode"].startswith("serial"):
@@ -109,7 +133,7 @@ def summarize(rows: list[dict[str, Any]]) -> None:
         pairs = sorted({r["pair"] for r in rows if r["mode"] == mode})
         for pair in pairs:
             cells = []
-            for side in ("A", "B"):
+            for side in ("A", "B", "etcd"):
                 row = next(
                     (r for r in rows if (r["mode"], r["pair"], r["side"]) == (mode, pair, side)),
                     None,
@@ -117,7 +141,7 @@ def summarize(rows: list[dict[str, Any]]) -> None:
                 if row is not None:
                     cells.append(f"{side}: {figure(row)} (load {row['load'].split()[0]})")
             print(f"  pair {pair}: " + "; ".join(cells), file=sys.stderr)
-        for side in ("A", "B"):
+        for side in ("A", "B", "etcd"):
             values = [value(r) for r in rows if r["mode"] == mode and r["side"] == side]
             if values:
                 unit = "ms p50" if mode.startswith("serial") else "entries/s"
@@ -126,7 +150,7 @@ def summarize(rows: list[dict[str, Any]]) -> None:
                     file=sys.stderr,
                 )
         if mode.startswith("serial"):
-            for side in ("A", "B"):
+            for side in ("A", "B", "etcd"):
                 p99 = [
                     r["result"]["latency_ms"]["p99"]
                     for r in rows
@@ -147,6 +171,11 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000, help="serial appends per run")
     parser.add_argument("--seconds", type=float, default=5.0, help="of each concurrent run")
     parser.add_argument("--dir", help="cluster dirs (default: a new temporary dir)")
+    parser.add_argument(
+        "--etcd",
+        action="store_true",
+        help="also etcd between the sides of each pair (bench/etcd_cluster.sh start first)",
+    )
     parser.add_argument("--summarize", metavar="JSONL", help="only summarize an earlier run")
     args = parser.parse_args()
     if args.summarize:
@@ -163,6 +192,8 @@ def main() -> int:
         order = ("A", "B") if pair % 2 == 0 else ("B", "A")
         for side in order:
             rows += run_side(pair, side, sides[side], modes, args)
+            if args.etcd and side == order[0]:  # between the two sides
+                rows += run_etcd(pair, args)
     summarize(rows)
     return 0
 
