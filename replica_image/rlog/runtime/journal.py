@@ -4,9 +4,10 @@ Batches queued while a disk write is under way are merged into the next one, so 
 concurrent writes, promises and learned messages cost one fsync. A caller that must not reply
 before its batch is durable awaits `persist`; learned state (re-derivable) uses
 `persist_nowait`. Storage calls run in one dedicated thread so the event loop never blocks on
-the disk; a batch that becomes due is handed to that thread at once, and the thread hands
-the result back with one call on the loop that answers the waiters (no journal task wakes in
-between: bench/README.md, "Serial append latency budget").
+the disk; a durable batch is handed to that thread at the end of the loop turn that queued
+it (with every batch queued in the same turn), and the thread hands the result back with
+one call on the loop that answers the waiters (no journal task wakes in between:
+bench/README.md, "Serial append latency").
 
 Storage faults (docs/faults.md):
 - a full disk (`DiskFull`): the batches stay queued and are written again every
@@ -54,6 +55,7 @@ class Journal:
         # durable waiter, the lazy timer or a retry asked); else they wait for one of those.
         self._due = False
         self._writing = False  # a group is in the storage thread
+        self._kick_soon = False  # a _kick is scheduled for the end of this loop turn
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rlog-storage")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -81,10 +83,15 @@ class Journal:
             # Kept and written once space returns; the caller is told now (nothing acked).
             self._pending.append((batch, None))
             raise self.full
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._pending.append((batch, future))
         self._due = True
-        self._kick()
+        if not self._kick_soon:
+            # At the end of this loop turn, not now: batches queued in the same turn (writes
+            # that arrived together) share the write and its sync.
+            self._kick_soon = True
+            loop.call_soon(self._kick)
         return future
 
     def persist_nowait(self, batch: WriteBatch) -> None:
@@ -102,8 +109,10 @@ class Journal:
 
     def _kick(self) -> None:
         """Hand the pending batches, merged, to the storage thread if it is free and they
-        are due. Called on the event loop at once by whoever made them due: no task wakes
-        up in between (each hop through the loop is a share of a serial append's time)."""
+        are due. Called on the event loop by whoever made them due (a durable batch: at the
+        end of its loop turn), with no task woken in between: each hop through the loop is
+        a share of a serial append's time."""
+        self._kick_soon = False
         if self._writing or not self._due or self._loop is None or self._closed:
             return
         self._due = False
