@@ -7,7 +7,9 @@ Each side is an environment (`--a NAME=VALUE`, repeatable) and a source tree
 (`--a-tree DIR`: its `replica_image` goes first on PYTHONPATH, for the replicas and the
 bench client alike; default this tree). Per pair, each side starts a fresh 3-replica
 `DevCluster` (lmdb, data on the real disk) and runs `rlog bench` against the leader for each
-mode; the side that goes first alternates between pairs, so both see the same load drift.
+mode; the side that goes first alternates between pairs, so both see the same load drift. Each run
+also records the replicas' CPU time per entry (user + system of the three processes, from
+/proc), which a loaded machine disturbs less than rates.
 
 Modes: serial (`--count` 1000 appends of 1 KiB one at a time after 20 untimed: p50/p99),
 serial_stream (the same on the stream client: each append one message on an AppendStream),
@@ -60,6 +62,18 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def replica_cpu_seconds(cluster: DevCluster) -> float:
+    """User + system CPU time of the replica processes so far (every thread), from /proc:
+    steadier than rates on a shared machine."""
+    total = 0
+    for i in range(cluster.replicas):
+        pid = cluster.pid(i)
+        if pid is not None:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def side_env(settings: list[str], tree: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -82,10 +96,13 @@ def run_side(
             command = [sys.executable, "-m", "rlog.tools.cli", "bench", "-e", endpoint, "--json"]
             command += mode_args(mode, args.count, args.seconds)
             row: dict[str, Any] = {"pair": pair, "side": side, "load": load(), "mode": mode}
+            cpu = replica_cpu_seconds(cluster)
             out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
             if out.returncode != 0:
                 raise SystemExit(f"rlog bench failed: {out.stderr.strip()}")
-            row["result"] = json.loads(out.stdout)
+            row["result"] = result = json.loads(out.stdout)
+            used = replica_cpu_seconds(cluster) - cpu
+            row["replica_cpu_us_per_entry"] = round(used / max(result["entries"], 1) * 1e6, 1)
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -114,10 +131,12 @@ def run_etcd(pair: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def figure(row: dict[str, Any]) -> str:
     result = row["result"]
+    cpu = row.get("replica_cpu_us_per_entry")
+    cpu_text = f", replicas {cpu:.0f} µs CPU/entry" if cpu is not None else ""
     if row["mode"].startswith("serial"):
         lat = result["latency_ms"]
-        return f"p50 {lat['p50']:.2f} p99 {lat['p99']:.2f} ms"
-    return f"{result['entries_per_s']:.0f}/s"
+        return f"p50 {lat['p50']:.2f} p99 {lat['p99']:.2f} ms{cpu_text}"
+    return f"{result['entries_per_s']:.0f}/s{cpu_text}"
 
 
 def value(row: dict[str, Any]) -> float:
@@ -147,6 +166,17 @@ def summarize(rows: list[dict[str, Any]]) -> None:
                 unit = "ms p50" if mode.startswith("serial") else "entries/s"
                 print(
                     f"  {side} median {statistics.median(values):.2f} {unit}",
+                    file=sys.stderr,
+                )
+        for side in ("A", "B"):
+            cpu = [
+                r["replica_cpu_us_per_entry"]
+                for r in rows
+                if r["mode"] == mode and r["side"] == side and "replica_cpu_us_per_entry" in r
+            ]
+            if cpu:
+                print(
+                    f"  {side} median replica CPU {statistics.median(cpu):.0f} µs/entry",
                     file=sys.stderr,
                 )
         if mode.startswith("serial"):
