@@ -94,8 +94,8 @@ class ReplicaService(pbg.ReplicaServicer):
         async def read_all() -> None:
             async for request in requests:
                 self._stream_writes.inc()
-                # Decided here and now, in arrival order, its batch handed to the journal
-                # at once: no task per write (a loop turn each on a serial append's path).
+                # Decided here and now, in arrival order, its batch queued for the journal:
+                # no task per write (a loop turn each on a serial append's path).
                 try:
                     decided, future = self.node.start_write(request)
                 except Exception as exc:
