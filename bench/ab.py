@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def run_side(
             row["replica_cpu_us_per_entry"] = round(used / max(result["entries"], 1) * 1e6, 1)
             print(json.dumps(row), flush=True)
             rows.append(row)
+    shutil.rmtree(directory, ignore_errors=True)  # a log's data: gigabytes over a run
     return rows
 
 

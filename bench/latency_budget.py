@@ -28,6 +28,7 @@ import atexit
 import functools
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -354,6 +355,7 @@ def main() -> int:
             if pid is not None:
                 os.kill(pid, signal.SIGUSR1)
         time.sleep(1.0)
+    shutil.rmtree(base / "cluster", ignore_errors=True)  # the log's data, no longer needed
     events = {}
     followers = [i for i in range(3) if i != leader]
     for i in range(3):
