@@ -1,12 +1,13 @@
-"""The write stream's request ids: appended to a WriteRequest's encoding, they decode as the
-`id` field of the same request (the leader encodes a broadcast once and never copies it)."""
+"""The write stream's request ids and piggybacked learned ranges: appended to a WriteRequest's
+encoding, they decode as the `id` and `learned` fields of the same request (the leader
+encodes a broadcast once and never copies it)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.write_stream import with_id
+from rlog.runtime.write_stream import with_id, with_learned
 
 
 @pytest.mark.parametrize("request_id", [1, 127, 128, 300, 2**32 + 5, 2**64 - 1])
@@ -30,3 +31,27 @@ def test_the_encoding_is_that_of_the_request_with_its_id_set():
     expected.CopyFrom(request)
     expected.id = 99
     assert with_id(request.SerializeToString(), 99) == expected.SerializeToString()
+
+
+@pytest.mark.parametrize("ranges", [1, 3, 40])
+def test_learned_ranges_appended_to_the_encoding_decode_as_the_requests_learned(ranges):
+    request = pb.WriteRequest(
+        proposal=7,
+        leader=2,
+        log_id="log",
+        runs=[pb.Run(first=10, data=b"x" * 1000, offsets=b"\0\0\0\0\xe8\x03\0\0")],
+    )
+    learned = pb.LearnedRequest(
+        proposal=7,
+        leader=2,
+        log_id="log",
+        ranges=[pb.PositionRange(first=3 * i + 1, last=3 * i + 2) for i in range(ranges)],
+    )
+    encoded = with_id(with_learned(request.SerializeToString(), learned), 5)
+    decoded = pb.WriteRequest.FromString(encoded)
+    expected = pb.WriteRequest()
+    expected.CopyFrom(request)
+    expected.learned.CopyFrom(learned)
+    expected.id = 5
+    assert decoded == expected
+    assert not request.HasField("learned")  # the shared message is untouched

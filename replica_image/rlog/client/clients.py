@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from rlog import event_loop
 from rlog.client.errors import (
     InvalidArgument,
     OutcomeUnknown,
@@ -1221,7 +1222,7 @@ class Client:
             exactly_once=exactly_once,
             credentials=credentials,
         )
-        self._loop = asyncio.new_event_loop()
+        self._loop = event_loop.new_event_loop()  # uvloop if installed (rlog.event_loop)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rlog-client", daemon=True
         )

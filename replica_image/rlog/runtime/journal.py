@@ -4,7 +4,10 @@ Batches queued while a disk write is under way are merged into the next one, so 
 concurrent writes, promises and learned messages cost one fsync. A caller that must not reply
 before its batch is durable awaits `persist`; learned state (re-derivable) uses
 `persist_nowait`. Storage calls run in one dedicated thread so the event loop never blocks on
-the disk.
+the disk; a durable batch is handed to that thread at the end of the loop turn that queued
+it (with every batch queued in the same turn), and the thread hands the result back with
+one call on the loop that answers the waiters (no journal task wakes in between:
+bench/README.md, "Serial append latency").
 
 Storage faults (docs/faults.md):
 - a full disk (`DiskFull`): the batches stay queued and are written again every
@@ -48,9 +51,14 @@ class Journal:
         self.core = core
         self.metrics = metrics
         self._pending: list[tuple[WriteBatch, asyncio.Future[None] | None]] = []
-        self._wakeup = asyncio.Event()
+        # Whether the pending batches are to be written as soon as the disk is free (a
+        # durable waiter, the lazy timer or a retry asked); else they wait for one of those.
+        self._due = False
+        self._writing = False  # a group is in the storage thread
+        self._kick_soon = False  # a _kick is scheduled for the end of this loop turn
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="rlog-storage")
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         self._failure: BaseException | None = None
         self.full: DiskFull | None = None  # set while the disk has no space for our batches
         self._retry_timer: asyncio.TimerHandle | None = None
@@ -59,20 +67,32 @@ class Journal:
         self.on_full_changed: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal")
+        self._loop = asyncio.get_running_loop()
+        self._kick()
 
     async def persist(self, batch: WriteBatch) -> None:
         """Return once `batch` is durable."""
+        await self.submit(batch)
+
+    def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
+        """Queue `batch` to be written now; the future is done once it is durable. Raises
+        at once if the disk is full or broken (a full disk keeps the batch for later)."""
         if self._failure is not None:
             raise self._failure
         if self.full is not None:
             # Kept and written once space returns; the caller is told now (nothing acked).
             self._pending.append((batch, None))
             raise self.full
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._pending.append((batch, future))
-        self._wakeup.set()
-        await future
+        self._due = True
+        if not self._kick_soon:
+            # At the end of this loop turn, not now: batches queued in the same turn (writes
+            # that arrived together) share the write and its sync.
+            self._kick_soon = True
+            loop.call_soon(self._kick)
+        return future
 
     def persist_nowait(self, batch: WriteBatch) -> None:
         self._pending.append((batch, None))
@@ -84,31 +104,72 @@ class Journal:
     def _lazy_flush(self) -> None:
         self._lazy_timer = None
         if self._pending and self.full is None:  # a full disk is retried on its own timer
-            self._wakeup.set()
+            self._due = True
+            self._kick()
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._pending:
-                continue
-            group, self._pending = self._pending, []
-            merged = WriteBatch(sync=False)
-            for batch, _ in group:
-                merged.merge(batch)
-            started = time.perf_counter()
+    def _kick(self) -> None:
+        """Hand the pending batches, merged, to the storage thread if it is free and they
+        are due. Called on the event loop by whoever made them due (a durable batch: at the
+        end of its loop turn), with no task woken in between: each hop through the loop is
+        a share of a serial append's time."""
+        self._kick_soon = False
+        if self._writing or not self._due or self._loop is None or self._closed:
+            return
+        self._due = False
+        if not self._pending:
+            return
+        group, self._pending = self._pending, []
+        merged = WriteBatch(sync=False)
+        for batch, _ in group:
+            merged.merge(batch)
+        self._writing = True
+        self._submit(group, merged, time.perf_counter(), set())
+
+    def _submit(
+        self,
+        group: list[tuple[WriteBatch, asyncio.Future[None] | None]],
+        merged: WriteBatch,
+        started: float,
+        dropped: set[int],
+    ) -> None:
+        loop = self._loop
+        assert loop is not None
+        apply = self.storage.apply  # looked up per write (tests slow the disk down by it)
+
+        def write() -> None:
             try:
-                await self._apply(loop, merged)
-            except DiskFull as exc:
-                self._on_full(exc, group)
-                continue
-            except Exception as exc:  # a failing disk: fail every waiter, keep failing
-                self._failure = exc
-                for _, future in group:
-                    if future is not None and not future.done():
-                        future.set_exception(exc)
-                continue
+                apply(merged)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(self._written, group, merged, started, dropped, exc)
+            else:
+                loop.call_soon_threadsafe(self._written, group, merged, started, dropped, None)
+
+        self._executor.submit(write)
+
+    def _written(
+        self,
+        group: list[tuple[WriteBatch, asyncio.Future[None] | None]],
+        merged: WriteBatch,
+        started: float,
+        dropped: set[int],
+        error: BaseException | None,
+    ) -> None:
+        """Back on the loop from the storage thread: answer the group's waiters, then write
+        whatever became due meanwhile."""
+        if isinstance(error, CorruptRecord) and self._repair(error, merged, dropped):
+            # The group again, with the repair of the corrupt record in its way (at most once
+            # per record: a record still corrupt after its drop is a broken disk).
+            self._submit(group, merged, started, dropped)
+            return
+        self._writing = False
+        if isinstance(error, DiskFull):
+            self._on_full(error, group)
+        elif error is not None:  # a failing disk: fail every waiter, keep failing
+            self._failure = error
+            for _, future in group:
+                if future is not None and not future.done():
+                    future.set_exception(error)
+        else:
             if self.full is not None:
                 self.full = None
                 if self.on_full_changed is not None:
@@ -118,23 +179,19 @@ class Journal:
                 self.core.persisted(batch)
                 if future is not None and not future.done():
                     future.set_result(None)
+        self._kick()
 
-    async def _apply(self, loop: asyncio.AbstractEventLoop, merged: WriteBatch) -> None:
-        """Write the merged batch; a corrupt record in its way is repaired in the same write
-        (at most once per record: a record still corrupt after its drop is a broken disk)."""
-        dropped: set[int] = set()
-        while True:
-            try:
-                await loop.run_in_executor(self._executor, self.storage.apply, merged)
-                return
-            except CorruptRecord as exc:
-                if self.on_corrupt is None or exc.key in dropped:
-                    raise
-                dropped.add(exc.key)
-                repair = self.on_corrupt(exc)
-                merged.merge(repair)
-                if repair.metadata is not None:
-                    self._restamp(repair.metadata)
+    def _repair(self, exc: CorruptRecord, merged: WriteBatch, dropped: set[int]) -> bool:
+        """Merge the batch that repairs a corrupt record into the group; False if it
+        cannot be repaired (no repairer, or this record was dropped once already)."""
+        if self.on_corrupt is None or exc.key in dropped:
+            return False
+        dropped.add(exc.key)
+        repair = self.on_corrupt(exc)
+        merged.merge(repair)
+        if repair.metadata is not None:
+            self._restamp(repair.metadata)
+        return True
 
     def _restamp(self, repaired: pb.Metadata) -> None:
         """Batches queued behind the repair were made before it: their metadata copies must
@@ -163,17 +220,22 @@ class Journal:
 
     def _retry(self) -> None:
         self._retry_timer = None
-        self._wakeup.set()
+        self._due = True
+        self._kick()
 
     async def close(self) -> None:
         # Drain before closing (bounded by the disk); a full or broken disk keeps what it
         # could not write: unacknowledged or re-derivable, never needed.
-        while self._pending and self.full is None and self._failure is None:  # noqa: ASYNC110
+        while (self._pending or self._writing) and self.full is None and self._failure is None:
+            if self._pending and not self._writing:
+                self._due = True
+                self._kick()
             await asyncio.sleep(0.01)
+        self._closed = True
         if self._retry_timer is not None:
             self._retry_timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         self._executor.shutdown(wait=True)
 
 

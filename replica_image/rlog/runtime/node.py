@@ -482,6 +482,17 @@ class Node:
         return reply.response
 
     async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        response, durable = self.start_write(request)
+        if durable is not None:
+            await durable
+        return response
+
+    def start_write(
+        self, request: pb.WriteRequest
+    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]:
+        """A write's decision, taken now, and the future of its batch's durability (None:
+        nothing to store); the response may leave only once that future is done. Raises
+        what `handle_write` raises."""
         if request.HasField("learned"):
             self.handle_learned(request.learned)
         if self.journal.full is not None:
@@ -491,12 +502,11 @@ class Node:
         except CorruptRecord as exc:
             self.storage_fault_seen(exc)
             raise
-        if reply.persist is not None:
-            await self.journal.persist(reply.persist)
         assert isinstance(reply.response, pb.WriteResponse)
         if reply.response.verdict == pb.REJECT:
             self.metrics.rejects.labels("write").inc()
-        return reply.response
+        durable = self.journal.submit(reply.persist) if reply.persist is not None else None
+        return reply.response, durable
 
     def handle_learned(self, request: pb.LearnedRequest) -> None:
         if request.leader_address and request.leader != self.config.id:
@@ -569,13 +579,21 @@ class Node:
 
     def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
+        # Messages to this replica itself are posted last: after the writes to the peers
+        # (their answers are the longer way round of a serial append) and after the appends
+        # that are done are answered (their callers first; the leader's own learning of a
+        # chosen batch is no part of the answer).
+        own: list[Send] = []
         for output in self.coordinator.take():
             if isinstance(output, Send):
                 message = output.message
-                if output.to == self.config.id and isinstance(message, pb.WriteRequest):
-                    self.metrics.batch_entries.observe(
-                        len(message.actions) + sum(run_count(r) for r in message.runs)
-                    )
+                if output.to == self.config.id:
+                    if isinstance(message, pb.WriteRequest):
+                        self.metrics.batch_entries.observe(
+                            len(message.actions) + sum(run_count(r) for r in message.runs)
+                        )
+                    own.append(output)
+                    continue
                 self.peers.post(output)
             elif isinstance(output, SetTimer):
                 loop.call_later(output.delay, self._on_timer, output.round)
@@ -614,6 +632,8 @@ class Node:
                 else:
                     self.metrics.elections.labels("lost").inc()
                 log.info("not leading: %s", output.reason)
+        for send in own:
+            self.peers.post(send)
         self._update_metrics()
 
     def _on_timer(self, round_id: int) -> None:

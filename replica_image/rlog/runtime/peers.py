@@ -35,7 +35,12 @@ from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import fetch_answers
 from rlog.runtime.metrics import ReplicaMetrics
-from rlog.runtime.write_stream import StreamBroken, StreamUnimplemented, WriteStream
+from rlog.runtime.write_stream import (
+    StreamBroken,
+    StreamUnimplemented,
+    WriteStream,
+    with_learned,
+)
 from rlog.storage.base import StorageError
 
 log = logging.getLogger("rlog.node")
@@ -171,13 +176,54 @@ class Peers(Mapping[int, Peer]):
     def post(self, send: Send) -> None:
         """Send in the background; learned ranges for a peer wait for a write to ride on."""
         message = send.message
+        learned = None
         if send.to != self.config.id:
             if _piggybackable(message):
                 self._hold_learned(send.to, message)  # type: ignore[arg-type]
                 return
             if isinstance(message, pb.WriteRequest):
-                send = Send(send.to, self._attach_learned(send.to, message), send.round)
-        self._spawn(self.send(send))
+                learned = self._learned_for(send.to, message)
+                if self._stream_write(send, message, learned):
+                    return
+        self._spawn(self.send(send, learned))
+
+    def _stream_write(
+        self, send: Send, message: pb.WriteRequest, learned: pb.LearnedRequest | None
+    ) -> bool:
+        """Queue a write on the peer's stream now, its answer handled by a callback: no
+        task per write, whose first turn would come after the leader's own write (a serial
+        append waits for a follower's answer). False: the peer gets unary writes for now."""
+        if time.monotonic() < self._unary_until.get(send.to, 0.0):
+            return False
+        encoded = self._encode(message)
+        if learned is not None:
+            encoded = with_learned(encoded, learned)
+        future = self._streams[send.to].start(encoded, self.config.append_timeout)
+        future.add_done_callback(lambda f: self._stream_written(send, learned, f))
+        return True
+
+    def _stream_written(
+        self,
+        send: Send,
+        learned: pb.LearnedRequest | None,
+        future: asyncio.Future[pb.WriteResponse],
+    ) -> None:
+        if self._stopped or future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            if send.round:
+                self._on_reply(send, future.result())
+        elif isinstance(error, StreamUnimplemented):
+            # Nothing of the stream reached a handler: this write goes unary instead.
+            log.info("replica %d has no WriteStream: unary writes to it", send.to)
+            self._unary_until[send.to] = time.monotonic() + UNARY_FALLBACK
+            self._spawn(self.send(send, learned))
+        elif isinstance(error, TimeoutError | grpc.aio.AioRpcError | StreamBroken):
+            self._failed(send)
+        else:
+            log.error("sending WriteRequest to replica %d failed", send.to, exc_info=error)
+            self._failed(send)
 
     def broadcast_learned(self, message: pb.LearnedRequest) -> None:
         """Learn `message` here, then tell every peer (one way, in the background)."""
@@ -200,16 +246,15 @@ class Peers(Mapping[int, Peer]):
             asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
         held.ranges.extend(message.ranges)
 
-    def _attach_learned(self, peer: int, write: pb.WriteRequest) -> pb.WriteRequest:
+    def _learned_for(self, peer: int, write: pb.WriteRequest) -> pb.LearnedRequest | None:
+        """The learned ranges held for `peer` that ride on this write (`WriteRequest.learned`,
+        set when the write is sent), if any; ranges of another proposal go on their own."""
         held = self._held_learned.pop(peer, None)
-        if held is None or held.proposal != write.proposal:
+        if held is None or held.proposal != write.proposal or write.HasField("learned"):
             if held is not None:
                 self._spawn(self.send(Send(peer, held)))
-            return write
-        copy = pb.WriteRequest()
-        copy.CopyFrom(write)
-        copy.learned.CopyFrom(held)
-        return copy
+            return None
+        return held
 
     def _flush_learned(self, peer: int) -> None:
         held = self._held_learned.pop(peer, None)
@@ -230,13 +275,15 @@ class Peers(Mapping[int, Peer]):
         except (TimeoutError, grpc.aio.AioRpcError):
             return None
 
-    async def send(self, send: Send) -> None:
+    async def send(self, send: Send, learned: pb.LearnedRequest | None = None) -> None:
+        """Send one message (a write with `learned` riding on it) and hand the round the
+        answer or the failure."""
         message = send.message
         try:
             if send.to == self.config.id:
                 response = await self._local(message)
             else:
-                response = await self._remote(self._peers[send.to], message)
+                response = await self._remote(self._peers[send.to], message, learned)
         except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken, StorageError):
             # StorageError: this replica's own disk (full, or a corrupt record the node is
             # repairing) failed the local half of the round.
@@ -265,24 +312,38 @@ class Peers(Mapping[int, Peer]):
         self._local_replica.learned(message)
         return None
 
-    async def _remote(self, peer: Peer, message: Message) -> Response | None:
+    async def _remote(
+        self, peer: Peer, message: Message, learned: pb.LearnedRequest | None
+    ) -> Response | None:
         if isinstance(message, pb.PromiseRequest):
             return await peer.replica.Promise(message, timeout=self._promise_timeout)
         if isinstance(message, pb.WriteRequest):
-            return await self._write(peer, message)
+            return await self._write(peer, message, learned)
         await peer.replica.Learned(message, timeout=max(1.0, self.config.election_timeout))
         return None
 
-    async def _write(self, peer: Peer, message: pb.WriteRequest) -> pb.WriteResponse:
-        """A write to a peer: on its stream, or unary if the peer has no WriteStream."""
+    async def _write(
+        self, peer: Peer, message: pb.WriteRequest, learned: pb.LearnedRequest | None
+    ) -> pb.WriteResponse:
+        """A write to a peer: on its stream, or unary if the peer has no WriteStream.
+        `learned` rides on it as `WriteRequest.learned` (unset in the shared message): on the
+        stream its encoding is appended to the write's, which every peer shares."""
         timeout = self.config.append_timeout
         if time.monotonic() >= self._unary_until.get(peer.id, 0.0):
+            encoded = self._encode(message)
+            if learned is not None:
+                encoded = with_learned(encoded, learned)
             try:
-                return await self._streams[peer.id].write(self._encode(message), timeout)
+                return await self._streams[peer.id].write(encoded, timeout)
             except StreamUnimplemented:
                 # Nothing of the stream reached a handler: this write goes unary instead.
                 log.info("replica %d has no WriteStream: unary writes to it", peer.id)
                 self._unary_until[peer.id] = time.monotonic() + UNARY_FALLBACK
+        if learned is not None:
+            copy = pb.WriteRequest()
+            copy.CopyFrom(message)
+            copy.learned.CopyFrom(learned)
+            message = copy
         response: pb.WriteResponse = await peer.replica.Write(message, timeout=timeout)
         return response
 

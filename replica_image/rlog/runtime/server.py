@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from rlog import event_loop
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.packed import PackedError, pack
@@ -77,32 +78,43 @@ class ReplicaService(pbg.ReplicaServicer):
         they complete. A write that raises ends the stream with that error: the leader
         counts every write still pending on it as failed."""
         responses: asyncio.Queue[pb.WriteResponse | BaseException | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
+        # Writes whose batch is being made durable: the future -> its answer (with the id).
+        pending: dict[asyncio.Future[None], pb.WriteResponse] = {}
+        drained = asyncio.Event()
         loop = asyncio.get_running_loop()
 
-        async def one(request: pb.WriteRequest) -> None:
-            try:
-                response = await self.node.handle_write(request)
-            except Exception as exc:
-                responses.put_nowait(exc)
-                return
-            responses.put_nowait(
-                pb.WriteResponse(
-                    verdict=response.verdict,
-                    proposal=response.proposal,
-                    status=response.status,
-                    id=request.id,
-                )
-            )
+        def durable(future: asyncio.Future[None]) -> None:
+            response = pending.pop(future)
+            if not future.cancelled():
+                error = future.exception()
+                responses.put_nowait(response if error is None else error)
+            if not pending:
+                drained.set()
 
         async def read_all() -> None:
             async for request in requests:
                 self._stream_writes.inc()
-                task = loop.create_task(one(request))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            while pending:
-                await asyncio.wait(set(pending))
+                # Decided here and now, in arrival order, its batch queued for the journal:
+                # no task per write (a loop turn each on a serial append's path).
+                try:
+                    decided, future = self.node.start_write(request)
+                except Exception as exc:
+                    responses.put_nowait(exc)
+                    continue
+                response = pb.WriteResponse(
+                    verdict=decided.verdict,
+                    proposal=decided.proposal,
+                    status=decided.status,
+                    id=request.id,
+                )
+                if future is None:
+                    responses.put_nowait(response)
+                else:
+                    drained.clear()
+                    pending[future] = response
+                    future.add_done_callback(durable)
+            if pending:
+                await drained.wait()
             responses.put_nowait(None)
 
         reader = loop.create_task(read_all())
@@ -113,8 +125,6 @@ class ReplicaService(pbg.ReplicaServicer):
                 yield response
         finally:
             reader.cancel()
-            for task in pending:
-                task.cancel()
 
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
@@ -542,4 +552,4 @@ def serve(config: ReplicaConfig) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(_serve(config))
+    event_loop.run(_serve(config))

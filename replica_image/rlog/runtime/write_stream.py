@@ -15,9 +15,9 @@ group commits finish them.
   `StreamUnimplemented` for the caller to send as unary `Write`s instead.
 
 Requests are serialized once here, by the caller, and handed to gRPC as bytes: the leader
-sends the same `WriteRequest` to every peer, and the id is appended to the encoding (a
-protobuf field appended to a message's encoding is merged into it), so the shared message
-is never copied nor mutated.
+sends the same `WriteRequest` to every peer, and the id (and the learned ranges riding on a
+write to one peer) is appended to the encoding (a protobuf field appended to a message's
+encoding is merged into it), so the shared message is never copied nor mutated.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from rlog.runtime.protowire import varint
 
 WRITE_STREAM_METHOD = "/rlog.v1.Replica/WriteStream"
 _ID_TAG = b"\x38"  # WriteRequest.id: field 7, varint
+_LEARNED_TAG = b"\x2a"  # WriteRequest.learned: field 5, length-delimited
 
 
 class StreamUnimplemented(Exception):
@@ -47,6 +48,13 @@ class StreamBroken(Exception):
 def with_id(encoded: bytes, request_id: int) -> bytes:
     """The encoding of a WriteRequest (`encoded`, without an id) with `id` set."""
     return encoded + _ID_TAG + varint(request_id)
+
+
+def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
+    """The encoding of a WriteRequest (`encoded`, without `learned`) with `learned` set:
+    a message field appended to an encoding that lacks it parses as that field set."""
+    body = learned.SerializeToString()
+    return encoded + _LEARNED_TAG + varint(len(body)) + body
 
 
 def _stream_error(exc: Exception) -> Exception:
@@ -153,20 +161,28 @@ class WriteStream:
         """Send one encoded WriteRequest (no id) and wait for its response. Raises
         TimeoutError, grpc.aio.AioRpcError or StreamBroken if it failed (the stream broke),
         StreamUnimplemented if the peer has no WriteStream."""
+        return await self.start(encoded, time_limit)
+
+    def start(self, encoded: bytes, time_limit: float) -> asyncio.Future[pb.WriteResponse]:
+        """Queue one encoded WriteRequest (no id) now; its response, or the error `write`
+        would raise, in the future returned (for a caller that is not a task of its own)."""
         session = self._session
         if session is None or session.ended:
             session = self._session = _Session(self._open_call(None), self._ended)
             self._on_open()
         request_id = next(self._ids)
-        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.WriteResponse] = loop.create_future()
         session.pending[request_id] = future
         session.outgoing.put_nowait((request_id, with_id(encoded, request_id)))
-        timer = asyncio.get_running_loop().call_later(time_limit, _expire, future, time_limit)
-        try:
-            return await future
-        finally:
+        timer = loop.call_later(time_limit, _expire, future, time_limit)
+
+        def settled(_: asyncio.Future[pb.WriteResponse]) -> None:
             timer.cancel()
             session.pending.pop(request_id, None)
+
+        future.add_done_callback(settled)
+        return future
 
     def _ended(self, session: _Session) -> None:
         if self._session is session:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
+from rlog import event_loop
 from rlog.client import AsyncClient, Credentials
 from rlog.client.errors import RlogError
 from rlog.state.image import Update, Variable
@@ -31,7 +32,7 @@ class State:
         credentials: Credentials | None = None,
         **options: Any,
     ) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = event_loop.new_event_loop()  # uvloop if installed (rlog.event_loop)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rlog-state", daemon=True
         )

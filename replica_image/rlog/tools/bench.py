@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from rlog import event_loop
 from rlog.client import AsyncClient
 from rlog.config import ConfigError
 
@@ -263,9 +264,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stale needs --read N")
     if args.trace:
         with open(args.trace, "w") as trace:
-            result = asyncio.run(_run(args, trace))
+            result = event_loop.run(_run(args, trace))
     else:
-        result = asyncio.run(_run(args, None))
+        result = event_loop.run(_run(args, None))
     if args.json:
         print(json.dumps(result))
     else:
