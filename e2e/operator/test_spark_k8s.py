@@ -133,6 +133,9 @@ def _submit(log: Log, app: str, *args: str) -> subprocess.Popen:
         "IMAGE": IMAGE,
         "EXECUTORS": "2",
         "SPARK_SUBMIT": os.path.join(os.path.dirname(sys.executable), "spark-submit"),
+        # pip's spark-submit finds its Spark home with the `python3` on the PATH: this venv's
+        # (the system's has no pyspark: spark-submit then exits 127, "/bin/spark-class")
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
     }
     return subprocess.Popen(
         [os.path.join(EXAMPLES, "spark-submit.sh"), NAME, *args],
