@@ -24,7 +24,7 @@ fi
 parts=$("$KIND_HERE/parts.sh")
 # shellcheck disable=SC1091
 source "$parts/images.env"
-h=$( { echo "base=$KIND_BASE_REV parts=$(basename "$parts")"; sha256sum "$0" "$KIND_HERE"/node/*; } |
+h=$( { echo "base=$KIND_BASE_REV parts=$(basename "$parts")"; sha256sum "$0" "$KIND_HERE"/node/* | cut -d' ' -f1; } |
   sha256sum | cut -c1-12)
 IMAGE=rlog.local/kind-node:$K8S_VERSION-$h
 if "${D[@]}" image inspect "$IMAGE" >/dev/null 2>&1; then
@@ -60,10 +60,12 @@ cid=$("${D[@]}" run -d --entrypoint sleep "$KIND_BASE_IMAGE" infinity)
   systemctl enable containerd.service kubelet.service >/dev/null 2>&1
   containerd --config /etc/containerd/config.toml >/tmp/containerd.log 2>&1 &
   for _ in $(seq 60); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-  for f in /kind/images/*.tar; do
-    ctr -n k8s.io images import --no-unpack --label io.cri-containerd.pinned=pinned "$f" >/dev/null
+  for f in /kind/images/*.tar; do ctr -n k8s.io images import --no-unpack "$f" >/dev/null; done
+  # pinned: the kubelet never garbage-collects them (they cannot be pulled again)
+  for i in $(ctr -n k8s.io images ls -q | grep -v "^sha256:"); do
+    ctr -n k8s.io images label "$i" io.cri-containerd.pinned=pinned >/dev/null
+    echo "$i"
   done
-  ctr -n k8s.io images ls -q | grep -v "^sha256:" | sort
   kill %1; wait || true
   rm -rf /kind/images /tmp/containerd.log' | sed 's/^/  preloaded: /' >&2
 "${D[@]}" commit "$cid" "$IMAGE-assembled" >/dev/null

@@ -37,7 +37,7 @@ copy_with_libs() { # ROOTFS FILE...
 
 h=$( { echo "rev=$PARTS_REV k8s=$K8S_VERSION etcd=$ETCD_VERSION coredns=$COREDNS_VERSION lpp=$LPP_VERSION"
   sha256sum "$0" "${need[@]}" "$XT"/*.so; libs_of "$MULTI" "$CONNTRACK" "$XT"/*.so | xargs sha256sum
-} | sha256sum | cut -c1-16)
+} | cut -d' ' -f1 | sha256sum | cut -c1-16)   # contents only, not the paths they were named by
 out=$KIND_PARTS/$h
 if [[ -f $out/done ]]; then log "kind node parts: cached ($h)"; echo "$out"; exit 0; fi
 t=$SECONDS; rm -rf "$out"; mkdir -p "$out"
