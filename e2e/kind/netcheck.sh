@@ -2,7 +2,8 @@
 # The host's netfilter and routing state, to show that the private dockerd and the kind
 # nodes leave it alone:
 #   netcheck.sh save NAME     write it to $KIND_CACHE/netcheck/NAME
-#   netcheck.sh diff A B      exit 1 (and show the difference) if A and B differ
+#   netcheck.sh diff A B      exit 1 (and show the difference) if A and B differ, or if B has
+#                             Docker chains or rules naming the kind network
 # Saved: iptables-save, ip6tables-save, `nft list ruleset` (packet counters removed), the
 # ip_forward and bridge netfilter sysctls, and the main routing table and policy rules
 # (without the kind bridge's own connected route).
@@ -34,6 +35,14 @@ case ${1:-} in
       diff -u "$D/${2:?a}/$f" "$D/${3:?b}/$f" || rc=1
     done
     if ((rc)); then log "netcheck: $2 and $3 DIFFER"; else log "netcheck: $2 and $3 identical (iptables, ip6tables, nft, sysctls, routes)"; fi
+    # Whatever else changed (a running local cluster's kube-proxy rewrites its own chains),
+    # nothing of Docker or of the kind network may be in the host's rules.
+    if grep -E -e 'DOCKER' -e "${KIND_NET_SUBNET%.*}\." -e "$KIND_NET_BRIDGE" "$D/$3/iptables" "$D/$3/nft"; then
+      log "netcheck: $3 has Docker or kind rules"; rc=1
+    else log "netcheck: $3 has no Docker chains and no rule naming $KIND_NET_SUBNET or $KIND_NET_BRIDGE"; fi
+    for s in "$2" "$3"; do log "netcheck: $s: $(grep -E '^:(FORWARD|INPUT|OUTPUT) ' "$D/$s/iptables" | head -3 | tr '\n' ' ')"; done
     exit $rc ;;
+  check) # NAME: only the Docker/kind test on one saved state
+    ! grep -E -e 'DOCKER' -e "${KIND_NET_SUBNET%.*}\." -e "$KIND_NET_BRIDGE" "$D/${2:?name}/iptables" "$D/$2/nft" ;;
   *) die "usage: netcheck.sh save NAME | diff A B" ;;
 esac
