@@ -52,7 +52,9 @@ done
 printf 'etcd %s\ncoredns %s\n' "$ETCD_TAG" "$COREDNS_TAG" > "$R/kind/image-tags"
 cp "$parts"/*.tar "$R/kind/images/"
 
-cid=$("${D[@]}" run -d --entrypoint sleep "$KIND_BASE_IMAGE" infinity)
+# (dockerd --ip-forward=false makes `docker run` warn that networking will not work; this
+# container needs none)
+cid=$("${D[@]}" run -d --network none --entrypoint sleep "$KIND_BASE_IMAGE" infinity)
 "${D[@]}" cp "$R/." "$cid:/"
 "${D[@]}" exec "$cid" bash -euc '
   chown -R root:root /usr/bin/kube* /usr/local/bin/entrypoint /kind /etc/containerd /etc/systemd/system/kubelet.service
@@ -73,7 +75,8 @@ cid=$("${D[@]}" run -d --entrypoint sleep "$KIND_BASE_IMAGE" infinity)
 printf '%s\n' "FROM $IMAGE-assembled" 'STOPSIGNAL SIGRTMIN+3' 'ENV container=docker' \
   'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' 'CMD []' > "$ctx/Dockerfile"
 mkdir -p "$ctx/empty"
-DOCKER_BUILDKIT=0 "${D[@]}" build -q -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx/empty" >/dev/null
+DOCKER_BUILDKIT=0 "${D[@]}" build -q -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx/empty" > "$KIND_LOGS/node-build.log" 2>&1 ||
+  die "node image build failed: $(tail -5 "$KIND_LOGS/node-build.log")"
 "${D[@]}" rmi "$IMAGE-assembled" >/dev/null
 log "kind node image $IMAGE: built in $((SECONDS - t))s"
 echo "$IMAGE"

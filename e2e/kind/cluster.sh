@@ -31,7 +31,7 @@ create() {
       # our node image carries the local cluster's etcd and CoreDNS versions, not the ones
       # kubeadm would pick; /kind/image-tags in the image names them
       local tags etcd coredns
-      tags=$(DOCKER_HOST=$DH docker run --rm --entrypoint cat "$image" /kind/image-tags)
+      tags=$(DOCKER_HOST=$DH docker run --rm --network none --entrypoint cat "$image" /kind/image-tags)
       etcd=$(awk '$1 == "etcd" {print $2}' <<<"$tags"); coredns=$(awk '$1 == "coredns" {print $2}' <<<"$tags")
       echo "kubeadmConfigPatches:"
       echo "  - |"
