@@ -7,6 +7,8 @@
 source "$(dirname "$0")/lib.sh"
 
 CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# kubeadm only for the kind node image (e2e/kind/), whose nodes run `kubeadm init`
+[[ ${K8S_WITH_KUBEADM:-0} == 1 ]] && CMDS+=(kubeadm)
 out=$K8S_BIN
 missing=()
 for c in "${CMDS[@]}"; do [[ -x $out/$c ]] || missing+=("$c"); done
@@ -17,7 +19,7 @@ staging=v0.${K8S_VERSION#v1.}         # v1.34.4 -> v0.34.4
 work=$CACHE/build/kubernetes-$K8S_VERSION
 mkdir -p "$work" "$out"
 cd "$work" || exit 1
-if [[ ! -f go.mod ]] || ! grep -q "k8s.io/kubernetes $K8S_VERSION" go.mod; then
+if [[ ! -f go.mod ]] || ! grep -q "k8s.io/kubernetes $K8S_VERSION" go.mod || ! grep -q cmd/kubeadm tools.go; then
   log "kubernetes $K8S_VERSION: preparing wrapper module"
   rm -f go.mod go.sum
   go mod init rlog.local/k8sbuild >/dev/null 2>&1
@@ -41,6 +43,7 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
@@ -51,6 +54,7 @@ GO
   go get "k8s.io/kubernetes@$K8S_VERSION" >/dev/null 2>&1 || true
   go mod tidy -e >/dev/null 2>&1 || true
   go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kubeadm@$K8S_VERSION" \
     > "$LOGS/kubernetes-get.log" 2>&1 || { tail -20 "$LOGS/kubernetes-get.log" >&2; die "go get failed"; }
 fi
 
