@@ -39,6 +39,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "replica_image"))
 
+from machine import load, replica_cpu_seconds  # noqa: E402
+
 from rlog.tools.dev import DevCluster  # noqa: E402
 
 
@@ -57,22 +59,6 @@ def mode_args(mode: str, count: int, seconds: float) -> list[str]:
     if mode == "batched":
         return [*concurrent, "--concurrency", "8", "--batch", "64"]
     raise SystemExit(f"unknown mode {mode}")
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def replica_cpu_seconds(cluster: DevCluster) -> float:
-    """User + system CPU time of the replica processes so far (every thread), from /proc:
-    steadier than rates on a shared machine."""
-    total = 0
-    for i in range(cluster.replicas):
-        pid = cluster.pid(i)
-        if pid is not None:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def side_env(settings: list[str], tree: Path) -> dict[str, str]:

@@ -34,6 +34,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "replica_image"))
 
+from machine import replica_cpu_seconds  # noqa: E402
+
 from rlog.tools.dev import DevCluster  # noqa: E402
 
 MODES: dict[str, tuple[str, list[str]]] = {
@@ -45,17 +47,6 @@ MODES: dict[str, tuple[str, list[str]]] = {
     "append-serial": ("leader", ["--count", "1000", "--warmup", "20"]),
     "append-64": ("leader", ["--mode", "concurrent", "--concurrency", "64"]),
 }
-
-
-def replica_cpu_seconds(cluster: DevCluster) -> float:
-    """User + system CPU time of the replica processes so far (every thread)."""
-    total = 0
-    for i in range(cluster.replicas):
-        pid = cluster.pid(i)
-        if pid is not None:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_root(root: str, modes: list[str], seconds: float, work: Path) -> dict[str, Any]:
