@@ -74,21 +74,6 @@ base_images() {
   kube_router_image
 }
 
-# The shared libraries ldd names for some host binaries (paths, one a line).
-libs_of() { { ldd "$@" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u; }
-
-# Copy host binaries into a rootfs with their shared libraries.
-copy_with_libs() { # ROOTFS FILE...
-  local r=$1 f lib; shift
-  for f in "$@"; do
-    mkdir -p "$r$(dirname "$f")"; cp -L "$f" "$r$f"
-    for lib in $(libs_of "$f"); do
-      [[ -e $r$lib ]] && continue
-      mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"
-    done
-  done
-}
-
 # kube-router (firewall only, e2e/cluster/manifests/kube-router.yaml): our static build plus
 # the host's iptables-nft and ipset, which it runs as commands. The host's own iptables is
 # nft-based as well, so the agent's rules and kube-proxy's land in the same tables.

@@ -50,3 +50,18 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# The shared libraries ldd names for some host binaries (paths, one a line).
+libs_of() { { ldd "$@" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u; }
+
+# Copy host binaries into a rootfs with their shared libraries.
+copy_with_libs() { # ROOTFS FILE...
+  local r=$1 f lib; shift
+  for f in "$@"; do
+    mkdir -p "$r$(dirname "$f")"; cp -L "$f" "$r$f"
+    for lib in $(libs_of "$f"); do
+      [[ -e $r$lib ]] && continue
+      mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"
+    done
+  done
+}

@@ -24,17 +24,6 @@ for f in "${need[@]}"; do
   [[ -x $f ]] || die "$f missing: run K8S_WITH_KUBEADM=1 e2e/cluster/build-k8s.sh and e2e/cluster/build-tools.sh (iptables, conntrack, busybox-static from Debian)"
 done
 
-libs_of() { { ldd "$@" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u; }
-copy_with_libs() { # ROOTFS FILE...
-  local r=$1 f lib; shift
-  for f in "$@"; do
-    mkdir -p "$r$(dirname "$f")"; cp -L "$f" "$r$f"
-    for lib in $(libs_of "$f"); do
-      [[ -e $r$lib ]] || { mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"; }
-    done
-  done
-}
-
 h=$( { echo "rev=$PARTS_REV k8s=$K8S_VERSION etcd=$ETCD_VERSION coredns=$COREDNS_VERSION lpp=$LPP_VERSION"
   sha256sum "$0" "${need[@]}" "$XT"/*.so; libs_of "$MULTI" "$CONNTRACK" "$XT"/*.so | xargs sha256sum
 } | cut -d' ' -f1 | sha256sum | cut -c1-16)   # contents only, not the paths they were named by
