@@ -78,5 +78,9 @@ mkdir -p "$ctx/empty"
 DOCKER_BUILDKIT=0 "${D[@]}" build -q -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx/empty" > "$KIND_LOGS/node-build.log" 2>&1 ||
   die "node image build failed: $(tail -5 "$KIND_LOGS/node-build.log")"
 "${D[@]}" rmi "$IMAGE-assembled" >/dev/null
+# keep the newest node image only (one in use by a node container stays, rmi refuses it)
+for old in $("${D[@]}" images --format '{{.Repository}}:{{.Tag}}' rlog.local/kind-node); do
+  [[ $old == "$IMAGE" ]] || "${D[@]}" rmi "$old" >/dev/null 2>&1 || true
+done
 log "kind node image $IMAGE: built in $((SECONDS - t))s"
 echo "$IMAGE"
