@@ -195,9 +195,7 @@ class Peers(Mapping[int, Peer]):
         append waits for a follower's answer). False: the peer gets unary writes for now."""
         if time.monotonic() < self._unary_until.get(send.to, 0.0):
             return False
-        encoded = self._encode(message)
-        if learned is not None:
-            encoded = with_learned(encoded, learned)
+        encoded = self._encode(message, learned)
         future = self._streams[send.to].start(encoded, self.config.append_timeout)
         future.add_done_callback(lambda f: self._stream_written(send, learned, f))
         return True
@@ -330,9 +328,7 @@ class Peers(Mapping[int, Peer]):
         stream its encoding is appended to the write's, which every peer shares."""
         timeout = self.config.append_timeout
         if time.monotonic() >= self._unary_until.get(peer.id, 0.0):
-            encoded = self._encode(message)
-            if learned is not None:
-                encoded = with_learned(encoded, learned)
+            encoded = self._encode(message, learned)
             try:
                 return await self._streams[peer.id].write(encoded, timeout)
             except StreamUnimplemented:
@@ -347,12 +343,14 @@ class Peers(Mapping[int, Peer]):
         response: pb.WriteResponse = await peer.replica.Write(message, timeout=timeout)
         return response
 
-    def _encode(self, message: pb.WriteRequest) -> bytes:
+    def _encode(self, message: pb.WriteRequest, learned: pb.LearnedRequest | None) -> bytes:
+        """The write's encoding, made once for every peer it goes to, with the learned
+        ranges riding to this peer appended."""
         last, encoded = self._encoded
         if message is not last:
             encoded = message.SerializeToString()
             self._encoded = (message, encoded)
-        return encoded
+        return encoded if learned is None else with_learned(encoded, learned)
 
     # ---- Fetch -------------------------------------------------------------------------
 
