@@ -80,7 +80,6 @@ class ReplicaService(pbg.ReplicaServicer):
         responses: asyncio.Queue[pb.WriteResponse | BaseException | None] = asyncio.Queue()
         # Writes whose batch is being made durable: the future -> its answer (with the id).
         pending: dict[asyncio.Future[None], pb.WriteResponse] = {}
-        drained = asyncio.Event()
         loop = asyncio.get_running_loop()
 
         def durable(future: asyncio.Future[None]) -> None:
@@ -88,8 +87,6 @@ class ReplicaService(pbg.ReplicaServicer):
             if not future.cancelled():
                 error = future.exception()
                 responses.put_nowait(response if error is None else error)
-            if not pending:
-                drained.set()
 
         async def read_all() -> None:
             async for request in requests:
@@ -110,11 +107,12 @@ class ReplicaService(pbg.ReplicaServicer):
                 if future is None:
                     responses.put_nowait(response)
                 else:
-                    drained.clear()
                     pending[future] = response
                     future.add_done_callback(durable)
             if pending:
-                await drained.wait()
+                # each future's `durable` callback was added before asyncio.wait's own, so
+                # every answer is queued before the end of the stream is
+                await asyncio.wait(list(pending))
             responses.put_nowait(None)
 
         reader = loop.create_task(read_all())
