@@ -134,6 +134,11 @@ def _api_for(kind: str) -> tuple[Any, str]:
     raise kopf.PermanentError(f"the operator cannot apply a {kind}")
 
 
+def _desired(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every object the log owns, in the order to create it (the policy first)."""
+    return [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
+
+
 def _apply_one(obj: Mapping[str, Any]) -> str:
     """Create `obj`, or patch it if it exists; returns "created" or "patched"."""
     api, suffix = _api_for(obj["kind"])
@@ -293,7 +298,7 @@ async def reconcile(
         patch.status["paused"] = True
         kopf.info(body, reason="Paused", message=f"{c.ANNOTATION_PAUSED}: nothing applied")
         return
-    objects = [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
+    objects = _desired(body)
     sts_name = specs.statefulset_name(body)
     namespace = specs.namespace_of(body)
     try:
@@ -747,7 +752,7 @@ async def _mend_children(
     key = (specs.namespace_of(body), specs.name_of(body))
     present = {child for name in _OWNED_INDEXES for child in indexes[name].get(key, [])}
     decision = children.decide(
-        [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)],
+        _desired(body),
         present,
         specs.uid_of(body),
         built=built,
