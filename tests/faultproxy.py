@@ -1,6 +1,7 @@
 """A fault-injecting TCP proxy on loopback: forwards connections to a target and cuts them at
 random (each forwarded chunk may close both sides), or all at once on demand (`cut_all`), so
-messages in flight are lost on real sockets. Runs its own event loop in a thread."""
+messages in flight are lost on real sockets, or closes every new connection at once for a
+while (`refuse_for`). Runs its own event loop in a thread."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import random
 import socket
 import threading
+import time
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,6 +28,7 @@ class FaultProxy:
         self.host = host
         self.port = free_port(host)
         self.cuts = 0
+        self._refuse_until = 0.0  # time.monotonic(): new connections are closed before then
         self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -53,6 +56,11 @@ class FaultProxy:
 
         return asyncio.run_coroutine_threadsafe(_call(close_all), self._loop).result(10)
 
+    def refuse_for(self, seconds: float) -> None:
+        """Close every new connection as soon as it is accepted, for `seconds` from now (a
+        server that is up but whose connections die before gRPC's handshake)."""
+        self._refuse_until = time.monotonic() + seconds
+
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -69,6 +77,9 @@ class FaultProxy:
             server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if time.monotonic() < self._refuse_until:
+            writer.close()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:

@@ -484,7 +484,9 @@ async def _status_client(endpoint: str, credentials: Any) -> Any:
         return kept[1]
     if kept is not None:
         await kept[1].close()
-    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT, credentials=credentials)
+    # A probe reports what it sees now (the next tick asks again): no waiting for a
+    # replica that cannot be connected to.
+    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT, credentials=credentials, connect_wait=0)
     _STATUS_CLIENTS[endpoint] = (credentials, client)
     return client
 

@@ -85,6 +85,9 @@ DEFAULT_TIMEOUT = 30.0
 # Longer than the server's append timeout plus forwarding, so the server's own verdict
 # (DEADLINE_EXCEEDED with its message, or ABORTED) normally arrives first.
 DEFAULT_APPEND_TIMEOUT = 60.0
+# How long a call waits for some endpoint to accept a connection when none could be
+# connected to: twice gRPC's longest reconnect back-off here (rlog.client.wire).
+DEFAULT_CONNECT_WAIT = 2.0
 
 Value = bytes | bytearray | memoryview | str
 
@@ -369,6 +372,15 @@ class _AppendStream:
             await self._reader
 
 
+def _never_connected(exc: grpc.aio.AioRpcError) -> bool:
+    """Did this call fail because gRPC could make no connection (so no server saw it)?"""
+    return (
+        exc.code() == grpc.StatusCode.UNAVAILABLE
+        and ErrorDetails.from_metadata(exc.trailing_metadata()) is None
+        and is_connect_failure(exc.details() or "")
+    )
+
+
 def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
     """May this failed call be sent to another endpoint?"""
     code = exc.code()
@@ -554,7 +566,9 @@ class AsyncClient:
     one `AppendStream` call per endpoint (cheaper per append for many concurrent writers);
     every append still gets its own result, and the same errors. `last_appended` is the
     highest position this client's appends were given (0: none yet): a stale read with
-    `min_position=last_appended` sees them (read-your-writes).
+    `min_position=last_appended` sees them (read-your-writes). `connect_wait`: when no
+    endpoint can be connected to, how long a call waits for one to accept a connection
+    before it fails `Unavailable` (0: at once; a probe of one replica's state wants that).
     """
 
     def __init__(
@@ -568,6 +582,7 @@ class AsyncClient:
         stream: bool = False,
         exactly_once: bool = True,
         credentials: Credentials | None = None,
+        connect_wait: float = DEFAULT_CONNECT_WAIT,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
         self.credentials = credentials
@@ -583,6 +598,7 @@ class AsyncClient:
         self.timeout = timeout
         self.append_timeout = append_timeout
         self.read_timeout = read_timeout
+        self.connect_wait = connect_wait
         extra = list(channel_options)
         keys = {key for key, _ in extra}
         self._options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
@@ -620,22 +636,59 @@ class AsyncClient:
         mutating: bool,
         endpoint: str | None = None,
     ) -> T:
-        """Run a unary call, moving to the next endpoint only when that is safe."""
+        """Run a unary call, moving to the next endpoint only when that is safe; if no
+        endpoint could even be connected to, wait (up to `connect_wait`) for one to accept a
+        connection and go round once more."""
         order = self._order() if endpoint is None else [self._index_of(endpoint)]
-        errors: list[RlogError] = []
-        for index in order:
-            target = self._endpoint(index)
-            try:
-                result = await invoke(target)
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc, target.address, mutating)
-                if _safe_to_move_on(exc, mutating):
-                    errors.append(error)
-                    continue
-                raise error from None
-            self._current = index
-            return result
-        raise _all_failed(errors)
+        give_up_at: float | None = None
+        while True:
+            errors: list[RlogError] = []
+            unreached = True  # every endpoint failed before a connection was made
+            for index in order:
+                target = self._endpoint(index)
+                try:
+                    result = await invoke(target)
+                except grpc.aio.AioRpcError as exc:
+                    error = from_rpc_error(exc, target.address, mutating)
+                    if _safe_to_move_on(exc, mutating):
+                        errors.append(error)
+                        unreached = unreached and _never_connected(exc)
+                        continue
+                    raise error from None
+                self._current = index
+                return result
+            give_up_at = await self._wait_for_a_connection(order, unreached, give_up_at)
+            if give_up_at is None:
+                raise _all_failed(errors)
+
+    async def _wait_for_a_connection(
+        self, order: list[int], unreached: bool, give_up_at: float | None
+    ) -> float | None:
+        """After a round in which no endpoint could be connected to: wait until one of them
+        is connected, but not past `give_up_at` (set now to `connect_wait` from the first
+        such round). Returns the time to give up at, or None if the caller should fail now.
+
+        A replica that is up can still refuse for a moment: after a connection drops, gRPC
+        waits (up to the reconnect back-off, 1 s) before dialling again, and a call in that
+        window fails at once without trying. Failing the call then would make a client
+        whose every connection was just cut fail though every replica is up."""
+        if not unreached or self.connect_wait <= 0:
+            return None
+        loop = asyncio.get_running_loop()
+        if give_up_at is None:
+            give_up_at = loop.time() + self.connect_wait
+        left = give_up_at - loop.time()
+        if left <= 0:
+            return None
+        waits = [
+            asyncio.ensure_future(self._endpoint(index).channel.channel_ready()) for index in order
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return give_up_at if done else None
 
     def _index_of(self, endpoint: str) -> int:
         address = parse_address(endpoint, "endpoint")
@@ -820,20 +873,26 @@ class AsyncClient:
     async def _stream_append(
         self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
     ) -> Sequence[int]:
-        errors: list[RlogError] = []
-        for index in self._order():
-            stream = self._streams.get(index)
-            if stream is None or stream.broken:
-                stream = _AppendStream(self._endpoint(index), self._count_request)
-                self._streams[index] = stream
-            try:
-                positions = await stream.append(values, deadline_s, fields)
-            except _NotSent as not_sent:
-                errors.append(not_sent.error)
-                continue
-            self._current = index
-            return positions
-        raise _all_failed(errors)
+        order = self._order()
+        give_up_at: float | None = None
+        while True:
+            errors: list[RlogError] = []
+            for index in order:
+                stream = self._streams.get(index)
+                if stream is None or stream.broken:
+                    stream = _AppendStream(self._endpoint(index), self._count_request)
+                    self._streams[index] = stream
+                try:
+                    positions = await stream.append(values, deadline_s, fields)
+                except _NotSent as not_sent:
+                    errors.append(not_sent.error)
+                    continue
+                self._current = index
+                return positions
+            # Every stream failed to connect (nothing was sent): as in `_call`.
+            give_up_at = await self._wait_for_a_connection(order, True, give_up_at)
+            if give_up_at is None:
+                raise _all_failed(errors)
 
     async def append_one(self, value: Value) -> int:
         """Append one value; returns its position."""
@@ -1211,6 +1270,7 @@ class Client:
         stream: bool = False,
         exactly_once: bool = True,
         credentials: Credentials | None = None,
+        connect_wait: float = DEFAULT_CONNECT_WAIT,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -1221,6 +1281,7 @@ class Client:
             stream=stream,
             exactly_once=exactly_once,
             credentials=credentials,
+            connect_wait=connect_wait,
         )
         self._loop = event_loop.new_event_loop()  # uvloop if installed (rlog.event_loop)
         self._thread = threading.Thread(

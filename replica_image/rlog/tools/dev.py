@@ -414,7 +414,7 @@ class DevCluster:
         client = self._clients.get(i)
         if client is None:
             credentials = self.credentials() if self.tls else None
-            client = Client(self.addresses[i], timeout=1.0, credentials=credentials)
+            client = Client(self.addresses[i], timeout=1.0, credentials=credentials, connect_wait=0)
             self._clients[i] = client
         return client
 
