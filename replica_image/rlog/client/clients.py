@@ -434,6 +434,7 @@ class _AppendGroups:
         self._client = client
         self._waiting: collections.deque[_Waiting] = collections.deque()
         self._in_flight = 0
+        self._forming = False  # a `_send_more` is scheduled for the end of this loop turn
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         # Groups sent (a group re-sent after an unknown outcome counts once).
@@ -446,7 +447,7 @@ class _AppendGroups:
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         waiting = _Waiting(values, deadline, future)
         self._waiting.append(waiting)
-        self._send_more()
+        self._send_soon()
         remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
         try:
             try:
@@ -479,7 +480,17 @@ class _AppendGroups:
             return False
         return True
 
+    def _send_soon(self) -> None:
+        """Form groups at the end of this loop turn, not now: callers woken together (the
+        writers a finished group answered) append one after the other within one turn, and
+        forming a group at the first of them sent it alone and left the rest to wait a whole
+        round trip for the next."""
+        if not self._forming:
+            self._forming = True
+            asyncio.get_running_loop().call_soon(self._send_more)
+
     def _send_more(self) -> None:
+        self._forming = False
         while not self._closed and self._waiting and self._in_flight < self.MAX_IN_FLIGHT:
             group = [self._waiting.popleft()]
             count, size = group[0].values.count, group[0].values.size
@@ -504,7 +515,7 @@ class _AppendGroups:
             await self._send_group(group)
         finally:
             self._in_flight -= 1
-            self._send_more()
+            self._send_soon()
 
     async def _send_group(self, group: list[_Waiting]) -> None:
         deadlines = [w.deadline for w in group]
