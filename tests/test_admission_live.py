@@ -216,9 +216,9 @@ def test_the_client_opens_sessions_and_renews_them(cluster):
 def test_a_call_waits_for_an_endpoint_to_accept_a_connection_again(tmp_path):
     """Every connection of a client cut while each replica is up but drops new connections
     for a moment: gRPC holds each channel in reconnect back-off and fails calls at once
-    meanwhile. The client waits (`connect_wait`) for a connection and the append goes
-    through; with `connect_wait=0` it fails `Unavailable` naming every endpoint, nothing
-    appended. (Cutting proxies made a 6-writer test fail this way in about 1 run in 7.)"""
+    meanwhile. The client waits (`connect_wait`) for a connection and the append (then a
+    read) goes through; with `connect_wait=0` it fails `Unavailable` naming every endpoint,
+    nothing appended. (Cutting proxies made a 6-writer test fail this way in about 1 run in 7.)"""
     with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
         cluster.wait_for_leader()
         proxies = [FaultProxy(a, 0.0, seed=i).start() for i, a in enumerate(cluster.endpoints)]
@@ -237,6 +237,13 @@ def test_a_call_waits_for_an_endpoint_to_accept_a_connection_again(tmp_path):
                     hasty.append(b"never")
                 assert all(f"cannot reach {a}" in str(refused.value) for a in addresses)
                 (position,) = patient.append(b"after")
+                # Reads too (a stream per endpoint, resumed by the client).
+                for proxy in proxies:
+                    proxy.refuse_for(3.0)
+                    proxy.cut_all()
+                with pytest.raises(Unavailable):
+                    list(hasty.read())
+                assert [e.value for e in patient.read()][-1] == b"after"
             with Client(cluster.endpoints) as client:
                 entries = list(client.read())
             assert [e.value for e in entries] == [b"before", b"before too", b"after"]

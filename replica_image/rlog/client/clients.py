@@ -966,6 +966,8 @@ class AsyncClient:
         order = self._order() if endpoint is None else [self._index_of(endpoint)]
         attempt = 0
         errors: list[RlogError] = []
+        unreached = True  # every failure since the last response made no connection
+        give_up_at: float | None = None
         while True:
             if done(next_from):
                 return
@@ -979,14 +981,23 @@ class AsyncClient:
                         continue
                     self._current = index
                     errors.clear()
+                    unreached, give_up_at = True, None
                     next_from = last + 1
                     yield response
             except grpc.aio.AioRpcError as exc:
                 error = from_rpc_error(exc, target.address)
                 attempt += 1
-                if _safe_to_move_on(exc, mutating=False) and len(errors) + 1 < len(order):
+                safe = _safe_to_move_on(exc, mutating=False)
+                unreached = unreached and _never_connected(exc)
+                if safe and len(errors) + 1 < len(order):
                     errors.append(error)
                     continue
+                if safe and unreached:
+                    # A whole round reached no server: wait for a connection, as `_call`.
+                    give_up_at = await self._wait_for_a_connection(order, True, give_up_at)
+                    if give_up_at is not None:
+                        errors.clear()
+                        continue
                 if errors:
                     errors.append(error)
                     raise _all_failed(errors) from None
