@@ -8,15 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import socket
 import threading
 import time
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+from rlog.tools.dev import free_port
 
 
 class FaultProxy:

@@ -25,7 +25,7 @@ from s3server import S3Server
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import open_storage
-from rlog.tools.dev import DevCluster
+from rlog.tools.dev import DevCluster, free_port
 
 RLOG = [sys.executable, "-m", "rlog.tools.cli"]
 VALUE = 700  # bytes per value
@@ -430,12 +430,9 @@ def test_flush_archives_now_without_waiting_for_a_segment(s3, tmp_path):
     """`POST /flush?through=P` on the archiver's endpoint (kubectl rlog backup): with a
     segment size and flush interval that would cut nothing for an hour, the archive covers
     P at once; bad requests get a clear 4xx and change nothing."""
-    import socket
     import urllib.request
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     bucket = s3.new_bucket()
     with DevCluster(1, tmp_path / "one") as cluster:
         writer = Writer(cluster, "f")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,10 @@ from test_log_live import Writers, append_acked, check
 from rlog.client import Client
 from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
 from rlog.proto import rlog_pb2 as pb
-from rlog.tools.dev import DevCluster
+from rlog.tools.dev import DevCluster, free_port
 from rlog.tools.initialize import initialize
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def names(found: list[pb.StatusResponse | None]) -> list[str]:

@@ -24,7 +24,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,7 +43,7 @@ from monlib import HERE, RELEASE_NAMESPACE, Chart, Tools
 from rlog.client import Client
 from rlog.client.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
-from rlog.tools.dev import DevCluster
+from rlog.tools.dev import DevCluster, free_port
 from rlog_operator import specs
 
 pytestmark = pytest.mark.slow
@@ -54,12 +53,6 @@ LOG = "demo"  # the ReplicatedLog's name (app.kubernetes.io/instance of its pods
 UID = "5b1e0c1e-0000-4000-8000-00000000d0d0"
 SHORT_GROUP = "rlog-short-for"
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _sanitize(label: str) -> str:
@@ -305,7 +298,7 @@ def stack(tools: Tools, chart: Chart, tmp_path_factory: pytest.TempPathFactory) 
             }
             for i in range(3)
         ]
-        observer_port = _free_port()
+        observer_port = free_port()
         update_revision = tmp / "update-revision"
         update_revision.write_text("rev-1\n")
         observer = [
@@ -352,7 +345,7 @@ def stack(tools: Tools, chart: Chart, tmp_path_factory: pytest.TempPathFactory) 
             ],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        port = _free_port()
+        port = free_port()
         prom_log = tmp / "prometheus.log"
         with open(prom_log, "wb") as log:
             processes.append(

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,7 +43,33 @@ from rlog.tools.initialize import initialize, is_fresh
 STOP_GRACE = 5.0
 
 
-def _free_port(host: str) -> int:
+# Ports below the kernel's ephemeral range are never handed out as the source port of an
+# outgoing connection; from here up to that range we choose listening ports.
+_LISTEN_PORTS_FROM = 15000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server that binds it a little later.
+
+    Not one the kernel picks for port 0: that comes from the ephemeral range, which is also
+    where every outgoing connection takes its source port, and a replica binding its port a
+    second after the choice (the interpreter starting) then failed "Address already in use"
+    now and then on a machine busy with connections (a CI run did). Below that range only
+    listeners compete, and the choice is random so concurrent callers rarely meet."""
+    low, _ = _ephemeral_range()
+    if low - _LISTEN_PORTS_FROM >= 1000:
+        for _ in range(200):
+            port = random.randrange(_LISTEN_PORTS_FROM, low)
+            if _port_free(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -209,14 +236,14 @@ class DevCluster:
                     if not _port_free(host, port):
                         raise RlogError(f"port {host}:{port} is in use")
                 else:
-                    port = _free_port(host)
+                    port = free_port(host)
                     while f"{host}:{port}" in addresses:
-                        port = _free_port(host)
+                        port = free_port(host)
                 addresses.append(f"{host}:{port}")
             self.addresses = addresses
         if self.metrics:
             self.metrics_ports = [
-                p if p is not None else _free_port(self.host_of(i))
+                p if p is not None else free_port(self.host_of(i))
                 for i, p in enumerate(self.metrics_ports)
             ]
         saved.write_text(json.dumps({"addresses": self.addresses, "log_id": self.log_id}) + "\n")
