@@ -65,7 +65,56 @@ def created_log(namespace: str, name: str, settle: bool = False) -> Iterator[Log
     try:
         yield log
     finally:
-        k.run("delete", "replicatedlogs", name, "--wait=true", check=False, timeout=180)
+        delete_logs(k, name)
+
+
+DELETE_WAIT = 150  # seconds a ReplicatedLog's deletion may take (its finalizer, owned objects)
+
+
+def delete_logs(k: Kubectl, *names: str) -> None:
+    """Delete these ReplicatedLogs (none named: every one in the namespace) and wait until
+    they are gone. A deletion that does not finish is a failure of its own, raised with what
+    explains it printed first: the logs' objects (finalizers, deletionTimestamp, status),
+    the namespace's Events and the operator pods' logs. (Seen twice without evidence: a
+    teardown's `kubectl delete --wait` that never returned.)"""
+    which = list(names) or ["--all"]
+    done = k.run(
+        "delete",
+        "replicatedlogs",
+        *which,
+        "--wait=true",
+        f"--timeout={DELETE_WAIT}s",
+        check=False,
+        timeout=DELETE_WAIT + 30,
+    )
+    if done.returncode == 0:
+        return
+    print(f"=== deleting replicatedlogs {' '.join(which)}: {done.stderr.strip()}")
+    for title, args, namespaced in (
+        ("the logs", ["get", "replicatedlogs", "-o", "yaml"], True),
+        ("events", ["get", "events", "--sort-by=.lastTimestamp"], True),
+        ("operator pods", ["get", "pods", "-A", "-l", OPERATOR_LABEL, "-o", "wide"], False),
+    ):
+        got = k.run(*args, check=False, timeout=60, namespaced=namespaced)
+        print(f"=== {title}\n{got.stdout}{got.stderr}")
+    pods = k.run(
+        "get", "pods", "-A", "-l", OPERATOR_LABEL, "-o",
+        "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}",
+        check=False, timeout=60, namespaced=False,
+    )  # fmt: skip
+    for line in pods.stdout.split("\n"):
+        if line.strip():
+            namespace, pod = line.split()
+            args = ["-n", namespace, "logs", pod, "--tail=300"]
+            got = k.run(*args, check=False, timeout=60, namespaced=False)
+            print(f"=== operator pod {namespace}/{pod}\n{got.stdout}{got.stderr}")
+    raise AssertionError(
+        f"deleting replicatedlogs {' '.join(which)} did not finish in {DELETE_WAIT} s "
+        "(what the cluster and the operator said is printed above)"
+    )
+
+
+OPERATOR_LABEL = "app.kubernetes.io/name=rlog-operator"
 
 
 def pod_ready(pod: dict) -> bool:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import Log, Writer, check_acknowledged, plugin
+from oplib import Log, Writer, check_acknowledged, delete_logs, plugin
 
 # One test of many phases whose own waits add up to far more than pytest's default 300 s;
 # on kind here (docs/kind.md) it needed more than 300 s with every phase passing.
@@ -105,7 +105,7 @@ def k(operator: str, namespace: str) -> Iterator[Kubectl]:
         kube.apply(json.dumps(obj))
     kube.run("wait", "pod", S3, "--for=condition=Ready", "--timeout=120s", timeout=150)
     yield kube
-    kube.run("delete", "replicatedlogs", "--all", "--wait=true", check=False, timeout=180)
+    delete_logs(kube)
     kube.run("delete", "pod,service,secret", S3, SECRET, check=False, timeout=120)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 import pytest
 from cryptography import x509
 from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, exists, manifest
+from oplib import PORT, Log, delete_logs, exists, manifest
 
 NAME = "e2e-cm"
 SELF_SIGNED = "e2e-cm-selfsigned"
@@ -175,7 +175,7 @@ def log(operator: str, namespace: str, pki: dict) -> Iterator[Log]:
     log = Log(k, NAME)
     log.wait_ready("every replica VOTING with cert-manager's certificate", timeout=420)
     yield log
-    k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+    delete_logs(k, NAME)
 
 
 def _client_files(k: Kubectl, name: str, directory: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import REPLICA_IMAGE, Log
+from oplib import REPLICA_IMAGE, Log, delete_logs
 
 NAME = "netpol-log"
 AGENT_LABEL = "rlog.io/network-policy-agent=true"
@@ -116,7 +116,7 @@ def log(operator: str, namespace: str) -> Iterator[Log]:
         yield log
     finally:
         k.run("delete", "pod", "allowed-client", *DENIED, "--wait=false", check=False)
-        k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+        delete_logs(k, NAME)
 
 
 def test_the_log_owns_its_policy(log: Log, operator: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, exists, manifest, pod_ready
+from oplib import PORT, Log, delete_logs, exists, manifest, pod_ready
 
 NAME = "e2e-log"
 REPLICAS = 3
@@ -28,7 +28,7 @@ def k(operator: str, namespace: str) -> Iterator[Kubectl]:
     goes (so its finalizer is still served)."""
     kube = Kubectl(namespace)
     yield kube
-    kube.run("delete", "replicatedlogs", "--all", "--wait=true", check=False, timeout=180)
+    delete_logs(kube)
 
 
 def pods() -> list[str]:

@@ -24,7 +24,7 @@ import time
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import Log
+from oplib import Log, delete_logs
 
 pytestmark = [pytest.mark.spark_k8s, pytest.mark.timeout(2400)]
 
@@ -113,7 +113,7 @@ spec:
     try:
         yield log
     finally:
-        k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+        delete_logs(k, NAME)
 
 
 def _expected(log: Log, last: str) -> list[tuple[int, str]]:

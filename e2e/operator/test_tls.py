@@ -18,7 +18,7 @@ import time
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, manifest
+from oplib import PORT, Log, delete_logs, manifest
 
 NAME = "e2e-tls"
 PLAIN = "e2e-plain"
@@ -31,7 +31,7 @@ def log(operator: str, namespace: str):
     log = Log(k, NAME)
     log.wait_ready("every replica VOTING with mutual TLS")
     yield log
-    k.run("delete", "replicatedlogs", NAME, "--wait=true", check=False, timeout=180)
+    delete_logs(k, NAME)
 
 
 def test_a_new_log_is_mutual_tls(log: Log) -> None:
@@ -110,4 +110,4 @@ def test_disabled_is_plaintext_and_says_so(operator: str, namespace: str) -> Non
         )
         assert replica["transport"] == "plaintext" and replica["authorization"] == "off"
     finally:
-        k.run("delete", "replicatedlogs", PLAIN, "--wait=true", check=False, timeout=180)
+        delete_logs(k, PLAIN)
