@@ -90,24 +90,22 @@ def delete_logs(k: Kubectl, *names: str) -> None:
     if done.returncode == 0:
         return
     print(f"=== deleting replicatedlogs {' '.join(which)}: {done.stderr.strip()}")
-    for title, args, namespaced in (
-        ("the logs", ["get", "replicatedlogs", "-o", "yaml"], True),
-        ("events", ["get", "events", "--sort-by=.lastTimestamp"], True),
-        ("operator pods", ["get", "pods", "-A", "-l", OPERATOR_LABEL, "-o", "wide"], False),
+    for title, args in (
+        ("the logs", ["get", "replicatedlogs", "-o", "yaml"]),
+        ("events", ["get", "events", "--sort-by=.lastTimestamp"]),
     ):
-        got = k.run(*args, check=False, timeout=60, namespaced=namespaced)
+        got = k.run(*args, check=False, timeout=60)
         print(f"=== {title}\n{got.stdout}{got.stderr}")
     pods = k.run(
-        "get", "pods", "-A", "-l", OPERATOR_LABEL, "-o",
-        "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}",
+        "get", "pods", "-A", "-l", OPERATOR_LABEL, "-o", "wide",
         check=False, timeout=60, namespaced=False,
     )  # fmt: skip
-    for line in pods.stdout.split("\n"):
-        if line.strip():
-            namespace, pod = line.split()
-            args = ["-n", namespace, "logs", pod, "--tail=300"]
-            got = k.run(*args, check=False, timeout=60, namespaced=False)
-            print(f"=== operator pod {namespace}/{pod}\n{got.stdout}{got.stderr}")
+    print(f"=== operator pods\n{pods.stdout}{pods.stderr}")
+    for row in pods.stdout.splitlines()[1:]:  # after the header: NAMESPACE NAME ...
+        namespace, pod = row.split()[:2]
+        args = ["-n", namespace, "logs", pod, "--tail=300"]
+        logs = k.run(*args, check=False, timeout=60, namespaced=False)
+        print(f"=== operator pod {namespace}/{pod}\n{logs.stdout}{logs.stderr}")
     raise AssertionError(
         f"deleting replicatedlogs {' '.join(which)} did not finish in {DELETE_WAIT} s "
         "(what the cluster and the operator said is printed above)"
