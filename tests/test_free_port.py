@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from rlog.tools.dev import _ephemeral_range, free_port
+from rlog.tools.dev import _ephemeral_range, _port_free, free_port
 
 
 def test_free_ports_are_below_the_ephemeral_range_and_bindable():
@@ -32,3 +32,27 @@ def test_a_listening_port_is_never_chosen():
     finally:
         for sock in taken:
             sock.close()
+
+
+def test_a_port_in_time_wait_is_never_chosen():
+    """A server with SO_REUSEADDR (gRPC's and asyncio's do) that closed an accepted connection
+    first leaves it in TIME_WAIT on its own port: a plain bind there fails for a minute."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", free_port()))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first, so it is the one in TIME_WAIT
+    assert client.recv(1) == b""
+    client.close()
+    server.close()
+    with socket.socket() as plain:
+        try:
+            plain.bind(("127.0.0.1", port))
+        except OSError:
+            pass
+        else:  # pragma: no cover - the kernel let it go; nothing to check then
+            raise AssertionError(f"port {port} was not left in TIME_WAIT; the test needs it")
+    assert not _port_free("127.0.0.1", port)

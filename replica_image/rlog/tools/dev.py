@@ -76,8 +76,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Bindable by any server, also one that does not set SO_REUSEADDR. The probe sets no
+    options: with SO_REUSEADDR it also passed ports whose connections a server with that option
+    had closed (TIME_WAIT), and a plain bind there fails "Address already in use" (a CI run's
+    test did)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
