@@ -4,6 +4,7 @@ outcome and must not look retryable)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -13,25 +14,38 @@ import pytest
 from rlog.client.wire import NOT_ATTEMPTED, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.peers import Peer
 from rlog.storage.memory import MemoryStorage
+from rlog.tools.dev import free_port
 
 PEERS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 
 
 def forwarding(
-    known: KnownLeader, status: int = pb.VOTING, election_timeout: float = 60.0
+    known: KnownLeader,
+    status: int = pb.VOTING,
+    election_timeout: float = 60.0,
+    peers: dict[int, Peer] | None = None,
+    append_timeout: float = 10.0,
 ) -> Forwarding:
-    config = ReplicaConfig(0, PEERS, Path("unused"), election_timeout=election_timeout)
+    config = ReplicaConfig(
+        0,
+        PEERS,
+        Path("unused"),
+        election_timeout=election_timeout,
+        append_timeout=append_timeout,
+    )
     storage = MemoryStorage()
     core = ReplicaCore(storage)
     batch = core.set_status(status)
     storage.apply(batch)
     core.persisted(batch)
-    peers = {i: Peer(i, PEERS[i], None, None) for i in (1, 2)}  # type: ignore[arg-type]
+    if peers is None:
+        peers = {i: Peer(i, PEERS[i], None, None) for i in (1, 2)}  # type: ignore[arg-type]
     return Forwarding(config, core, peers, lambda: known)
 
 
@@ -92,10 +106,48 @@ def failed_call(code: grpc.StatusCode, details: str, trailers: Any = None) -> An
     ],
 )
 async def test_a_forwarded_call_keeps_the_retry_rule(code, details, trailers, expected):
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""))
     with pytest.raises(RpcError) as error:
-        await Forwarding._forwarded_call(failed_call(code, details, trailers))
+        # the peer has no channel to wait on, so a connect failure is passed on at once
+        await forward._forwarded_call(
+            forward.peers[2], lambda peer: failed_call(code, details, trailers)
+        )
     assert error.value.code == expected
     assert error.value.message.startswith(f"leader: {details}")
     assert error.value.message.endswith("(outcome unknown)") == (
         expected == grpc.StatusCode.ABORTED
     )
+
+
+def unreachable_leader(peer_id: int) -> tuple[grpc.aio.Channel, dict[int, Peer]]:
+    """A real channel to a port nothing listens on: every call fails to connect."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}")
+    stub = pbg.LogStub(channel)
+    return channel, {peer_id: Peer(peer_id, "unreachable", None, stub, channel)}  # type: ignore[arg-type]
+
+
+async def test_a_leader_still_heard_is_waited_for_until_the_append_timeout():
+    channel, peers = unreachable_leader(2)
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""), peers=peers, append_timeout=1.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(RpcError) as error:
+            await forward.append(peers[2], b"x", b"")
+    finally:
+        await channel.close()
+    assert error.value.reason == Reason.LEADER_UNAVAILABLE  # nothing was sent: retryable
+    assert loop.time() - started >= 1.4
+    assert forward.leader_connect_waits >= 2
+
+
+async def test_a_leader_no_longer_heard_is_not_waited_for():
+    channel, peers = unreachable_leader(2)
+    forward = forwarding(KnownLeader(False, 2, 1e9, ""), peers=peers, append_timeout=30)
+    try:
+        with pytest.raises(RpcError) as error:
+            await forward.append(peers[2], b"x", b"")
+    finally:
+        await channel.close()
+    assert error.value.reason == Reason.LEADER_UNAVAILABLE
+    assert forward.leader_connect_waits == 0

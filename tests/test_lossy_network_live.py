@@ -129,3 +129,45 @@ def test_wiped_replica_recovers_while_peer_messages_are_lost(tmp_path):
         assert report.ok, str(report)
     finally:
         cluster.stop()
+
+
+def test_a_follower_waits_for_a_leader_it_hears_but_cannot_dial(tmp_path):
+    """The leader is alive (its heartbeats reach the follower) but the follower's connections
+    to it fail for a while, as when a recreated pod's name still resolves to its old address:
+    a request forwarded meanwhile waits for the leader's channel instead of failing at once."""
+    cluster = LossyCluster(tmp_path, cut=0.0)
+    try:
+        for i in range(3):
+            cluster.start(i)
+
+        def leader() -> int | None:
+            for i in range(3):
+                status = cluster.status(i)
+                if status is not None and status.role == "leader":
+                    return i
+            return None
+
+        cluster.wait(lambda: leader() is not None, 60, "a leader")
+        chief = leader()
+        assert chief is not None
+        follower = (chief + 1) % 3
+        with Client(cluster.listen[follower], append_timeout=30) as client:
+            [first] = client.append([b"before"])  # forwarded: the channel is connected
+            cluster.proxies[chief].refuse_for(3.0)
+            assert cluster.proxies[chief].cut_all() >= 1
+            started = time.monotonic()
+            positions = client.append([b"while-unreachable"])
+            waited = time.monotonic() - started
+            assert positions == [first + 1]
+            assert client.status().role == "follower"  # it went through the follower
+            cluster.proxies[chief].refuse_for(3.0)
+            cluster.proxies[chief].cut_all()
+            # a consistent read is forwarded too, and waits the same way
+            assert [e.value for e in client.read(first, first + 1)] == [
+                b"before",
+                b"while-unreachable",
+            ]
+        assert leader() == chief  # no election: the leader was reachable to the follower
+        print(f"the forwarded append waited {waited:.2f} s")
+    finally:
+        cluster.stop()

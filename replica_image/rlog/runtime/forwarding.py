@@ -10,12 +10,15 @@ duplicate append.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
+from rlog.client.errors import is_connect_failure
 from rlog.client.packing import answered_positions
 from rlog.client.wire import FORWARDED, Reason
 from rlog.config import ReplicaConfig
@@ -24,6 +27,8 @@ from rlog.protocol.admission import NO_CONDITIONS, Conditions
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.peers import Peer
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class Forwarding:
         self.core = core
         self.peers = peers
         self.known_leader = known_leader
+        # Forwarded calls made again because the leader's channel could not connect.
+        self.leader_connect_waits = 0
 
     async def await_leader(self, forwarded: bool) -> Peer | None:
         """None if this replica leads; else the leader's peer. Waits for an election."""
@@ -98,60 +105,108 @@ class Forwarding:
         if conditions.if_next is not None:
             request.if_next = conditions.if_next
         result = await self._forwarded_call(
-            leader.log.Append(
+            leader,
+            lambda peer: peer.log.Append(
                 request,
                 metadata=((FORWARDED, "1"),),
                 timeout=self.config.append_timeout + 5,
-            )
+            ),
         )
         return list(answered_positions(result))
 
     async def truncate(self, leader: Peer, to: int) -> int:
         """Forward a truncation to the leader; the position of its TRUNCATE entry."""
         response = await self._forwarded_call(
-            leader.log.Truncate(
+            leader,
+            lambda peer: peer.log.Truncate(
                 pb.TruncateRequest(to=to),
                 metadata=((FORWARDED, "1"),),
                 timeout=self.config.append_timeout + 5,
-            )
+            ),
         )
         return int(response.position)
 
     async def take_epoch(self, leader: Peer) -> pb.TakeEpochResponse:
         response: pb.TakeEpochResponse = await self._forwarded_call(
-            leader.log.TakeEpoch(
+            leader,
+            lambda peer: peer.log.TakeEpoch(
                 pb.TakeEpochRequest(),
                 metadata=((FORWARDED, "1"),),
                 timeout=self.config.append_timeout + 5,
-            )
+            ),
         )
         return response
 
     async def open_session(self, leader: Peer) -> pb.OpenSessionResponse:
         response: pb.OpenSessionResponse = await self._forwarded_call(
-            leader.log.OpenSession(
+            leader,
+            lambda peer: peer.log.OpenSession(
                 pb.OpenSessionRequest(),
                 metadata=((FORWARDED, "1"),),
                 timeout=self.config.append_timeout + 5,
-            )
+            ),
         )
         return response
 
-    @staticmethod
-    async def _forwarded_call(call):  # type: ignore[no-untyped-def]
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            raise RpcError.from_leader(exc, mutating=True) from None
+    async def _forwarded_call(self, leader: Peer, call: Callable[[Peer], Awaitable[T]]) -> T:
+        """Make `call` on the leader; a call that could not even connect sent nothing, so it
+        is made again once the leader's channel connects (`_wait_for_leader`)."""
+        give_up_at = time.monotonic() + self.config.append_timeout
+        while True:
+            peer = self.peers[leader.id]  # a certificate rotation replaces the channels
+            try:
+                return await call(peer)
+            except grpc.aio.AioRpcError as exc:
+                if not await self._wait_for_leader(peer, exc, give_up_at):
+                    raise RpcError.from_leader(exc, mutating=True) from None
+
+    async def _wait_for_leader(
+        self, peer: Peer, exc: grpc.aio.AioRpcError, give_up_at: float
+    ) -> bool:
+        """After a forwarded call failed without connecting: wait (up to a second) for the
+        leader's channel to connect, if the leader is still heard from and there is time
+        left; True if the call should be made again.
+
+        Why: a leader whose pod was recreated has a new address, and until cluster DNS
+        answers with it (CoreDNS caches answers up to 30 s on kubeadm clusters) this
+        replica's channel dials the old one. The leader is alive meanwhile (its heartbeats
+        arrive), so failing the client's request at once would refuse a healthy log."""
+        if exc.code() != grpc.StatusCode.UNAVAILABLE or not is_connect_failure(exc.details() or ""):
+            return False
+        known = self.known_leader()
+        left = give_up_at - time.monotonic()
+        if (
+            left <= 0
+            or peer.channel is None
+            or known.leader_id != peer.id
+            or known.heard_ago >= 2 * self.config.election_timeout
+        ):
+            return False
+        self.leader_connect_waits += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(peer.channel.channel_ready(), min(left, 1.0))
+        return True
 
     async def read(
         self, leader: Peer, request: pb.ReadRequest, time_limit: float | None = None
     ) -> AsyncIterator[pb.ReadResponse]:
         """Stream a consistent read from the leader, within `time_limit` seconds if given (a
-        read changes nothing: any error is passed on as it is)."""
-        try:
-            call = leader.log.Read(request, metadata=((FORWARDED, "1"),), timeout=time_limit)
-            async for response in call:
-                yield response
-        except grpc.aio.AioRpcError as exc:
-            raise RpcError.from_leader(exc, mutating=False) from None
+        read changes nothing: any error is passed on as it is; one that could not connect is
+        tried again as `_forwarded_call` does, before anything was passed on)."""
+        start = time.monotonic()
+        give_up_at = start + self.config.append_timeout
+        if time_limit is not None:
+            give_up_at = min(give_up_at, start + time_limit)
+        answered = False
+        while True:
+            peer = self.peers[leader.id]
+            left = None if time_limit is None else max(give_up_at - time.monotonic(), 0.001)
+            try:
+                call = peer.log.Read(request, metadata=((FORWARDED, "1"),), timeout=left)
+                async for response in call:
+                    answered = True
+                    yield response
+                return
+            except grpc.aio.AioRpcError as exc:
+                if answered or not await self._wait_for_leader(peer, exc, give_up_at):
+                    raise RpcError.from_leader(exc, mutating=False) from None

@@ -73,6 +73,7 @@ class Peer:
     address: str
     replica: pbg.ReplicaStub
     log: pbg.LogStub
+    channel: grpc.aio.Channel | None = None  # to wait for it to connect (forwarding)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Peers(Mapping[int, Peer]):
                 channel = grpc.aio.secure_channel(address, credentials, PEER_CHANNEL_OPTIONS)
             self._channels.append(channel)
             self._peers[peer_id] = Peer(
-                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel)
+                peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel), channel
             )
             opened = self._metrics.write_streams_opened.labels(str(peer_id))
             self._streams[peer_id] = WriteStream(channel, opened.inc)
