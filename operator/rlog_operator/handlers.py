@@ -45,6 +45,7 @@ from rlog_operator import (
     archive_specs,
     backups,
     children,
+    kube,
     metrics,
     netpol,
     observed,
@@ -83,6 +84,10 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
     settings.watching.connect_timeout = 10
+    # kopf's own requests (patches, finalizers, events): a minute, not its default five, so a
+    # silently dead connection delays a deletion's finalizer removal that long at most.
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
     # Only Normal events and up become Kubernetes Events (kopf's debug chatter stays in logs).
     settings.posting.level = logging.INFO
     # A single active operator (module docs): standalone, no peering.
@@ -122,15 +127,15 @@ def load_kube_config() -> None:
 def _api_for(kind: str) -> tuple[Any, str]:
     """(the API object, the method suffix) of a kind `desired_objects` builds."""
     if kind == "StatefulSet":
-        return k8s.AppsV1Api(), "namespaced_stateful_set"
+        return kube.apps(), "namespaced_stateful_set"
     if kind == "Deployment":  # the archiver of spec.backup
-        return k8s.AppsV1Api(), "namespaced_deployment"
+        return kube.apps(), "namespaced_deployment"
     if kind == "Service":
-        return k8s.CoreV1Api(), "namespaced_service"
+        return kube.core(), "namespaced_service"
     if kind == "PodDisruptionBudget":
-        return k8s.PolicyV1Api(), "namespaced_pod_disruption_budget"
+        return kube.policy(), "namespaced_pod_disruption_budget"
     if kind == "NetworkPolicy":
-        return k8s.NetworkingV1Api(), "namespaced_network_policy"
+        return kube.networking(), "namespaced_network_policy"
     raise kopf.PermanentError(f"the operator cannot apply a {kind}")
 
 
@@ -161,16 +166,16 @@ def _read_or_none(read: Callable[[], Any]) -> dict[str, Any] | None:
         if e.status == 404:
             return None
         raise
-    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
+    result: dict[str, Any] = kube.api_client().sanitize_for_serialization(found)
     return result
 
 
 def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
-    return _read_or_none(lambda: k8s.AppsV1Api().read_namespaced_stateful_set(name, namespace))
+    return _read_or_none(lambda: kube.apps().read_namespaced_stateful_set(name, namespace))
 
 
 def _read_secret(name: str, namespace: str) -> dict[str, Any] | None:
-    return _read_or_none(lambda: k8s.CoreV1Api().read_namespaced_secret(name, namespace))
+    return _read_or_none(lambda: kube.core().read_namespaced_secret(name, namespace))
 
 
 class SecretRaced(Exception):
@@ -180,7 +185,7 @@ class SecretRaced(Exception):
 
 def _write_secret(obj: Mapping[str, Any], new: bool) -> None:
     """Create the Secret (`new`: it was absent when planned), or replace its data."""
-    api = k8s.CoreV1Api()
+    api = kube.core()
     name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
     if not new:
         api.patch_namespaced_secret(name, namespace, {"data": obj["data"]})
@@ -223,7 +228,7 @@ def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, byte
 
 def _apply_certificate(obj: Mapping[str, Any]) -> None:
     """Create or patch a cert-manager Certificate (mode certManager)."""
-    api = k8s.CustomObjectsApi()
+    api = kube.custom_objects()
     name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
     try:
         api.create_namespaced_custom_object(
@@ -534,7 +539,7 @@ async def _replica_call(
 
 def _delete_pod(name: str, namespace: str, uid: str) -> None:
     try:
-        k8s.CoreV1Api().delete_namespaced_pod(
+        kube.core().delete_namespaced_pod(
             name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
         )
     except ApiException as e:
@@ -544,7 +549,7 @@ def _delete_pod(name: str, namespace: str, uid: str) -> None:
 
 def _delete_pvc(name: str, namespace: str, uid: str) -> None:
     try:
-        k8s.CoreV1Api().delete_namespaced_persistent_volume_claim(
+        kube.core().delete_namespaced_persistent_volume_claim(
             name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
         )
     except ApiException as e:
@@ -849,7 +854,7 @@ def _class_expandable(name: str) -> bool | None:
     if name in _EXPANDABLE:
         return _EXPANDABLE[name]
     try:
-        found = k8s.StorageV1Api().read_storage_class(name)
+        found = kube.storage().read_storage_class(name)
     except ApiException as e:
         if e.status == 404:
             return False  # no such class: it cannot expand anything
@@ -893,7 +898,7 @@ def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
     """Delete the StatefulSet leaving its pods and claims (Orphan), wait until it is gone,
     and create it from the spec: it adopts the same pods without restarting them."""
     name, namespace = specs.statefulset_name(body), specs.namespace_of(body)
-    api = k8s.AppsV1Api()
+    api = kube.apps()
     try:
         api.delete_namespaced_stateful_set(
             name,
@@ -915,13 +920,13 @@ def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
 
 
 def _expand_claim(name: str, namespace: str, size: str) -> None:
-    k8s.CoreV1Api().patch_namespaced_persistent_volume_claim(
+    kube.core().patch_namespaced_persistent_volume_claim(
         name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
     )
 
 
 def _ask_new_volume(pod: str, namespace: str) -> None:
-    k8s.CoreV1Api().patch_namespaced_pod(
+    kube.core().patch_namespaced_pod(
         pod, namespace, {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: "storage"}}}
     )
 

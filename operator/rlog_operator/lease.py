@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from rlog_operator import election
+from rlog_operator import election, kube
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ class LeaseElector:
 
     def __init__(self, name: str, namespace: str, identity: str) -> None:
         self.name, self.namespace, self.identity = name, namespace, identity
-        self.api = k8s.CoordinationV1Api()
+        self.api = kube.coordination()
         self._sighting: election.Sighting | None = None
         self._record: election.LeaseRecord | None = None
 
