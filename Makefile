@@ -60,7 +60,7 @@ unit: $(STAMP)
 test: prometheus-background lint typecheck unit e2e-local e2e-operator
 
 e2e-operator: $(STAMP)
-	$(E2E_PYTEST) e2e/operator -v -m "not extended and not cert_manager and not spark_k8s"
+	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "not extended and not cert_manager and not spark_k8s"
 
 # The day-two e2e tests (storage migration, chart upgrade, HA hand-over, drain, kubectl
 # rlog): 7.5 minutes on the local cluster, so not in `test` (CI's time budget).

@@ -55,7 +55,7 @@ for s in $SUITES; do
   case $s in
     smoke) step "e2e smoke suite"; $PYTEST e2e/smoke -v || rc=1 ;;
     operator) step "e2e operator suite"
-      $PYTEST e2e/operator -v -m "not extended and not cert_manager and not spark_k8s" || rc=1 ;;
+      $PYTEST e2e/operator -v --durations=0 -m "not extended and not cert_manager and not spark_k8s" || rc=1 ;;
     *) die "unknown suite $s (smoke, operator)" ;;
   esac
 done
