@@ -246,3 +246,71 @@ def test_a_bad_value_in_a_group_fails_only_its_own_append(tmp_path):
                 assert isinstance(answer, list), answer
                 acknowledged[answer[0]] = value
         assert log_of(cluster) == acknowledged
+
+
+async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal():
+    """Four groups of appends ask for the session; the first finds it aging and opens a new
+    one, the next two queue behind it, the fourth asks just after the new one is in place.
+    Each takes its sequence (and sends) as soon as it has the session, so the sequences must
+    follow the order of asking. The fourth used to take the new session at once, ahead of
+    the third still waking from the lock: sent out of order. The server's OpenSession is
+    held by a gate here, the one way to place the fourth exactly there."""
+    from rlog.client.clients import _OpenSession, _Session
+
+    gate = asyncio.Event()
+
+    class Opener:  # the client's side of OpenSession: answers once the gate opens
+        async def open_session(self) -> tuple[int, int]:
+            await gate.wait()
+            return 1_000, 100
+
+    sessions = _Session()
+    aging = _OpenSession(1, 10)
+    aging.highest_position = 100
+    assert aging.aging
+    sessions._current = aging
+    order: list[tuple[str, int, int]] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def group(name: str) -> None:
+        session = await sessions.current(Opener(), None)  # type: ignore[arg-type]
+        order.append((name, session.id, session.take_sequence()))
+        if name == "first":  # in the very turn the renewal finished
+            tasks.append(asyncio.get_running_loop().create_task(group("fourth")))
+
+    tasks.extend(asyncio.get_running_loop().create_task(group(n)) for n in ("first", "second"))
+    await asyncio.sleep(0)
+    tasks.append(asyncio.get_running_loop().create_task(group("third")))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(*tasks)  # first, second, third
+    await asyncio.gather(*tasks)  # and the fourth, which the first started
+    assert order == [
+        ("first", 1_000, 1),
+        ("second", 1_000, 2),
+        ("third", 1_000, 3),
+        ("fourth", 1_000, 4),
+    ]
+
+
+async def test_an_expired_session_is_replaced_even_while_others_wait_for_it():
+    """`renew` of a session that is not aging (the server said it expired) opens a new one;
+    a caller queued only because a renewal was under way keeps the current one."""
+    from rlog.client.clients import _OpenSession, _Session
+
+    opened: list[int] = []
+
+    class Opener:
+        async def open_session(self) -> tuple[int, int]:
+            opened.append(len(opened))
+            await asyncio.sleep(0.01)
+            return 2_000 + len(opened), 100
+
+    sessions = _Session()
+    expired = _OpenSession(5, 100)
+    sessions._current = expired
+    renewed = await sessions.renew(Opener(), expired, None)  # type: ignore[arg-type]
+    assert renewed is not expired and renewed.id == 2_001 and opened == [0]
+    again = await sessions.current(Opener(), None)  # type: ignore[arg-type]
+    assert again is renewed and opened == [0]

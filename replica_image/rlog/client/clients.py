@@ -1227,6 +1227,7 @@ class _Session:
     def __init__(self) -> None:
         self._current: _OpenSession | None = None
         self._lock: asyncio.Lock | None = None
+        self._renewing = 0  # callers in `_take`, waiting for the lock or holding it
 
     @property
     def is_open(self) -> bool:
@@ -1235,34 +1236,64 @@ class _Session:
     async def current(
         self, client: AsyncClient, deadline: float | None, renew: bool = True
     ) -> _OpenSession:
-        """The session to use (`renew=False`: an aging one too)."""
+        """The session to use (`renew=False`: an aging one too).
+
+        Callers get it in the order they ask, which is the order their requests are sent
+        in (a caller sends, without waiting again, as soon as it has its session): while
+        anyone is in `renew`, a caller queues behind them even if the session is usable
+        now. Taking it at once then let an append formed after a renewal overtake those
+        still waking from the lock, and a stream client's appends, sent in order, landed
+        out of order (a Spark sink test saw a task's chunks reordered)."""
         session = self._current
-        if session is not None and (not session.aging or not renew):
+        usable = session is not None and (not session.aging or not renew)
+        if session is not None and usable and not self._renewing:
             return session
-        return await self.renew(client, session, deadline)
+        return await self._take(client, session, deadline, replace=not usable)
 
     async def renew(
         self, client: AsyncClient, old: _OpenSession | None, deadline: float | None
     ) -> _OpenSession:
+        """A session other than `old` (expired, unknown or aging), opened unless another
+        caller opened one meanwhile."""
+        return await self._take(client, old, deadline, replace=True)
+
+    async def _take(
+        self,
+        client: AsyncClient,
+        old: _OpenSession | None,
+        deadline: float | None,
+        replace: bool,
+    ) -> _OpenSession:
+        """In turn behind every caller before (the lock is fair): the session `old` if it is
+        still current and need not be replaced, else a new one."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._current is not old and self._current is not None:
-                return self._current  # another append renewed it meanwhile
-            loop = asyncio.get_running_loop()
-            attempt = 0
-            while True:
-                attempt += 1
-                try:
-                    session_id, window = await client.open_session()
-                    break
-                except OutcomeUnknown:
-                    # A SESSION entry nobody uses is harmless: open another.
-                    if deadline is not None and loop.time() >= deadline:
-                        raise
-                    await asyncio.sleep(min(0.05 * attempt, 0.5))
-            self._current = _OpenSession(session_id, window)
-            return self._current
+        self._renewing += 1
+        try:
+            async with self._lock:
+                if self._current is not old and self._current is not None:
+                    return self._current  # another append renewed it meanwhile
+                if not replace and old is not None:
+                    return old
+                return await self._open(client, deadline)
+        finally:
+            self._renewing -= 1
+
+    async def _open(self, client: AsyncClient, deadline: float | None) -> _OpenSession:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                session_id, window = await client.open_session()
+                break
+            except OutcomeUnknown:
+                # A SESSION entry nobody uses is harmless: open another.
+                if deadline is not None and loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(min(0.05 * attempt, 0.5))
+        self._current = _OpenSession(session_id, window)
+        return self._current
 
 
 def _all_failed(errors: list[RlogError]) -> RlogError:
