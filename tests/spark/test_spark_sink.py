@@ -75,9 +75,17 @@ def test_a_failed_pipelined_task_leaves_nothing_in_flight_and_replays_once(clust
     assert ours == values  # each once; here even in order (the failure left a prefix)
 
 
+def ballots(endpoints: list[str]) -> dict[str, int]:
+    """Each replica's promised ballot: it changes when leadership moves."""
+    with Client(endpoints) as client:
+        answers = client.statuses()
+    return {e: s.promised for e, s in answers.items() if not isinstance(s, Exception)}
+
+
 def test_spark_sink_with_appends_in_flight(spark, cluster):
     tag = os.urandom(4).hex()
     start = observe(cluster.endpoints).learned + 1
+    ballots_before = ballots(cluster.endpoints)
     rows = [(f"{tag}-{part}-{i:05d}", part) for part in range(3) for i in range(4000)]
     df = spark.createDataFrame(rows, "value string, part int").repartition(3, "part")
     df = df.sortWithinPartitions("value")
@@ -96,9 +104,13 @@ def test_spark_sink_with_appends_in_flight(spark, cluster):
     ours = [v.decode() for _, v in entries if v.startswith(tag.encode())]
     assert sorted(ours) == sorted([v for v, _ in rows] * 2)
     first_write, second_write = ours[: len(rows)], ours[len(rows) :]
+    # Order holds unless leadership moved or an append failed (docs/spark.md, "Ordering");
+    # say which if it does not.
+    moved = f"ballots before {ballots_before}, after {ballots(cluster.endpoints)}"
     for written in (first_write, second_write):
         for part in range(3):  # each task's rows in its order
             mine = [v for v in written if v.startswith(f"{tag}-{part}-")]
-            assert mine == sorted(mine) and len(mine) == 4000
+            assert len(mine) == 4000
+            assert mine == sorted(mine), moved
     with pytest.raises(InvalidArgument, match="appendsInFlight"):
         RlogWriter({"endpoints": cluster.endpoint, "appendsInFlight": "0"}, False)
