@@ -462,3 +462,33 @@ def test_the_leader_sends_one_run_per_append_and_dedupes_its_retry():
     coordinator.pump()
     (retry,) = _deliver(coordinator, replica, sent)
     assert isinstance(retry, Done) and retry.positions == done["a1"].positions and not sent
+
+
+def test_learning_many_runs_before_any_is_durable_costs_linear_work(monkeypatch):
+    """A catch-up of a log of small appends holds one run per learned span until its write
+    is durable. Each new run used to be checked against every run held (and each durable
+    batch against every run too): quadratic, minutes of CPU with the event loop blocked for
+    a replica on a fresh volume in the e2e suite. Counted in `run_last` calls, not timed."""
+    import rlog.protocol.replica as replica_module
+
+    calls = 0
+    real_run_last = replica_module.run_last
+
+    def counting_run_last(run: pb.Run) -> int:
+        nonlocal calls
+        calls += 1
+        return real_run_last(run)
+
+    monkeypatch.setattr(replica_module, "run_last", counting_run_last)
+    r = core()
+    runs = []
+    for n in range(3_000):
+        run = run_of(1 + 2 * n, [f"a{n}".encode(), f"b{n}".encode()])
+        run.head.learned = True
+        runs.append(run)
+    batch = r.on_learned(pb.LearnedRequest(runs=runs))  # nothing durable meanwhile
+    apply(r, batch)
+    assert calls < 20 * len(runs), calls  # quadratic: ~4.5 million
+    assert all(r.is_learned(p) for p in range(1, 6_001))
+    assert stored_spans(r) == [("run", 1 + 2 * n, 2 + 2 * n) for n in range(3_000)]
+    assert [a.value for a in r.learned_actions(5_999, 6_000, 10)] == [b"a2999", b"b2999"]

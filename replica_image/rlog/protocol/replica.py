@@ -29,7 +29,7 @@ and what it stores inside a run replaces those positions only.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rlog.packed import (
@@ -254,10 +254,18 @@ class ReplicaCore:
         return merged
 
     def _pending_touches(self, lo: int, hi: int) -> bool:
-        """Whether anything decided but not yet on disk lies at [lo, hi]."""
-        if any(lo <= p <= hi for p in self._overlay):
+        """Whether anything decided but not yet on disk lies at [lo, hi].
+
+        Never a scan of everything held: a catch-up holds one run per learned span until its
+        write is durable, tens of thousands for a log of small appends, and a scan per run
+        made a catch-up quadratic (a replica on a fresh volume spent minutes at full CPU with
+        its event loop blocked, answering nothing)."""
+        if self._overlay and _any_within(self._overlay, lo, hi):
             return True
-        return any(p.run.first <= hi and run_last(p.run) >= lo for p in self._runs)
+        # The held runs are in position order and never overlap, so the one starting last
+        # at or before `hi` is the only one that can reach `lo`.
+        index = bisect.bisect_right(self._runs, hi, key=lambda p: p.run.first) - 1
+        return index >= 0 and run_last(self._runs[index].run) >= lo
 
     def unlearned(self, first: int, last: int) -> Iterator[int]:
         """Positions in [first, last] (not below begin) that this replica has not learned."""
@@ -346,8 +354,8 @@ class ReplicaCore:
             if self._overlay.get(action.position) is action:
                 del self._overlay[action.position]
         if batch.runs and self._runs:
-            done = batch.runs
-            self._runs = [p for p in self._runs if not any(p.source is r for r in done)]
+            done = {id(r) for r in batch.runs}  # by identity; a set, not a scan per run
+            self._runs = [p for p in self._runs if id(p.source) not in done]
 
     def _hold_run(self, run: pb.Run) -> None:
         pending = _PendingRun(run, run)
@@ -556,7 +564,7 @@ class ReplicaCore:
         first, last = max(run.first, self.begin, self.learned_next), run_last(run)
         if last < first:
             return []
-        if self.learned_above and any(first <= p <= last for p in self.learned_above):
+        if self.learned_above and _any_within(self.learned_above, first, last):
             return None
         if self._pending_touches(first, last):
             return None
@@ -666,3 +674,11 @@ class ReplicaCore:
         meta = pb.Metadata()
         meta.CopyFrom(self.meta)
         return meta
+
+
+def _any_within(positions: Collection[int], lo: int, hi: int) -> bool:
+    """Whether a position of `positions` (a set or dict) lies in [lo, hi]: by scanning the
+    smaller of the two, so a check per run against a large set stays cheap."""
+    if len(positions) <= hi - lo + 1:
+        return any(lo <= p <= hi for p in positions)
+    return any(p in positions for p in range(lo, hi + 1))
