@@ -12,6 +12,10 @@ KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.10.0}
 # its cold build took 19-30 minutes here, over CI's budget for one component
 # (docs/local-cluster.md); without it the e2e denial checks skip.
 RLOG_NETPOL_AGENT=${RLOG_NETPOL_AGENT:-0}
+# Seconds cluster DNS gives pod and service records and caches answers. kubeadm's clusters
+# (kind's too) use 30; 5 here by default. RLOG_DNS_TTL=30 (before cluster-up) tries the
+# product against 30 s of stale addresses after pods are replaced (docs/local-cluster.md).
+RLOG_DNS_TTL=${RLOG_DNS_TTL:-5}
 
 CLUSTER_NAME=rlog-local
 CACHE=${RLOG_CLUSTER_CACHE:-$HOME/.cache/rlog-cluster}

@@ -264,8 +264,9 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
         kubeconfig $KCFG/admin.kubeconfig $CLUSTER_NAME
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
+        ttl $RLOG_DNS_TTL
     }
-    cache 5
+    cache $RLOG_DNS_TTL
     loadbalance
 }
 .:53 {
