@@ -28,7 +28,7 @@ QUORUM = 2
 
 @pytest.fixture(scope="module")
 def log(operator: str, namespace: str) -> Iterator[Log]:
-    with created_log(namespace, NAME) as log:
+    with created_log(namespace, NAME, settle=True) as log:  # the tests start from its leader
         yield log
 
 
