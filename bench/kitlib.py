@@ -29,6 +29,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "replicas_5_vs_3_batched",
     "replicas_5_vs_3_stream",
     "catchup_mb",
+    "catchup_copy_mb",
     "spark_source_noop",
     "spark_sink",
     "soak_rss",

@@ -8,7 +8,7 @@
 #   BENCH_SERIAL           serial appends/puts (default 1000, quick 300)
 #   BENCH_WRITERS          writer counts of the concurrency sweep (default 1,4,16,64)
 #   BENCH_SIZES            value sizes of the MB/s sweep (default 128,1024,4096,16384)
-#   BENCH_CATCHUP_MB       log size of the catch-up run (default 50, quick 20)
+#   BENCH_CATCHUP_MB       log size of the catch-up run (default 200, quick 20)
 #   BENCH_ETCD=0           rlog only (default: etcd 3.4 too; installs etcd-server if missing)
 #   BENCH_FIVE=0           skip the 5-replica runs
 #   BENCH_SPARK=0|1        Spark source and sink (default: on when pyspark is installed,
