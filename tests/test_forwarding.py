@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from rlog.client.wire import NOT_ATTEMPTED, Reason
+from rlog.client.wire import NOT_ATTEMPTED, ErrorDetails, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -151,3 +151,88 @@ async def test_a_leader_no_longer_heard_is_not_waited_for():
         await channel.close()
     assert error.value.reason == Reason.LEADER_UNAVAILABLE
     assert forward.leader_connect_waits == 0
+
+
+class _Leader(pbg.LogServicer):
+    """A real gRPC Log service standing for a replica: it appends, or refuses every call as
+    not the leader (with the trailers a replica sends), counting what it was asked."""
+
+    def __init__(self, leads: bool) -> None:
+        self.leads = leads
+        self.appends = 0
+        self.reads = 0
+
+    async def _refuse(self, context: grpc.aio.ServicerContext) -> None:
+        context.set_trailing_metadata(ErrorDetails(Reason.NOT_LEADER).trailers())
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "this replica is not the leader")
+
+    async def Append(self, request, context):
+        if not self.leads:
+            await self._refuse(context)
+        self.appends += 1
+        return pb.AppendResponse(first=41, count=1)
+
+    async def Read(self, request, context):
+        if not self.leads:
+            await self._refuse(context)
+        self.reads += 1
+        yield pb.ReadResponse()
+
+
+async def two_leaders() -> tuple[list[grpc.aio.Server], list[_Leader], dict[int, Peer]]:
+    """Replica 2, which led, and replica 1, which leads now, as real servers on loopback."""
+    servers, services, peers = [], [], {}
+    for peer_id, leads in ((1, True), (2, False)):
+        server = grpc.aio.server()
+        service = _Leader(leads)
+        pbg.add_LogServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        peers[peer_id] = Peer(peer_id, f"127.0.0.1:{port}", None, pbg.LogStub(channel), channel)  # type: ignore[arg-type]
+        servers.append(server)
+        services.append(service)
+    return servers, services, peers
+
+
+class MovingLeader:
+    """What the election knows: replica 2 until `moved`, then replica 1."""
+
+    def __init__(self) -> None:
+        self.moved = False
+
+    def __call__(self) -> KnownLeader:
+        return KnownLeader(False, 1 if self.moved else 2, 0.0, "")
+
+
+async def test_a_call_refused_as_not_the_leader_goes_to_the_leader_heard_since():
+    servers, (new, old), peers = await two_leaders()
+    known = MovingLeader()
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""), peers=peers, append_timeout=10)
+    forward.known_leader = known
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, setattr, known, "moved", True)  # the election hears replica 1
+    try:
+        positions = await forward.append(peers[2], b"x", b"")
+        reads = [r async for r in forward.read(peers[2], pb.ReadRequest())]
+    finally:
+        for server in servers:
+            await server.stop(None)
+    assert positions == [41]
+    assert len(reads) == 1
+    assert (old.appends, new.appends, new.reads) == (0, 1, 1)
+    assert forward.not_leader_redirects == 2
+
+
+async def test_a_refusal_with_no_other_leader_heard_is_passed_on_at_the_append_timeout():
+    servers, (new, _), peers = await two_leaders()
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""), peers=peers, append_timeout=0.5)
+    try:
+        with pytest.raises(RpcError) as error:
+            await forward.append(peers[2], b"x", b"")
+    finally:
+        for server in servers:
+            await server.stop(None)
+    assert error.value.reason == Reason.NOT_LEADER  # it did nothing: the client may retry
+    assert new.appends == 0
+    assert forward.not_leader_redirects == 0

@@ -20,7 +20,7 @@ import grpc
 
 from rlog.client.errors import is_connect_failure
 from rlog.client.packing import answered_positions
-from rlog.client.wire import FORWARDED, Reason
+from rlog.client.wire import FORWARDED, ErrorDetails, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import NO_CONDITIONS, Conditions
@@ -55,6 +55,8 @@ class Forwarding:
         self.known_leader = known_leader
         # Forwarded calls made again because the leader's channel could not connect.
         self.leader_connect_waits = 0
+        # Forwarded calls sent on to a new leader after the old one answered NOT_LEADER.
+        self.not_leader_redirects = 0
 
     async def await_leader(self, forwarded: bool) -> Peer | None:
         """None if this replica leads; else the leader's peer. Waits for an election."""
@@ -150,15 +152,49 @@ class Forwarding:
 
     async def _forwarded_call(self, leader: Peer, call: Callable[[Peer], Awaitable[T]]) -> T:
         """Make `call` on the leader; a call that could not even connect sent nothing, so it
-        is made again once the leader's channel connects (`_wait_for_leader`)."""
+        is made again once the leader's channel connects (`_wait_for_leader`), and one the
+        replica refused as not the leader did nothing, so it goes to the leader heard from
+        since (`_next_leader`)."""
         give_up_at = time.monotonic() + self.config.append_timeout
         while True:
             peer = self.peers[leader.id]  # a certificate rotation replaces the channels
             try:
                 return await call(peer)
             except grpc.aio.AioRpcError as exc:
-                if not await self._wait_for_leader(peer, exc, give_up_at):
+                if await self._wait_for_leader(peer, exc, give_up_at):
+                    continue
+                following = await self._next_leader(peer, exc, give_up_at)
+                if following is None:
                     raise RpcError.from_leader(exc, mutating=True) from None
+                leader = following
+
+    async def _next_leader(
+        self, peer: Peer, exc: grpc.aio.AioRpcError, give_up_at: float
+    ) -> Peer | None:
+        """After `peer` refused a forwarded call as not the leader (it did nothing): the
+        leader heard from once another is (polled until `give_up_at`); None if the refusal
+        was something else, or no other leader is heard in time, or this replica leads now
+        (the caller's next try finds it here).
+
+        Why: this replica forwarded to the leader it last heard from, but leadership moved
+        meanwhile (the refusing replica waited for itself to lead again first). The request
+        is as new as it was; failing it would refuse a log that has a leader."""
+        verdict = ErrorDetails.from_metadata(exc.trailing_metadata())
+        if verdict is None or verdict.reason != Reason.NOT_LEADER:
+            return None
+        while time.monotonic() < give_up_at:
+            known = self.known_leader()
+            if known.leading:
+                return None
+            if (
+                known.leader_id is not None
+                and known.leader_id != peer.id
+                and known.heard_ago < 2 * self.config.election_timeout
+            ):
+                self.not_leader_redirects += 1
+                return self.peers[known.leader_id]
+            await asyncio.sleep(0.02)
+        return None
 
     async def _wait_for_leader(
         self, peer: Peer, exc: grpc.aio.AioRpcError, give_up_at: float
@@ -192,7 +228,8 @@ class Forwarding:
     ) -> AsyncIterator[pb.ReadResponse]:
         """Stream a consistent read from the leader, within `time_limit` seconds if given (a
         read changes nothing: any error is passed on as it is; one that could not connect is
-        tried again as `_forwarded_call` does, before anything was passed on)."""
+        tried again, and one refused as not the leader goes to the new leader, as
+        `_forwarded_call` does, before anything was passed on)."""
         start = time.monotonic()
         give_up_at = start + self.config.append_timeout
         if time_limit is not None:
@@ -208,5 +245,11 @@ class Forwarding:
                     yield response
                 return
             except grpc.aio.AioRpcError as exc:
-                if answered or not await self._wait_for_leader(peer, exc, give_up_at):
+                if answered:
                     raise RpcError.from_leader(exc, mutating=False) from None
+                if await self._wait_for_leader(peer, exc, give_up_at):
+                    continue
+                following = await self._next_leader(peer, exc, give_up_at)
+                if following is None:
+                    raise RpcError.from_leader(exc, mutating=False) from None
+                leader = following
