@@ -33,6 +33,9 @@ def log(operator: str, namespace: str) -> Iterator[Log]:
         yield log
 
 
+_PORT_FORWARDS: list[subprocess.Popen[str]] = []
+
+
 @pytest.fixture(scope="module")
 def forwarded(log: Log) -> Iterator[str]:
     """127.0.0.1:PORT forwarded to the client Service."""
@@ -44,21 +47,37 @@ def forwarded(log: Log) -> Iterator[str]:
     if not match:
         proc.kill()
         raise AssertionError(f"kubectl port-forward said: {line}{proc.stdout.read()}")
+    _PORT_FORWARDS.append(proc)
     yield f"127.0.0.1:{match.group(1)}"
+    _PORT_FORWARDS.remove(proc)
     proc.terminate()
     proc.wait(10)
 
 
 def _replay(endpoint: str, out: str, *extra: str, env: dict[str, str] | None = None) -> str:
-    p = subprocess.run(
-        [sys.executable, EXAMPLE, "--endpoints", endpoint, "--out", out, *extra],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},  # the log's TLS credentials (RLOG_*), if any
-    )
+    try:
+        p = subprocess.run(
+            [sys.executable, EXAMPLE, "--endpoints", endpoint, "--out", out, *extra],
+            capture_output=True,
+            text=True,
+            # Inside the test's own 300 s, so that a replay that hangs shows what it said (a
+            # kind run's second stream replay hung past 300 s once; nothing was left to read).
+            timeout=180,
+            env={**os.environ, **(env or {})},  # the log's TLS credentials (RLOG_*), if any
+        )
+    except subprocess.TimeoutExpired as exc:
+        said = [_text(exc.stdout)[-2000:], _text(exc.stderr)[-6000:]]
+        forwards = [f"port-forward pid {f.pid} exit code {f.poll()}" for f in _PORT_FORWARDS]
+        message = f"the replay did not end in 180 s ({forwards}):\n" + "\n".join(said)
+        raise AssertionError(message) from None
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return p.stdout
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def _parquet(path: str) -> list[tuple[int, str]]:
