@@ -84,3 +84,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{d.test[:62]:<62} {d.what[:40]:<40} {d.acknowledged:>6} {d.failed_calls:>6} "
             f"{d.seconds:>6.0f}"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed test prints the cluster's state as it was at the failure (before the
+    fixtures' teardown deletes it): the pods, logs and events that say why a wait ran out."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when not in ("setup", "call") or not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    namespace = funcargs.get("namespace")
+    if not isinstance(namespace, str):
+        return
+    from diagnose import cluster_state
+
+    operator_namespace = funcargs.get("operator")
+    report.sections.append(
+        (
+            "cluster state at the failure",
+            cluster_state(
+                namespace, operator_namespace if isinstance(operator_namespace, str) else None
+            ),
+        )
+    )
