@@ -1,0 +1,99 @@
+"""What the disk alone allows the batched benchmarks: `--writers` processes (one per replica)
+each append `--size`-byte writes to a file of its own, each write followed by fdatasync
+(a group commit of one batch), for `--seconds`; prints every writer's MB/s and syncs/s and
+their sum. No rlog code runs: the sum is the ceiling for what 3 replicas on one disk can
+make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this machine.
+
+    .venv/bin/python bench/disk_ceiling.py [--writers 3] [--size 262144] [--seconds 10]
+                                           [--dir DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from machine import load
+
+# A file grows to at most this, then the writer starts over at offset 0 (rewriting blocks
+# already allocated, as a log's storage engine reuses its pages).
+WRAP_BYTES = 1 << 30
+
+
+def _writer(path: str, size: int, seconds: float, start: float, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    block = os.urandom(size)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while time.time() < start:
+            time.sleep(0.001)
+        offset, syncs, written = 0, 0, 0
+        began = time.monotonic()
+        while time.monotonic() - began < seconds:
+            os.pwrite(fd, block, offset)
+            os.fdatasync(fd)
+            offset = 0 if offset + 2 * size > WRAP_BYTES else offset + size
+            syncs += 1
+            written += size
+        elapsed = time.monotonic() - began
+        out.put({"syncs_per_s": syncs / elapsed, "mb_per_s": written / elapsed / 1e6})
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writers", type=int, default=3)
+    parser.add_argument("--size", type=int, default=256 * 1024, help="bytes per synced write")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--dir", type=Path, default=None, help="where (default: ~/.cache)")
+    parser.add_argument("--json", type=Path, default=None, help="append the result here")
+    args = parser.parse_args()
+    if args.writers < 1 or args.size < 1 or args.seconds <= 0:
+        parser.error("--writers, --size and --seconds must be positive")
+    base = args.dir or Path.home() / ".cache"
+    base.mkdir(parents=True, exist_ok=True)
+    where = Path(tempfile.mkdtemp(prefix="rlog-disk-ceiling-", dir=base))
+    try:
+        out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+        start = time.time() + 0.5
+        load_before = load()
+        procs = [
+            multiprocessing.Process(
+                target=_writer, args=(str(where / f"w{i}"), args.size, args.seconds, start, out)
+            )
+            for i in range(args.writers)
+        ]
+        for p in procs:
+            p.start()
+        results = [out.get() for _ in procs]
+        for p in procs:
+            p.join()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    total = sum(r["mb_per_s"] for r in results)
+    summary = {
+        "writers": args.writers,
+        "size": args.size,
+        "seconds": args.seconds,
+        "dir": str(base),
+        "each_mb_per_s": [round(r["mb_per_s"], 1) for r in results],
+        "each_syncs_per_s": [round(r["syncs_per_s"], 1) for r in results],
+        "total_mb_per_s": round(total, 1),
+        "per_writer_share_mb_per_s": round(total / args.writers, 1),
+        "load_before": load_before,
+        "load_after": load(),
+    }
+    print(json.dumps(summary))
+    if args.json:
+        with args.json.open("a") as f:
+            f.write(json.dumps(summary) + "\n")
+
+
+if __name__ == "__main__":
+    main()
