@@ -147,6 +147,10 @@ class ReplicaConfig:
     tail_response_bytes: int = DEFAULT_TAIL_RESPONSE_BYTES
     stream_window: int = DEFAULT_STREAM_WINDOW
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    # Seconds to wait for a data dir another process still holds (a replacement pod started
+    # before the process it replaces has exited) before giving up: waiting in the process,
+    # not crash-looping, keeps the container's restart back-off from growing to minutes.
+    lock_wait: float = 60.0
     # Transport security (docs/security.md): the replica's certificate and key (serve TLS,
     # and present them to peers), and the CA client and peer certificates must chain to
     # (requires one on every connection: mutual TLS). None: plaintext.

@@ -7,6 +7,7 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,7 +25,7 @@ from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
-from rlog.storage import open_storage
+from rlog.storage import DataDirLocked, Storage, open_storage
 
 log = logging.getLogger("rlog.server")
 
@@ -438,6 +439,31 @@ def _register(
     server.add_registered_method_handlers(taken.service, handlers)  # type: ignore[attr-defined]
 
 
+LOCK_POLL = 0.5  # seconds between attempts to take a data dir another process holds
+LOCK_REPORT = 10.0  # seconds between the log lines saying the replica still waits
+
+
+async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
+    """Open the storage, waiting up to `wait` seconds while another live process holds the
+    data dir. The holder is typically the container this one replaces (a pod deleted
+    without grace is replaced at once, while its process may still run on the node): it
+    lets go within seconds, and a replica that exited instead would restart under a
+    growing back-off. Two processes never use the data dir together either way."""
+    deadline = time.monotonic() + wait
+    reported = 0.0
+    while True:
+        try:
+            return open_storage(data_dir, engine)
+        except DataDirLocked as exc:
+            now = time.monotonic()
+            if now >= deadline:
+                raise DataDirLocked(f"{exc} (waited {wait:g}s for it to be released)") from None
+            if now - reported >= LOCK_REPORT:
+                log.warning("%s; waiting up to %.0fs for it to be released", exc, deadline - now)
+                reported = now
+            await asyncio.sleep(min(LOCK_POLL, max(deadline - now, 0.0)))
+
+
 async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     """Open the storage, bind the port and start the node; errors are one-line messages."""
     # Certificates and roles first: a bad file stops the start before the data is opened.
@@ -445,7 +471,7 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
     interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
-    storage = open_storage(config.data_dir, config.storage_engine)
+    storage = await open_when_free(config.data_dir, config.storage_engine, config.lock_wait)
     node = Node(config, storage)
     if certificates is not None:
         node.peers.credentials = lambda: certificates.peer_credentials(peer_token)

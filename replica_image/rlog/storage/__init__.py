@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlog.storage.base import Storage, StorageError, WriteBatch
+from rlog.storage.base import DataDirLocked, Storage, StorageError, WriteBatch
 
-__all__ = ["ENGINES", "Storage", "StorageError", "WriteBatch", "open_storage"]
+__all__ = ["ENGINES", "DataDirLocked", "Storage", "StorageError", "WriteBatch", "open_storage"]
 
 
 def open_storage(path: str | Path, engine: str = "lmdb") -> Storage:

@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-from rlog.storage.base import StorageError
+from rlog.storage.base import DataDirLocked, StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
 # dir written by one engine is never silently opened (as empty) by another.
@@ -148,7 +148,7 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             by = f" (pid {holder})" if holder else ""
-            raise StorageError(
+            raise DataDirLocked(
                 f"data dir {path} is locked by another live process{by}: "
                 "two replicas cannot share a data dir"
             ) from None

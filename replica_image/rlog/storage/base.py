@@ -16,6 +16,10 @@ class StorageError(Exception):
     """The data dir cannot be used (unwritable, corrupt, locked by another process)."""
 
 
+class DataDirLocked(StorageError):
+    """Another live process holds the data dir (its lock): nothing was opened or changed."""
+
+
 class CorruptRecord(StorageError):
     """A stored record failed its checksum (or does not parse): it must not be served. `key`
     is the position it is stored under (its first position); how far it reached is unknown,
