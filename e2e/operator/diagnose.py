@@ -9,6 +9,7 @@ import subprocess
 
 COMMAND_TIMEOUT = 20  # seconds per kubectl call
 LOG_LINES = 40  # of each replica that is not ready, and of the operator
+READY_LOG_LINES = 25  # of each ready replica: who led, stepped down, reloaded, failed
 EVENT_LINES = 40
 
 
@@ -33,19 +34,22 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(kept) + ("\n" if kept else "")
 
 
-def _unready_pods(namespace: str) -> list[str]:
-    """Pods of the namespace that are not Running with every container ready."""
+def _pods_by_readiness(namespace: str) -> tuple[list[str], list[str]]:
+    """Replica pods of the namespace that are Running with every container ready, and the
+    pods (any) that are not."""
     try:
         items = json.loads(_kubectl("-n", namespace, "get", "pods", "-o", "json"))["items"]
     except (ValueError, KeyError):
-        return []
-    unready = []
+        return [], []
+    ready, unready = [], []
     for pod in items:
         status = pod.get("status") or {}
         containers = status.get("containerStatuses") or []
         if status.get("phase") != "Running" or not all(c.get("ready") for c in containers):
             unready.append(pod["metadata"]["name"])
-    return unready
+        elif any(c.get("name") == "replica" for c in containers):
+            ready.append(pod["metadata"]["name"])
+    return ready, unready
 
 
 def cluster_state(namespace: str, operator_namespace: str | None) -> str:
@@ -62,7 +66,8 @@ def cluster_state(namespace: str, operator_namespace: str | None) -> str:
             ),
         ),
     ]
-    for pod in _unready_pods(namespace)[:6]:
+    ready, unready = _pods_by_readiness(namespace)
+    for pod in unready[:6]:
         parts.append(
             (
                 f"{pod}: describe (tail)",
@@ -77,6 +82,11 @@ def cluster_state(namespace: str, operator_namespace: str | None) -> str:
                     _kubectl(*args, *(["--previous"] if previous else [])),
                 )
             )
+    # Ready replicas too: a test can fail on what they did while ready (a leadership lost
+    # during a certificate rotation answered a forwarded append NOT_LEADER on a kind run).
+    for pod in ready[:6]:
+        args = ["-n", namespace, "logs", pod, "-c", "replica", f"--tail={READY_LOG_LINES}"]
+        parts.append((f"{pod}: replica log (ready)", _kubectl(*args)))
     if operator_namespace:
         parts.append(
             (

@@ -66,11 +66,14 @@ def replica_common_name(body: Body) -> str:
 
 
 def server_names(body: Body, config: OperatorConfig) -> list[str]:
-    """The names the replicas' certificate carries: every pod's peer name, the client
-    Service's names, and loopback (the probes and `kubectl exec ... rlog status`)."""
+    """The names the replicas' certificate carries: every pod's peer name (as the replicas
+    dial it, and its `.svc` form, which clients may use either way), the client Service's
+    names, and loopback (the probes and `kubectl exec ... rlog status`)."""
     ns = specs.namespace_of(body)
     service = specs.client_service_name(body)
-    names = [specs.peer_host(body, i, config) for i in range(specs.replicas_of(body))]
+    replicas = range(specs.replicas_of(body))
+    names = [specs.peer_host(body, i, config) for i in replicas]
+    names += [specs.peer_host(body, i, OperatorConfig()) for i in replicas]
     names += [service, f"{service}.{ns}", f"{service}.{ns}.svc"]
     if config.cluster_domain:
         names.append(f"{service}.{ns}.svc.{config.cluster_domain}")

@@ -67,6 +67,10 @@ def test_server_names():
     assert {"orders", "orders.shop", "orders.shop.svc", "localhost", "127.0.0.1"} <= set(names)
     domain = pki.server_names(body(), OperatorConfig(cluster_domain="cluster.local"))
     assert "orders.shop.svc.cluster.local" in domain
+    # The replicas dial the fully qualified peer names; clients may use either form.
+    for i in range(3):
+        assert f"orders-{i}.orders-headless.shop.svc.cluster.local" in domain
+        assert f"orders-{i}.orders-headless.shop.svc" in domain
 
 
 def test_needs_renewal(now):
