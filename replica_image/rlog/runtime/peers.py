@@ -107,7 +107,7 @@ class Peers(Mapping[int, Peer]):
         self._on_failure = on_failure
         self._promise_timeout = promise_timeout
         self._peers: dict[int, Peer] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self._channels: dict[int, grpc.aio.Channel] = {}  # peer -> its channel in use
         self._held_learned: dict[int, pb.LearnedRequest] = {}
         self._metrics = metrics or ReplicaMetrics(config.id)
         self._streams: dict[int, WriteStream] = {}
@@ -134,7 +134,12 @@ class Peers(Mapping[int, Peer]):
 
     def connect(self) -> None:
         """Open a channel to every other replica (gRPC connects lazily, on the first call)."""
+        self._install(self._open())
+
+    def _open(self) -> dict[int, grpc.aio.Channel]:
+        """A new channel to every other replica, with the credentials as they are now."""
         credentials = self.credentials() if self.credentials is not None else None
+        channels = {}
         for peer_id, address in enumerate(self.config.peers):
             if peer_id == self.config.id:
                 continue
@@ -142,7 +147,14 @@ class Peers(Mapping[int, Peer]):
                 channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
             else:
                 channel = grpc.aio.secure_channel(address, credentials, PEER_CHANNEL_OPTIONS)
-            self._channels.append(channel)
+            channels[peer_id] = channel
+        return channels
+
+    def _install(self, channels: dict[int, grpc.aio.Channel]) -> None:
+        """Send everything to these peers over these channels from now on."""
+        for peer_id, channel in channels.items():
+            self._channels[peer_id] = channel
+            address = self.config.peers[peer_id]
             self._peers[peer_id] = Peer(
                 peer_id, address, pbg.ReplicaStub(channel), pbg.LogStub(channel), channel
             )
@@ -151,15 +163,32 @@ class Peers(Mapping[int, Peer]):
 
     async def reconnect(self, grace: float) -> None:
         """New channels to every peer (with the credentials as they are now, after a
-        certificate rotation); the old ones are closed after `grace` seconds, so calls
-        under way on them can finish (a write cut short fails as any lost write does)."""
-        old_channels, old_streams = self._channels, list(self._streams.values())
-        self._channels = []
-        self.connect()
+        certificate rotation). Each is taken into use once it is connected, or after
+        `grace` seconds (a peer that is down connects later, as any channel does); until
+        then the old channel carries every call to that peer. The old channels are closed
+        `grace` seconds after all are replaced, so calls under way on them can finish (a
+        write cut short fails as any lost write does).
+
+        Why wait for the connection: a new channel's first call also waits for the name
+        to resolve and the TLS handshake; on a cluster whose DNS search path is slow that
+        took 2-3 s, and a leader whose heartbeats all waited there stepped down
+        (check-quorum) at every rotation (docs/security.md)."""
+        old_channels, old_streams = dict(self._channels), dict(self._streams)
+        fresh = self._open()
+
+        async def take_when_ready(peer_id: int, channel: grpc.aio.Channel) -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(channel.channel_ready(), grace)
+            if self._stopped:
+                await channel.close(grace=None)
+            else:
+                self._install({peer_id: channel})
+
+        await asyncio.gather(*(take_when_ready(p, c) for p, c in fresh.items()))
         await asyncio.sleep(grace)
-        for stream in old_streams:
+        for stream in old_streams.values():
             stream.close()
-        for channel in old_channels:
+        for channel in old_channels.values():
             await channel.close(grace=None)
 
     def stop(self) -> None:
@@ -169,7 +198,7 @@ class Peers(Mapping[int, Peer]):
     async def close(self) -> None:
         for stream in self._streams.values():
             stream.close()
-        for channel in self._channels:
+        for channel in self._channels.values():
             await channel.close(grace=None)
 
     # ---- sending -----------------------------------------------------------------------
