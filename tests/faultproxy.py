@@ -1,7 +1,8 @@
 """A fault-injecting TCP proxy on loopback: forwards connections to a target and cuts them at
 random (each forwarded chunk may close both sides), or all at once on demand (`cut_all`), so
 messages in flight are lost on real sockets, or closes every new connection at once for a
-while (`refuse_for`). Runs its own event loop in a thread."""
+while (`refuse_for`), or holds every new connection a while before forwarding it
+(`hold_new`). Runs its own event loop in a thread."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class FaultProxy:
         self.port = free_port(host)
         self.cuts = 0
         self._refuse_until = 0.0  # time.monotonic(): new connections are closed before then
+        self._hold = 0.0  # seconds each new connection waits before it is forwarded
+        self.held = 0  # connections that waited so
         self._open: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -56,6 +59,11 @@ class FaultProxy:
         server that is up but whose connections die before gRPC's handshake)."""
         self._refuse_until = time.monotonic() + seconds
 
+    def hold_new(self, seconds: float) -> None:
+        """From now on, hold every new connection `seconds` before forwarding it (a peer
+        whose name resolves, or whose connection is made, slowly); open ones are untouched."""
+        self._hold = seconds
+
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -75,6 +83,9 @@ class FaultProxy:
         if time.monotonic() < self._refuse_until:
             writer.close()
             return
+        if self._hold > 0:
+            self.held += 1
+            await asyncio.sleep(self._hold)
         try:
             up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:

@@ -14,54 +14,16 @@ from pathlib import Path
 
 import grpc
 import pytest
+from faultproxy import FaultProxy
 
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.peers import Peers
 from rlog.tools.certs import DevPki
-from rlog.tools.dev import DevCluster, free_port
+from rlog.tools.dev import DevCluster
 
-HOLD = 1.5  # seconds a new connection waits in the proxy: over a heartbeat's 1 s limit, under
+HOLD = 1.5  # seconds each new connection waits in the proxy: over a heartbeat's 1 s limit, under
 # the 2 s a connection attempt may take (wire.CONNECT_TIMEOUT_MS)
-
-
-class SlowToConnectProxy:
-    """TCP proxy to `upstream`; connections accepted while `slow` wait HOLD seconds first."""
-
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.rsplit(":", 1)
-        self.upstream = (host, int(port))
-        self.slow = False
-        self.held = 0
-        self.server: asyncio.base_events.Server | None = None
-        self.address = ""
-
-    async def start(self) -> None:
-        port = free_port()
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
-        self.address = f"127.0.0.1:{port}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.slow:
-            self.held += 1
-            await asyncio.sleep(HOLD)
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +35,7 @@ def cluster(tmp_path_factory):
 
 
 async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_path: Path):
-    proxy = SlowToConnectProxy(cluster.endpoints[1])
-    await proxy.start()
+    proxy = FaultProxy(cluster.endpoints[1], cut=0.0, seed=0).start()
     # A fourth process's view: itself (id 0, never dialled), replica 1 behind the proxy and
     # replica 2 directly.
     config = ReplicaConfig(
@@ -102,7 +63,7 @@ async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_p
     beat = pb.LearnedRequest()
     try:
         assert await peers.heartbeat(peers[1], beat) is not None  # connected, fast
-        proxy.slow = True
+        proxy.hold_new(HOLD)
         reconnecting = asyncio.ensure_future(peers.reconnect(grace=HOLD + 2))
         slowest, answers = 0.0, []
         until = time.monotonic() + HOLD + 1
@@ -123,4 +84,4 @@ async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_p
         assert await peers.heartbeat(peers[1], beat) is not None
     finally:
         await peers.close()
-        proxy.close()
+        proxy.stop()
