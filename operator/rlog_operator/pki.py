@@ -23,6 +23,7 @@ import datetime
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rlog_operator import specs
@@ -73,7 +74,7 @@ def server_names(body: Body, config: OperatorConfig) -> list[str]:
     service = specs.client_service_name(body)
     replicas = range(specs.replicas_of(body))
     names = [specs.peer_host(body, i, config) for i in replicas]
-    names += [specs.peer_host(body, i, OperatorConfig()) for i in replicas]
+    names += [specs.peer_host(body, i, replace(config, cluster_domain="")) for i in replicas]
     names += [service, f"{service}.{ns}", f"{service}.{ns}.svc"]
     if config.cluster_domain:
         names.append(f"{service}.{ns}.svc.{config.cluster_domain}")

@@ -461,7 +461,7 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
             if now - reported >= LOCK_REPORT:
                 log.warning("%s; waiting up to %.0fs for it to be released", exc, deadline - now)
                 reported = now
-            await asyncio.sleep(min(LOCK_POLL, max(deadline - now, 0.0)))
+            await asyncio.sleep(min(LOCK_POLL, deadline - now))  # now < deadline here
 
 
 async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
