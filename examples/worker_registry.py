@@ -147,10 +147,11 @@ def main() -> int:
     except (ConfigError, RlogError) as exc:
         print(f"worker_registry: {exc}", file=sys.stderr)
         return 1
+    # Spawned, not forked: this process has used gRPC already, and gRPC does not support a
+    # forked child going on with the parent's gRPC state (it may hang or die in the child).
+    spawn = multiprocessing.get_context("spawn")
     processes = [
-        multiprocessing.Process(
-            target=run_agent, args=(log, i, args.workers, args.remove, args.cas)
-        )
+        spawn.Process(target=run_agent, args=(log, i, args.workers, args.remove, args.cas))
         for i in range(args.processes)
     ]
     for process in processes:
