@@ -63,6 +63,7 @@ async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_p
     beat = pb.LearnedRequest()
     try:
         assert await peers.heartbeat(peers[1], beat) is not None  # connected, fast
+        old_channel = peers[1].channel
         proxy.hold_new(HOLD)
         reconnecting = asyncio.ensure_future(peers.reconnect(grace=HOLD + 2))
         slowest, answers = 0.0, []
@@ -80,7 +81,7 @@ async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_p
         assert slowest < 1.0
         await asyncio.wait_for(reconnecting, HOLD + 10)
         # After the switch the new channel carries the calls.
-        assert peers[1].channel is not None
+        assert peers[1].channel is not None and peers[1].channel is not old_channel
         assert await peers.heartbeat(peers[1], beat) is not None
     finally:
         await peers.close()
