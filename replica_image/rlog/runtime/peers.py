@@ -109,6 +109,12 @@ class Peers(Mapping[int, Peer]):
         self._peers: dict[int, Peer] = {}
         self._channels: dict[int, grpc.aio.Channel] = {}  # peer -> its channel in use
         self._held_learned: dict[int, pb.LearnedRequest] = {}
+        # Each held range's linger timer, cancelled when the range rides on a write: a
+        # timer left running fired `LEARNED_LINGER` after the range it was set for, and
+        # sent whatever was held for the peer by then (the next append's range, held only
+        # a moment) on its own. Serial appends a few ms apart sent over half their learned
+        # ranges as separate Learned calls that way.
+        self._linger: dict[int, asyncio.TimerHandle] = {}
         self._metrics = metrics or ReplicaMetrics(config.id)
         self._streams: dict[int, WriteStream] = {}
         self._unary_until: dict[int, float] = {}  # peer -> when to try its stream again
@@ -271,13 +277,15 @@ class Peers(Mapping[int, Peer]):
                 proposal=message.proposal, leader=message.leader, log_id=message.log_id
             )
             self._held_learned[peer] = held
-            asyncio.get_running_loop().call_later(LEARNED_LINGER, self._flush_learned, peer)
+            self._linger[peer] = asyncio.get_running_loop().call_later(
+                LEARNED_LINGER, self._flush_learned, peer
+            )
         held.ranges.extend(message.ranges)
 
     def _learned_for(self, peer: int, write: pb.WriteRequest) -> pb.LearnedRequest | None:
         """The learned ranges held for `peer` that ride on this write (`WriteRequest.learned`,
         set when the write is sent), if any; ranges of another proposal go on their own."""
-        held = self._held_learned.pop(peer, None)
+        held = self._take_held(peer)
         if held is None or held.proposal != write.proposal or write.HasField("learned"):
             if held is not None:
                 self._spawn(self.send(Send(peer, held)))
@@ -285,9 +293,17 @@ class Peers(Mapping[int, Peer]):
         return held
 
     def _flush_learned(self, peer: int) -> None:
-        held = self._held_learned.pop(peer, None)
+        held = self._take_held(peer)
         if held is not None and not self._stopped:
             self._spawn(self.send(Send(peer, held)))
+
+    def _take_held(self, peer: int) -> pb.LearnedRequest | None:
+        """The learned ranges held for `peer` (none: None), no longer held; their linger
+        timer stopped."""
+        timer = self._linger.pop(peer, None)
+        if timer is not None:
+            timer.cancel()
+        return self._held_learned.pop(peer, None)
 
     async def send_one_way(self, peer: Peer, message: pb.LearnedRequest) -> None:
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
