@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 PAYLOAD = 1100  # about a 1 KiB append with its framing
+REPLY = 0  # answer with the first REPLY bytes of the request (0: the whole request)
 TIMED = 2000
 UNTIMED = 200
 
@@ -47,11 +48,11 @@ async def serve(port: int, options: list[tuple[str, int]]) -> None:
     server = grpc.aio.server(options=options)
 
     async def unary(request: bytes, context: Any) -> bytes:
-        return request
+        return request[:REPLY] if REPLY else request
 
     async def bidi(requests: Any, context: Any) -> Any:
         async for request in requests:
-            yield request
+            yield request[:REPLY] if REPLY else request
 
     handler = grpc.method_handlers_generic_handler(
         "rtt.Echo",
@@ -108,7 +109,15 @@ def run(loop: str, main: Coroutine[Any, Any, Any]) -> Any:
 def one(variant: str, port: int) -> dict[str, Any]:
     loop, _, spec = variant.partition(":")
     server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve", str(port), variant],
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve",
+            str(port),
+            variant,
+            str(PAYLOAD),
+            str(REPLY),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -124,15 +133,23 @@ def one(variant: str, port: int) -> dict[str, Any]:
 
 
 def main() -> int:
+    global PAYLOAD, REPLY, TIMED
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         loop, _, spec = sys.argv[3].partition(":")
+        PAYLOAD, REPLY = int(sys.argv[4]), int(sys.argv[5])
         run(loop, serve(int(sys.argv[2]), options_of(spec)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variant", action="append", required=True, metavar="LOOP:OPTIONS")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=23990)
+    parser.add_argument("--payload", type=int, default=PAYLOAD, help="request bytes")
+    parser.add_argument(
+        "--reply", type=int, default=REPLY, help="answer bytes (default: echo the request)"
+    )
+    parser.add_argument("--timed", type=int, default=TIMED, help="timed round trips of each")
     args = parser.parse_args()
+    PAYLOAD, REPLY, TIMED = args.payload, args.reply, args.timed
     for _ in range(args.rounds):
         for variant in args.variant:
             print(json.dumps(one(variant, args.port)), flush=True)

@@ -151,21 +151,23 @@ def load_events(path: Path) -> list[tuple[int, str]]:
     return rows
 
 
-async def drive(endpoint: str, count: int, warmup: int) -> tuple[list[tuple[int, int]], list[int]]:
+async def drive(
+    endpoint: str, count: int, warmup: int, batch: int = 1
+) -> tuple[list[tuple[int, int]], list[int]]:
     import grpc.aio._call as grpc_call
 
     from rlog.client import AsyncClient
     from rlog.proto import rlog_pb2 as pb
 
     _wrap_async(grpc_call.UnaryUnaryCall, "_invoke", "call")  # the client's unary call
-    value = os.urandom(1024)
+    values = [os.urandom(1024)] * batch
     windows: list[tuple[int, int]] = []
     async with AsyncClient(endpoint, timeout=10) as client:
         for _ in range(warmup):
-            await client.append([value])
+            await client.append(values)
         for _ in range(count):
             t0 = time.monotonic_ns()
-            await client.append([value])
+            await client.append(values)
             windows.append((t0, time.monotonic_ns()))
         stub = client._endpoint(0).log  # the floor: a unary call with no protocol work
         status: list[int] = []
@@ -316,6 +318,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=1, help="1 KiB values per append")
     parser.add_argument("--dir", help="cluster dir (default: a new temporary dir)")
     parser.add_argument("--replica-env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--json", metavar="FILE", help="also write the stages as JSON")
@@ -349,7 +352,9 @@ def main() -> int:
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     with ProbedCluster(3, base / "cluster") as cluster:
         leader = cluster.wait_for_leader()
-        windows, status = event_loop.run(drive(cluster.endpoints[leader], args.count, args.warmup))
+        windows, status = event_loop.run(
+            drive(cluster.endpoints[leader], args.count, args.warmup, args.batch)
+        )
         for i in range(3):
             pid = cluster.pid(i)
             if pid is not None:
