@@ -58,7 +58,8 @@ def learned(first: int, last: int) -> pb.LearnedRequest:
     )
 
 
-def write(position: int) -> pb.WriteRequest:  # position: for the reader; unused
+def write() -> pb.WriteRequest:
+    """A write of the same proposal (its content does not matter here)."""
     return pb.WriteRequest(proposal=7)
 
 
@@ -66,13 +67,13 @@ async def test_a_range_that_rode_on_a_write_leaves_no_timer_to_send_the_next_ear
     peers, spawned = sent
     peers._hold_learned(1, learned(1, 1))  # append 1 chosen: its range waits for a write
     await asyncio.sleep(LINGER * 0.05)
-    rode = peers._learned_for(1, write(2))  # append 2's write takes it
+    rode = peers._learned_for(1, write())  # append 2's write takes it
     assert rode is not None and [(r.first, r.last) for r in rode.ranges] == [(1, 1)]
     await asyncio.sleep(LINGER * 0.45)
     peers._hold_learned(1, learned(2, 2))  # append 2 chosen (0.5 lingers in)
     await asyncio.sleep(LINGER * 0.6)  # past append 1's linger, within append 2's
     assert spawned == [], "append 1's timer sent append 2's range on its own"
-    rode = peers._learned_for(1, write(3))  # append 3's write takes append 2's range
+    rode = peers._learned_for(1, write())  # append 3's write takes append 2's range
     assert rode is not None and [(r.first, r.last) for r in rode.ranges] == [(2, 2)]
     await asyncio.sleep(LINGER * 0.6)  # past append 2's linger
     assert spawned == []
@@ -85,7 +86,7 @@ async def test_a_range_no_write_takes_goes_alone_after_the_linger(sent):
     await asyncio.sleep(LINGER * 1.5)
     assert len(spawned) == 1
     assert [(r.first, r.last) for r in spawned[0].ranges] == [(1, 1), (2, 3)]
-    assert peers._learned_for(1, write(4)) is None  # nothing held any more
+    assert peers._learned_for(1, write()) is None  # nothing held any more
 
 
 async def test_a_range_of_another_proposal_is_sent_at_once(sent):
