@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import harness
+from machine import cpu_seconds
 
 PAYLOAD = 1100  # a 1 KiB append with its framing
 _OPTIONS = [
@@ -66,7 +68,6 @@ def _append_synced(fd: int, data: bytes) -> None:
 
 async def follower(port: int, path: str, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    server = grpc.aio.server(options=_OPTIONS)
 
     async def stream(requests: Any, context: Any) -> Any:
         async for request in requests:
@@ -75,15 +76,8 @@ async def follower(port: int, path: str, sync: bool) -> None:
                 await asyncio.to_thread(_append_synced, fd, request)
             yield b"accepted"
 
-    handler = grpc.method_handlers_generic_handler(
-        "floor.Follower",
-        {"Write": grpc.stream_stream_rpc_method_handler(stream, _same, _same)},
-    )
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
+    methods = {"Write": grpc.stream_stream_rpc_method_handler(stream, _same, _same)}
+    await harness.serve(port, "floor.Follower", methods, _OPTIONS)
 
 
 async def leader(port: int, follower_port: int, path: str, sync: bool) -> None:
@@ -109,19 +103,11 @@ async def leader(port: int, follower_port: int, path: str, sync: bool) -> None:
     async def ping(request: bytes, context: Any) -> bytes:
         return b"pong"
 
-    server = grpc.aio.server(options=_OPTIONS)
-    handler = grpc.method_handlers_generic_handler(
-        "floor.Leader",
-        {
-            "Append": grpc.unary_unary_rpc_method_handler(append, _same, _same),
-            "Ping": grpc.unary_unary_rpc_method_handler(ping, _same, _same),
-        },
-    )
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
+    methods = {
+        "Append": grpc.unary_unary_rpc_method_handler(append, _same, _same),
+        "Ping": grpc.unary_unary_rpc_method_handler(ping, _same, _same),
+    }
+    await harness.serve(port, "floor.Leader", methods, _OPTIONS)
 
 
 async def client(port: int, count: int, method: str, payload_size: int) -> dict[str, float]:
@@ -164,11 +150,11 @@ def one(
     load = Path("/proc/loadavg").read_text().split()[0]
     try:
         method = "Ping" if variant == "ping" else "Append"
-        before = [_cpu_seconds(p.pid) for p in processes]
+        before = [cpu_seconds(p.pid) for p in processes]
         client_before = time.process_time()
         result = _run(loop, client(port, count, method, payload))
         client_cpu = time.process_time() - client_before
-        after = [_cpu_seconds(p.pid) for p in processes]
+        after = [cpu_seconds(p.pid) for p in processes]
     finally:
         for process in processes:
             process.kill()
@@ -188,12 +174,6 @@ def one(
         **result,
         **cpu,
     }
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:

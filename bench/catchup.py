@@ -28,17 +28,13 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_seconds
+
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def logged_at(log_file: Path, after: float, needle: str) -> float | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import harness
 
 PAYLOAD = 1100  # about a 1 KiB append with its framing
 REPLY = 0  # answer with the first REPLY bytes of the request (0: the whole request)
@@ -45,8 +46,6 @@ def _same(data: bytes) -> bytes:
 
 
 async def serve(port: int, options: list[tuple[str, int]]) -> None:
-    server = grpc.aio.server(options=options)
-
     async def unary(request: bytes, context: Any) -> bytes:
         return request[:REPLY] if REPLY else request
 
@@ -54,18 +53,11 @@ async def serve(port: int, options: list[tuple[str, int]]) -> None:
         async for request in requests:
             yield request[:REPLY] if REPLY else request
 
-    handler = grpc.method_handlers_generic_handler(
-        "rtt.Echo",
-        {
-            "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
-            "Stream": grpc.stream_stream_rpc_method_handler(bidi, _same, _same),
-        },
-    )
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
+    methods = {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
+        "Stream": grpc.stream_stream_rpc_method_handler(bidi, _same, _same),
+    }
+    await harness.serve(port, "rtt.Echo", methods, options)
 
 
 async def measure(port: int, options: list[tuple[str, int]]) -> dict[str, float]:

@@ -38,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
+
 HERE = Path(__file__).resolve().parents[1]
 if "--as-replica" not in sys.argv[1:2]:  # a replica takes rlog from its PYTHONPATH (--tree)
     sys.path.insert(0, str(HERE / "replica_image"))
@@ -281,9 +283,10 @@ def segments(appends: list[dict[str, int]], path: list[tuple[str, str, str]]) ->
     return lines
 
 
-def report(appends: list[dict[str, int]], status: list[int]) -> str:
+def report(appends: list[dict[str, int]], status: list[int], batch: int = 1) -> str:
     n = len(appends)
-    lines = [f"{n} serial appends of 1 KiB; µs; columns p50, p10, p90", "the critical path:"]
+    what = "1 KiB" if batch == 1 else f"{batch} x 1 KiB"
+    lines = [f"{n} serial appends of {what}; µs; columns p50, p10, p90", "the critical path:"]
     lines += segments(appends, PATH)
     total = [(a["C recv"] - a["C send"]) / 1000 for a in appends]
     lines.append(
@@ -328,29 +331,18 @@ def main() -> int:
     args = parser.parse_args()
 
     from rlog import event_loop
-    from rlog.tools.dev import DevCluster
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="rlog-budget-"))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(args.tree.resolve() / "replica_image"), *filter(None, [env.get("PYTHONPATH")])]
-    )
+    env = harness.tree_env(args.tree)
     for item in args.replica_env:
         name, _, value = item.partition("=")
         env[name] = value
 
-    class ProbedCluster(DevCluster):
-        def command(self, i: int) -> list[str]:
-            cmd = super().command(i)
-            at = cmd.index("-m")
-            return [*cmd[:at], str(Path(__file__).resolve()), "--as-replica", *cmd[at + 2 :]]
-
-        def start_replica(self, i: int) -> None:
-            self.env = {**env, EVENTS_ENV: str(base / f"events-{i}.txt")}
-            super().start_replica(i)
+    def env_of(i: int) -> dict[str, str]:
+        return {**env, EVENTS_ENV: str(base / f"events-{i}.txt")}
 
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    with ProbedCluster(3, base / "cluster") as cluster:
+    with harness.wrapped_cluster(__file__, base / "cluster", env_of) as cluster:
         leader = cluster.wait_for_leader()
         windows, status = event_loop.run(
             drive(cluster.endpoints[leader], args.count, args.warmup, args.batch)
@@ -372,7 +364,7 @@ def main() -> int:
     appends = budget(windows, labelled)
     end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"load average at the start: {load}, at the end: {end}; leader replica {leader}")
-    print(report(appends, status))
+    print(report(appends, status, args.batch))
     if args.json:
         Path(args.json).write_text(json.dumps({"load": load, "appends": appends, "status": status}))
     return 0

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 HERE = Path(__file__).resolve().parents[1]
 if "--as-replica" not in sys.argv[1:2]:  # a replica takes rlog from its PYTHONPATH (--tree)
     sys.path.insert(0, str(HERE / "replica_image"))
@@ -122,23 +124,12 @@ def main() -> int:
 
     from rlog import event_loop
     from rlog.client import AsyncClient
-    from rlog.tools.dev import DevCluster
 
     base = Path(tempfile.mkdtemp(prefix="rlog-loop-counts-"))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(args.tree.resolve() / "replica_image"), *filter(None, [env.get("PYTHONPATH")])]
-    )
+    env = harness.tree_env(args.tree)
 
-    class CountingCluster(DevCluster):
-        def command(self, i: int) -> list[str]:
-            cmd = super().command(i)
-            at = cmd.index("-m")
-            return [*cmd[:at], str(Path(__file__).resolve()), "--as-replica", *cmd[at + 2 :]]
-
-        def start_replica(self, i: int) -> None:
-            self.env = {**env, COUNTS_ENV: str(base / f"counts-{i}.json")}
-            super().start_replica(i)
+    def env_of(i: int) -> dict[str, str]:
+        return {**env, COUNTS_ENV: str(base / f"counts-{i}.json")}
 
     async def append(endpoint: str) -> None:
         values = [os.urandom(1024)] * args.batch
@@ -146,7 +137,7 @@ def main() -> int:
             for _ in range(args.count):
                 await client.append(values)
 
-    with CountingCluster(3, base / "cluster") as cluster:
+    with harness.wrapped_cluster(__file__, base / "cluster", env_of) as cluster:
         leader = cluster.wait_for_leader()
         event_loop.run(append(cluster.endpoints[leader]))  # warm: sessions, streams
         before = snapshot(cluster, base)

@@ -22,12 +22,13 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (every thread), from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+
+
 def replica_cpu_seconds(cluster: Replicas) -> float:
     """User + system CPU time of the replica processes so far (every thread), from /proc."""
-    total = 0
-    for i in range(cluster.replicas):
-        pid = cluster.pid(i)
-        if pid is not None:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / os.sysconf("SC_CLK_TCK")
+    pids = (cluster.pid(i) for i in range(cluster.replicas))
+    return sum(cpu_seconds(pid) for pid in pids if pid is not None)

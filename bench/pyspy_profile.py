@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_seconds
 from pyspy_top import report
 
 BENCH = Path(__file__).resolve().parent
@@ -33,12 +34,6 @@ MODES = {
     "stream": ["--mode", "concurrent", "--concurrency", "64", "--stream"],
     "batched": ["--mode", "concurrent", "--concurrency", "8", "--batch", "64"],
 }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def py_spy() -> str:

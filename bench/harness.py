@@ -1,0 +1,58 @@
+"""What several bench scripts start the same way.
+
+- `serve`: a bare grpc.aio server with generic method handlers on a loopback port, which
+  prints "ready" once it listens (the parent reads that line before it measures) and runs
+  until killed (`grpc_rtt.py`, `append_floor.py`);
+- `wrapped_cluster`: a 3-replica `rlog dev` log whose replicas are started through a bench
+  script (`SCRIPT --as-replica <rlog replica arguments>`), so the script can install its
+  probes or counters in the replica process before rlog starts (`latency_budget.py`,
+  `loop_counts.py`). The replicas take rlog from `--tree`'s checkout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+
+async def serve(
+    port: int, service: str, methods: dict[str, Any], options: list[tuple[str, Any]]
+) -> None:
+    """Serve `methods` (name -> grpc.*_rpc_method_handler) as `service` until killed."""
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """This process's environment with `tree`'s rlog first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(tree.resolve() / "replica_image"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    return env
+
+
+def wrapped_cluster(script: str, directory: Path, env_of: Callable[[int], dict[str, str]]) -> Any:
+    """A 3-replica DevCluster (not started: use it as a context manager) whose replica `i`
+    runs `python SCRIPT --as-replica ...` with the environment `env_of(i)`."""
+    from rlog.tools.dev import DevCluster
+
+    class WrappedCluster(DevCluster):
+        def command(self, i: int) -> list[str]:
+            cmd = super().command(i)
+            at = cmd.index("-m")  # [python, -m, rlog.tools.cli, replica, ...]
+            return [*cmd[:at], str(Path(script).resolve()), "--as-replica", *cmd[at + 2 :]]
+
+        def start_replica(self, i: int) -> None:
+            self.env = env_of(i)
+            super().start_replica(i)
+
+    return WrappedCluster(3, directory)
