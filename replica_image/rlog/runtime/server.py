@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from rlog import event_loop
+from rlog import allocator, event_loop
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.packed import PackedError, pack
@@ -576,4 +576,5 @@ def serve(config: ReplicaConfig) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    log.info("%s", allocator.keep_large_buffers())
     event_loop.run(_serve(config))
