@@ -5,7 +5,14 @@ their sum. No rlog code runs: the sum is the ceiling for what 3 replicas on one 
 make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this machine.
 
     .venv/bin/python bench/disk_ceiling.py [--writers 3] [--size 262144] [--seconds 10]
-                                           [--dir DIR] [--json FILE]
+                                           [--rewrite BYTES] [--dir DIR] [--json FILE]
+
+By default each file grows (to 1 GiB, then the writer wraps to offset 0), so the timed writes
+land on blocks the file system allocates afresh. `--rewrite BYTES` first writes BYTES to each
+file (untimed, one sync) and wraps there, so every timed write lands on blocks written
+before. On this VM the two differ by up to 10x (bench/README.md, "Fresh blocks and
+rewritten blocks"): a log that keeps growing writes fresh blocks, one that is truncated
+reuses its own.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from machine import load
 
@@ -26,18 +34,30 @@ from machine import load
 WRAP_BYTES = 1 << 30
 
 
-def _writer(path: str, size: int, seconds: float, start: float, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _writer(
+    path: str,
+    size: int,
+    seconds: float,
+    rewrite: int,
+    ready: Any,  # a multiprocessing.Barrier: every writer starts its timed writes together
+    out: multiprocessing.Queue,  # type: ignore[type-arg]
+) -> None:
     block = os.urandom(size)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        while time.time() < start:
-            time.sleep(0.001)
+        wrap = WRAP_BYTES
+        if rewrite:
+            for offset in range(0, rewrite, size):
+                os.pwrite(fd, block, offset)
+            os.fdatasync(fd)
+            wrap = max(rewrite, 2 * size)
+        ready.wait()
         offset, syncs, written = 0, 0, 0
         began = time.monotonic()
         while time.monotonic() - began < seconds:
             os.pwrite(fd, block, offset)
             os.fdatasync(fd)
-            offset = 0 if offset + 2 * size > WRAP_BYTES else offset + size
+            offset = 0 if offset + 2 * size > wrap else offset + size
             syncs += 1
             written += size
         elapsed = time.monotonic() - began
@@ -51,6 +71,13 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=3)
     parser.add_argument("--size", type=int, default=256 * 1024, help="bytes per synced write")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--rewrite",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="write each file to BYTES first and wrap there (timed writes on written blocks)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where (default: ~/.cache)")
     parser.add_argument("--json", type=Path, default=None, help="append the result here")
     args = parser.parse_args()
@@ -61,11 +88,12 @@ def main() -> None:
     where = Path(tempfile.mkdtemp(prefix="rlog-disk-ceiling-", dir=base))
     try:
         out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-        start = time.time() + 0.5
+        ready = multiprocessing.Barrier(args.writers)
         load_before = load()
         procs = [
             multiprocessing.Process(
-                target=_writer, args=(str(where / f"w{i}"), args.size, args.seconds, start, out)
+                target=_writer,
+                args=(str(where / f"w{i}"), args.size, args.seconds, args.rewrite, ready, out),
             )
             for i in range(args.writers)
         ]
@@ -81,6 +109,7 @@ def main() -> None:
         "writers": args.writers,
         "size": args.size,
         "seconds": args.seconds,
+        "rewrite": args.rewrite,
         "dir": str(base),
         "each_mb_per_s": [round(r["mb_per_s"], 1) for r in results],
         "each_syncs_per_s": [round(r["syncs_per_s"], 1) for r in results],

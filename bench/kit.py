@@ -5,6 +5,9 @@ one machine, every figure of issue 12's targets table, one JSON-lines results fi
                         [--no-etcd] [--spark | --no-spark] [--out FILE] [--work DIR]
 
 Steps (each measurement is a "point" record, see bench/kitlib.py):
+0. the host: what a fresh memory page costs, and what three writers' synced 2 MiB writes reach
+   on new file space and on rewritten file space (bench/disk_ceiling.py), a "machine" record:
+   on this VM both move between runs and days, and the disk-bound figures with them;
 1. + 2. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
    raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
    `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from kitlib import figure, find_point, load_targets, quantiles, summary_markdown
+from machine import page_fault_us
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -161,6 +165,21 @@ def rlog_cluster(args: argparse.Namespace, replicas: int) -> Iterator[str]:
     with DevCluster(replicas, root) as cluster:
         yield cluster.endpoints[cluster.wait_for_leader()]
     shutil.rmtree(root, ignore_errors=True)
+
+
+def host_probe(run: Run, args: argparse.Namespace) -> None:
+    """Step 0: the "machine" record (about 10 s)."""
+    note("the host: page faults, synced writes on new and rewritten file space")
+    record: dict[str, Any] = {"kind": "machine", "page_fault_us": round(page_fault_us(), 2)}
+    for name, rewrite in (("new", 0), ("rewritten", 256 << 20)):
+        command = [args.python, str(BENCH / "disk_ceiling.py"), "--writers", "3"]
+        command += ["--size", str(2 << 20), "--seconds", "2", "--rewrite", str(rewrite)]
+        command += ["--dir", args.work]
+        out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300)
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        record[f"synced_mb_per_s_{name}"] = result["per_writer_share_mb_per_s"]
+    record["command"] = "python bench/disk_ceiling.py --writers 3 --size 2097152 [--rewrite N]"
+    run.add(record)
 
 
 def side_by_side(run: Run, args: argparse.Namespace) -> None:
@@ -495,6 +514,7 @@ def main() -> int:
     }
     run.add(meta)
     note(f"results -> {out}")
+    host_probe(run, args)
     side_by_side(run, args)
     if not args.no_five:
         five_replicas(run, args)

@@ -193,6 +193,14 @@ def summary_markdown(records: Sequence[dict[str, Any]]) -> str:
             + (f"; wall time {meta['wall_seconds']:.0f} s" if "wall_seconds" in meta else "")
         )
         lines.append("")
+    machine = next((r for r in records if r["kind"] == "machine"), None)
+    if machine:
+        lines.append(
+            f"host: a fresh page faults in {machine['page_fault_us']:.2f} µs; synced 2 MiB "
+            f"writes, 3 writers: {machine['synced_mb_per_s_new']:,.0f} MB/s each on new file "
+            f"space, {machine['synced_mb_per_s_rewritten']:,.0f} on rewritten"
+        )
+        lines.append("")
     lines.append("| figure | unit | rlog | baseline | value | ratio | target | met |")
     lines.append("| --- | --- | ---: | --- | ---: | ---: | --- | --- |")
     for f in figures:

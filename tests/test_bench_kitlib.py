@@ -120,6 +120,21 @@ def test_summary_has_ratio_and_target_columns() -> None:
     assert "`rlog x`" in text and "`etcd y`" in text
     assert "load average at the start 1.0/2.0/3.0, at the end 4.0/5.0/6.0" in text
     assert "| rlog | unary | 3 | 64 | 1 | 1024 | 900 | 0.90 | 60.00 | 90.00 | 1.5 |" in text
+    assert "host:" not in text  # a results file from before the host probe
+
+
+def test_summary_states_the_host_probe() -> None:
+    records = [
+        {"kind": "meta", "run": "r", "host": "h", "cpus": 2, "commit": "c", "mode": "quick",
+         "load_start": [1.0, 2.0, 3.0]},
+        {"kind": "machine", "page_fault_us": 3.456, "synced_mb_per_s_new": 345.2,
+         "synced_mb_per_s_rewritten": 1012.7},
+    ]  # fmt: skip
+    text = kitlib.summary_markdown(records)
+    assert (
+        "host: a fresh page faults in 3.46 µs; synced 2 MiB writes, 3 writers: 345 MB/s each "
+        "on new file space, 1,013 on rewritten"
+    ) in text
 
 
 def test_self_time_from_py_spy_raw_stacks() -> None:
