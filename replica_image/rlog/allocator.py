@@ -21,7 +21,6 @@ Other C libraries (musl, macOS) are left alone too.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 # glibc's mallopt parameters (malloc.h)
@@ -41,7 +40,9 @@ def keep_large_buffers() -> str:
     if os.uname().sysname != "Linux":
         return "allocator: left alone (not Linux)"
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # The C library the interpreter runs on (its symbols are the process's own):
+        # no ldconfig subprocess at start, as ctypes.util.find_library would run.
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         gnu_get_libc_version = libc.gnu_get_libc_version  # only glibc has it
     except (OSError, AttributeError):

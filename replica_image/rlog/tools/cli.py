@@ -603,9 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rlog import allocator
     from rlog.tools.dev import die_with_parent_if_asked
 
     die_with_parent_if_asked()
+    # Every rlog process, the clients too: `rlog bench` and `rlog append` build and copy
+    # batch-sized buffers as the replicas do (bench/README.md, "Page faults on the data
+    # path"). The client library leaves the allocator of the program it runs in alone.
+    allocator.keep_large_buffers()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
