@@ -5,10 +5,11 @@ buffer, protobuf's message, the record, the storage engine's pages), every copy 
 allocation of up to megabytes. glibc serves an allocation above its mmap threshold with a
 new mapping and unmaps it on free, and trims the top of the heap once enough of it is
 free; either way the next buffer starts on pages the kernel must fault in and zero again.
-Under a batched write load that was 500 minor page faults (2 MiB of fresh pages) per
-256 KiB append on the leader, and the faults, not the copies, bounded the throughput
-(bench/README.md, "Page faults on the data path"). Raising the two thresholds keeps those
-pages in the heap for the next buffer.
+Under a batched write load that was 1.6 minor page faults per 1 KiB entry over the three
+replicas (6 KiB of fresh pages per KiB appended, at about 3.5 µs a page on the VMs this is
+built on); raising the two thresholds keeps those pages in the heap for the next buffer,
+and took a quarter off the replicas' CPU per entry (bench/README.md, "Page faults on the
+data path").
 
 The cost is memory held after a burst: up to `TRIM_THRESHOLD` bytes free at the top of each
 heap before glibc gives it back. A replica's RSS stays bounded (bench/soak.py reports it).
