@@ -16,11 +16,14 @@ from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
     EntryTooLarge,
     OutcomeUnknown,
+    OutcomeUnknownTimeout,
     SessionExpired,
     SessionExpiredOutcomeUnknown,
+    Timeout,
     Unavailable,
 )
 from rlog.client.wire import Reason
+from rlog.packed import count_of
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
@@ -101,6 +104,93 @@ async def test_an_expired_session_on_a_first_try_opens_a_new_one(scripted):
             await client.append(b"w")
         assert not isinstance(error.value, OutcomeUnknown)
     assert [c.session for c in node.sent][:2] == [100, 200]
+
+
+class _GatedNode:
+    """Stands in for a `Node` whose appends all wait for `gate` (a leader that cannot reach
+    a quorum), then are placed one after the other."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.sent: list[tuple[int, int]] = []  # (sequence, values) of each append received
+        self.next = 1
+
+    async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
+        return pb.OpenSessionResponse(session=100, window=1000)
+
+    async def append(
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
+    ) -> list[int]:
+        count = count_of(offsets)
+        self.sent.append((conditions.sequence, count))
+        await self.gate.wait()
+        first, self.next = self.next, self.next + count
+        return list(range(first, self.next))
+
+
+@pytest.fixture
+async def gated() -> AsyncIterator[tuple[str, _GatedNode]]:
+    node = _GatedNode()
+    async with serving(node) as address:
+        yield address, node
+
+
+async def appending(client: AsyncClient, value: bytes, seconds: float) -> asyncio.Task[list[int]]:
+    """An append started now with its own deadline (the client's append timeout as it is
+    when the append starts), in a task; returns once the task ran up to its first wait."""
+    client.append_timeout = seconds
+    task = asyncio.ensure_future(client.append(value))
+    await asyncio.sleep(0)
+    return task
+
+
+async def test_a_caller_of_a_group_in_flight_times_out_as_unknown_and_the_group_goes_on(gated):
+    endpoint, node = gated
+    async with AsyncClient(endpoint) as client:
+        # One group of two callers, the first with the earlier deadline (each takes the
+        # append timeout as it is when its task first runs, and both run before the group
+        # forms at the end of that loop turn); the group's deadline is the later one.
+        client.append_timeout = 0.5
+        short = asyncio.ensure_future(client.append(b"short"))
+        asyncio.get_running_loop().call_soon(setattr, client, "append_timeout", 30)
+        long = asyncio.ensure_future(client.append(b"long"))
+        with pytest.raises(OutcomeUnknownTimeout) as error:
+            await short
+        assert "while its group was still being retried" in str(error.value)
+        assert not long.done()
+        node.gate.set()
+        assert await long == [2]  # the group was placed whole: the short caller's value first
+    assert node.sent == [(1, 2)]
+
+
+async def test_a_caller_still_waiting_to_be_sent_times_out_with_nothing_sent(gated):
+    endpoint, node = gated
+    async with AsyncClient(endpoint) as client:
+        in_flight = [await appending(client, b"%d" % i, 30) for i in range(4)]  # 4 groups
+        for _ in range(50):  # until all four reached the node
+            if len(node.sent) == 4:
+                break
+            await asyncio.sleep(0.01)
+        queued = await appending(client, b"queued", 0.3)
+        with pytest.raises(Timeout) as error:
+            await queued
+        assert not isinstance(error.value, OutcomeUnknown)
+        assert "waiting to be sent: nothing sent" in str(error.value)
+        node.gate.set()
+        assert [await task for task in in_flight] == [[1], [2], [3], [4]]
+    assert node.sent == [(1, 1), (2, 1), (3, 1), (4, 1)]  # the fifth never left the client
+
+
+async def test_a_lone_caller_gets_its_groups_verdict_at_its_deadline(gated):
+    endpoint, node = gated
+    async with AsyncClient(endpoint) as client:
+        task = await appending(client, b"v", 0.5)
+        with pytest.raises(OutcomeUnknown) as error:
+            await task
+        # The group's deadline is the caller's: the group's own verdict (the call timed out
+        # after it was sent), not the caller's bare timeout.
+        assert "while its group was still being retried" not in str(error.value)
+    assert node.sent[0] == (1, 1)
 
 
 # ---- coalescing, against real replicas -----------------------------------------------------
