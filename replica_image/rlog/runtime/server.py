@@ -527,7 +527,7 @@ def _log_security(config: ReplicaConfig) -> None:
         log.info("authorization: roles from %s", config.auth_config)
 
 
-async def _serve(config: ReplicaConfig) -> None:
+async def _serve(config: ReplicaConfig, allocation: str) -> None:
     server, node = await start_server(config)
     log.info(
         "replica %d of %d listening on %s (data dir %s, status %s)",
@@ -537,6 +537,7 @@ async def _serve(config: ReplicaConfig) -> None:
         config.data_dir,
         pb.Status.Name(node.core.status),
     )
+    log.info("%s", allocation)
     _log_security(config)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -576,5 +577,7 @@ def serve(config: ReplicaConfig) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    log.info("%s", allocator.keep_large_buffers())
-    event_loop.run(_serve(config))
+    # Before the replica allocates anything large; said once it listens, so a replica that
+    # refuses to start says only why.
+    allocation = allocator.keep_large_buffers()
+    event_loop.run(_serve(config, allocation))
