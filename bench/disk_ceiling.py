@@ -10,8 +10,8 @@ make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this
 By default each file grows (to 1 GiB, then the writer wraps to offset 0), so the timed writes
 land on blocks the file system allocates afresh. `--rewrite BYTES` first writes BYTES to each
 file (untimed, one sync) and wraps there, so every timed write lands on blocks written
-before. On this VM the two differ by up to 10x (bench/README.md, "Fresh blocks and
-rewritten blocks"): a log that keeps growing writes fresh blocks, one that is truncated
+before. On this VM the two differ by up to 10x (bench/README.md, "New file space and
+rewritten file space"): a log that keeps growing writes new space, one that is truncated
 reuses its own.
 """
 

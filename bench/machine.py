@@ -24,17 +24,21 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """`/proc/<pid>/stat` after the command name (Linux): field N of proc(5) is [N - 3]."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (every thread), from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
 def minor_faults(pid: int) -> int:
     """Minor page faults of a process so far (pages the kernel mapped in without I/O: fresh
     heap or mmap pages it had to zero), from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[7])  # field 10, minflt
+    return int(_stat_fields(pid)[7])  # field 10, minflt
 
 
 def replica_minor_faults(cluster: Replicas) -> int:

@@ -22,6 +22,7 @@ Other C libraries (musl, macOS) are left alone too.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 # glibc's mallopt parameters (malloc.h)
@@ -33,6 +34,7 @@ TRIM_THRESHOLD = 64 << 20
 OVERRIDE_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
+@functools.cache  # once per process: `rlog replica` reaches it from the CLI and the server
 def keep_large_buffers() -> str:
     """Tune glibc so large buffers are reused from the heap; says what was done (for the
     log)."""

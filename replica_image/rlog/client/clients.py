@@ -455,7 +455,7 @@ class _AppendGroups:
         expiry = None
         if deadline is not None:
             remaining = max(deadline - loop.time(), 0.001)
-            expiry = loop.call_at(loop.time() + remaining, self._expire, waiting, remaining)
+            expiry = loop.call_later(remaining, self._expire, waiting, remaining)
         try:
             return await future
         except asyncio.CancelledError:
