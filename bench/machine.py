@@ -29,10 +29,16 @@ def _stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far (every thread), from /proc (Linux)."""
+    fields = _stat_fields(pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick  # fields 14, 15
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (every thread), from /proc (Linux)."""
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+    return sum(cpu_split(pid))
 
 
 def minor_faults(pid: int) -> int:
