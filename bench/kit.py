@@ -8,17 +8,25 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
 0. the host: what a fresh memory page costs, and what three writers' synced 2 MiB writes reach
    on new file space and on rewritten file space (bench/disk_ceiling.py), a "machine" record:
    on this VM both move between runs and days, and the disk-bound figures with them;
-1. + 2. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
+1. the batched figures, each on a log of its own started for it (3 replicas at 1 KiB and at
+   4 KiB, 5 replicas at 1 KiB: series "batched_fresh"), first, while the machine is quiet:
+   later steps run after minutes of continuous disk and CPU load. The value-size sweep of
+   step 3 runs on the log every earlier measurement wrote to, gigabytes long by then, and
+   how long depends on how fast those went; on this VM the first write to a block of file
+   space costs several times a rewrite (bench/README.md, "Freshly freed file space"), so a
+   figure measured there says as much about the steps before it as about the batched path.
+   Its 1 KiB and 4 KiB points stay beside the fresh ones as figures without a target;
+2. + 3. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
    raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
    `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
    counterparts so that both see the same load: serial puts, then serial appends; at each
    writer count 1 KiB puts, then single-entry appends with one unary call each and on the
    stream client (one AppendStream); at each value size puts (largest writer count), then
    batched appends (8 writers x 64 entries per call);
-3. rlog, 5 replicas: batched 1 KiB, the stream client at the largest writer count, serial;
-4. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
+4. rlog, 5 replicas: serial, the stream client at the largest writer count;
+5. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
    (bench/catchup.py);
-5. Spark (when pyspark is installed, not in --quick): the batch source into noop next to
+6. Spark (when pyspark is installed, not in --quick): the batch source into noop next to
    Spark's JVM-only baseline, and the sink (bench/spark_source.py).
 Then the figures (ratio = rlog / baseline, targets from bench/targets.json) and a markdown
 summary next to the results file. Latency quantiles ("cdf" records) of the serial and
@@ -209,7 +217,15 @@ def five_replicas(run: Run, args: argparse.Namespace) -> None:
     with rlog_cluster(args, 5) as endpoint:
         rlog_bench(run, args, endpoint, 5, "serial", 1, 1, 1024)
         rlog_bench(run, args, endpoint, 5, "stream", max(args.writers), 1, 1024)
-        rlog_bench(run, args, endpoint, 5, "batched", 8, 64, 1024)
+
+
+def batched_on_fresh_logs(run: Run, args: argparse.Namespace) -> None:
+    """Step 1: each batched figure on a log started for it, so that it does not depend on
+    what other steps wrote or on the load they leave (each log's data is removed after it)."""
+    logs = [(3, 1024), (3, 4096)] + ([] if args.no_five else [(5, 1024)])
+    for replicas, size in logs:
+        with rlog_cluster(args, replicas) as endpoint:
+            rlog_bench(run, args, endpoint, replicas, "batched_fresh", 8, 64, size)
 
 
 def rlog_bench(
@@ -231,6 +247,9 @@ def rlog_bench(
         bench += ["--duration", str(args.seconds), "--warmup", "20"]
         if series == "stream":
             bench.append("--stream")
+    where = f"a {replicas}-replica rlog dev log"
+    if series == "batched_fresh":
+        where = f"a fresh {replicas}-replica rlog dev log started for this run"
     note(f"  rlog bench {series} writers={writers} batch={batch} size={size}")
     load = os.getloadavg()[0]
     cmd = [args.python, "-m", "rlog.tools.cli", *bench, "--trace", str(trace)]
@@ -252,8 +271,7 @@ def rlog_bench(
             "p50_ms": r["latency_ms"]["p50"],
             "p99_ms": r["latency_ms"]["p99"],
             "load1": round(load, 2),
-            "command": shlex.join(["rlog", *bench])
-            + f"  # leader of a {replicas}-replica rlog dev log",
+            "command": shlex.join(["rlog", *bench]) + f"  # leader of {where}",
         }
     )
     keep_cdf = series == "serial" or (writers == max(args.writers) and batch == 1)
@@ -366,15 +384,32 @@ def figures(run: Run, args: argparse.Namespace) -> None:
         )
     add(
         "batched_1k",
-        f"batched 64 x 1 KiB per call, 8 writers (etcd: {big} single-put writers)",
+        f"batched 64 x 1 KiB per call, 8 writers, fresh log (etcd: {big} single-put writers)",
+        "entries/s",
+        rlog(series="batched_fresh", size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
+        "batched_4k_mb",
+        f"batched 64 x 4 KiB per call, 8 writers, fresh log (etcd: {big} single-put writers "
+        "of 4 KiB)",
+        "MB/s",
+        rlog(series="batched_fresh", size=4096, replicas=3),
+        etcd(series="put", writers=big, size=4096),
+        "mb_per_s",
+    )
+    add(
+        "batched_1k_grown",
+        "the same at 1 KiB on the log of the sweeps (gigabytes written before it)",
         "entries/s",
         rlog(series="batched", size=1024, replicas=3),
         etcd_big,
         "entries_per_s",
     )
     add(
-        "batched_4k_mb",
-        f"batched 64 x 4 KiB per call, 8 writers (etcd: {big} single-put writers of 4 KiB)",
+        "batched_4k_mb_grown",
+        "the same at 4 KiB on the log of the sweeps",
         "MB/s",
         rlog(series="batched", size=4096, replicas=3),
         etcd(series="put", writers=big, size=4096),
@@ -382,10 +417,10 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     )
     add(
         "replicas_5_vs_3_batched",
-        "5 replicas vs 3, batched 64 x 1 KiB, 8 writers",
+        "5 replicas vs 3, batched 64 x 1 KiB, 8 writers, fresh logs both",
         "entries/s",
-        rlog(series="batched", size=1024, replicas=5),
-        rlog(series="batched", size=1024, replicas=3),
+        rlog(series="batched_fresh", size=1024, replicas=5),
+        rlog(series="batched_fresh", size=1024, replicas=3),
         "entries_per_s",
         baseline_name="rlog, 3 replicas",
     )
@@ -515,6 +550,7 @@ def main() -> int:
     run.add(meta)
     note(f"results -> {out}")
     host_probe(run, args)
+    batched_on_fresh_logs(run, args)
     side_by_side(run, args)
     if not args.no_five:
         five_replicas(run, args)

@@ -26,6 +26,8 @@ FIGURE_NAMES: tuple[str, ...] = (
     "serial_p99",
     "batched_1k",
     "batched_4k_mb",
+    "batched_1k_grown",
+    "batched_4k_mb_grown",
     "replicas_5_vs_3_batched",
     "replicas_5_vs_3_stream",
     "catchup_mb",
