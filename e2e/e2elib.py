@@ -58,6 +58,25 @@ class Kubectl:
         ).stdout
 
 
+def delete_and_wait(k: Kubectl, kind: str, *names: str, timeout: float = 180) -> None:
+    """Delete objects of one kind and return once each is gone or replaced by a new object
+    of the same name (a StatefulSet recreates its pods at once, the operator its children),
+    told apart by UID.
+
+    Not `kubectl delete --wait=true`: in a CI run it printed all three pods of a
+    StatefulSet deleted, the old pods were gone and their replacements running under the
+    same names, and it went on waiting until its 180 s timeout (2026-11-28, e2e
+    test_every_volume_lost_is_data_loss_until_the_reinitialize_annotation)."""
+    before = {name: k.json("get", kind, name)["metadata"]["uid"] for name in names}
+    k("delete", kind, *names, "--wait=false")
+
+    def gone() -> bool:
+        now = {o["metadata"]["name"]: o["metadata"]["uid"] for o in k.json("get", kind)["items"]}
+        return all(now.get(name) != uid for name, uid in before.items())
+
+    wait_until(f"{kind} {', '.join(names)} deleted", gone, timeout, 1)
+
+
 def wait_until(
     what: str, fn: Callable[[], Any], timeout: float = 120, interval: float = 1.0
 ) -> Any:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from e2elib import Kubectl, wait_until
+from e2elib import Kubectl, delete_and_wait, wait_until
 from oplib import REPLICA_IMAGE, Log, delete_logs
 
 NAME = "netpol-log"
@@ -180,7 +180,7 @@ def test_deleted_children_are_created_again(log: Log) -> None:
     before = {(kind, name): _uid(log.k, kind, name) for kind, name in DELETED_BY_HAND}
     assert all(before.values()), before
     for kind, name in DELETED_BY_HAND:
-        log.k("delete", kind, name, "--wait=true")
+        delete_and_wait(log.k, kind, name)
     for kind, name in DELETED_BY_HAND:
         uid = wait_until(
             f"{kind} {name} created again", lambda kind=kind, name=name: _uid(log.k, kind, name)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2elib import Kubectl, wait_until
+from e2elib import Kubectl, delete_and_wait, wait_until
 from oplib import PORT, Log, delete_logs, exists, manifest, pod_ready
 
 NAME = "e2e-log"
@@ -99,7 +99,7 @@ def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
     assert before[victim], before
 
     k("delete", "pvc", pvc, "--wait=false")
-    k("delete", "pod", victim, "--wait=true", timeout=180)
+    delete_and_wait(k, "pod", victim)
 
     seen: set[str] = set()
 

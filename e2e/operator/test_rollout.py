@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2elib import Kubectl, wait_until
+from e2elib import Kubectl, delete_and_wait, wait_until
 from oplib import REPLICA_IMAGE, Log, Writer, check_acknowledged, created_log, watch_pods
 
 NAME = "roll-log"
@@ -237,7 +237,7 @@ def test_every_volume_lost_is_data_loss_until_the_reinitialize_annotation(log: L
     uid = log.body()["metadata"]["uid"]
     for pod in log.pods:
         log.k("delete", "pvc", f"data-{pod}", "--wait=false")
-    log.k("delete", "pod", *log.pods, "--wait=true", timeout=180)
+    delete_and_wait(log.k, "pod", *log.pods)
     t0 = time.monotonic()
 
     def data_loss() -> bool:

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2elib import SMOKE_IMAGE, Kubectl, wait_until
+from e2elib import SMOKE_IMAGE, Kubectl, delete_and_wait, wait_until
 
 STS = "smoke"
 REPLICAS = 3
@@ -213,7 +213,7 @@ def test_deleted_pod_comes_back_with_its_pvc_and_data(sts: Kubectl) -> None:
     sts.exec_py(pod, f"open('/data/marker','w').write('{marker}')")
     volume = sts.json("get", "pvc", f"data-{pod}")["spec"]["volumeName"]
     uid = sts.json("get", "pod", pod)["metadata"]["uid"]
-    sts("delete", "pod", pod, "--wait=true")
+    delete_and_wait(sts, "pod", pod)
     wait_until(f"{pod} recreated and Ready", lambda: pod_ready(sts, pod, not_uid=uid), 180, 2)
     assert sts.json("get", "pvc", f"data-{pod}")["spec"]["volumeName"] == volume
     assert sts.exec_py(pod, "print(open('/data/marker').read())").strip() == marker
@@ -225,7 +225,7 @@ def test_deleted_pvc_and_pod_give_a_fresh_empty_volume(sts: Kubectl, cluster: Ku
     old_volume = sts.json("get", "pvc", f"data-{pod}")["spec"]["volumeName"]
     uid = sts.json("get", "pod", pod)["metadata"]["uid"]
     sts("delete", "pvc", f"data-{pod}", "--wait=false")
-    sts("delete", "pod", pod, "--wait=true")
+    delete_and_wait(sts, "pod", pod)
     wait_until(f"{pod} recreated and Ready", lambda: pod_ready(sts, pod, not_uid=uid), 180, 2)
     new_volume = sts.json("get", "pvc", f"data-{pod}")["spec"]["volumeName"]
     assert new_volume != old_volume
