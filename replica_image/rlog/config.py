@@ -165,6 +165,10 @@ class ReplicaConfig:
     # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
     # the next leader) until another replica leads, at most this long; 0 = stop at once.
     drain_timeout: float = 0.0
+    # The write lane (rlog.runtime.lane): >0 serves the leader's writes on plain TCP at the
+    # gRPC port + this offset, and writes to each peer at its port + the same offset; 0: the
+    # gRPC stream only. Plaintext without authorization only.
+    write_lane_offset: int = 0
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -202,6 +206,26 @@ class ReplicaConfig:
         if self.drain_timeout < 0:
             raise ConfigError("--drain-timeout must not be negative")
         self._check_security_files()
+        self._check_write_lane()
+
+    def _check_write_lane(self) -> None:
+        offset = self.write_lane_offset
+        if offset == 0:
+            return
+        if offset < 0:
+            raise ConfigError("--write-lane-offset must be 0 (off) or positive")
+        if self.tls_cert is not None or self.auth_config is not None:
+            raise ConfigError(
+                "--write-lane-offset: the write lane has no TLS and no authorization; it "
+                "serves only a replica in plaintext without --auth-config (leave it 0)"
+            )
+        for what, address in (("--listen", self.listen), *(("peer", p) for p in self.peers)):
+            port = int(address.rpartition(":")[2])
+            if port + offset > 65535:
+                raise ConfigError(
+                    f"--write-lane-offset {offset}: {what} {address} would have its write "
+                    f"lane at port {port + offset}, out of range (max 65535)"
+                )
 
     def _check_security_files(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -414,6 +414,59 @@ class WriteResponse(_message.Message):
 Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
 
 @_typing.final
+class LaneHello(_message.Message):
+    """The write lane (rlog/runtime/lane.py): the first frame a leader sends on a new
+    connection names the replica and the log it means to write to; the replica answers with
+    a LaneWelcome whose `error` is empty when it is that replica of that log.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    LOG_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    """of the lane's framing (1)"""
+    log_id: _builtins.str
+    """the sender's log id (empty: not checked)"""
+    replica_id: _builtins.int
+    """the replica the sender means to reach"""
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        log_id: _builtins.str = ...,
+        replica_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_id", b"log_id", "replica_id", b"replica_id", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LaneHello: _TypeAlias = LaneHello  # noqa: Y015
+
+@_typing.final
+class LaneWelcome(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    error: _builtins.str
+    """empty: welcome; otherwise why the connection is refused"""
+    def __init__(
+        self,
+        *,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LaneWelcome: _TypeAlias = LaneWelcome  # noqa: Y015
+
+@_typing.final
 class PositionRange(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -94,8 +94,15 @@ class ReplicaMetrics:
         )
         self.write_requests = Counter(
             "rlog_write_requests",
-            "Write requests this replica handled, by RPC (stream: WriteStream, unary: Write)",
+            "Write requests this replica handled, by RPC (stream: WriteStream, unary: Write, "
+            "lane: the write lane)",
             ["rpc"],
+            registry=r,
+        )
+        self.write_lanes_opened = Counter(
+            "rlog_write_lanes_opened",
+            "Write lane connections this replica opened to a peer (again after each break)",
+            ["peer"],
             registry=r,
         )
         self.write_streams_opened = Counter(

@@ -5,7 +5,9 @@ messages, and copying learned entries between replicas (`Fetch`).
   acceptor/learner handlers; replies and failures of a coordinator round go back through
   callbacks, so the coordinator's driver stays the only one that feeds it;
 - writes: the leader's writes to a peer travel on one long-lived `WriteStream` per peer
-  (`write_stream`), several in flight, unary `Write` for a peer without it; promises,
+  (`write_stream`), or on its write lane when the log has one and it is open (`lane`:
+  plain TCP, opened in the background), several in flight, unary `Write` for a peer
+  without a stream; promises,
   learned messages and heartbeats stay unary calls (docs/data-path.md says why);
 - learned piggy-backing: the leader's learned ranges for a peer wait briefly for the next
   write to that peer and ride on it (one RPC instead of two);
@@ -34,6 +36,7 @@ from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import fetch_answers
+from rlog.runtime.lane import WriteLane, lane_address
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.write_stream import (
     StreamBroken,
@@ -118,6 +121,8 @@ class Peers(Mapping[int, Peer]):
         self._metrics = metrics or ReplicaMetrics(config.id)
         self._streams: dict[int, WriteStream] = {}
         self._unary_until: dict[int, float] = {}  # peer -> when to try its stream again
+        self._lanes: dict[int, WriteLane] = {}  # peer -> its write lane (when configured)
+        self._lane_said: dict[int, str] = {}  # peer -> what was last logged of its lane
         # The last write encoded: a broadcast sends the same message to every peer.
         self._encoded: tuple[pb.WriteRequest | None, bytes] = (None, b"")
         self._stopped = False
@@ -166,6 +171,16 @@ class Peers(Mapping[int, Peer]):
             )
             opened = self._metrics.write_streams_opened.labels(str(peer_id))
             self._streams[peer_id] = WriteStream(channel, opened.inc)
+            if self.config.write_lane_offset and peer_id not in self._lanes:
+                host, port = lane_address(address, self.config.write_lane_offset)
+                self._lanes[peer_id] = WriteLane(
+                    host,
+                    port,
+                    self.config.log_id,
+                    peer_id,
+                    self.config.election_timeout,
+                    self._metrics.write_lanes_opened.labels(str(peer_id)).inc,
+                )
 
     async def reconnect(self, grace: float) -> None:
         """New channels to every peer (with the credentials as they are now, after a
@@ -204,6 +219,8 @@ class Peers(Mapping[int, Peer]):
     async def close(self) -> None:
         for stream in self._streams.values():
             stream.close()
+        for lane in self._lanes.values():
+            lane.close()
         for channel in self._channels.values():
             await channel.close(grace=None)
 
@@ -232,9 +249,26 @@ class Peers(Mapping[int, Peer]):
         if time.monotonic() < self._unary_until.get(send.to, 0.0):
             return False
         encoded = self._encode(message, learned)
-        future = self._streams[send.to].start(encoded, self.config.append_timeout)
+        writer = self._lane(send.to) or self._streams[send.to]
+        future = writer.start(encoded, self.config.append_timeout)
         future.add_done_callback(lambda f: self._stream_written(send, learned, f))
         return True
+
+    def _lane(self, peer_id: int) -> WriteLane | None:
+        """The peer's write lane if it is open now (else its writes go on the gRPC stream,
+        while the lane opens in the background)."""
+        lane = self._lanes.get(peer_id)
+        if lane is None:
+            return None
+        usable = lane.usable()
+        said = "open" if usable else lane.last_error
+        if said and said != self._lane_said.get(peer_id):
+            self._lane_said[peer_id] = said
+            if usable:
+                log.info("write lane to replica %d open (%s:%d)", peer_id, lane.host, lane.port)
+            else:
+                log.warning("%s: writes to replica %d go on the gRPC stream", said, peer_id)
+        return lane if usable else None
 
     def _stream_written(
         self,
@@ -375,6 +409,9 @@ class Peers(Mapping[int, Peer]):
         timeout = self.config.append_timeout
         if time.monotonic() >= self._unary_until.get(peer.id, 0.0):
             encoded = self._encode(message, learned)
+            lane = self._lane(peer.id)
+            if lane is not None:
+                return await lane.write(encoded, timeout)
             try:
                 return await self._streams[peer.id].write(encoded, timeout)
             except StreamUnimplemented:

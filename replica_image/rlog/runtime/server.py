@@ -22,6 +22,7 @@ from rlog.protocol.admission import Conditions
 from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
+from rlog.runtime.lane import lane_address, serve_lane
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
@@ -464,8 +465,11 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
             await asyncio.sleep(min(LOCK_POLL, deadline - now))  # now < deadline here
 
 
-async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
-    """Open the storage, bind the port and start the node; errors are one-line messages."""
+async def start_server(
+    config: ReplicaConfig,
+) -> tuple[grpc.aio.Server, Node, asyncio.Server | None]:
+    """Open the storage, bind the port (and the write lane's) and start the node; errors
+    are one-line messages."""
     # Certificates and roles first: a bad file stops the start before the data is opened.
     certificates = certificates_of(config)
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
@@ -496,12 +500,29 @@ async def start_server(config: ReplicaConfig) -> tuple[grpc.aio.Server, Node]:
     except RuntimeError:
         storage.close()
         raise ConfigError(f"cannot listen on {config.listen}: address in use or invalid") from None
+    lane = None
+    if config.write_lane_offset:
+        host, port = lane_address(config.listen, config.write_lane_offset)
+        lane_writes = node.metrics.write_requests.labels("lane")
+        try:
+            lane = await serve_lane(
+                node,
+                host,
+                port,
+                config.log_id,
+                config.id,
+                config.max_message_size,
+                lane_writes.inc,
+            )
+        except OSError as exc:
+            storage.close()
+            raise ConfigError(f"cannot listen for the write lane on {host}:{port}: {exc}") from None
     await server.start()
     node.start()
     if config.metrics_port:
         host = config.listen.rpartition(":")[0].strip("[]")
         node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
-    return server, node
+    return server, node, lane
 
 
 def _log_security(config: ReplicaConfig) -> None:
@@ -528,7 +549,7 @@ def _log_security(config: ReplicaConfig) -> None:
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
-    server, node = await start_server(config)
+    server, node, lane = await start_server(config)
     log.info(
         "replica %d of %d listening on %s (data dir %s, status %s)",
         config.id,
@@ -537,6 +558,9 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
         config.data_dir,
         pb.Status.Name(node.core.status),
     )
+    if lane is not None:
+        host, port = lane_address(config.listen, config.write_lane_offset)
+        log.info("write lane: leaders' writes served on %s:%d (plain TCP)", host, port)
     log.info("%s", allocation)
     _log_security(config)
     stopping = asyncio.Event()
@@ -546,6 +570,8 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
     await stopping.wait()
     log.info("stopping")
     await drain(node, config.drain_timeout)
+    if lane is not None:
+        lane.close()
     await server.stop(grace=1.0)
     await node.stop()
 

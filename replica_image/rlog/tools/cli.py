@@ -142,7 +142,13 @@ def cmd_replica(args: argparse.Namespace) -> int:
         auth_peer_token_file=_path(args.auth_peer_token_file),
         **{
             key: getattr(args, key)
-            for key in ("heartbeat_interval", "append_timeout", "session_window", "drain_timeout")
+            for key in (
+                "heartbeat_interval",
+                "append_timeout",
+                "session_window",
+                "drain_timeout",
+                "write_lane_offset",
+            )
             if getattr(args, key) is not None
         },
     )
@@ -493,6 +499,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM while leading, step down and keep serving until another replica "
         "leads, at most this long (default 0: stop at once)",
+    )
+    p.add_argument(
+        "--write-lane-offset",
+        type=nonnegative,
+        metavar="N",
+        help="serve the leader's writes on plain TCP at the gRPC port + N and send them to "
+        "each peer at its port + N, instead of on the gRPC stream (faster; plaintext "
+        "without --auth-config only; every replica of the log needs the same N; default "
+        "0: off)",
     )
     p.set_defaults(func=cmd_replica)
 

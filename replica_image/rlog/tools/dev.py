@@ -120,6 +120,8 @@ class DevCluster:
     - `base_port`: replica i listens on base_port + i (default: free ports chosen at
       `start()`, kept across restarts).
     - `replica_args`: extra `rlog replica` arguments for every replica.
+    - `write_lane_offset`: >0 gives every replica a write lane at its port + this offset
+      (`rlog replica --write-lane-offset`; ports chosen so the lanes' are free too).
     - `die_with_parent`: replicas are SIGKILLed if the process that started them dies
       (PR_SET_PDEATHSIG; tied to the starting *thread*).
     - `tls`: mutual TLS and roles, with a throwaway CA and certificates in `<dir>/tls`
@@ -147,9 +149,15 @@ class DevCluster:
         env: dict[str, str] | None = None,
         die_with_parent: bool = True,
         tls: bool = False,
+        write_lane_offset: int = 0,
     ) -> None:
         check_replica_count(replicas)
         self.tls = tls
+        if write_lane_offset < 0:
+            raise ConfigError("the write lane offset must be 0 (off) or positive")
+        if write_lane_offset and tls:
+            raise ConfigError("the write lane serves plaintext logs only: not with tls")
+        self.write_lane_offset = write_lane_offset
         self.replicas = replicas
         self._dir_given = dir is not None
         self.dir = Path(dir) if dir is not None else _default_dir()
@@ -227,7 +235,8 @@ class DevCluster:
             except (ValueError, KeyError, OSError):
                 addresses = []
             if len(addresses) == self.replicas and all(
-                _port_free(a.rpartition(":")[0], int(a.rpartition(":")[2])) for a in addresses
+                self._ports_free(a.rpartition(":")[0], int(a.rpartition(":")[2]), [])
+                for a in addresses
             ):
                 self.addresses = list(addresses)
         if not self.addresses:
@@ -236,11 +245,15 @@ class DevCluster:
                 host = self.host_of(i)
                 if self.base_port is not None:
                     port = self.base_port + i
-                    if not _port_free(host, port):
-                        raise RlogError(f"port {host}:{port} is in use")
+                    if not self._ports_free(host, port, addresses):
+                        lane = f" (or its write lane's, {port + self.write_lane_offset})"
+                        raise RlogError(
+                            f"port {host}:{port}{lane if self.write_lane_offset else ''} "
+                            "is in use or taken by another replica"
+                        )
                 else:
                     port = free_port(host)
-                    while f"{host}:{port}" in addresses:
+                    while not self._ports_free(host, port, addresses):
                         port = free_port(host)
                 addresses.append(f"{host}:{port}")
             self.addresses = addresses
@@ -250,6 +263,14 @@ class DevCluster:
                 for i, p in enumerate(self.metrics_ports)
             ]
         saved.write_text(json.dumps({"addresses": self.addresses, "log_id": self.log_id}) + "\n")
+
+    def _ports_free(self, host: str, port: int, taken: list[str]) -> bool:
+        """`port` (and its write lane's) free, and clear of the replicas chosen so far."""
+        ports = [port] + ([port + self.write_lane_offset] if self.write_lane_offset else [])
+        used = {int(a.rpartition(":")[2]) for a in taken}
+        if self.write_lane_offset:
+            used |= {p + self.write_lane_offset for p in used}
+        return all(p < 65536 and p not in used and _port_free(host, p) for p in ports)
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -302,6 +323,8 @@ class DevCluster:
             cmd += ["--election-timeout", str(self.election_timeout)]
         if self.max_entry_size is not None:
             cmd += ["--max-entry-size", str(self.max_entry_size)]
+        if self.write_lane_offset:
+            cmd += ["--write-lane-offset", str(self.write_lane_offset)]
         port = self.metrics_ports[i]
         if port is not None:
             cmd += ["--metrics-port", str(port)]
@@ -565,6 +588,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="mutual TLS and roles, with a throwaway CA and certificates in <dir>/tls",
     )
+    parser.add_argument(
+        "--write-lane-offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="give every replica a write lane at its port + N (rlog replica "
+        "--write-lane-offset; plaintext only; default 0: off)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -583,6 +614,7 @@ def run(args: argparse.Namespace) -> int:
         election_timeout=args.election_timeout,
         metrics=args.metrics,
         tls=args.tls,
+        write_lane_offset=args.write_lane_offset,
     )
     stop = threading.Event()
 

@@ -1,0 +1,170 @@
+"""The write lane's framing and settings (rlog.runtime.lane): frames come out whole however
+the bytes are cut, an oversized frame is refused, and the lane is refused where it cannot
+be safe (TLS, authorization) or cannot exist (a port past 65535, lanes on other replicas'
+ports)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+import pytest
+
+from rlog.client.errors import RlogError
+from rlog.config import ConfigError, ReplicaConfig
+from rlog.proto import rlog_pb2 as pb
+from rlog.runtime.lane import FrameReader, LaneError, WriteLane, frame, lane_address
+from rlog.runtime.write_stream import StreamBroken
+from rlog.tools.dev import DevCluster
+
+
+def messages() -> list[bytes]:
+    rng = random.Random(7)
+    sizes = [0, 1, 3, 4, 5, 17, 1024, 65536, 300_000, 0, 2]
+    return [rng.randbytes(n) for n in sizes]
+
+
+def test_frames_come_out_whole_however_the_stream_is_cut():
+    stream = b"".join(frame(m) for m in messages())
+    for cut in [1, 2, 3, 5, 4096, 65537, len(stream)]:
+        reader = FrameReader(1 << 20)
+        out: list[bytes] = []
+        for at in range(0, len(stream), cut):
+            out += reader.feed(stream[at : at + cut])
+        assert out == messages(), f"chunks of {cut} bytes"
+
+
+def test_frames_come_out_whole_at_random_cuts():
+    stream = b"".join(frame(m) for m in messages())
+    rng = random.Random(11)
+    for _ in range(50):
+        reader = FrameReader(1 << 20)
+        out: list[bytes] = []
+        at = 0
+        while at < len(stream):
+            step = rng.choice([1, 2, 7, 100, 5000, 70000])
+            out += reader.feed(stream[at : at + step])
+            at += step
+        assert out == messages()
+
+
+def test_a_frame_that_fills_its_chunk_exactly_is_not_copied():
+    data = os.urandom(1000)
+    header, body = frame(data)[:4], frame(data)[4:]
+    reader = FrameReader(4096)
+    assert reader.feed(header) == []
+    (got,) = reader.feed(body)
+    assert got is body
+
+
+def test_a_frame_over_the_limit_is_refused_before_it_is_read():
+    reader = FrameReader(100)
+    assert reader.feed(frame(b"x" * 100)) == [b"x" * 100]
+    with pytest.raises(LaneError, match="101 bytes is over the limit of 100"):
+        reader.feed(frame(b"x" * 101)[:4])
+
+
+def test_lane_address_is_the_port_plus_the_offset():
+    assert lane_address("10.0.0.5:7000", 1) == ("10.0.0.5", 7001)
+    assert lane_address("[::1]:7000", 100) == ("::1", 7100)
+    assert lane_address("rlog-0.rlog.ns.svc:7000", 5) == ("rlog-0.rlog.ns.svc", 7005)
+
+
+def config(tmp_path, **kwargs) -> ReplicaConfig:  # type: ignore[no-untyped-def]
+    peers = kwargs.pop("peers", ["127.0.0.1:7000", "127.0.0.1:7010", "127.0.0.1:7020"])
+    return ReplicaConfig(id=0, peers=peers, data_dir=tmp_path, **kwargs)
+
+
+def test_the_lane_is_refused_with_tls_or_authorization(tmp_path):
+    for name in ("cert.pem", "key.pem", "roles.json"):
+        (tmp_path / name).write_text("x")
+    with pytest.raises(ConfigError, match="no TLS and no authorization"):
+        config(
+            tmp_path,
+            write_lane_offset=1,
+            tls_cert=tmp_path / "cert.pem",
+            tls_key=tmp_path / "key.pem",
+        )
+    with pytest.raises(ConfigError, match="no TLS and no authorization"):
+        config(tmp_path, write_lane_offset=1, auth_config=tmp_path / "roles.json")
+    assert config(tmp_path, write_lane_offset=1).write_lane_offset == 1
+    assert config(tmp_path, tls_cert=tmp_path / "cert.pem", tls_key=tmp_path / "key.pem")
+
+
+def test_the_lane_port_must_exist(tmp_path):
+    with pytest.raises(ConfigError, match="port 65536, out of range"):
+        config(tmp_path, write_lane_offset=1, peers=["127.0.0.1:7000", "127.0.0.1:65535", "h:1"])
+    with pytest.raises(ConfigError, match="0 \\(off\\) or positive"):
+        config(tmp_path, write_lane_offset=-1)
+
+
+def test_dev_cluster_lanes_never_take_another_replicas_port(tmp_path):
+    with pytest.raises(RlogError, match="in use or taken by another replica"):
+        DevCluster(3, tmp_path / "a", base_port=21000, write_lane_offset=1).prepare()
+    cluster = DevCluster(3, tmp_path / "b", write_lane_offset=1)
+    cluster.prepare()
+    ports = [int(a.rpartition(":")[2]) for a in cluster.addresses]
+    lanes = [p + 1 for p in ports]
+    assert len(set(ports + lanes)) == 6
+    assert all("--write-lane-offset" in cluster.command(i) for i in range(3))
+    with pytest.raises(ConfigError, match="plaintext logs only"):
+        DevCluster(3, tmp_path / "c", tls=True, write_lane_offset=1)
+
+
+def test_a_peer_that_stops_reading_costs_the_leader_a_bounded_buffer():
+    """A real loopback peer that welcomes the lane, then reads nothing: past `max_unsent`
+    bytes the lane is dropped, its writes fail as a broken lane, and it is opened again."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        transports: list[asyncio.Transport] = []
+
+        class Sleeper(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport
+                self.welcomed = False
+                transports.append(transport)  # type: ignore[arg-type]
+
+            def data_received(self, data: bytes) -> None:
+                if not self.welcomed:
+                    self.welcomed = True
+                    self.transport.write(frame(b""))  # an empty LaneWelcome: welcome
+                    self.transport.pause_reading()  # type: ignore[attr-defined]
+
+        server = await loop.create_server(Sleeper, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        opened = []
+        lane = WriteLane("127.0.0.1", port, "log", 1, 5.0, lambda: opened.append(1), 8 << 20)
+        assert not lane.usable()  # opening in the background
+        for _ in range(100):
+            if lane.usable():
+                break
+            await asyncio.sleep(0.02)
+        assert lane.usable() and opened == [1]
+        write = pb.WriteRequest(proposal=1, runs=[pb.Run(first=1, data=b"x" * (1 << 20))])
+        encoded = write.SerializeToString()
+        futures = []
+        while lane.usable():
+            futures.append(lane.start(encoded, 60.0))
+            await asyncio.sleep(0)  # let the loop push what the kernel takes
+            assert len(futures) < 1000, "the lane never gave up on a peer that reads nothing"
+        await asyncio.sleep(0)
+        assert all(f.done() for f in futures)
+        errors = [f.exception() for f in futures]
+        assert all(isinstance(e, StreamBroken) for e in errors)
+        assert "not reading its write lane" in str(errors[-1])
+        # The kernel's buffers plus at most max_unsent: not every write ever made.
+        assert len(futures) * len(encoded) < (8 << 20) + (64 << 20)
+        # Opened again in the background on the next use.
+        for _ in range(100):
+            if lane.usable():
+                break
+            await asyncio.sleep(0.02)
+        assert lane.usable() and opened == [1, 1]
+        lane.close()
+        for transport in transports:
+            transport.close()
+        server.close()
+
+    asyncio.run(scenario())
