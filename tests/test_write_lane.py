@@ -76,20 +76,16 @@ def config(tmp_path, **kwargs) -> ReplicaConfig:  # type: ignore[no-untyped-def]
     return ReplicaConfig(id=0, peers=peers, data_dir=tmp_path, **kwargs)
 
 
-def test_the_lane_is_refused_with_tls_or_authorization(tmp_path):
-    for name in ("cert.pem", "key.pem", "roles.json"):
+def test_the_lane_needs_mutual_tls_when_the_replica_has_tls(tmp_path):
+    for name in ("cert.pem", "key.pem", "ca.pem", "roles.json"):
         (tmp_path / name).write_text("x")
-    with pytest.raises(ConfigError, match="no TLS and no authorization"):
-        config(
-            tmp_path,
-            write_lane_offset=1,
-            tls_cert=tmp_path / "cert.pem",
-            tls_key=tmp_path / "key.pem",
-        )
-    with pytest.raises(ConfigError, match="no TLS and no authorization"):
-        config(tmp_path, write_lane_offset=1, auth_config=tmp_path / "roles.json")
+    tls = {"tls_cert": tmp_path / "cert.pem", "tls_key": tmp_path / "key.pem"}
+    with pytest.raises(ConfigError, match="needs mutual TLS \\(--tls-client-ca\\)"):
+        config(tmp_path, write_lane_offset=1, **tls)
+    assert config(tmp_path, write_lane_offset=1, tls_client_ca=tmp_path / "ca.pem", **tls)
+    assert config(tmp_path, write_lane_offset=1, auth_config=tmp_path / "roles.json")
     assert config(tmp_path, write_lane_offset=1).write_lane_offset == 1
-    assert config(tmp_path, tls_cert=tmp_path / "cert.pem", tls_key=tmp_path / "key.pem")
+    assert config(tmp_path, **tls)  # no lane: TLS alone as before
 
 
 def test_the_lane_port_must_exist(tmp_path):
@@ -108,8 +104,6 @@ def test_dev_cluster_lanes_never_take_another_replicas_port(tmp_path):
     lanes = [p + 1 for p in ports]
     assert len(set(ports + lanes)) == 6
     assert all("--write-lane-offset" in cluster.command(i) for i in range(3))
-    with pytest.raises(ConfigError, match="plaintext logs only"):
-        DevCluster(3, tmp_path / "c", tls=True, write_lane_offset=1)
 
 
 def test_a_peer_that_stops_reading_costs_the_leader_a_bounded_buffer():

@@ -165,9 +165,9 @@ class ReplicaConfig:
     # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
     # the next leader) until another replica leads, at most this long; 0 = stop at once.
     drain_timeout: float = 0.0
-    # The write lane (rlog.runtime.lane): >0 serves the leader's writes on plain TCP at the
-    # gRPC port + this offset, and writes to each peer at its port + the same offset; 0: the
-    # gRPC stream only. Plaintext without authorization only.
+    # The write lane (rlog.runtime.lane): >0 serves the leader's writes on plain TCP (mutual
+    # TLS when the replica has TLS) at the gRPC port + this offset, and writes to each peer at
+    # its port + the same offset; 0: the gRPC stream only.
     write_lane_offset: int = 0
 
     def __post_init__(self) -> None:
@@ -214,10 +214,10 @@ class ReplicaConfig:
             return
         if offset < 0:
             raise ConfigError("--write-lane-offset must be 0 (off) or positive")
-        if self.tls_cert is not None or self.auth_config is not None:
+        if self.tls_cert is not None and self.tls_client_ca is None:
             raise ConfigError(
-                "--write-lane-offset: the write lane has no TLS and no authorization; it "
-                "serves only a replica in plaintext without --auth-config (leave it 0)"
+                "--write-lane-offset with TLS needs mutual TLS (--tls-client-ca): the lane "
+                "knows its peers by their certificates, not by bearer tokens (leave it 0)"
             )
         for what, address in (("--listen", self.listen), *(("peer", p) for p in self.peers)):
             port = int(address.rpartition(":")[2])

@@ -21,9 +21,11 @@ each as a frame: a 4-byte little-endian length, then the message.
   when its batch is durable; a write it cannot take (a full disk, a corrupt record, a frame
   that does not parse) closes the connection, and the leader counts every write pending on
   it as failed, as it does when a stream ends with an error.
-- No TLS and no authorization: the lane is served only by a replica that runs in plaintext
-  with authorization off (`ReplicaConfig` refuses the combination), the only setting in
-  which the gRPC port itself asks nobody who they are.
+- Security as on the gRPC port: a replica with TLS serves its lane only over mutual TLS,
+  with its own certificate, and a leader presents its certificate and verifies the
+  follower's (`lane_tls`); with a roles file, the caller's certificate must have a role
+  that may call `WriteStream` (`admit`, the same rules). A replica with TLS but no client
+  CA (peers known by bearer tokens) cannot serve a lane (`ReplicaConfig` refuses it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -168,8 +171,10 @@ class LaneServer(asyncio.Protocol):
         replica_id: int,
         max_frame: int,
         on_write: Callable[[], None],
+        admit: Callable[[asyncio.Transport], str] | None = None,
     ) -> None:
         self._node = node
+        self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
         self._reader = FrameReader(_MAX_SMALL)
@@ -226,6 +231,8 @@ class LaneServer(asyncio.Protocol):
             error = f"this is replica {self._replica_id}, not {hello.replica_id}"
         elif self._log_id and hello.log_id and hello.log_id != self._log_id:
             error = f"this replica belongs to log {self._log_id!r}, not {hello.log_id!r}"
+        elif self._admit is not None and self._transport is not None:
+            error = self._admit(self._transport)
         self._send(pb.LaneWelcome(error=error).SerializeToString())
         if error:
             self._close(f"refused: {error}")
@@ -277,10 +284,18 @@ async def serve_lane(
     replica_id: int,
     max_frame: int,
     on_write: Callable[[], None],
+    tls: ssl.SSLContext | None = None,
+    admit: Callable[[asyncio.Transport], str] | None = None,
 ) -> asyncio.Server:
+    """Serve the lane on host:port; with `tls`, only over TLS (mutual: the context asks
+    every leader for its certificate); `admit` says why a welcomed caller is refused
+    (authorization), "" to let it write."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write), host or None, port
+        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write, admit),
+        host or None,
+        port,
+        ssl=tls,
     )
 
 
@@ -345,9 +360,11 @@ class WriteLane:
         connect_timeout: float,
         on_open: Callable[[], None],
         max_unsent: int = MAX_UNSENT,
+        tls: Callable[[], ssl.SSLContext | None] = lambda: None,
     ) -> None:
         self.host, self.port = host, port
         self.max_unsent = max_unsent
+        self._tls = tls  # the TLS context of each new connection (None: plaintext)
         self._hello = frame(
             pb.LaneHello(version=VERSION, log_id=log_id, replica_id=replica_id).SerializeToString()
         )
@@ -411,8 +428,15 @@ class WriteLane:
         loop = asyncio.get_running_loop()
         transport: asyncio.Transport | None = None
         try:
+            context = self._tls()
             made, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _LaneClient(self), self.host, self.port),
+                loop.create_connection(
+                    lambda: _LaneClient(self),
+                    self.host,
+                    self.port,
+                    ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                ),
                 self._connect_timeout,
             )
             transport = cast(asyncio.Transport, made)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
@@ -129,6 +130,8 @@ class Peers(Mapping[int, Peer]):
         # TLS: what this replica presents to its peers (None: plaintext channels). Read at
         # each (re)connect, so a rotated certificate is presented from `reconnect` on.
         self.credentials: Callable[[], grpc.ChannelCredentials] | None = None
+        # TLS: the context of each new write lane connection (None: plaintext lanes).
+        self.lane_tls: Callable[[], ssl.SSLContext] | None = None
         # Whether a pull of learned entries from the leader is under way (one at a time).
         self.fetching = False
 
@@ -180,6 +183,7 @@ class Peers(Mapping[int, Peer]):
                     peer_id,
                     self.config.election_timeout,
                     self._metrics.write_lanes_opened.labels(str(peer_id)).inc,
+                    tls=self._lane_context,
                 )
 
     async def reconnect(self, grace: float) -> None:
@@ -253,6 +257,9 @@ class Peers(Mapping[int, Peer]):
         future = writer.start(encoded, self.config.append_timeout)
         future.add_done_callback(lambda f: self._stream_written(send, learned, f))
         return True
+
+    def _lane_context(self) -> ssl.SSLContext | None:
+        return self.lane_tls() if self.lane_tls is not None else None
 
     def _lane(self, peer_id: int) -> WriteLane | None:
         """The peer's write lane if it is open now (else its writes go on the gRPC stream,

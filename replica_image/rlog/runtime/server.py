@@ -19,13 +19,15 @@ from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
-from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
+from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.lane import lane_address, serve_lane
+from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
+from rlog.runtime.write_stream import WRITE_STREAM_METHOD
 from rlog.storage import DataDirLocked, Storage, open_storage
 
 log = logging.getLogger("rlog.server")
@@ -504,6 +506,9 @@ async def start_server(
     if config.write_lane_offset:
         host, port = lane_address(config.listen, config.write_lane_offset)
         lane_writes = node.metrics.write_requests.labels("lane")
+        lane_tls = LaneTls(certificates) if certificates is not None else None
+        if lane_tls is not None:
+            node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
                 node,
@@ -513,6 +518,8 @@ async def start_server(
                 config.id,
                 config.max_message_size,
                 lane_writes.inc,
+                lane_tls.server if lane_tls is not None else None,
+                _lane_admission(policy) if policy is not None else None,
             )
         except OSError as exc:
             storage.close()
@@ -523,6 +530,23 @@ async def start_server(
         host = config.listen.rpartition(":")[0].strip("[]")
         node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
     return server, node, lane
+
+
+def _lane_admission(policy: PolicyFile) -> Callable[[asyncio.Transport], str]:
+    """Why a leader on the write lane is refused ("" if its certificate's role may call
+    WriteStream): the roles of the gRPC port, for the call the lane stands in for."""
+
+    def refusal(transport: asyncio.Transport) -> str:
+        peer = transport.get_extra_info("peername")
+        caller = Caller(
+            caller_names(transport.get_extra_info("peercert")),
+            None,
+            f"{peer[0]}:{peer[1]}" if peer else "",
+        )
+        decision = decide(policy.current(), WRITE_STREAM_METHOD, caller)
+        return "" if decision.allowed else decision.reason
+
+    return refusal
 
 
 def _log_security(config: ReplicaConfig) -> None:
@@ -560,7 +584,8 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
     )
     if lane is not None:
         host, port = lane_address(config.listen, config.write_lane_offset)
-        log.info("write lane: leaders' writes served on %s:%d (plain TCP)", host, port)
+        how = "mutual TLS" if config.tls_cert is not None else "plaintext"
+        log.info("write lane: leaders' writes served on %s:%d (%s)", host, port, how)
     log.info("%s", allocation)
     _log_security(config)
     stopping = asyncio.Event()

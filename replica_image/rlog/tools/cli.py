@@ -504,10 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-lane-offset",
         type=nonnegative,
         metavar="N",
-        help="serve the leader's writes on plain TCP at the gRPC port + N and send them to "
-        "each peer at its port + N, instead of on the gRPC stream (faster; plaintext "
-        "without --auth-config only; every replica of the log needs the same N; default "
-        "0: off)",
+        help="serve the leader's writes on plain TCP (mutual TLS with --tls-client-ca) at "
+        "the gRPC port + N and send them to each peer at its port + N, instead of on the "
+        "gRPC stream (faster; every replica of the log needs the same N; default 0: off)",
     )
     p.set_defaults(func=cmd_replica)
 

@@ -155,8 +155,6 @@ class DevCluster:
         self.tls = tls
         if write_lane_offset < 0:
             raise ConfigError("the write lane offset must be 0 (off) or positive")
-        if write_lane_offset and tls:
-            raise ConfigError("the write lane serves plaintext logs only: not with tls")
         self.write_lane_offset = write_lane_offset
         self.replicas = replicas
         self._dir_given = dir is not None
@@ -594,7 +592,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="give every replica a write lane at its port + N (rlog replica "
-        "--write-lane-offset; plaintext only; default 0: off)",
+        "--write-lane-offset; default 0: off)",
     )
 
 
