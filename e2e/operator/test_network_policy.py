@@ -123,8 +123,12 @@ def test_the_log_owns_its_policy(log: Log, operator: str) -> None:
     policy = log.k.json("get", "networkpolicy", NAME)
     owners = policy["metadata"].get("ownerReferences") or []
     assert [o["kind"] for o in owners] == ["ReplicatedLog"], owners
-    (grpc,) = policy["spec"]["ingress"]
+    grpc, lane = policy["spec"]["ingress"]
     assert grpc["ports"] == [{"protocol": "TCP", "port": 7000}]
+    # the write lane (the leader's writes): the log's own pods only
+    assert lane["ports"] == [{"protocol": "TCP", "port": 7001}]
+    (lane_peers,) = lane["from"]
+    assert lane_peers["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == NAME
     peers, op, client = grpc["from"]
     assert peers["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == NAME
     assert op["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == operator

@@ -88,6 +88,30 @@ def test_append_and_read_through_client_service(k: Kubectl) -> None:
         )
 
 
+def lane_writes(k: Kubectl, pod: str) -> float:
+    """Write requests `pod` served on its write lane (its metrics, through the API server)."""
+    path = f"/api/v1/namespaces/{k.namespace}/pods/{pod}:9100/proxy/metrics"
+    for line in k("get", "--raw", path).splitlines():
+        if line.startswith('rlog_write_requests_total{rpc="lane"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_the_leaders_writes_travel_on_the_write_lane(k: Kubectl) -> None:
+    """The operator gives the replicas a write lane (mutual TLS, the gRPC port + 1): the
+    followers serve the leader's writes on it once the leader has opened it."""
+    leader = Log(k, NAME, REPLICAS).wait_settled_leader()
+    followers = [p for p in pods() if not leader.startswith(p + ".")]
+    assert len(followers) == REPLICAS - 1, (leader, followers)
+    endpoint = f"{NAME}:{PORT}"
+
+    def on_the_lane() -> bool:
+        replica(k, pods()[0], "append", "--endpoint", endpoint, f"lane-{time.time_ns()}")
+        return all(lane_writes(k, pod) > 0 for pod in followers)
+
+    wait_until("the followers to serve writes on their lanes", on_the_lane, 90, 2)
+
+
 def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
     t0 = time.monotonic()
     leader = rlog_status(k).get("leader")

@@ -58,6 +58,9 @@ DATA_MOUNT: Final = "/data"
 # A sub-directory of the volume: a fresh ext4 volume holds lost+found at its root.
 DATA_DIR: Final = "/data/log"
 GRPC_PORT: Final = 7000
+# The replicas' write lane (the leader's writes on plain TCP, mutual TLS with TLS) at the
+# gRPC port + this (`rlog replica --write-lane-offset`): 7001 by default.
+WRITE_LANE_OFFSET: Final = 1
 METRICS_PORT: Final = 9100
 REPLICA_UID: Final = 10001  # the replica image's user (replica_image/Dockerfile)
 

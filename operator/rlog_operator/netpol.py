@@ -3,7 +3,8 @@
 A log with `spec.networkPolicy` gets one NetworkPolicy selecting its replica pods, ingress
 only:
 
-* the gRPC port from the log's own pods (the peers: Paxos, catch-up, forwarding);
+* the gRPC port and the write lane's from the log's own pods (the peers: Paxos, catch-up,
+  forwarding; the leader's writes);
 * the gRPC port from `spec.networkPolicy.clients` (NetworkPolicyPeers: pod and namespace
   selectors, ipBlocks): the applications;
 * the gRPC port from the operator's pods (Status, initialization permits, step-down);
@@ -68,7 +69,13 @@ def log_network_policy(body: Mapping[str, Any], config: specs.OperatorConfig) ->
     if (body.get("spec") or {}).get("backup"):
         grpc_from.append({"podSelector": {"matchLabels": archive_specs.archiver_labels(body)}})
     grpc_from += clients
-    ingress: list[Manifest] = [{"from": grpc_from, "ports": _port(config.grpc_port)}]
+    ingress: list[Manifest] = [
+        {"from": grpc_from, "ports": _port(config.grpc_port)},
+        {
+            "from": [{"podSelector": {"matchLabels": specs.selector_labels(body)}}],
+            "ports": _port(specs.lane_port(config)),
+        },
+    ]
     if scrapers:
         ingress.append({"from": list(scrapers), "ports": _port(config.metrics_port)})
     return {

@@ -73,7 +73,7 @@ class OperatorConfig:
         """Read RLOG_REPLICA_IMAGE, RLOG_IMAGE_PULL_POLICY, RLOG_GRPC_PORT, RLOG_METRICS_PORT,
         RLOG_CLUSTER_DOMAIN from a mapping (pass os.environ)."""
         d = cls()
-        return cls(
+        config = cls(
             replica_image=env.get("RLOG_REPLICA_IMAGE", d.replica_image),
             image_pull_policy=env.get("RLOG_IMAGE_PULL_POLICY", d.image_pull_policy),
             grpc_port=int(env.get("RLOG_GRPC_PORT", d.grpc_port)),
@@ -81,6 +81,12 @@ class OperatorConfig:
             cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
             operator_namespace=env.get("RLOG_OPERATOR_NAMESPACE", d.operator_namespace),
         )
+        if config.metrics_port in (config.grpc_port, lane_port(config)):
+            raise ValueError(
+                f"RLOG_METRICS_PORT {config.metrics_port} collides with the replicas' gRPC "
+                f"port {config.grpc_port} or their write lane port {lane_port(config)}"
+            )
+        return config
 
 
 # ---- names ----------------------------------------------------------------------------------
@@ -273,6 +279,11 @@ def security_volumes(body: Body) -> tuple[list[Manifest], list[Manifest]]:
 # ---- the StatefulSet ------------------------------------------------------------------------
 
 
+def lane_port(config: OperatorConfig) -> int:
+    """The replicas' write lane port (peers only: the leader's writes)."""
+    return config.grpc_port + c.WRITE_LANE_OFFSET
+
+
 def replica_args(body: Body, config: OperatorConfig) -> list[str]:
     """Arguments of `rlog replica` (the id is expanded by the kubelet from the env)."""
     return [
@@ -290,6 +301,8 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         uid_of(body),
         "--drain-timeout",
         str(config.drain_seconds),
+        "--write-lane-offset",
+        str(c.WRITE_LANE_OFFSET),
         *security_args(body),
     ]
 
@@ -379,6 +392,7 @@ def replica_container(body: Body, config: OperatorConfig) -> Manifest:
         "env": env,
         "ports": [
             {"name": "grpc", "containerPort": config.grpc_port, "protocol": "TCP"},
+            {"name": "lane", "containerPort": lane_port(config), "protocol": "TCP"},
             {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"},
         ],
         **probes(config),

@@ -24,15 +24,20 @@ def test_no_policy_without_the_spec_section():
     assert netpol.for_log(body(), CONFIG) == []
 
 
-def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_only():
+def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_and_peers_on_the_lane():
     (policy,) = netpol.for_log(body(networkPolicy={"clients": [APPS]}), CONFIG)
     assert policy["kind"] == "NetworkPolicy"
     assert policy["metadata"]["namespace"] == "shop"
     spec = policy["spec"]
     assert spec["podSelector"]["matchLabels"] == specs.selector_labels(body())
     assert spec["policyTypes"] == ["Ingress"]
-    (grpc,) = spec["ingress"]  # no metrics scrapers named: no metrics rule
+    grpc, lane = spec["ingress"]  # no metrics scrapers named: no metrics rule
     assert grpc["ports"] == [{"protocol": "TCP", "port": CONFIG.grpc_port}]
+    # The write lane: the log's own pods only (the leader's writes), never clients.
+    assert lane == {
+        "from": [{"podSelector": {"matchLabels": specs.selector_labels(body())}}],
+        "ports": [{"protocol": "TCP", "port": CONFIG.grpc_port + 1}],
+    }
     peers, operator, clients = grpc["from"]
     assert peers == {"podSelector": {"matchLabels": specs.selector_labels(body())}}
     assert operator["namespaceSelector"]["matchLabels"] == {
@@ -44,21 +49,22 @@ def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_only():
 
 def test_metrics_scrapers_get_the_metrics_port_only():
     (policy,) = netpol.for_log(body(networkPolicy={"metrics": [PROMETHEUS]}), CONFIG)
-    grpc, metrics = policy["spec"]["ingress"]
+    grpc, _lane, metrics = policy["spec"]["ingress"]
     assert len(grpc["from"]) == 2  # peers and operator: no clients named, none admitted
     assert metrics == {"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 9100}]}
 
 
 def test_an_empty_section_admits_only_peers_and_operator():
     (policy,) = netpol.for_log(body(networkPolicy={}), CONFIG)
-    (grpc,) = policy["spec"]["ingress"]
+    grpc, lane = policy["spec"]["ingress"]
     assert len(grpc["from"]) == 2
+    assert len(lane["from"]) == 1
 
 
 def test_a_log_with_backup_admits_its_archiver_before_the_clients():
     backup = {"bucket": "b", "credentialsSecret": "s3"}
     (policy,) = netpol.for_log(body(backup=backup, networkPolicy={"clients": [APPS]}), CONFIG)
-    (grpc,) = policy["spec"]["ingress"]
+    grpc, _lane = policy["spec"]["ingress"]
     _peers, _operator, archiver, clients = grpc["from"]
     (deployment,) = [
         o for o in specs.desired_objects(body(backup=backup), CONFIG) if o["kind"] == "Deployment"

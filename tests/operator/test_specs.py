@@ -123,7 +123,9 @@ def test_replica_command_line():
     for var in re.findall(r"\$\((\w+)\)", " ".join(ctr["args"])):
         assert var in env
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    assert ports == {"grpc": c.GRPC_PORT, "metrics": c.METRICS_PORT}
+    assert ports == {"grpc": c.GRPC_PORT, "lane": c.GRPC_PORT + 1, "metrics": c.METRICS_PORT}
+    # the leader's writes on the write lane, at the gRPC port + 1
+    assert arg(ctr, "--write-lane-offset") == "1"
 
 
 def test_image_override_and_default():
@@ -291,3 +293,11 @@ def test_config_from_env():
     assert config.grpc_port == 7001
     assert config.cluster_domain == "c.l"
     assert OperatorConfig.from_env({}) == OperatorConfig()
+
+
+def test_a_metrics_port_on_the_grpc_or_lane_port_is_refused():
+    with pytest.raises(ValueError, match="write lane port 7001"):
+        specs.OperatorConfig.from_env({"RLOG_METRICS_PORT": "7001"})
+    with pytest.raises(ValueError, match="gRPC port 9100"):
+        specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "9100"})
+    assert specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "8000"}).grpc_port == 8000
