@@ -5,7 +5,10 @@
 
 Each side is an environment (`--a NAME=VALUE`, repeatable), a source tree
 (`--a-tree DIR`: its `replica_image` goes first on PYTHONPATH, for the replicas and the
-bench client alike; default this tree) and a storage engine (`--a-engine`, default lmdb).
+bench client alike; default this tree), a storage engine (`--a-engine`, default lmdb) and
+a write lane (`--a-lane N`: `rlog replica --write-lane-offset N`; default 0, none).
+`--tls` runs both sides with mutual TLS and roles (`DevCluster(tls=True)`, the client as
+the dev PKI's "admin").
 Per pair, each side starts a fresh 3-replica `DevCluster` (data on the real disk) and runs
 `rlog bench` against the leader for each mode; the side that goes first alternates between
 pairs, so both see the same load drift. Each run also records the replicas' CPU time per
@@ -82,16 +85,23 @@ def run_side(
     side: str,
     env: dict[str, str],
     engine: str,
+    lane: int,
     modes: list[str],
     args: argparse.Namespace,
 ) -> list[dict[str, Any]]:
     rows = []
     directory = Path(args.dir) / f"pair{pair}-{side}"
-    with DevCluster(3, directory, env=env, storage_engine=engine) as cluster:
+    with DevCluster(
+        3, directory, env=env, storage_engine=engine, write_lane_offset=lane, tls=args.tls
+    ) as cluster:
         endpoint = cluster.endpoints[cluster.wait_for_leader()]
         for mode in modes:
             command = [sys.executable, "-m", "rlog.tools.cli", "bench", "-e", endpoint, "--json"]
             command += mode_args(mode, args.count, args.seconds)
+            if args.tls:
+                pki = cluster.tls_dir
+                command += ["--ca", str(pki / "ca.pem"), "--cert", str(pki / "admin.pem")]
+                command += ["--key", str(pki / "admin-key.pem")]
             row: dict[str, Any] = {"pair": pair, "side": side, "load": load(), "mode": mode}
             cpu = replica_cpu_seconds(cluster)
             faults = replica_minor_faults(cluster)
@@ -200,6 +210,9 @@ def main() -> int:
     parser.add_argument("--b", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--a-engine", default="lmdb", help="the replicas' storage engine")
     parser.add_argument("--b-engine", default="lmdb")
+    parser.add_argument("--a-lane", type=int, default=0, help="the replicas' write lane offset")
+    parser.add_argument("--b-lane", type=int, default=0)
+    parser.add_argument("--tls", action="store_true", help="mutual TLS and roles, both sides")
     parser.add_argument("--a-tree", type=Path, default=HERE)
     parser.add_argument("--b-tree", type=Path, default=HERE)
     parser.add_argument("--modes", default="serial", help="comma-separated (default serial)")
@@ -223,11 +236,12 @@ def main() -> int:
         "B": side_env(args.b, args.b_tree.resolve()),
     }
     engines = {"A": args.a_engine, "B": args.b_engine}
+    lanes = {"A": args.a_lane, "B": args.b_lane}
     rows: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         order = ("A", "B") if pair % 2 == 0 else ("B", "A")
         for side in order:
-            rows += run_side(pair, side, sides[side], engines[side], modes, args)
+            rows += run_side(pair, side, sides[side], engines[side], lanes[side], modes, args)
             if args.etcd and side == order[0]:  # between the two sides
                 rows += run_etcd(pair, args)
     summarize(rows)

@@ -23,6 +23,10 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    writer count 1 KiB puts, then single-entry appends with one unary call each and on the
    stream client (one AppendStream); at each value size puts (largest writer count), then
    batched appends (8 writers x 64 entries per call);
+3b. without the write lane: batched 1 KiB, serial and the stream client at the largest
+   writer count on a fresh 3-replica log whose leader writes to its followers on the gRPC
+   stream (series "*_grpc"), figures without targets beside the others, which run every
+   rlog log with `--write-lane-offset 1` as the operator does (docs/data-path.md);
 4. rlog, 5 replicas: serial, the stream client at the largest writer count;
 5. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
    (bench/catchup.py);
@@ -162,15 +166,22 @@ def cdf_record(point: dict[str, Any], cdf: list[list[float]]) -> dict[str, Any]:
 # ---- rlog ------------------------------------------------------------------------------
 
 
+# The replicas' write lane, as the operator deploys them (`--write-lane-offset 1`): every
+# figure with a target is measured so; the gRPC-stream step measures them without it.
+LANE = 1
+
+
 @contextlib.contextmanager
-def rlog_cluster(args: argparse.Namespace, replicas: int) -> Iterator[str]:
-    """An `rlog dev`-style log (lmdb, data on the real disk); yields the leader's endpoint."""
+def rlog_cluster(args: argparse.Namespace, replicas: int, lane: int = LANE) -> Iterator[str]:
+    """An `rlog dev`-style log (lmdb, data on the real disk; with `lane`, the replicas'
+    write lane at that port offset, 0: the leader's writes on the gRPC stream); yields the
+    leader's endpoint."""
     from rlog.tools.dev import DevCluster
 
-    note(f"rlog: {replicas} replicas")
+    note(f"rlog: {replicas} replicas" + (f", write lane at port + {lane}" if lane else ""))
     root = Path(args.work) / f"rlog{replicas}"
     shutil.rmtree(root, ignore_errors=True)
-    with DevCluster(replicas, root) as cluster:
+    with DevCluster(replicas, root, write_lane_offset=lane) as cluster:
         yield cluster.endpoints[cluster.wait_for_leader()]
     shutil.rmtree(root, ignore_errors=True)
 
@@ -219,6 +230,16 @@ def five_replicas(run: Run, args: argparse.Namespace) -> None:
         rlog_bench(run, args, endpoint, 5, "stream", max(args.writers), 1, 1024)
 
 
+def grpc_stream_step(run: Run, args: argparse.Namespace) -> None:
+    """The batched 1 KiB, serial and stream figures again on a fresh 3-replica log whose
+    leader writes to its followers on the gRPC stream (no write lane, as before 28
+    November 2026): figures without targets, beside the lane's (docs/data-path.md)."""
+    with rlog_cluster(args, 3, lane=0) as endpoint:
+        rlog_bench(run, args, endpoint, 3, "batched_grpc", 8, 64, 1024)
+        rlog_bench(run, args, endpoint, 3, "serial_grpc", 1, 1, 1024)
+        rlog_bench(run, args, endpoint, 3, "stream_grpc", max(args.writers), 1, 1024)
+
+
 def batched_on_fresh_logs(run: Run, args: argparse.Namespace) -> None:
     """Step 1: each batched figure on a log started for it, so that it does not depend on
     what other steps wrote or on the load they leave (each log's data is removed after it)."""
@@ -240,16 +261,18 @@ def rlog_bench(
 ) -> None:
     trace = Path(args.work) / "trace.txt"
     bench = ["bench", "--endpoint", endpoint, "--json", "--size", str(size)]
-    if series == "serial":
+    if series.startswith("serial"):
         bench += ["--mode", "serial", "--count", str(args.serial), "--warmup", "20"]
     else:
         bench += ["--mode", "concurrent", "--concurrency", str(writers), "--batch", str(batch)]
         bench += ["--duration", str(args.seconds), "--warmup", "20"]
-        if series == "stream":
+        if series.startswith("stream"):
             bench.append("--stream")
-    where = f"a {replicas}-replica rlog dev log"
+    where = f"a {replicas}-replica rlog dev --write-lane-offset {LANE} log"
     if series == "batched_fresh":
-        where = f"a fresh {replicas}-replica rlog dev log started for this run"
+        where = f"a fresh {replicas}-replica rlog dev --write-lane-offset {LANE} log"
+    elif series.endswith("_grpc"):
+        where = f"a fresh {replicas}-replica rlog dev log without the write lane"
     note(f"  rlog bench {series} writers={writers} batch={batch} size={size}")
     load = os.getloadavg()[0]
     cmd = [args.python, "-m", "rlog.tools.cli", *bench, "--trace", str(trace)]
@@ -416,6 +439,31 @@ def figures(run: Run, args: argparse.Namespace) -> None:
         "mb_per_s",
     )
     add(
+        "serial_p50_grpc",
+        "serial append p50 latency, leader's writes on the gRPC stream (no write lane)",
+        "ms",
+        rlog(series="serial_grpc", replicas=3),
+        etcd(series="serial"),
+        "p50_ms",
+        better="lower",
+    )
+    add(
+        "stream_writers_grpc",
+        f"{big} single-entry writers, stream client, no write lane",
+        "entries/s",
+        rlog(series="stream_grpc", writers=big, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
+        "batched_1k_grpc",
+        "batched 64 x 1 KiB per call, 8 writers, fresh log, no write lane",
+        "entries/s",
+        rlog(series="batched_grpc", size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
         "replicas_5_vs_3_batched",
         "5 replicas vs 3, batched 64 x 1 KiB, 8 writers, fresh logs both",
         "entries/s",
@@ -552,6 +600,7 @@ def main() -> int:
     host_probe(run, args)
     batched_on_fresh_logs(run, args)
     side_by_side(run, args)
+    grpc_stream_step(run, args)
     if not args.no_five:
         five_replicas(run, args)
     catchup_step(run, args)

@@ -87,6 +87,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--election-timeout", type=float, default=None, metavar="SECONDS")
     p.add_argument(
+        "--write-lane-offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the replicas' write lane at port + N (rlog replica --write-lane-offset; "
+        "default 0: the leader's writes on the gRPC stream)",
+    )
+    p.add_argument(
         "--unsafe-no-read-index",
         action="store_true",
         help="TEST ONLY: replicas serve non-stale reads without confirming leadership and "
@@ -231,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             replicas=args.replicas,
             network=netns,
             election_timeout=args.election_timeout,
+            write_lane_offset=args.write_lane_offset,
             read_timeout=args.read_timeout,
             hold=args.hold,
             interval=args.interval,

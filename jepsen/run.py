@@ -85,6 +85,7 @@ class RunConfig:
     append_ratio: float = 0.5
     network: Netns | None = None
     election_timeout: float | None = None
+    write_lane_offset: int = 0  # the leader's writes on the write lane (0: the gRPC stream)
     read_timeout: float = 3.0  # a read stuck at a paused or cut-off replica gives up
     append_timeout: float = 4.0
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts
@@ -339,6 +340,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         out / "cluster",
         election_timeout=config.election_timeout,
         python=(str(network.python_wrapper(out, sys.executable)) if network else sys.executable),
+        write_lane_offset=config.write_lane_offset,
     )
     if network is not None:
         network.heal()
