@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from test_write_lane_live import closed, recv_exactly
 from test_write_stream_live import scrape, wait_until, write_requests
 
 from rlog.client import Client
@@ -62,15 +63,6 @@ def tls_context(cluster: DevCluster, name: str | None) -> ssl.SSLContext:
     return context
 
 
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, f"connection closed after {len(data)} of {n} bytes"
-        data += chunk
-    return data
-
-
 def lane_hello(
     cluster: DevCluster, i: int, name: str | None
 ) -> tuple[ssl.SSLSocket, pb.LaneWelcome, bytes]:
@@ -85,14 +77,6 @@ def lane_hello(
     sock.sendall(frame(hello.SerializeToString()))
     (length,) = struct.unpack("<I", recv_exactly(sock, 4))
     return sock, pb.LaneWelcome.FromString(recv_exactly(sock, length)), served
-
-
-def closed(sock: socket.socket) -> bool:
-    sock.settimeout(10)
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, ssl.SSLError):
-        return True
 
 
 def append_some(cluster: DevCluster, count: int) -> dict[int, bytes]:

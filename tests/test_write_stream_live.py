@@ -132,35 +132,42 @@ def test_appends_travel_on_one_stream_per_follower(tmp_path):
         check(cluster, acknowledged)
 
 
+def kill_and_restart_mid_load(cluster: DevCluster, follower: int, rpc: str) -> Writers:
+    """SIGKILL `follower` under 4 writers (through the other replicas), start it again,
+    and wait until it has served 50 writes on `rpc` (its counters start at 0: they came on
+    a connection the leader opened to the new process) and 200 more appends were
+    acknowledged; the writers, stopped."""
+    writers = Writers(
+        [cluster.endpoints[i] for i in range(3) if i != follower], clients=4, per_call=2
+    )
+
+    async def scenario() -> None:
+        task = asyncio.create_task(writers.run())
+        await asyncio.sleep(1.5)
+        cluster.kill(follower, signal.SIGKILL)
+        await asyncio.sleep(1.0)
+        cluster.start_replica(follower)
+        acked = len(writers.acknowledged)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: write_requests(cluster, follower, rpc) >= 50,
+            60,
+            f"{rpc} writes to the restarted follower",
+        )
+        while len(writers.acknowledged) < acked + 200:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        writers.stop()
+        await task
+
+    asyncio.run(scenario())
+    return writers
+
+
 def test_follower_killed_and_restarted_mid_load_gets_a_new_stream(tmp_path):
     with DevCluster(3, tmp_path, metrics=True, election_timeout=0.5) as cluster:
         leader = cluster.wait_for_leader()
         follower = next(i for i in range(3) if i != leader)
-        writers = Writers(
-            [cluster.endpoints[i] for i in range(3) if i != follower], clients=4, per_call=2
-        )
-
-        async def scenario() -> None:
-            task = asyncio.create_task(writers.run())
-            await asyncio.sleep(1.5)
-            cluster.kill(follower, signal.SIGKILL)
-            await asyncio.sleep(1.0)
-            cluster.start_replica(follower)
-            acked = len(writers.acknowledged)
-            # The restarted follower's counters start at 0: writes reaching it now came on
-            # a stream the leader opened to the new process.
-            await asyncio.to_thread(
-                wait_until,
-                lambda: write_requests(cluster, follower, "stream") >= 50,
-                60,
-                "stream writes to the restarted follower",
-            )
-            while len(writers.acknowledged) < acked + 200:  # noqa: ASYNC110
-                await asyncio.sleep(0.1)
-            writers.stop()
-            await task
-
-        asyncio.run(scenario())
+        writers = kill_and_restart_mid_load(cluster, follower, "stream")
         assert cluster.leader() == leader
         assert streams_opened(cluster, leader, follower) >= 2, "the stream was not reopened"
         assert write_requests(cluster, follower, "unary") == 0

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.write_stream import StreamBroken, with_id
+from rlog.runtime.write_stream import StreamBroken, answer_to, with_id
 from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
@@ -255,12 +255,7 @@ class LaneServer(asyncio.Protocol):
         except Exception as exc:  # a full disk, a rule that raised: the leader retries
             self._close(f"write at proposal {request.proposal} failed: {exc}")
             return
-        response = pb.WriteResponse(
-            verdict=decided.verdict,
-            proposal=decided.proposal,
-            status=decided.status,
-            id=request.id,
-        )
+        response = answer_to(request, decided)
         if durable is None:
             self._send(response.SerializeToString())
             return

@@ -27,7 +27,7 @@ from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
-from rlog.runtime.write_stream import WRITE_STREAM_METHOD
+from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
 from rlog.storage import DataDirLocked, Storage, open_storage
 
 log = logging.getLogger("rlog.server")
@@ -102,12 +102,7 @@ class ReplicaService(pbg.ReplicaServicer):
                 except Exception as exc:
                     responses.put_nowait(exc)
                     continue
-                response = pb.WriteResponse(
-                    verdict=decided.verdict,
-                    proposal=decided.proposal,
-                    status=decided.status,
-                    id=request.id,
-                )
+                response = answer_to(request, decided)
                 if future is None:
                     responses.put_nowait(response)
                 else:

@@ -57,6 +57,14 @@ def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
     return encoded + _LEARNED_TAG + varint(len(body)) + body
 
 
+def answer_to(request: pb.WriteRequest, decided: pb.WriteResponse) -> pb.WriteResponse:
+    """The response a stream or lane sends for `request`: the decision, with the request's
+    id for the leader to match it."""
+    return pb.WriteResponse(
+        verdict=decided.verdict, proposal=decided.proposal, status=decided.status, id=request.id
+    )
+
+
 def _stream_error(exc: Exception) -> Exception:
     """What the writes pending on an ended stream fail with: the call's own status if it
     has one, else StreamBroken (never an exception the callers do not expect)."""
