@@ -56,3 +56,16 @@ def test_a_port_in_time_wait_is_never_chosen():
         else:  # pragma: no cover - the kernel let it go; nothing to check then
             raise AssertionError(f"port {port} was not left in TIME_WAIT; the test needs it")
     assert not _port_free("127.0.0.1", port)
+
+
+def test_a_port_is_never_handed_out_twice_in_one_process():
+    """Clusters started at once from threads of one process each choose ports before any
+    replica binds them: the same random port chosen twice made one replica fail "Address
+    already in use" and another cluster's replica answer in its place. 600 draws from the
+    ~18k ports below the ephemeral range collide with near certainty unless the process
+    remembers what it handed out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        ports = list(pool.map(lambda _: free_port("127.0.0.2"), range(600)))
+    assert len(set(ports)) == len(ports)

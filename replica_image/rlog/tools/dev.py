@@ -56,19 +56,38 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+# Ports this process has handed out (free_port, and the write lanes' next to them): never
+# handed out twice. Clusters started at once in one process (tests do, from threads) chose
+# the same random port now and then, both saw it free before either replica bound it, and
+# one replica failed "Address already in use" while the other cluster's replica answered
+# in its place (a CI run's election test waited 60 s for a leader that way).
+_claimed: set[tuple[str, int]] = set()
+_claim_lock = threading.Lock()
+
+
+def claim_port(host: str, port: int) -> bool:
+    """Whether `port` was free and not handed out by this process before; claims it if so."""
+    with _claim_lock:
+        if (host, port) in _claimed or not _port_free(host, port):
+            return False
+        _claimed.add((host, port))
+        return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, for a server that binds it a little later.
+    """A port nothing listens on now and this process never handed out, for a server that
+    binds it a little later.
 
     Not one the kernel picks for port 0: that comes from the ephemeral range, which is also
     where every outgoing connection takes its source port, and a replica binding its port a
     second after the choice (the interpreter starting) then failed "Address already in use"
     now and then on a machine busy with connections (a CI run did). Below that range only
-    listeners compete, and the choice is random so concurrent callers rarely meet."""
+    listeners compete, and the choice is random so concurrent processes rarely meet."""
     low, _ = _ephemeral_range()
     if low - _LISTEN_PORTS_FROM >= 1000:
         for _ in range(200):
             port = random.randrange(_LISTEN_PORTS_FROM, low)
-            if _port_free(host, port):
+            if claim_port(host, port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -251,7 +270,10 @@ class DevCluster:
                         )
                 else:
                     port = free_port(host)
-                    while not self._ports_free(host, port, addresses):
+                    while not self._ports_free(host, port, addresses) or (
+                        self.write_lane_offset
+                        and not claim_port(host, port + self.write_lane_offset)
+                    ):
                         port = free_port(host)
                 addresses.append(f"{host}:{port}")
             self.addresses = addresses
