@@ -24,7 +24,7 @@ EXAMPLE = os.path.join(
     "examples",
     "worker_registry.py",
 )
-PROCESSES, WORKERS, REMOVE = 4, 300, 100
+PROCESSES, WORKERS, REMOVE = 4, 600, 100  # long enough (seconds) for the kill to land mid-run
 
 
 @pytest.fixture(scope="module")
