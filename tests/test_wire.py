@@ -53,6 +53,7 @@ from rlog.client.wire import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.errors import RpcError
+from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService
 
 # The contract, written out: reason -> (class for a read, class for an append).
@@ -232,6 +233,7 @@ class _FailingNode:
 async def serving(node: object) -> AsyncIterator[str]:
     """The real Log service over a stand-in node, on a loopback port: its address."""
     server = grpc.aio.server()
+    node.metrics = ReplicaMetrics(0)  # type: ignore[attr-defined]  # the service counts its calls
     pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -363,6 +365,7 @@ async def test_a_replica_stopping_under_an_append_is_outcome_unknown():
     the test above.)"""
     node = _StuckNode()
     server = grpc.aio.server()
+    node.metrics = ReplicaMetrics(0)  # type: ignore[attr-defined]  # the service counts its calls
     pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -147,7 +147,7 @@ def test_a_peer_that_stops_reading_costs_the_leader_a_bounded_buffer():
         assert all(f.done() for f in futures)
         errors = [f.exception() for f in futures]
         assert all(isinstance(e, StreamBroken) for e in errors)
-        assert "not reading its write lane" in str(errors[-1])
+        assert "not reading its lane" in str(errors[-1])
         # The kernel's buffers plus at most max_unsent: not every write ever made.
         assert len(futures) * len(encoded) < (8 << 20) + (64 << 20)
         # Opened again in the background on the next use.

@@ -19,6 +19,7 @@ from test_write_lane_live import closed, recv_exactly
 from test_write_stream_live import scrape, wait_until, write_requests
 
 from rlog.client import Client
+from rlog.client.errors import PermissionDenied
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.lane import VERSION, frame, lane_address
 from rlog.tools import certs
@@ -127,6 +128,39 @@ def test_a_certificate_without_the_peer_role_is_refused_on_the_lane(cluster):
     sock, welcome, _ = lane_hello(cluster, follower, "replica-0")
     assert welcome.error == ""
     sock.close()
+
+
+def test_a_writer_appends_on_the_lane_over_mutual_tls_and_a_reader_may_not(cluster):
+    """The client's append lane with TLS and roles: the writer's certificate may append,
+    so its appends travel on the lane; the reader's may not, so the lane refuses it at the
+    hello and the append, on gRPC, is refused as before."""
+    leader = cluster.wait_for_leader()
+    acknowledged: dict[int, bytes] = {}
+    with cluster.client(leader, credentials=cluster.credentials("writer"), lane=True) as client:
+        deadline = time.monotonic() + 20
+        while not (lane := client._async._lanes.get(0)) or not lane.is_open:
+            assert time.monotonic() < deadline, f"no lane: {lane and lane.last_error}"
+            acknowledged.update(zip(client.append([b"opening"]), [b"opening"], strict=True))
+            time.sleep(0.05)
+        before = scrape(cluster, leader).get(("rlog_append_requests_total", (("rpc", "lane"),)))
+        for k in range(50):
+            value = f"tls-lane{k}".encode()
+            acknowledged.update(zip(client.append([value]), [value], strict=True))
+        after = scrape(cluster, leader).get(("rlog_append_requests_total", (("rpc", "lane"),)))
+    assert before is not None and after is not None and after - before == 50
+    read_back(cluster, acknowledged)
+    # (without a session: opening one is refused before an append is sent at all)
+    reader_credentials = cluster.credentials("reader")
+    with cluster.client(
+        leader, credentials=reader_credentials, lane=True, exactly_once=False
+    ) as reader:
+        for _ in range(3):
+            with pytest.raises(PermissionDenied):
+                reader.append([b"not allowed"])
+            time.sleep(0.3)
+        lane = reader._async._lanes[0]
+        assert not lane.is_open
+        assert "Append needs a role allowing append calls" in lane.last_error, lane.last_error
 
 
 def test_no_certificate_or_no_tls_gets_no_welcome(cluster):

@@ -61,10 +61,10 @@ from rlog.client.errors import (
     Unavailable,
     UnknownSession,
     code_from_int,
-    error_for,
     from_rpc_error,
     is_connect_failure,
 )
+from rlog.client.lane import AppendLane, ConnectionBroken, answer_error
 from rlog.client.packing import (
     Payload,
     answered_positions,
@@ -74,7 +74,7 @@ from rlog.client.packing import (
     runs_of,
 )
 from rlog.client.security import Credentials, secure_channel
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted, parse_reason
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted
 from rlog.config import ConfigError, parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -88,6 +88,9 @@ DEFAULT_APPEND_TIMEOUT = 60.0
 # How long a call waits for some endpoint to accept a connection when none could be
 # connected to: twice gRPC's longest reconnect back-off here (rlog.client.wire).
 DEFAULT_CONNECT_WAIT = 2.0
+# The largest answer an append lane takes (an answer is a few dozen bytes; one listing
+# positions one by one, from a server that predates ranges, can be larger).
+LANE_MAX_ANSWER = 64 * 1024 * 1024
 
 Value = bytes | bytearray | memoryview | str
 
@@ -276,19 +279,7 @@ class _AppendStream:
             for append_id, values in parts:  # nothing was appended: send each alone
                 self._queue.put_nowait((append_id, values, True, None))
             return
-        reason = parse_reason(response.reason)
-        why = (
-            ErrorDetails(
-                reason,
-                response.begin if response.HasField("begin") else None,
-                None,
-                response.next_position,
-                response.epoch,
-            )
-            if reason is not None
-            else None
-        )
-        error = error_for(code, response.error, self.address, True, why)
+        error, _ = answer_error(response, self.address)
         for append_id, _ in parts:
             future = self._futures.pop(append_id, None)
             if future is not None and not future.done():
@@ -595,6 +586,10 @@ class AsyncClient:
     `min_position=last_appended` sees them (read-your-writes). `connect_wait`: when no
     endpoint can be connected to, how long a call waits for one to accept a connection
     before it fails `Unavailable` (0: at once; a probe of one replica's state wants that).
+    `lane=True`: appends that would be unary calls travel on the replica's append lane once
+    it is open (docs/data-path.md, "The client's append lane": the same requests, answers,
+    sessions and errors without gRPC's cost per call; on gRPC until then, and whenever the
+    replica serves no lane).
     """
 
     def __init__(
@@ -609,10 +604,20 @@ class AsyncClient:
         exactly_once: bool = True,
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
+        lane: bool = False,
     ) -> None:
         self._addresses = parse_endpoints(endpoints)
         self.credentials = credentials
         self.stream = stream
+        if lane and stream:
+            raise ValueError("an append lane replaces the unary calls: give lane or stream")
+        if lane and credentials is not None and credentials.token is not None:
+            raise ValueError(
+                "the append lane authenticates by client certificate: a client with a "
+                "bearer token appends on gRPC (lane=False)"
+            )
+        self.lane = lane
+        self._lanes: dict[int, AppendLane] = {}
         self.exactly_once = exactly_once
         self._session = _Session()
         # Appends re-sent because their outcome was unknown (exactly-once mode).
@@ -882,10 +887,59 @@ class AsyncClient:
             request.CopyFrom(fields)
         request.data, request.offsets = values.data, values.offsets
         self._count_request()
+        if self.lane:
+            lane = self._lane(self._current)
+            if lane.usable():
+                answer = await self._lane_append(lane, request, deadline_s)
+                if answer is not None:
+                    return answer
         response = await self._call(
             lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
         )
         return answered_positions(response)
+
+    def _lane(self, index: int) -> AppendLane:
+        lane = self._lanes.get(index)
+        if lane is None:
+            endpoint = self._endpoint(index)
+            lane = AppendLane(
+                endpoint.address,
+                lambda: endpoint.log.Status(pb.StatusRequest(local=True), timeout=self.timeout),
+                self.credentials,
+                self.timeout or DEFAULT_TIMEOUT,
+                LANE_MAX_ANSWER,
+            )
+            self._lanes[index] = lane
+        return lane
+
+    async def _lane_append(
+        self, lane: AppendLane, request: pb.AppendRequest, deadline_s: float | None
+    ) -> Sequence[int] | None:
+        """One try of an append on the lane: its positions, or None when the replica said
+        it changed nothing in a way another replica may not (not the leader, no quorum):
+        the caller then goes round the endpoints on gRPC, as for a unary call."""
+        try:
+            response = await lane.append(request, deadline_s)
+        except TimeoutError:
+            raise OutcomeUnknownTimeout(
+                f"the append was not acknowledged within {deadline_s:g} s on the append "
+                f"lane to {lane.address}: outcome unknown",
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                lane.address,
+            ) from None
+        except ConnectionBroken as exc:
+            raise OutcomeUnknownUnavailable(
+                f"the append lane to {lane.address} broke with the append in flight ({exc}): "
+                "outcome unknown",
+                grpc.StatusCode.UNAVAILABLE,
+                lane.address,
+            ) from None
+        if response.code == 0:
+            return answered_positions(response)
+        error, unchanged = answer_error(response, lane.address)
+        if unchanged:
+            return None
+        raise error
 
     async def open_session(self) -> tuple[int, int]:
         """Open a new session in the log: (session id, window in positions). The client's
@@ -1193,6 +1247,9 @@ class AsyncClient:
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             await stream.close()
+        lanes, self._lanes = self._lanes, {}
+        for lane in lanes.values():
+            lane.close()
         endpoints, self._endpoints = self._endpoints, [None] * len(self._addresses)
         for endpoint in endpoints:
             if endpoint is not None:
@@ -1339,6 +1396,7 @@ class Client:
         exactly_once: bool = True,
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
+        lane: bool = False,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -1350,6 +1408,7 @@ class Client:
             exactly_once=exactly_once,
             credentials=credentials,
             connect_wait=connect_wait,
+            lane=lane,
         )
         self._loop = event_loop.new_event_loop()  # uvloop if installed (rlog.event_loop)
         self._thread = threading.Thread(

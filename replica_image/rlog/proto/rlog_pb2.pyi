@@ -89,6 +89,30 @@ IGNORED: Verdict.ValueType  # 2
 """the replica is not VOTING: try again later, this is not a rejection"""
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 
+class _LaneKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LaneKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LaneKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LANE_WRITES: _LaneKind.ValueType  # 0
+    """a leader's WriteRequests -> WriteResponses (version 1 or 2)"""
+    LANE_APPENDS: _LaneKind.ValueType  # 1
+    """a client's AppendRequests -> AppendResponses (version 2 only)"""
+
+class LaneKind(_LaneKind, metaclass=_LaneKindEnumTypeWrapper):
+    """A lane (rlog/framed.py, rlog/runtime/lane.py): the first frame on a new connection
+    names the replica and the log the caller means to reach, and what the connection
+    carries; the replica answers with a LaneWelcome whose `error` is empty when it is that
+    replica of that log and serves that kind of lane.
+    """
+
+LANE_WRITES: LaneKind.ValueType  # 0
+"""a leader's WriteRequests -> WriteResponses (version 1 or 2)"""
+LANE_APPENDS: LaneKind.ValueType  # 1
+"""a client's AppendRequests -> AppendResponses (version 2 only)"""
+Global___LaneKind: _TypeAlias = LaneKind  # noqa: Y015
+
 @_typing.final
 class Action(_message.Message):
     """One log position as a replica stores it."""
@@ -415,32 +439,32 @@ Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
 
 @_typing.final
 class LaneHello(_message.Message):
-    """The write lane (rlog/runtime/lane.py): the first frame a leader sends on a new
-    connection names the replica and the log it means to write to; the replica answers with
-    a LaneWelcome whose `error` is empty when it is that replica of that log.
-    """
-
     DESCRIPTOR: _descriptor.Descriptor
 
     VERSION_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     version: _builtins.int
-    """of the lane's framing (1)"""
+    """Of the lane's framing: 1 (writes only; `kind` unknown to the replica), 2 (`kind` says).
+    A client's hello is version 2, which a replica that serves writes only refuses.
+    """
     log_id: _builtins.str
     """the sender's log id (empty: not checked)"""
     replica_id: _builtins.int
     """the replica the sender means to reach"""
+    kind: Global___LaneKind.ValueType
     def __init__(
         self,
         *,
         version: _builtins.int = ...,
         log_id: _builtins.str = ...,
         replica_id: _builtins.int = ...,
+        kind: Global___LaneKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_id", b"log_id", "replica_id", b"replica_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "log_id", b"log_id", "replica_id", b"replica_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1084,6 +1108,7 @@ class StatusResponse(_message.Message):
     DISK_FULL_FIELD_NUMBER: _builtins.int
     TRANSPORT_FIELD_NUMBER: _builtins.int
     AUTHORIZATION_FIELD_NUMBER: _builtins.int
+    LANE_OFFSET_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1122,6 +1147,10 @@ class StatusResponse(_message.Message):
     "mutual-tls"; authorization "off" (every caller may call anything) | "roles".
     """
     authorization: _builtins.str
+    lane_offset: _builtins.int
+    """The replica's lane is at its gRPC port + lane_offset (0: it serves none): leaders'
+    writes, and clients' appends (docs/data-path.md, "The client's append lane").
+    """
     def __init__(
         self,
         *,
@@ -1148,10 +1177,11 @@ class StatusResponse(_message.Message):
         disk_full: _builtins.bool = ...,
         transport: _builtins.str = ...,
         authorization: _builtins.str = ...,
+        lane_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,11 +1,13 @@
-"""The write lane: the leader's writes to one follower on a plain TCP connection instead of
-the gRPC `WriteStream` (docs/data-path.md, "The write lane").
+"""The lane: a replica's second port, where leaders write to it and clients append without
+gRPC (docs/data-path.md, "The write lane" and "The client's append lane"; the framing
+and the caller's side are rlog/framed.py).
 
 A message on a gRPC stream costs each side a few hundred microseconds of Python and of
 gRPC's own machinery; the same bytes on an asyncio connection cost a tenth of that
-(bench/README.md, "The write lane"). The lane carries exactly what the stream carries,
-the same encoded `WriteRequest`s (with their ids) one way and `WriteResponse`s the other,
-each as a frame: a 4-byte little-endian length, then the message.
+(bench/README.md, "The write lane"). A write lane carries exactly what the WriteStream
+carries, the same encoded `WriteRequest`s (with their ids) one way and `WriteResponse`s
+the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
+(`append_lane`). The hello says which (`LaneHello.kind`).
 
 - The first frame of a connection is the leader's `LaneHello` (the framing's version, the
   log id, the replica id it means to reach); the follower answers a `LaneWelcome`, whose
@@ -31,28 +33,32 @@ each as a frame: a 4-byte little-endian length, then the message.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import socket
 import ssl
-import struct
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from rlog.framed import (
+    MAX_SMALL,
+    Destination,
+    FramedCaller,
+    FrameError,
+    FrameReader,
+    frame,
+    tune,
+)
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.write_stream import StreamBroken, answer_to, with_id
+from rlog.runtime.append_lane import APPEND_METHOD, Appender, AppendLaneHandler
+from rlog.runtime.write_stream import WRITE_STREAM_METHOD, StreamBroken, answer_to, with_id
 from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
 
-VERSION = 1
-_LENGTH = struct.Struct("<I")
-# A hello, a welcome or a WriteResponse is a few dozen bytes; anything much larger is not one.
-_MAX_SMALL = 4096
+VERSION = 1  # a leader's hello: the version every replica with a lane serves
+KINDS_VERSION = 2  # a hello whose `kind` is read (a client's)
+LaneError = FrameError  # the name the write lane's callers know
 
-
-class LaneError(Exception):
-    """The peer broke the lane's framing (a frame over the limit, a bad handshake)."""
+__all__ = ["FrameReader", "LaneError", "frame"]
 
 
 def lane_address(address: str, offset: int) -> tuple[str, int]:
@@ -61,138 +67,60 @@ def lane_address(address: str, offset: int) -> tuple[str, int]:
     return host.strip("[]"), int(port) + offset
 
 
-def frame(message: bytes) -> bytes:
-    return _LENGTH.pack(len(message)) + message
+# ---- the replica's side -----------------------------------------------------------------
 
 
-class FrameReader:
-    """Frames out of a byte stream that arrives in chunks of any size. A frame that lies in
-    one chunk is sliced out of it; one spread over several is joined once."""
-
-    def __init__(self, max_frame: int) -> None:
-        self.max_frame = max_frame
-        self._chunks: list[bytes] = []
-        self._start = 0  # offset of the unread bytes in _chunks[0]
-        self._buffered = 0  # unread bytes in _chunks
-        self._need = -1  # length of the frame being read; -1: its length is next
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The frames `data` completes (raises LaneError for a frame over the limit)."""
-        if data:
-            self._chunks.append(data)
-            self._buffered += len(data)
-        frames: list[bytes] = []
-        while True:
-            if self._need < 0:
-                if self._buffered < _LENGTH.size:
-                    return frames
-                (need,) = _LENGTH.unpack(self._take(_LENGTH.size))
-                if need > self.max_frame:
-                    raise LaneError(
-                        f"a frame of {need} bytes is over the limit of {self.max_frame}"
-                    )
-                self._need = need
-            if self._buffered < self._need:
-                return frames
-            frames.append(self._take(self._need))
-            self._need = -1
-
-    def _take(self, n: int) -> bytes:
-        if n == 0:  # an empty message (a welcome) is an empty frame
-            return b""
-        first, start = self._chunks[0], self._start
-        if start + n <= len(first):
-            out = first if start == 0 and n == len(first) else first[start : start + n]
-            self._start += n
-            if self._start == len(first):
-                self._chunks.pop(0)
-                self._start = 0
-        else:
-            views: list[memoryview] = [memoryview(first)[start:]]
-            got = len(first) - start
-            used = 1
-            while got < n:
-                chunk = self._chunks[used]
-                if got + len(chunk) <= n:
-                    views.append(memoryview(chunk))
-                    got += len(chunk)
-                    used += 1
-                else:
-                    views.append(memoryview(chunk)[: n - got])
-                    self._start = n - got
-                    got = n
-                    break
-            else:
-                self._start = 0
-            del self._chunks[:used]
-            out = b"".join(views)
-        self._buffered -= n
-        return out
-
-
-def _tune(transport: asyncio.BaseTransport) -> None:
-    """No Nagle delay (a write is one frame, sent whole); keepalive probes and a user
-    timeout, so a peer that vanished without a reset (a partition, a dead host) breaks the
-    connection within about 25-30 s, idle or not, as gRPC's keepalive pings do for the
-    stream; the leader then opens a new one (or writes on the stream meanwhile)."""
-    sock = transport.get_extra_info("socket")
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (
-        ("TCP_KEEPIDLE", 10),
-        ("TCP_KEEPINTVL", 5),
-        ("TCP_KEEPCNT", 3),
-        ("TCP_USER_TIMEOUT", 30_000),  # ms that sent data may stay unacknowledged
-    ):
-        if hasattr(socket, option):  # Linux; other systems keep their defaults
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-
-
-# ---- the follower's side ----------------------------------------------------------------
-
-
-class _Writes(Protocol):
-    """What the lane needs of the replica (Node): its write handler."""
+class _Replica(Appender, Protocol):
+    """What the lane needs of the replica (Node): its write handler and its appends."""
 
     def start_write(
         self, request: pb.WriteRequest
     ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]: ...
 
 
+# Why a welcomed caller is refused, given its connection and the RPC the lane stands in
+# for ("" to let it in): the roles of the gRPC port.
+Admission = Callable[[asyncio.Transport, str], str]
+
+
 class LaneServer(asyncio.Protocol):
-    """One leader's connection to this replica's lane."""
+    """One connection to this replica's lane: a leader's writes or a client's appends."""
 
     def __init__(
         self,
-        node: _Writes,
+        node: _Replica,
         log_id: str,
         replica_id: int,
         max_frame: int,
         on_write: Callable[[], None],
-        admit: Callable[[asyncio.Transport], str] | None = None,
+        on_append: Callable[[], None],
+        admit: Admission | None = None,
     ) -> None:
         self._node = node
         self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
-        self._reader = FrameReader(_MAX_SMALL)
+        self._reader = FrameReader(MAX_SMALL)
         self._max_frame = max_frame
         self._on_write = on_write
+        self._on_append = on_append
         self._welcomed = False
+        self._appends: AppendLaneHandler | None = None  # a client's connection
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        _tune(transport)
+        tune(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._appends is not None:
+            self._appends.lost()
 
     def _close(self, why: str) -> None:
         if self._transport is not None:
-            log.warning("write lane from %s closed: %s", self._peer(), why)
+            what = "append lane" if self._appends is not None else "write lane"
+            log.warning("%s from %s closed: %s", what, self._peer(), why)
             self._transport.close()
             self._transport = None
 
@@ -207,7 +135,7 @@ class LaneServer(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             frames = self._reader.feed(data)
-        except LaneError as exc:
+        except FrameError as exc:
             self._close(str(exc))
             return
         for raw in frames:
@@ -215,6 +143,9 @@ class LaneServer(asyncio.Protocol):
                 return
             if not self._welcomed:
                 self._hello(raw)
+            elif self._appends is not None:
+                if why := self._appends.frame(raw):
+                    self._close(why)
             else:
                 self._write(raw)
 
@@ -224,21 +155,31 @@ class LaneServer(asyncio.Protocol):
         except Exception as exc:
             self._close(f"the first frame is not a LaneHello: {exc}")
             return
+        kind = hello.kind if hello.version == KINDS_VERSION else pb.LANE_WRITES
+        method = APPEND_METHOD if kind == pb.LANE_APPENDS else WRITE_STREAM_METHOD
         error = ""
-        if hello.version != VERSION:
-            error = f"lane version {hello.version} is not {VERSION}"
-        elif hello.replica_id != self._replica_id:
+        if hello.version not in (VERSION, KINDS_VERSION):
+            error = f"lane version {hello.version} is not {VERSION} or {KINDS_VERSION}"
+        elif kind not in (pb.LANE_WRITES, pb.LANE_APPENDS):
+            error = f"lane kind {kind} is not served here"
+        elif kind == pb.LANE_WRITES and hello.replica_id != self._replica_id:
+            # (a client's appends are the same at every replica: any replica of the log
+            # takes them, e.g. one reached through a Service)
             error = f"this is replica {self._replica_id}, not {hello.replica_id}"
         elif self._log_id and hello.log_id and hello.log_id != self._log_id:
             error = f"this replica belongs to log {self._log_id!r}, not {hello.log_id!r}"
         elif self._admit is not None and self._transport is not None:
-            error = self._admit(self._transport)
+            error = self._admit(self._transport, method)
         self._send(pb.LaneWelcome(error=error).SerializeToString())
         if error:
             self._close(f"refused: {error}")
             return
         self._welcomed = True
         self._reader.max_frame = self._max_frame
+        if kind == pb.LANE_APPENDS and self._transport is not None:
+            self._appends = AppendLaneHandler(
+                self._node, self._transport, self._send, self._on_append
+            )
 
     def _write(self, raw: bytes) -> None:
         try:
@@ -272,22 +213,23 @@ class LaneServer(asyncio.Protocol):
 
 
 async def serve_lane(
-    node: _Writes,
+    node: _Replica,
     host: str,
     port: int,
     log_id: str,
     replica_id: int,
     max_frame: int,
     on_write: Callable[[], None],
+    on_append: Callable[[], None],
     tls: ssl.SSLContext | None = None,
-    admit: Callable[[asyncio.Transport], str] | None = None,
+    admit: Admission | None = None,
 ) -> asyncio.Server:
     """Serve the lane on host:port; with `tls`, only over TLS (mutual: the context asks
-    every leader for its certificate); `admit` says why a welcomed caller is refused
-    (authorization), "" to let it write."""
+    every caller for its certificate); `admit` says why a welcomed caller is refused
+    (authorization), "" to let it in."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write, admit),
+        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write, on_append, admit),
         host or None,
         port,
         ssl=tls,
@@ -297,54 +239,15 @@ async def serve_lane(
 # ---- the leader's side ------------------------------------------------------------------
 
 
-class _LaneClient(asyncio.Protocol):
-    def __init__(self, lane: WriteLane) -> None:
-        self._lane = lane
-        self._reader = FrameReader(_MAX_SMALL)
-        self.welcome: asyncio.Future[pb.LaneWelcome] = asyncio.get_running_loop().create_future()
-        # retrieved here: a welcome that fails after `_open` stopped waiting is no news
-        self.welcome.add_done_callback(lambda f: f.cancelled() or f.exception())
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        _tune(transport)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames = self._reader.feed(data)
-            for raw in frames:
-                if not self.welcome.done():
-                    self.welcome.set_result(pb.LaneWelcome.FromString(raw))
-                else:
-                    self._lane._answered(pb.WriteResponse.FromString(raw))
-        except Exception as exc:
-            self._lane._broken(self, LaneError(f"the lane's answer does not parse: {exc}"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.welcome.done():
-            self.welcome.set_exception(ConnectionError(f"closed before the welcome: {exc}"))
-        self._lane._broken(self, StreamBroken(f"the write lane closed: {exc or 'by the peer'}"))
-
-
-def _expire(future: asyncio.Future[pb.WriteResponse], time_limit: float) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError(f"no answer to the write within {time_limit:g} s"))
-
-
 class WriteLane:
     """The leader's write lane to one peer, with the `start`/`write`/`close` of a
     `WriteStream`. Writes go on it only while it is open (`usable()`); opening happens in
-    the background, so no write ever waits for a connection: until the lane is open (and
-    while it is down) the caller uses the gRPC stream. A failed opening is tried again
-    after a back-off that doubles from `RETRY_FIRST` to `RETRY_MAX` seconds."""
+    the background (`FramedCaller`), so no write ever waits for a connection: until the
+    lane is open (and while it is down) the caller uses the gRPC stream."""
 
-    RETRY_FIRST = 0.5
-    RETRY_MAX = 30.0
-    # Bytes handed to the connection but not yet taken by the kernel, at most: a peer that
-    # stops reading (paused, or too slow) would otherwise make the leader buffer every
-    # write to it for as long as the connection lasts. Past it the lane is dropped (its
-    # writes fail, as they would time out) and opened again later; a healthy peer has at
-    # most a few write batches (8 MiB each) unsent.
-    MAX_UNSENT = 64 * 1024 * 1024
+    RETRY_FIRST = FramedCaller.RETRY_FIRST
+    RETRY_MAX = FramedCaller.RETRY_MAX
+    MAX_UNSENT = FramedCaller.MAX_UNSENT
 
     def __init__(
         self,
@@ -358,32 +261,28 @@ class WriteLane:
         tls: Callable[[], ssl.SSLContext | None] = lambda: None,
     ) -> None:
         self.host, self.port = host, port
-        self.max_unsent = max_unsent
-        self._tls = tls  # the TLS context of each new connection (None: plaintext)
-        self._hello = frame(
-            pb.LaneHello(version=VERSION, log_id=log_id, replica_id=replica_id).SerializeToString()
+        hello = pb.LaneHello(version=VERSION, log_id=log_id, replica_id=replica_id)
+
+        async def locate() -> Destination:
+            return Destination(host, port, hello, tls())  # a fresh TLS context each time
+
+        self._caller: FramedCaller[pb.WriteResponse] = FramedCaller(
+            locate,
+            pb.WriteResponse.FromString,
+            connect_timeout,
+            lambda _: on_open(),
+            max_unsent,
+            StreamBroken,
         )
-        self._connect_timeout = connect_timeout
-        self._on_open = on_open
-        self._transport: asyncio.Transport | None = None
-        self._protocol: _LaneClient | None = None
-        self._opening: asyncio.Task[None] | None = None
-        self._retry = self.RETRY_FIRST
-        self._next_try = 0.0  # loop time of the next opening allowed
-        self._closed = False
-        self._pending: dict[int, asyncio.Future[pb.WriteResponse]] = {}
-        self._ids = itertools.count(1)
-        self.last_error = ""  # why the last opening failed (for the caller's log)
+
+    @property
+    def last_error(self) -> str:
+        """Why the last opening failed (for the caller's log)."""
+        return self._caller.last_error
 
     def usable(self) -> bool:
         """Open now; if not, start opening it in the background (when its back-off allows)."""
-        if self._transport is not None and not self._transport.is_closing():
-            return True
-        if not self._closed and self._opening is None:
-            loop = asyncio.get_running_loop()
-            if loop.time() >= self._next_try:
-                self._opening = loop.create_task(self._open())
-        return False
+        return self._caller.usable()
 
     async def write(self, encoded: bytes, time_limit: float) -> pb.WriteResponse:
         """Send one encoded WriteRequest (no id) and wait for its response. Raises
@@ -393,96 +292,8 @@ class WriteLane:
     def start(self, encoded: bytes, time_limit: float) -> asyncio.Future[pb.WriteResponse]:
         """Send one encoded WriteRequest (no id) now; its response, or the error `write`
         would raise, in the future returned. Only while `usable()`."""
-        loop = asyncio.get_running_loop()
-        request_id = next(self._ids)
-        future: asyncio.Future[pb.WriteResponse] = loop.create_future()
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            future.set_exception(StreamBroken("the write lane is not open"))
-            return future
-        self._pending[request_id] = future
-        tail = with_id(b"", request_id)
-        transport.writelines([_LENGTH.pack(len(encoded) + len(tail)), encoded, tail])
-        timer = loop.call_later(time_limit, _expire, future, time_limit)
-
-        def settled(_: asyncio.Future[pb.WriteResponse]) -> None:
-            timer.cancel()
-            self._pending.pop(request_id, None)
-
-        future.add_done_callback(settled)
-        unsent = transport.get_write_buffer_size()
-        if unsent > self.max_unsent and self._protocol is not None:
-            self._broken(
-                self._protocol,
-                StreamBroken(f"the peer is not reading its write lane ({unsent} bytes unsent)"),
-                abort=True,
-            )
-        return future
-
-    async def _open(self) -> None:
-        loop = asyncio.get_running_loop()
-        transport: asyncio.Transport | None = None
-        try:
-            context = self._tls()
-            made, protocol = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _LaneClient(self),
-                    self.host,
-                    self.port,
-                    ssl=context,
-                    server_hostname=self.host if context is not None else None,
-                ),
-                self._connect_timeout,
-            )
-            transport = cast(asyncio.Transport, made)
-            transport.write(self._hello)
-            welcome = await asyncio.wait_for(protocol.welcome, self._connect_timeout)
-            if welcome.error:
-                raise ConnectionRefusedError(f"refused: {welcome.error}")
-            if transport.is_closing():
-                raise ConnectionResetError("closed after the welcome")
-        except (OSError, TimeoutError, ConnectionError) as exc:
-            if transport is not None:
-                transport.close()
-            self.last_error = f"write lane {self.host}:{self.port}: {exc or type(exc).__name__}"
-            self._next_try = loop.time() + self._retry
-            self._retry = min(self._retry * 2, self.RETRY_MAX)
-            self._opening = None
-            return
-        self._opening = None
-        if self._closed:
-            transport.close()
-            return
-        self._retry = self.RETRY_FIRST
-        self.last_error = ""
-        self._transport, self._protocol = transport, protocol
-        self._on_open()
-
-    def _answered(self, response: pb.WriteResponse) -> None:
-        future = self._pending.pop(response.id, None)
-        if future is not None and not future.done():
-            future.set_result(response)
-
-    def _broken(self, protocol: _LaneClient, error: Exception, abort: bool = False) -> None:
-        """The connection of `protocol` ended (or is given up, its unsent bytes dropped
-        with `abort`): fail every write sent on it."""
-        if protocol is not self._protocol:
-            return
-        transport, self._transport, self._protocol = self._transport, None, None
-        if transport is not None:
-            if abort:
-                transport.abort()
-            else:
-                transport.close()
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(error)
+        request_id = self._caller.next_id()
+        return self._caller.send(request_id, [encoded, with_id(b"", request_id)], time_limit)
 
     def close(self) -> None:
-        self._closed = True
-        if self._opening is not None:
-            self._opening.cancel()
-            self._opening = None
-        if self._protocol is not None:
-            self._broken(self._protocol, StreamBroken("the write lane was closed"))
+        self._caller.close()

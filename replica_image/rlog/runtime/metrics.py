@@ -99,6 +99,13 @@ class ReplicaMetrics:
             ["rpc"],
             registry=r,
         )
+        self.append_requests = Counter(
+            "rlog_append_requests",
+            "Append requests from clients this replica handled, by RPC (unary: Append, "
+            "stream: AppendStream, lane: the append lane)",
+            ["rpc"],
+            registry=r,
+        )
         self.write_lanes_opened = Counter(
             "rlog_write_lanes_opened",
             "Write lane connections this replica opened to a peer (again after each break)",

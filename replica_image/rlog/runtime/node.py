@@ -1206,6 +1206,7 @@ class Node:
             ),
             transport=self.config.transport,
             authorization="roles" if self.config.auth_config is not None else "off",
+            lane_offset=self.config.write_lane_offset,
             catchup_begin=self.catchup[0],
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],

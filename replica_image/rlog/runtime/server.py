@@ -15,19 +15,18 @@ import grpc
 from rlog import allocator, event_loop
 from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
-from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.protocol.admission import Conditions
+from rlog.runtime.appends import answered, conditions_of, packed_values, refused
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
-from rlog.runtime.lane import lane_address, serve_lane
+from rlog.runtime.lane import Admission, lane_address, serve_lane
 from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
-from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
+from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, open_storage
 
 log = logging.getLogger("rlog.server")
@@ -143,39 +142,6 @@ class ReplicaService(pbg.ReplicaServicer):
             yield chunk
 
 
-def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:
-    """An append's answer: `first` and `count` (an atomic batch's positions are
-    consecutive; a list that is not would go back as `positions`)."""
-    if positions and positions[-1] - positions[0] + 1 != len(positions):
-        return pb.AppendResponse(id=request_id, positions=positions)
-    first = positions[0] if positions else 0
-    return pb.AppendResponse(id=request_id, first=first, count=len(positions))
-
-
-def conditions_of(request: pb.AppendRequest) -> Conditions:
-    """An append's admission conditions and session (rlog.protocol.admission)."""
-    return Conditions(
-        session=request.session,
-        sequence=request.sequence,
-        acked_below=request.acked_below,
-        if_next=request.if_next if request.HasField("if_next") else None,
-        epoch=request.epoch,
-    )
-
-
-def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
-    """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
-    `values` packed. The offsets are checked by `Node.append`."""
-    if request.data or request.offsets:
-        if request.values:
-            raise RpcError(Reason.INVALID_ARGUMENT, "an append carries values or data, not both")
-        return request.data, request.offsets
-    try:
-        return pack(request.values)
-    except PackedError as exc:
-        raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
-
-
 @guarded
 class LogService(pbg.LogServicer):
     """The client API. Appends, truncations and consistent reads go to the leader."""
@@ -183,10 +149,13 @@ class LogService(pbg.LogServicer):
     def __init__(self, node: Node) -> None:
         self.node = node
         self._tails = 0  # Tail calls open (--max-tail-readers)
+        self._unary_appends = node.metrics.append_requests.labels("unary")
+        self._stream_appends = node.metrics.append_requests.labels("stream")
 
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
+        self._unary_appends.inc()
         try:
             data, offsets = packed_values(request)
             positions = await self.node.append(
@@ -208,23 +177,13 @@ class LogService(pbg.LogServicer):
         pending: set[asyncio.Task[None]] = set()
 
         async def one(request: pb.AppendRequest) -> None:
+            self._stream_appends.inc()
             try:
                 data, offsets = packed_values(request)
                 positions = await self.node.append(data, offsets, forwarded, conditions_of(request))
                 responses.put_nowait(answered(positions, request.id))
             except RpcError as error:
-                details = error.details
-                responses.put_nowait(
-                    pb.AppendResponse(
-                        id=request.id,
-                        code=error.code.value[0],
-                        error=error.message,
-                        reason=error.reason.value,
-                        next_position=details.next_position or 0,
-                        epoch=details.epoch or 0,
-                        begin=details.begin,
-                    )
-                )
+                responses.put_nowait(refused(request.id, error))
 
         async def read_all() -> None:
             async for request in requests:
@@ -513,6 +472,7 @@ async def start_server(
                 config.id,
                 config.max_message_size,
                 lane_writes.inc,
+                node.metrics.append_requests.labels("lane").inc,
                 lane_tls.server if lane_tls is not None else None,
                 _lane_admission(policy) if policy is not None else None,
             )
@@ -527,18 +487,19 @@ async def start_server(
     return server, node, lane
 
 
-def _lane_admission(policy: PolicyFile) -> Callable[[asyncio.Transport], str]:
-    """Why a leader on the write lane is refused ("" if its certificate's role may call
-    WriteStream): the roles of the gRPC port, for the call the lane stands in for."""
+def _lane_admission(policy: PolicyFile) -> Admission:
+    """Why a caller on the lane is refused ("" if its certificate's role may make the call
+    the lane stands in for: WriteStream for a leader, Append for a client): the roles of
+    the gRPC port."""
 
-    def refusal(transport: asyncio.Transport) -> str:
+    def refusal(transport: asyncio.Transport, method: str) -> str:
         peer = transport.get_extra_info("peername")
         caller = Caller(
             caller_names(transport.get_extra_info("peercert")),
             None,
             f"{peer[0]}:{peer[1]}" if peer else "",
         )
-        decision = decide(policy.current(), WRITE_STREAM_METHOD, caller)
+        decision = decide(policy.current(), method, caller)
         return "" if decision.allowed else decision.reason
 
     return refusal
@@ -580,7 +541,7 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
     if lane is not None:
         host, port = lane_address(config.listen, config.write_lane_offset)
         how = "mutual TLS" if config.tls_cert is not None else "plaintext"
-        log.info("write lane: leaders' writes served on %s:%d (%s)", host, port, how)
+        log.info("lane: leaders' writes and clients' appends served on %s:%d (%s)", host, port, how)
     log.info("%s", allocation)
     _log_security(config)
     stopping = asyncio.Event()

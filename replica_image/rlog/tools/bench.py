@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="multiplex the appends on one AppendStream call (instead of one call each)",
     )
     parser.add_argument(
+        "--lane",
+        action="store_true",
+        help="append on the leader's append lane once it is open (instead of a gRPC call each)",
+    )
+    parser.add_argument(
         "--no-exactly-once",
         dest="exactly_once",
         action="store_false",
@@ -213,7 +218,8 @@ async def _operation(
 
 
 def _extra(args: argparse.Namespace) -> dict[str, Any]:
-    return {"read": args.read, "stale": args.stale} if args.read else {}
+    extra: dict[str, Any] = {"lane": True} if args.lane else {}
+    return {**extra, "read": args.read, "stale": args.stale} if args.read else extra
 
 
 async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any]:
@@ -225,6 +231,7 @@ async def _run(args: argparse.Namespace, trace: IO[str] | None) -> dict[str, Any
         stream=args.stream,
         exactly_once=args.exactly_once,
         credentials=credentials_of(args),
+        lane=args.lane,
     ) as client:
         if args.mode == "serial":
             return await _serial(client, args, trace)

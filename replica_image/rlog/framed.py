@@ -1,0 +1,352 @@
+"""Length-prefixed protobuf frames on a plain (or TLS) asyncio connection: the transport
+of rlog's lanes (docs/data-path.md, "The write lane" and "The client's append lane").
+
+A message on a gRPC call costs each side a few hundred microseconds of Python and of
+gRPC's machinery; the same bytes on an asyncio connection cost a tenth of that. A lane
+carries encoded protobuf messages, each as a frame (a 4-byte little-endian length, then
+the message), requests one way and responses the other, each response naming its
+request's id, so many requests are in flight at once.
+
+- `FrameReader` cuts frames out of the bytes as they arrive;
+- `FramedCaller` is the calling side of one lane: it opens the connection in the
+  background (a hello, then a welcome that may refuse), so no request ever waits for a
+  connection (the caller uses its gRPC path until `usable()`), sends requests, matches
+  responses to them, and fails every request pending on a connection that breaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import ssl
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar, cast
+
+from rlog.proto import rlog_pb2 as pb
+
+LENGTH = struct.Struct("<I")
+# A hello, a welcome or a response is a few dozen bytes; anything much larger is not one.
+MAX_SMALL = 4096
+
+
+class FrameError(Exception):
+    """The peer broke the framing (a frame over the limit, a bad handshake)."""
+
+
+class ConnectionBroken(Exception):
+    """The lane's connection ended with the request pending: it may or may not have been
+    acted on."""
+
+
+def frame(message: bytes) -> bytes:
+    return LENGTH.pack(len(message)) + message
+
+
+class FrameReader:
+    """Frames out of a byte stream that arrives in chunks of any size. A frame that lies in
+    one chunk is sliced out of it; one spread over several is joined once."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self._chunks: list[bytes] = []
+        self._start = 0  # offset of the unread bytes in _chunks[0]
+        self._buffered = 0  # unread bytes in _chunks
+        self._need = -1  # length of the frame being read; -1: its length is next
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The frames `data` completes (raises FrameError for a frame over the limit)."""
+        if data:
+            self._chunks.append(data)
+            self._buffered += len(data)
+        frames: list[bytes] = []
+        while True:
+            if self._need < 0:
+                if self._buffered < LENGTH.size:
+                    return frames
+                (need,) = LENGTH.unpack(self._take(LENGTH.size))
+                if need > self.max_frame:
+                    raise FrameError(
+                        f"a frame of {need} bytes is over the limit of {self.max_frame}"
+                    )
+                self._need = need
+            if self._buffered < self._need:
+                return frames
+            frames.append(self._take(self._need))
+            self._need = -1
+
+    def _take(self, n: int) -> bytes:
+        if n == 0:  # an empty message (a welcome) is an empty frame
+            return b""
+        first, start = self._chunks[0], self._start
+        if start + n <= len(first):
+            out = first if start == 0 and n == len(first) else first[start : start + n]
+            self._start += n
+            if self._start == len(first):
+                self._chunks.pop(0)
+                self._start = 0
+        else:
+            views: list[memoryview] = [memoryview(first)[start:]]
+            got = len(first) - start
+            used = 1
+            while got < n:
+                chunk = self._chunks[used]
+                if got + len(chunk) <= n:
+                    views.append(memoryview(chunk))
+                    got += len(chunk)
+                    used += 1
+                else:
+                    views.append(memoryview(chunk)[: n - got])
+                    self._start = n - got
+                    got = n
+                    break
+            else:
+                self._start = 0
+            del self._chunks[:used]
+            out = b"".join(views)
+        self._buffered -= n
+        return out
+
+
+def tune(transport: asyncio.BaseTransport) -> None:
+    """No Nagle delay (a request is one frame, sent whole); keepalive probes and a user
+    timeout, so a peer that vanished without a reset (a partition, a dead host) breaks the
+    connection within about 25-30 s, idle or not, as gRPC's keepalive pings do."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", 10),
+        ("TCP_KEEPINTVL", 5),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", 30_000),  # ms that sent data may stay unacknowledged
+    ):
+        if hasattr(socket, option):  # Linux; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+class Answer(Protocol):
+    @property
+    def id(self) -> int: ...
+
+
+R = TypeVar("R", bound=Answer)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a lane connects and how it introduces itself."""
+
+    host: str
+    port: int
+    hello: pb.LaneHello
+    tls: ssl.SSLContext | None = None  # None: plaintext
+    server_hostname: str | None = None  # the name the server's certificate must carry
+
+
+class _CallerProtocol(asyncio.Protocol, Generic[R]):
+    def __init__(self, caller: FramedCaller[R]) -> None:
+        self._caller = caller
+        self._reader = FrameReader(MAX_SMALL)
+        self.welcome: asyncio.Future[pb.LaneWelcome] = asyncio.get_running_loop().create_future()
+        # retrieved here: a welcome that fails after `_open` stopped waiting is no news
+        self.welcome.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tune(transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+            for raw in frames:
+                if not self.welcome.done():
+                    self.welcome.set_result(pb.LaneWelcome.FromString(raw))
+                    self._reader.max_frame = self._caller.max_answer
+                else:
+                    self._caller._answered(self._caller.parse(raw))
+        except Exception as exc:
+            self._caller._broken(
+                self, self._caller.broken(f"the lane's answer does not parse: {exc}")
+            )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.welcome.done():
+            self.welcome.set_exception(ConnectionError(f"closed before the welcome: {exc}"))
+        self._caller._broken(self, self._caller.broken(f"the lane closed: {exc or 'by the peer'}"))
+
+
+def _expire(future: asyncio.Future[R], time_limit: float) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"no answer within {time_limit:g} s"))
+
+
+class FramedCaller(Generic[R]):
+    """The calling side of one lane. Requests go on it only while it is open (`usable()`);
+    opening happens in the background, so no request waits for a connection. A failed
+    opening is tried again after a back-off that doubles from `RETRY_FIRST` to `RETRY_MAX`
+    seconds. `locate` says where to connect, each time (it may ask the server first, and
+    raise OSError when there is no lane to open)."""
+
+    RETRY_FIRST = 0.5
+    RETRY_MAX = 30.0
+    # Bytes handed to the connection but not yet taken by the kernel, at most: a peer that
+    # stops reading would otherwise make the caller buffer every request to it for as long
+    # as the connection lasts. Past it the connection is dropped (its requests fail, as they
+    # would time out) and opened again later.
+    MAX_UNSENT = 64 * 1024 * 1024
+
+    def __init__(
+        self,
+        locate: Callable[[], Awaitable[Destination]],
+        parse: Callable[[bytes], R],
+        connect_timeout: float,
+        on_open: Callable[[Destination], None] = lambda _: None,
+        max_unsent: int = MAX_UNSENT,
+        broken: Callable[[str], Exception] = ConnectionBroken,
+        max_answer: int = MAX_SMALL,
+    ) -> None:
+        self.parse = parse
+        self.broken = broken
+        self.max_answer = max_answer
+        self.max_unsent = max_unsent
+        self._locate = locate
+        self._connect_timeout = connect_timeout
+        self._on_open = on_open
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _CallerProtocol[R] | None = None
+        self._opening: asyncio.Task[None] | None = None
+        self._retry = self.RETRY_FIRST
+        self._next_try = 0.0  # loop time of the next opening allowed
+        self._closed = False
+        self._pending: dict[int, asyncio.Future[R]] = {}
+        self._ids = itertools.count(1)
+        self.last_error = ""  # why the last opening failed (for the caller's log)
+
+    @property
+    def is_open(self) -> bool:
+        """Open now (nothing else is done: safe to ask from any thread)."""
+        return self._transport is not None and not self._transport.is_closing()
+
+    def usable(self) -> bool:
+        """Open now; if not, start opening it in the background (when its back-off allows)."""
+        if self.is_open:
+            return True
+        if not self._closed and self._opening is None:
+            loop = asyncio.get_running_loop()
+            if loop.time() >= self._next_try:
+                self._opening = loop.create_task(self._open())
+        return False
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def send(
+        self, request_id: int, parts: Sequence[bytes], time_limit: float | None
+    ) -> asyncio.Future[R]:
+        """Send one request (its encoding in `parts`, carrying `request_id`) now; its
+        response, or the error (TimeoutError, `broken`), in the future returned. Only
+        while `usable()`."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            future.set_exception(self.broken("the lane is not open"))
+            return future
+        self._pending[request_id] = future
+        transport.writelines([LENGTH.pack(sum(len(p) for p in parts)), *parts])
+        timer = None
+        if time_limit is not None:
+            timer = loop.call_later(time_limit, _expire, future, time_limit)
+
+        def settled(_: asyncio.Future[R]) -> None:
+            if timer is not None:
+                timer.cancel()
+            self._pending.pop(request_id, None)
+
+        future.add_done_callback(settled)
+        unsent = transport.get_write_buffer_size()
+        if unsent > self.max_unsent and self._protocol is not None:
+            self._broken(
+                self._protocol,
+                self.broken(f"the peer is not reading its lane ({unsent} bytes unsent)"),
+                abort=True,
+            )
+        return future
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        transport: asyncio.Transport | None = None
+        where = "lane"
+        try:
+            destination = await asyncio.wait_for(self._locate(), self._connect_timeout)
+            where = f"lane {destination.host}:{destination.port}"
+            made, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _CallerProtocol(self),
+                    destination.host,
+                    destination.port,
+                    ssl=destination.tls,
+                    server_hostname=(
+                        (destination.server_hostname or destination.host)
+                        if destination.tls is not None
+                        else None
+                    ),
+                ),
+                self._connect_timeout,
+            )
+            transport = cast(asyncio.Transport, made)  # uvloop's is not a subclass
+            transport.write(frame(destination.hello.SerializeToString()))
+            welcome = await asyncio.wait_for(protocol.welcome, self._connect_timeout)
+            if welcome.error:
+                raise ConnectionRefusedError(f"refused: {welcome.error}")
+            if transport.is_closing():
+                raise ConnectionResetError("closed after the welcome")
+        except Exception as exc:  # any failure to open: said, and tried again later
+            if transport is not None:
+                transport.close()
+            self.last_error = f"{where}: {exc or type(exc).__name__}"
+            self._next_try = loop.time() + self._retry
+            self._retry = min(self._retry * 2, self.RETRY_MAX)
+            self._opening = None
+            return
+        self._opening = None
+        if self._closed:
+            transport.close()
+            return
+        self._retry = self.RETRY_FIRST
+        self.last_error = ""
+        self._transport, self._protocol = transport, protocol
+        self._on_open(destination)
+
+    def _answered(self, response: R) -> None:
+        future = self._pending.pop(response.id, None)
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    def _broken(self, protocol: _CallerProtocol[R], error: Exception, abort: bool = False) -> None:
+        """The connection of `protocol` ended (or is given up, its unsent bytes dropped
+        with `abort`): fail every request sent on it."""
+        if protocol is not self._protocol:
+            return
+        transport, self._transport, self._protocol = self._transport, None, None
+        if transport is not None:
+            if abort:
+                transport.abort()
+            else:
+                transport.close()
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._opening is not None:
+            self._opening.cancel()
+            self._opening = None
+        if self._protocol is not None:
+            self._broken(self._protocol, self.broken("the lane was closed"))

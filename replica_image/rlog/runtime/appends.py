@@ -1,0 +1,59 @@
+"""A client's append as it arrives and as it is answered, whatever carried it (a unary
+`Append`, the `AppendStream`, the append lane): its packed values, its conditions, and the
+`AppendResponse` that says its positions or its error."""
+
+from __future__ import annotations
+
+from rlog.client.wire import Reason
+from rlog.packed import PackedError, pack
+from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.admission import Conditions
+from rlog.runtime.errors import RpcError
+
+
+def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:
+    """An append's answer: `first` and `count` (an atomic batch's positions are
+    consecutive; a list that is not would go back as `positions`)."""
+    if positions and positions[-1] - positions[0] + 1 != len(positions):
+        return pb.AppendResponse(id=request_id, positions=positions)
+    first = positions[0] if positions else 0
+    return pb.AppendResponse(id=request_id, first=first, count=len(positions))
+
+
+def refused(request_id: int, error: RpcError) -> pb.AppendResponse:
+    """An append's error as an answer on a stream or a lane: the gRPC status code, the
+    message, and the reason and fields a unary call carries in its trailers."""
+    details = error.details
+    return pb.AppendResponse(
+        id=request_id,
+        code=error.code.value[0],
+        error=error.message,
+        reason=error.reason.value,
+        next_position=details.next_position or 0,
+        epoch=details.epoch or 0,
+        begin=details.begin,
+    )
+
+
+def conditions_of(request: pb.AppendRequest) -> Conditions:
+    """An append's admission conditions and session (rlog.protocol.admission)."""
+    return Conditions(
+        session=request.session,
+        sequence=request.sequence,
+        acked_below=request.acked_below,
+        if_next=request.if_next if request.HasField("if_next") else None,
+        epoch=request.epoch,
+    )
+
+
+def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
+    """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
+    `values` packed. The offsets are checked by `Node.append`."""
+    if request.data or request.offsets:
+        if request.values:
+            raise RpcError(Reason.INVALID_ARGUMENT, "an append carries values or data, not both")
+        return request.data, request.offsets
+    try:
+        return pack(request.values)
+    except PackedError as exc:
+        raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
