@@ -125,10 +125,11 @@ def test_the_log_owns_its_policy(log: Log, operator: str) -> None:
     assert [o["kind"] for o in owners] == ["ReplicatedLog"], owners
     grpc, lane = policy["spec"]["ingress"]
     assert grpc["ports"] == [{"protocol": "TCP", "port": 7000}]
-    # the write lane (the leader's writes): the log's own pods only
+    # the lane (the leader's writes, clients' appends): the log's own pods and the clients
     assert lane["ports"] == [{"protocol": "TCP", "port": 7001}]
-    (lane_peers,) = lane["from"]
+    lane_peers, lane_client = lane["from"]
     assert lane_peers["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == NAME
+    assert lane_client == {"podSelector": {"matchLabels": {"rlog-client": NAME}}}
     peers, op, client = grpc["from"]
     assert peers["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == NAME
     assert op["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == operator

@@ -3,10 +3,10 @@
 A log with `spec.networkPolicy` gets one NetworkPolicy selecting its replica pods, ingress
 only:
 
-* the gRPC port and the write lane's from the log's own pods (the peers: Paxos, catch-up,
+* the gRPC port and the lane's from the log's own pods (the peers: Paxos, catch-up,
   forwarding; the leader's writes);
-* the gRPC port from `spec.networkPolicy.clients` (NetworkPolicyPeers: pod and namespace
-  selectors, ipBlocks): the applications;
+* the gRPC port and the lane's from `spec.networkPolicy.clients` (NetworkPolicyPeers: pod
+  and namespace selectors, ipBlocks): the applications (their appends on the lane);
 * the gRPC port from the operator's pods (Status, initialization permits, step-down);
 * with `spec.backup`, the gRPC port from the log's archiver pod (it reads and tails the log
   through the client Service);
@@ -72,7 +72,10 @@ def log_network_policy(body: Mapping[str, Any], config: specs.OperatorConfig) ->
     ingress: list[Manifest] = [
         {"from": grpc_from, "ports": _port(config.grpc_port)},
         {
-            "from": [{"podSelector": {"matchLabels": specs.selector_labels(body)}}],
+            "from": [
+                {"podSelector": {"matchLabels": specs.selector_labels(body)}},
+                *copy.deepcopy(list(clients)),
+            ],
             "ports": _port(specs.lane_port(config)),
         },
     ]

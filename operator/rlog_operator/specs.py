@@ -280,7 +280,7 @@ def security_volumes(body: Body) -> tuple[list[Manifest], list[Manifest]]:
 
 
 def lane_port(config: OperatorConfig) -> int:
-    """The replicas' write lane port (peers only: the leader's writes)."""
+    """The replicas' lane port: the leader's writes, and clients' appends."""
     return config.grpc_port + c.WRITE_LANE_OFFSET
 
 
@@ -535,7 +535,8 @@ def _ports(config: OperatorConfig, metrics: bool) -> list[Manifest]:
             "targetPort": "grpc",
             "protocol": "TCP",
             "appProtocol": "kubernetes.io/h2c",
-        }
+        },
+        {"name": "lane", "port": lane_port(config), "targetPort": "lane", "protocol": "TCP"},
     ]
     if metrics:
         ports.append(

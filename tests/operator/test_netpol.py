@@ -24,7 +24,7 @@ def test_no_policy_without_the_spec_section():
     assert netpol.for_log(body(), CONFIG) == []
 
 
-def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_and_peers_on_the_lane():
+def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_and_the_lane():
     (policy,) = netpol.for_log(body(networkPolicy={"clients": [APPS]}), CONFIG)
     assert policy["kind"] == "NetworkPolicy"
     assert policy["metadata"]["namespace"] == "shop"
@@ -33,9 +33,10 @@ def test_the_log_policy_admits_peers_operator_and_clients_on_grpc_and_peers_on_t
     assert spec["policyTypes"] == ["Ingress"]
     grpc, lane = spec["ingress"]  # no metrics scrapers named: no metrics rule
     assert grpc["ports"] == [{"protocol": "TCP", "port": CONFIG.grpc_port}]
-    # The write lane: the log's own pods only (the leader's writes), never clients.
+    # The lane: the log's own pods (the leader's writes) and the clients (their appends),
+    # never the operator (it makes no appends).
     assert lane == {
-        "from": [{"podSelector": {"matchLabels": specs.selector_labels(body())}}],
+        "from": [{"podSelector": {"matchLabels": specs.selector_labels(body())}}, APPS],
         "ports": [{"protocol": "TCP", "port": CONFIG.grpc_port + 1}],
     }
     peers, operator, clients = grpc["from"]

@@ -246,12 +246,13 @@ def test_services():
     assert headless["metadata"]["name"] == "orders-headless"
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
-    assert {p["name"] for p in headless["spec"]["ports"]} == {"grpc", "metrics"}
+    assert {p["name"] for p in headless["spec"]["ports"]} == {"grpc", "lane", "metrics"}
     client = specs.client_service(body(), CONFIG)
     assert client["metadata"]["name"] == "orders"
     assert client["spec"]["type"] == "ClusterIP"
     assert not client["spec"].get("publishNotReadyAddresses")  # only VOTING replicas
-    assert [p["port"] for p in client["spec"]["ports"]] == [c.GRPC_PORT]
+    # gRPC, and the lane (clients' appends: docs/data-path.md)
+    assert [p["port"] for p in client["spec"]["ports"]] == [c.GRPC_PORT, c.GRPC_PORT + 1]
     for svc in (headless, client):
         assert svc["spec"]["selector"] == specs.selector_labels(body())
 
