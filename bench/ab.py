@@ -18,9 +18,10 @@ in and zero).
 
 Modes: serial (`--count` 1000 appends of 1 KiB one at a time after 20 untimed: p50/p99),
 serial_stream (the same on the stream client: each append one message on an AppendStream),
-unary64 (64 writers, one single-entry unary call each, `--seconds`: appends/s), stream64
-(the same on the stream client), batched (8 writers x 64 entries per call: entries/s),
-batched4k (the same with 4 KiB values).
+serial_lane (the same on the client's append lane: a side needs `--x-lane N`),
+unary64 (64 writers, one single-entry unary call each, `--seconds`: appends/s; unary64_lane
+on the append lane), stream64 (the same on the stream client), batched (8 writers x 64
+entries per call: entries/s), batched4k (the same with 4 KiB values).
 
 `--etcd` also runs `bench/etcd_put.py` (serial puts, 64 single-put writers) between the
 two sides of each pair, against an etcd started by `bench/etcd_cluster.sh start`.
@@ -56,6 +57,10 @@ def mode_args(mode: str, count: int, seconds: float) -> list[str]:
         return serial
     if mode == "serial_stream":
         return [*serial, "--stream"]
+    if mode == "serial_lane":  # the client's append lane (a side with --x-lane N)
+        return [*serial, "--lane"]
+    if mode == "unary64_lane":
+        return [*mode_args("unary64", count, seconds), "--lane"]
     concurrent = ["--mode", "concurrent", "--size", "1024", "--duration", str(seconds)]
     concurrent += ["--warmup", "20"]
     if mode == "unary64":

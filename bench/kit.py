@@ -19,7 +19,8 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
 2. + 3. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
    raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
    `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
-   counterparts so that both see the same load: serial puts, then serial appends; at each
+   counterparts so that both see the same load: serial puts, then serial appends (on the
+   client's append lane, then one gRPC call each: series "serial_unary"); at each
    writer count 1 KiB puts, then single-entry appends with one unary call each and on the
    stream client (one AppendStream); at each value size puts (largest writer count), then
    batched appends (8 writers x 64 entries per call);
@@ -213,6 +214,7 @@ def side_by_side(run: Run, args: argparse.Namespace) -> None:
         if etcd:
             etcd_put(run, args, serial=args.serial, writers=0, size=1024)
         rlog_bench(run, args, endpoint, 3, "serial", 1, 1, 1024)
+        rlog_bench(run, args, endpoint, 3, "serial_unary", 1, 1, 1024)
         for writers in args.writers:
             if etcd:
                 etcd_put(run, args, serial=0, writers=writers, size=1024)
@@ -263,6 +265,8 @@ def rlog_bench(
     bench = ["bench", "--endpoint", endpoint, "--json", "--size", str(size)]
     if series.startswith("serial"):
         bench += ["--mode", "serial", "--count", str(args.serial), "--warmup", "20"]
+        if series == "serial":
+            bench.append("--lane")  # the client's append lane (docs/data-path.md)
     else:
         bench += ["--mode", "concurrent", "--concurrency", str(writers), "--batch", str(batch)]
         bench += ["--duration", str(args.seconds), "--warmup", "20"]
@@ -398,13 +402,22 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
         add(
             f"serial_{label}",
-            f"serial append {label} latency",
+            f"serial append {label} latency (the client's append lane)",
             "ms",
             rlog(series="serial", replicas=3),
             etcd(series="serial"),
             key,
             better="lower",
         )
+    add(
+        "serial_p50_unary",
+        "serial append p50 latency, one gRPC call each (no client lane)",
+        "ms",
+        rlog(series="serial_unary", replicas=3),
+        etcd(series="serial"),
+        "p50_ms",
+        better="lower",
+    )
     add(
         "batched_1k",
         f"batched 64 x 1 KiB per call, 8 writers, fresh log (etcd: {big} single-put writers)",
@@ -440,7 +453,8 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     )
     add(
         "serial_p50_grpc",
-        "serial append p50 latency, leader's writes on the gRPC stream (no write lane)",
+        "serial append p50 latency, no lanes: one gRPC call each, the leader's writes on the "
+        "gRPC stream",
         "ms",
         rlog(series="serial_grpc", replicas=3),
         etcd(series="serial"),

@@ -24,6 +24,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "stream_writers",
     "serial_p50",
     "serial_p99",
+    "serial_p50_unary",
     "batched_1k",
     "batched_4k_mb",
     "batched_1k_grown",

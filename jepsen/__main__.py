@@ -95,6 +95,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "default 0: the leader's writes on the gRPC stream)",
     )
     p.add_argument(
+        "--client-lane",
+        action="store_true",
+        help="clients append on the replicas' append lane (needs --write-lane-offset N; "
+        "default: one gRPC call each)",
+    )
+    p.add_argument(
         "--unsafe-no-read-index",
         action="store_true",
         help="TEST ONLY: replicas serve non-stale reads without confirming leadership and "
@@ -120,7 +126,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, help="results dir (default ~/.cache/rlog-jepsen/runs/...)")
     p.add_argument("--inside", help=argparse.SUPPRESS)  # TAG:NET, set when re-executed
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.client_lane and not args.write_lane_offset:
+        p.error("--client-lane needs --write-lane-offset N (the replicas' lane)")
+    return args
 
 
 def summarize(results: list[RunResult], wall: float) -> str:
@@ -240,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             network=netns,
             election_timeout=args.election_timeout,
             write_lane_offset=args.write_lane_offset,
+            client_lane=args.client_lane,
             read_timeout=args.read_timeout,
             hold=args.hold,
             interval=args.interval,

@@ -86,6 +86,7 @@ class RunConfig:
     network: Netns | None = None
     election_timeout: float | None = None
     write_lane_offset: int = 0  # the leader's writes on the write lane (0: the gRPC stream)
+    client_lane: bool = False  # clients append on the replicas' lane (with write_lane_offset)
     read_timeout: float = 3.0  # a read stuck at a paused or cut-off replica gives up
     append_timeout: float = 4.0
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts
@@ -157,6 +158,7 @@ def _client_loop(
             append_timeout=config.append_timeout,
             read_timeout=config.read_timeout,
             exactly_once=exactly_once,
+            lane=config.client_lane,
         )
 
     writer = _Writer(client([endpoint], False), client([endpoint, *others], True), endpoint)
