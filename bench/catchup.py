@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, default=200)
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--per-call", type=int, default=256)
+    parser.add_argument("--engine", default="lmdb", help="the replicas' storage engine")
     parser.add_argument("--dir", default=str(Path.home() / ".cache/rlog-bench/catchup"))
     parser.add_argument("--profile", help="write py-spy profiles of the catch-up here")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
@@ -81,7 +82,7 @@ def main() -> None:
     entries = int(args.megabytes * 1e6 // args.size)
     value = b"c" * args.size
     cpu: dict[str, float] = {}
-    with DevCluster(3, root, election_timeout=1.0) as cluster:
+    with DevCluster(3, root, election_timeout=1.0, storage_engine=args.engine) as cluster:
         leader = cluster.wait_for_leader()
         started = time.monotonic()
         with Client(cluster.endpoints[leader], append_timeout=120) as client:
