@@ -19,6 +19,7 @@ import pytest
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import ENGINES, Storage, StorageError, WriteBatch, open_storage
+from rlog.storage.base import CorruptRecord
 
 DISK_ENGINES = [e for e in ENGINES if e != "memory"]
 
@@ -550,6 +551,14 @@ def test_segment_rollover_reclaims_dead_segments(tmp_path: Path) -> None:
         store.close()
 
 
+def flip(path: Path, at: int, mask: int = 0xFF) -> None:
+    with path.open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ mask]))
+
+
 def test_segment_torn_tail_is_cut_and_corruption_is_refused(tmp_path: Path) -> None:
     from rlog.storage.segment_engine import SegmentStorage
 
@@ -569,16 +578,28 @@ def test_segment_torn_tail_is_cut_and_corruption_is_refused(tmp_path: Path) -> N
     store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
     assert positions(store) == list(range(23))
     store.close()
-    with segs[0].open("r+b") as f:  # a flipped byte in an older segment is corruption
-        f.seek(40)
-        byte = f.read(1)
-        f.seek(40)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    # An older segment is covered by the index snapshot written when the next one began:
+    # opening does not read it, and damage there is found when the record is read.
+    assert list((tmp_path / "data" / "segments").glob("*.idx"))
+    flip(segs[0], 60)  # inside the record at position 0 (its value)
+    store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
+    assert store.damage() == []
+    with pytest.raises(CorruptRecord):
+        store.get(0)
+    assert [a.position for a in store.scan(1, 1)] == [1]  # its neighbours are served
+    store.close()
+    flip(segs[0], 60)  # as it was
+    # Without a snapshot every segment is replayed and its frames checked at open, as before:
+    for snapshot in (tmp_path / "data" / "segments").glob("*.idx"):
+        snapshot.unlink()
+    flip(segs[0], 40)  # a flipped byte in an older segment's frame is corruption
     # Its frame's length still leads to the next frame: the frame is skipped and reported
     # (the replica then recovers from its peers, docs/faults.md) ...
     store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
     assert store.damage() and "fails its CRC" in store.damage()[0]
     store.close()
+    for snapshot in (tmp_path / "data" / "segments").glob("*.idx"):
+        snapshot.unlink()
     with segs[0].open("r+b") as f:  # ... a damaged length field leads nowhere: refused
         f.seek(1)
         byte = f.read(1)

@@ -21,9 +21,21 @@ segments replays to the full state. A segment that holds no live record any more
 overwritten or deleted below a truncation) is unlinked after the next synced batch: that is
 the compaction, and it is what deletion below a position amounts to on disk.
 
-The index (record key -> segment, offset, length) lives in memory and is rebuilt at open by
-replaying the segments: memory is O(live records) (~150 B each; a run of any length is one)
-and open time is O(live bytes) (every segment is read and its frames' CRCs checked).
+The index (record key -> segment, offset, length) lives in memory: O(live records) (~150 B
+each; a run of any length is one). At a segment roll, when enough has been written since the
+last one, the engine writes an index snapshot `<n>.idx` (the index, the metadata and the
+begin as of segment n's start; CRC32C'd; temp file, fsync, rename, directory fsync) before
+it creates segment n, and removes older snapshots. Opening loads the newest snapshot whose
+segment exists and replays only the segments from it on; without one (or if it fails its
+check) it replays every segment. So a restart reads at most the bytes written since the
+last snapshot (a snapshot is written once at least `SNAPSHOT_RATIO` times its own size has
+been written since the one before: at most a quarter more writing), not the whole log.
+
+Frames replayed at open are checked as before (their CRC; a torn tail of the newest segment
+cut off, a damaged frame elsewhere skipped and reported); the segments a snapshot covers are
+not read at open, and damage there is found when a record is read: each record carries its
+own CRC32C (rlog/storage/records.py), so a damaged record raises `CorruptRecord` and the
+replica repairs it from its peers (docs/faults.md), as with LMDB.
 Segments that are only partly dead are not rewritten.
 """
 
@@ -31,17 +43,31 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import os
 import struct
+import sys
 import zlib
+from array import array
+from collections import Counter
 from pathlib import Path
+
+import google_crc32c
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
+log = logging.getLogger("rlog.storage")
+
 SEGMENT_BYTES = 64 << 20
+# An index snapshot is written at a roll once this many times its size has been written to
+# segments since the last one (so snapshots add at most 1/SNAPSHOT_RATIO to the writing).
+SNAPSHOT_RATIO = 4
+_SNAPSHOT_MAGIC = b"RLOGIDX1"
+_SNAPSHOT_HEAD = struct.Struct(">8sQQI")  # magic, segment number, records, metadata length
+_SNAPSHOT_ENTRY_BYTES = 28  # key u64, segment u64, offset u64, length u32
 _HEADER = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 _ENTRY = struct.Struct(">QI")
@@ -126,9 +152,83 @@ def _seg_name(number: int) -> str:
     return f"{number:016x}.seg"
 
 
+def _snapshot_name(number: int) -> str:
+    return f"{number:016x}.idx"
+
+
+def _little(values: array) -> bytes:
+    if sys.byteorder == "big":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _unpack_array(typecode: str, data: bytes) -> array:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
+
+
+def encode_snapshot(
+    number: int,
+    meta: bytes,
+    begin: int,
+    keys: list[int],
+    locations: list[tuple[int, int, int]],
+) -> bytes:
+    """An index snapshot: the state before segment `number` (keys sorted)."""
+    body = b"".join(
+        [
+            _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, number, len(keys), len(meta)),
+            meta,
+            begin.to_bytes(9, "big"),
+            _little(array("Q", keys)),
+            _little(array("Q", [loc[0] for loc in locations])),
+            _little(array("Q", [loc[1] for loc in locations])),
+            _little(array("I", [loc[2] for loc in locations])),
+        ]
+    )
+    return body + _U32.pack(google_crc32c.value(body))
+
+
+def decode_snapshot(
+    data: bytes,
+) -> tuple[int, bytes, int, list[int], list[tuple[int, int, int]]]:
+    """(segment number, metadata, begin, keys, locations) of a snapshot; ValueError if it
+    is not one or fails its checksum."""
+    if len(data) < _SNAPSHOT_HEAD.size + 9 + 4:
+        raise ValueError("too short")
+    body, (crc,) = data[:-4], _U32.unpack(data[-4:])
+    if google_crc32c.value(body) != crc:
+        raise ValueError("fails its CRC")
+    magic, number, count, meta_len = _SNAPSHOT_HEAD.unpack_from(body)
+    if magic != _SNAPSHOT_MAGIC:
+        raise ValueError("not an index snapshot")
+    p = _SNAPSHOT_HEAD.size
+    meta = body[p : p + meta_len]
+    p += meta_len
+    begin = int.from_bytes(body[p : p + 9], "big")
+    p += 9
+    if len(body) != p + count * _SNAPSHOT_ENTRY_BYTES:
+        raise ValueError("its length does not match its record count")
+    keys = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    p += 8 * count
+    segments = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    p += 8 * count
+    offsets = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    p += 8 * count
+    lengths = _unpack_array("I", body[p : p + 4 * count]).tolist()
+    return number, meta, begin, keys, list(zip(segments, offsets, lengths, strict=True))
+
+
 class SegmentStorage(RecordStorage):
-    def __init__(self, path: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(
+        self, path: Path, segment_bytes: int = SEGMENT_BYTES, snapshot_ratio: int = SNAPSHOT_RATIO
+    ) -> None:
         self.path = Path(path)
+        self._snapshot_ratio = snapshot_ratio
         self._dir, self._lock = open_data_dir(self.path, "segments")
         self._segment_bytes = segment_bytes
         self._fds: dict[int, int] = {}  # segment number -> read fd
@@ -142,6 +242,10 @@ class SegmentStorage(RecordStorage):
         self._size = 0
         self._closed = False
         self._damage: list[str] = []  # damaged frames skipped at open
+        self._since_snapshot = 0  # segment bytes written (or replayed) since the last snapshot
+        # The newest snapshot's segment: only segments before it are ever reclaimed (see
+        # `_reclaimable`); None: no snapshot yet.
+        self._snapshot_at: int | None = None
         try:
             self._dir.mkdir(exist_ok=True)
             self._recover()
@@ -156,15 +260,53 @@ class SegmentStorage(RecordStorage):
 
     # -- recovery ----------------------------------------------------------------------------
 
+    def _load_snapshot(self, numbers: list[int]) -> int:
+        """Install the newest usable index snapshot; the first segment to replay after it
+        (the oldest segment if there is none). A snapshot is usable if its segment exists:
+        one written just before a crash that left its segment uncreated describes a state
+        that later frames of the segment before it (then still the newest) would leave
+        behind, so it is removed."""
+        first = numbers[0] if numbers else 0
+        existing = set(numbers)
+        for path in sorted(self._dir.glob("*.idx"), reverse=True):
+            try:
+                number = int(path.stem, 16)
+            except ValueError:
+                continue
+            if number not in existing:
+                path.unlink()
+                continue
+            try:
+                _, meta, begin, keys, locations = decode_snapshot(path.read_bytes())
+            except ValueError as exc:
+                log.warning(
+                    "data dir %s: index snapshot %s %s: replaying the segments instead",
+                    self.path,
+                    path.name,
+                    exc,
+                )
+                continue
+            self._meta, self._begin = meta, begin
+            self._positions = keys
+            self._index = dict(zip(keys, locations, strict=True))
+            self._live = dict(Counter(loc[0] for loc in locations))
+            self._snapshot_at = number
+            return number
+        return first
+
     def _recover(self) -> None:
         for stale in self._dir.glob("*.tmp"):
             stale.unlink()
         numbers = sorted(int(p.stem, 16) for p in self._dir.glob("*.seg"))
+        replay_from = self._load_snapshot(numbers)
         for i, number in enumerate(numbers):
             fd = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
             self._fds[number] = fd
             self._live.setdefault(number, 0)
+            if number < replay_from:
+                continue  # covered by the snapshot: its records are checked when read
             data = os.pread(fd, os.fstat(fd).st_size, 0)
+            self._since_snapshot += len(data)
             newest = i == len(numbers) - 1
             end = self._replay(number, data)
             while end < len(data):
@@ -200,6 +342,16 @@ class SegmentStorage(RecordStorage):
                 finally:
                     os.close(wfd)
                 break
+        # Records of segments that are gone (reclaimed after the snapshot was written) were
+        # all deleted or replaced by the frames replayed since; one still indexed is not.
+        for number, live in list(self._live.items()):
+            if number not in self._fds:
+                if live:
+                    raise StorageError(
+                        f"data dir {self.path}: segment {_seg_name(number)} is missing but "
+                        f"holds {live} live records (per the index snapshot)"
+                    )
+                del self._live[number]
         if numbers:
             self._active = numbers[-1]
             self._wfd = os.open(self._dir / _seg_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
@@ -298,13 +450,44 @@ class SegmentStorage(RecordStorage):
         finally:
             os.close(dfd)
 
+    def _snapshot_due(self) -> bool:
+        size = _SNAPSHOT_ENTRY_BYTES * len(self._positions) + len(self._meta) + 64
+        return self._since_snapshot >= self._snapshot_ratio * size
+
+    def _write_snapshot(self, number: int) -> None:
+        """The index as of segment `number`'s start, durable before that segment exists
+        (so an existing segment's snapshot is always complete); older ones removed."""
+        locations = [self._index[key] for key in self._positions]
+        data = encode_snapshot(number, self._meta, self._begin, self._positions, locations)
+        path = self._dir / _snapshot_name(number)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(fd, [data])
+            os.fsync(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        self._fsync_dir()
+        for older in self._dir.glob("*.idx"):
+            if older != path:
+                older.unlink()
+        self._since_snapshot = 0
+        self._snapshot_at = number
+
     def _roll(self) -> None:
-        """Start a new segment that begins with a checkpoint of the current state."""
+        """Start a new segment that begins with a checkpoint of the current state (and,
+        when one is due, an index snapshot before it)."""
         number = self._active + 1
         if self._wfd >= 0:
             os.fsync(self._wfd)  # everything before the new segment is durable first
             os.close(self._wfd)
             self._wfd = -1
+        if self._snapshot_due():
+            self._write_snapshot(number)
         frame = _encode(self._meta, self._begin, [], [])
         tmp = self._dir / (_seg_name(number) + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -324,8 +507,15 @@ class SegmentStorage(RecordStorage):
         self._fds[number] = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
         self._live.setdefault(number, 0)
 
+    def _reclaimable(self, number: int, live: int) -> bool:
+        """A segment with no live record that is older than the newest snapshot. Those
+        from the snapshot on are replayed at open, and a frame of theirs may delete a
+        record of an older segment (a run overwritten in part): with its segment gone, a
+        replay would bring the record back."""
+        return not live and self._snapshot_at is not None and number < self._snapshot_at
+
     def _reclaim(self) -> None:
-        dead = [n for n, live in self._live.items() if live == 0 and n != self._active]
+        dead = [n for n, live in self._live.items() if self._reclaimable(n, live)]
         for number in dead:
             os.unlink(self._dir / _seg_name(number))
             os.close(self._fds.pop(number))
@@ -388,6 +578,7 @@ class SegmentStorage(RecordStorage):
                 ) from None
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
         self._size = start + sum(map(len, frame))
+        self._since_snapshot += self._size - start
         # Locations of each record's bytes inside the frame just written.
         meta = plan.metadata
         p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
