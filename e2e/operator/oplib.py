@@ -187,10 +187,12 @@ class Log:
         return json.loads(out)
 
     def entries(self, pod: str, endpoint: str = f"127.0.0.1:{PORT}", stale: bool = True):
+        """(position, value) of every entry; a value that is not UTF-8 (a benchmark's
+        random bytes) as backslash escapes, so that replicas' lists still compare."""
         args = ["read", "--endpoint", endpoint, "--json"] + (["--stale"] if stale else [])
         out = self.rlog(pod, *args, timeout=120)
         return [
-            (e["position"], base64.b64decode(e["value"]).decode())
+            (e["position"], base64.b64decode(e["value"]).decode(errors="backslashreplace"))
             for e in (json.loads(line) for line in out.splitlines() if line.strip())
         ]
 
