@@ -28,6 +28,8 @@ from typing import Generic, Protocol, TypeVar, cast
 from rlog.proto import rlog_pb2 as pb
 
 LENGTH = struct.Struct("<I")
+VERSION = 1  # a leader's hello: the version every replica with a lane serves
+KINDS_VERSION = 2  # a hello whose `kind` is read (a client's)
 # A hello, a welcome or a response is a few dozen bytes; anything much larger is not one.
 MAX_SMALL = 4096
 
@@ -39,6 +41,12 @@ class FrameError(Exception):
 class ConnectionBroken(Exception):
     """The lane's connection ended with the request pending: it may or may not have been
     acted on."""
+
+
+def lane_address(address: str, offset: int) -> tuple[str, int]:
+    """(host, port) of the lane of the replica whose gRPC address is `address`."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port) + offset
 
 
 def frame(message: bytes) -> bytes:

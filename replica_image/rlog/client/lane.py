@@ -25,10 +25,8 @@ import grpc
 from rlog.client.errors import RlogError, code_from_int, error_for
 from rlog.client.security import Credentials
 from rlog.client.wire import ErrorDetails, parse_reason
-from rlog.framed import ConnectionBroken, Destination, FramedCaller
+from rlog.framed import KINDS_VERSION, ConnectionBroken, Destination, FramedCaller, lane_address
 from rlog.proto import rlog_pb2 as pb
-
-KINDS_VERSION = 2  # a hello that names its kind (rlog.runtime.lane)
 
 
 def answer_error(response: pb.AppendResponse, endpoint: str) -> tuple[RlogError, bool]:
@@ -106,7 +104,7 @@ class AppendLane:
             raise ConnectionError(f"{self.address}: Status: {exc.details()}") from None
         if not status.lane_offset:
             raise ConnectionRefusedError(f"{self.address} serves no lane")
-        host, _, port = self.address.rpartition(":")
+        host, port = lane_address(self.address, status.lane_offset)
         tls = None
         if status.transport and status.transport != "plaintext":
             credentials = self._credentials
@@ -124,9 +122,7 @@ class AppendLane:
             replica_id=status.id,
         )
         server_name = self._credentials.server_name if self._credentials else None
-        return Destination(
-            host.strip("[]"), int(port) + status.lane_offset, hello, tls, server_name
-        )
+        return Destination(host, port, hello, tls, server_name)
 
     @property
     def is_open(self) -> bool:

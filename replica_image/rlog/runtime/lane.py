@@ -39,12 +39,15 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from rlog.framed import (
+    KINDS_VERSION,
     MAX_SMALL,
+    VERSION,
     Destination,
     FramedCaller,
     FrameError,
     FrameReader,
     frame,
+    lane_address,
     tune,
 )
 from rlog.proto import rlog_pb2 as pb
@@ -54,17 +57,9 @@ from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
 
-VERSION = 1  # a leader's hello: the version every replica with a lane serves
-KINDS_VERSION = 2  # a hello whose `kind` is read (a client's)
 LaneError = FrameError  # the name the write lane's callers know
 
-__all__ = ["FrameReader", "LaneError", "frame"]
-
-
-def lane_address(address: str, offset: int) -> tuple[str, int]:
-    """(host, port) of the lane of the replica whose gRPC address is `address`."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port) + offset
+__all__ = ["KINDS_VERSION", "VERSION", "FrameReader", "LaneError", "frame", "lane_address"]
 
 
 # ---- the replica's side -----------------------------------------------------------------
