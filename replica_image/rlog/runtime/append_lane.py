@@ -22,9 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import Conditions
-from rlog.runtime.appends import answered, conditions_of, packed_values, refused
-from rlog.runtime.errors import RpcError
+from rlog.runtime import appends
 from rlog.runtime.faults import error_of
 from rlog.storage.base import CorruptRecord
 
@@ -33,12 +31,8 @@ log = logging.getLogger("rlog.lane")
 APPEND_METHOD = "/rlog.v1.Log/Append"  # what the lane stands in for, to the roles
 
 
-class Appender(Protocol):
+class Appender(appends.Appender, Protocol):
     """What the lane needs of the replica (Node)."""
-
-    async def append(
-        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
-    ) -> list[int]: ...
 
     def storage_fault_seen(self, exc: CorruptRecord) -> None: ...
 
@@ -86,16 +80,12 @@ class AppendLaneHandler:
 
     async def _one(self, request: pb.AppendRequest) -> None:
         try:
-            data, offsets = packed_values(request)
-            positions = await self._node.append(data, offsets, False, conditions_of(request))
-            response = answered(positions, request.id)
-        except RpcError as error:
-            response = refused(request.id, error)
+            response = await appends.answer(self._node, request, False)
         except Exception as exc:
             fault = error_of(exc, self._node)  # a storage fault, as the gRPC port says it
             if fault is None:
                 raise
-            response = refused(request.id, fault)
+            response = appends.refused(request.id, fault)
         self._send(response.SerializeToString())
 
     def lost(self) -> None:

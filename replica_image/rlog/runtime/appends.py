@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rlog.client.wire import Reason
 from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
@@ -57,3 +59,22 @@ def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
         return pack(request.values)
     except PackedError as exc:
         raise RpcError(Reason.INVALID_ARGUMENT, str(exc)) from None
+
+
+class Appender(Protocol):
+    """What an append needs of the replica (Node)."""
+
+    async def append(
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
+    ) -> list[int]: ...
+
+
+async def answer(node: Appender, request: pb.AppendRequest, forwarded: bool) -> pb.AppendResponse:
+    """Append one request and answer it as a stream or a lane does: its positions, or the
+    error the replica refused it with (other exceptions propagate)."""
+    try:
+        data, offsets = packed_values(request)
+        positions = await node.append(data, offsets, forwarded, conditions_of(request))
+    except RpcError as error:
+        return refused(request.id, error)
+    return answered(positions, request.id)

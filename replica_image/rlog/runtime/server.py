@@ -17,7 +17,7 @@ from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.appends import answered, conditions_of, packed_values, refused
+from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
@@ -178,12 +178,7 @@ class LogService(pbg.LogServicer):
 
         async def one(request: pb.AppendRequest) -> None:
             self._stream_appends.inc()
-            try:
-                data, offsets = packed_values(request)
-                positions = await self.node.append(data, offsets, forwarded, conditions_of(request))
-                responses.put_nowait(answered(positions, request.id))
-            except RpcError as error:
-                responses.put_nowait(refused(request.id, error))
+            responses.put_nowait(await answer(self.node, request, forwarded))
 
         async def read_all() -> None:
             async for request in requests:
