@@ -88,13 +88,24 @@ def test_append_and_read_through_client_service(k: Kubectl) -> None:
         )
 
 
-def lane_writes(k: Kubectl, pod: str) -> float:
-    """Write requests `pod` served on its write lane (its metrics, through the API server)."""
+def lane_requests(k: Kubectl, pod: str, metric: str) -> float:
+    """`metric`{rpc="lane"} of `pod`: the requests it served on its lane (its metrics,
+    through the API server)."""
     path = f"/api/v1/namespaces/{k.namespace}/pods/{pod}:9100/proxy/metrics"
     for line in k("get", "--raw", path).splitlines():
-        if line.startswith('rlog_write_requests_total{rpc="lane"}'):
+        if line.startswith(metric + '{rpc="lane"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def lane_writes(k: Kubectl, pod: str) -> float:
+    """Leaders' write requests `pod` served on its lane."""
+    return lane_requests(k, pod, "rlog_write_requests_total")
+
+
+def lane_appends(k: Kubectl, pod: str) -> float:
+    """Clients' append requests `pod` served on its lane."""
+    return lane_requests(k, pod, "rlog_append_requests_total")
 
 
 def test_the_leaders_writes_travel_on_the_write_lane(k: Kubectl) -> None:
@@ -110,15 +121,6 @@ def test_the_leaders_writes_travel_on_the_write_lane(k: Kubectl) -> None:
         return all(lane_writes(k, pod) > 0 for pod in followers)
 
     wait_until("the followers to serve writes on their lanes", on_the_lane, 90, 2)
-
-
-def lane_appends(k: Kubectl, pod: str) -> float:
-    """Client appends `pod` served on its lane (its metrics, through the API server)."""
-    path = f"/api/v1/namespaces/{k.namespace}/pods/{pod}:9100/proxy/metrics"
-    for line in k("get", "--raw", path).splitlines():
-        if line.startswith('rlog_append_requests_total{rpc="lane"}'):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def test_a_client_appends_on_the_lane_through_the_service(k: Kubectl) -> None:
