@@ -6,7 +6,9 @@
 For each engine and size, writes a data dir of that many MiB of 1 KiB values in two shapes
 (runs of 64 values, as batched appends store them; single values, as serial appends do),
 closes it and opens it twice (the page cache warm both times, as after a process restart),
-printing one JSON line per cell. `--full-replay` removes the segment engine's index
+then a third time under tracemalloc for the Python heap the open store holds (the segment
+engine's index; LMDB keeps its pages in the page cache, not the heap), printing one JSON
+line per cell. `--full-replay` removes the segment engine's index
 snapshots before opening (what opening cost before them). The data dir must be on a real
 disk.
 """
@@ -18,6 +20,7 @@ import json
 import shutil
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replica_image"))
@@ -55,6 +58,18 @@ def timed_open(directory: Path, engine: str) -> float:
     return elapsed
 
 
+def held_heap(directory: Path, engine: str) -> tuple[float, float]:
+    """MiB of Python heap the open store holds, and the peak while opening."""
+    tracemalloc.start()
+    try:
+        store = open_storage(directory, engine)
+        held, peak = tracemalloc.get_traced_memory()
+        store.close()
+    finally:
+        tracemalloc.stop()
+    return held / 2**20, peak / 2**20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="lmdb,segment")
@@ -75,6 +90,7 @@ def main() -> None:
                         snapshot.unlink()
                 first = timed_open(directory, engine)
                 again = timed_open(directory, engine)
+                held, peak = held_heap(directory, engine)
                 print(
                     json.dumps(
                         {
@@ -84,6 +100,9 @@ def main() -> None:
                             "full_replay": args.full_replay,
                             "open_ms": round(first * 1e3, 1),
                             "open_again_ms": round(again * 1e3, 1),
+                            "records": megabytes * 1024 // per_run,
+                            "heap_held_mb": round(held, 1),
+                            "heap_peak_mb": round(peak, 1),
                         }
                     ),
                     flush=True,

@@ -126,10 +126,7 @@ def test_a_snapshot_whose_segment_never_came_is_removed(tmp_path: Path) -> None:
     (segment,) = (data_dir / "segments").glob("*.seg")
     newest = int(segment.stem, 16)
     # What the crash left: the snapshot of the next segment, durable, and no such segment.
-    keys = list(store._positions)
-    stale = encode_snapshot(
-        newest + 1, store._meta, store._begin, keys, [store._index[k] for k in keys]
-    )
+    stale = encode_snapshot(newest + 1, store._meta, store._begin, store._index)
     (data_dir / "segments" / f"{newest + 1:016x}.idx").write_bytes(stale)
     store.close()
     store = SegmentStorage(data_dir, segment_bytes=1 << 30)

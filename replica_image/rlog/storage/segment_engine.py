@@ -21,11 +21,12 @@ segments replays to the full state. A segment that holds no live record any more
 overwritten or deleted below a truncation) is unlinked after the next synced batch: that is
 the compaction, and it is what deletion below a position amounts to on disk.
 
-The index (record key -> segment, offset, length) lives in memory: O(live records) (~150 B
-each; a run of any length is one). At a segment roll, when enough has been written since the
-last one, the engine writes an index snapshot `<n>.idx` (the index, the metadata and the
-begin as of segment n's start; CRC32C'd; temp file, fsync, rename, directory fsync) before
-it creates segment n, and removes older snapshots. Opening loads the newest snapshot whose
+The index (record key -> segment, offset, length) lives in memory: O(live records), 24 bytes
+each in typed arrays (rlog/storage/segment_index.py; a run of any length is one record). At
+a segment roll, when enough has been written since the last one, the engine writes an index
+snapshot `<n>.idx` (the index, the metadata and the begin as of segment n's start;
+CRC32C'd; temp file, fsync, rename, directory fsync) before it creates segment n, and
+removes older snapshots. Opening loads the newest snapshot whose
 segment exists and replays only the segments from it on; without one (or if it fails its
 check) it replays every segment. So a restart reads at most the bytes written since the
 last snapshot (a snapshot is written once at least `SNAPSHOT_RATIO` times its own size has
@@ -41,7 +42,6 @@ Segments that are only partly dead are not rewritten.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import logging
 import os
@@ -49,7 +49,6 @@ import struct
 import sys
 import zlib
 from array import array
-from collections import Counter
 from pathlib import Path
 
 import google_crc32c
@@ -58,6 +57,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.records import Plan, RecordStorage, decode_metadata
+from rlog.storage.segment_index import RecordIndex
 
 log = logging.getLogger("rlog.storage")
 
@@ -171,33 +171,25 @@ def _unpack_array(typecode: str, data: bytes) -> array:
     return values
 
 
-def encode_snapshot(
-    number: int,
-    meta: bytes,
-    begin: int,
-    keys: list[int],
-    locations: list[tuple[int, int, int]],
-) -> bytes:
-    """An index snapshot: the state before segment `number` (keys sorted)."""
+def encode_snapshot(number: int, meta: bytes, begin: int, index: RecordIndex) -> bytes:
+    """An index snapshot: the state before segment `number`."""
     body = b"".join(
         [
-            _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, number, len(keys), len(meta)),
+            _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, number, len(index), len(meta)),
             meta,
             begin.to_bytes(9, "big"),
-            _little(array("Q", keys)),
-            _little(array("Q", [loc[0] for loc in locations])),
-            _little(array("Q", [loc[1] for loc in locations])),
-            _little(array("I", [loc[2] for loc in locations])),
+            _little(index.keys),
+            _little(array("Q", index.segments)),
+            _little(index.offsets),
+            _little(index.lengths),
         ]
     )
     return body + _U32.pack(google_crc32c.value(body))
 
 
-def decode_snapshot(
-    data: bytes,
-) -> tuple[int, bytes, int, list[int], list[tuple[int, int, int]]]:
-    """(segment number, metadata, begin, keys, locations) of a snapshot; ValueError if it
-    is not one or fails its checksum."""
+def decode_snapshot(data: bytes) -> tuple[int, bytes, int, RecordIndex]:
+    """(segment number, metadata, begin, index) of a snapshot; ValueError if it is not one
+    or fails its checksum."""
     if len(data) < _SNAPSHOT_HEAD.size + 9 + 4:
         raise ValueError("too short")
     body, (crc,) = data[:-4], _U32.unpack(data[-4:])
@@ -213,14 +205,14 @@ def decode_snapshot(
     p += 9
     if len(body) != p + count * _SNAPSHOT_ENTRY_BYTES:
         raise ValueError("its length does not match its record count")
-    keys = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    keys = _unpack_array("Q", body[p : p + 8 * count])
     p += 8 * count
-    segments = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    segments = _unpack_array("Q", body[p : p + 8 * count])
     p += 8 * count
-    offsets = _unpack_array("Q", body[p : p + 8 * count]).tolist()
+    offsets = _unpack_array("Q", body[p : p + 8 * count])
     p += 8 * count
-    lengths = _unpack_array("I", body[p : p + 4 * count]).tolist()
-    return number, meta, begin, keys, list(zip(segments, offsets, lengths, strict=True))
+    lengths = _unpack_array("I", body[p : p + 4 * count])
+    return number, meta, begin, RecordIndex.from_arrays(keys, segments, offsets, lengths)
 
 
 class SegmentStorage(RecordStorage):
@@ -233,8 +225,7 @@ class SegmentStorage(RecordStorage):
         self._segment_bytes = segment_bytes
         self._fds: dict[int, int] = {}  # segment number -> read fd
         self._live: dict[int, int] = {}  # segment number -> live index entries in it
-        self._index: dict[int, tuple[int, int, int]] = {}  # key -> (segment, off, len)
-        self._positions: list[int] = []  # sorted keys of _index
+        self._index = RecordIndex()  # key -> (segment, offset, length), in key order
         self._meta = b""
         self._begin = 0
         self._active = -1
@@ -277,7 +268,7 @@ class SegmentStorage(RecordStorage):
                 path.unlink()
                 continue
             try:
-                _, meta, begin, keys, locations = decode_snapshot(path.read_bytes())
+                _, meta, begin, index = decode_snapshot(path.read_bytes())
             except ValueError as exc:
                 log.warning(
                     "data dir %s: index snapshot %s %s: replaying the segments instead",
@@ -287,9 +278,8 @@ class SegmentStorage(RecordStorage):
                 )
                 continue
             self._meta, self._begin = meta, begin
-            self._positions = keys
-            self._index = dict(zip(keys, locations, strict=True))
-            self._live = dict(Counter(loc[0] for loc in locations))
+            self._index = index
+            self._live = dict(index.records_per_segment())
             self._snapshot_at = number
             return number
         return first
@@ -410,27 +400,19 @@ class SegmentStorage(RecordStorage):
             self._meta = meta
         if cut is not None and cut > self._begin:
             self._begin = cut
+        index, live = self._index, self._live
         if cut is not None:
-            n = bisect.bisect_left(self._positions, cut)
-            for position in self._positions[:n]:
-                self._live[self._index.pop(position)[0]] -= 1
-            del self._positions[:n]
+            for segment, lost in index.delete_below(cut).items():
+                live[segment] -= lost
         for key in deletes:
-            gone = self._index.pop(key, None)
+            gone = index.delete(key)
             if gone is not None:
-                self._live[gone[0]] -= 1
-                del self._positions[bisect.bisect_left(self._positions, key)]
+                live[gone] -= 1
         for position, loc in puts:
-            old = self._index.get(position)
-            if old is None:
-                if not self._positions or position > self._positions[-1]:
-                    self._positions.append(position)
-                else:
-                    bisect.insort(self._positions, position)
-            else:
-                self._live[old[0]] -= 1
-            self._index[position] = loc
-            self._live[loc[0]] = self._live.get(loc[0], 0) + 1
+            old = index.put(position, loc)
+            if old is not None:
+                live[old] -= 1
+            live[loc[0]] = live.get(loc[0], 0) + 1
 
     # -- segments ----------------------------------------------------------------------------
 
@@ -451,14 +433,13 @@ class SegmentStorage(RecordStorage):
             os.close(dfd)
 
     def _snapshot_due(self) -> bool:
-        size = _SNAPSHOT_ENTRY_BYTES * len(self._positions) + len(self._meta) + 64
+        size = _SNAPSHOT_ENTRY_BYTES * len(self._index) + len(self._meta) + 64
         return self._since_snapshot >= self._snapshot_ratio * size
 
     def _write_snapshot(self, number: int) -> None:
         """The index as of segment `number`'s start, durable before that segment exists
         (so an existing segment's snapshot is always complete); older ones removed."""
-        locations = [self._index[key] for key in self._positions]
-        data = encode_snapshot(number, self._meta, self._begin, self._positions, locations)
+        data = encode_snapshot(number, self._meta, self._begin, self._index)
         path = self._dir / _snapshot_name(number)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -531,29 +512,28 @@ class SegmentStorage(RecordStorage):
     def damage(self) -> list[str]:
         return list(self._damage)
 
-    def _read(self, loc: tuple[int, int, int]) -> bytes:
-        number, off, n = loc
-        return os.pread(self._fds[number], n, off)
-
     def _entry(self, i: int) -> tuple[int, bytes]:
-        key = self._positions[i]
-        return key, self._read(self._index[key])
+        index = self._index
+        return index.keys[i], os.pread(
+            self._fds[index.segments[i]], index.lengths[i], index.offsets[i]
+        )
 
     def _floor(self, position: int) -> tuple[int, bytes] | None:
-        i = bisect.bisect_right(self._positions, position) - 1
+        i = self._index.bisect_right(position) - 1
         return None if i < 0 else self._entry(i)
 
     def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
         # Read eagerly: a later apply may unlink a segment.
-        lo = bisect.bisect_left(self._positions, first)
-        hi = bisect.bisect_right(self._positions, last, lo, min(lo + limit, len(self._positions)))
+        index = self._index
+        lo = index.bisect_left(first)
+        hi = index.bisect_right(last, lo, min(lo + limit, len(index)))
         return [self._entry(i) for i in range(lo, hi)]
 
     def _last_record(self) -> tuple[int, bytes] | None:
-        return self._entry(len(self._positions) - 1) if self._positions else None
+        return self._entry(len(self._index) - 1) if len(self._index) else None
 
     def _first_key(self) -> int | None:
-        return self._positions[0] if self._positions else None
+        return self._index.keys[0] if len(self._index) else None
 
     def _write(self, plan: Plan) -> None:
         cut = plan.cut
