@@ -12,8 +12,15 @@ from pathlib import Path
 from rlog.storage.base import DataDirLocked, StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
-# dir written by one engine is never silently opened (as empty) by another.
-ENGINE_SUBDIRS = ("lmdb", "leveldb", "rocksdb", "segments")
+# dir written by one engine is never silently opened (as empty) by another. Sub-directory ->
+# the engine's name.
+ENGINE_OF_SUBDIR = {
+    "lmdb": "lmdb",
+    "leveldb": "leveldb",
+    "rocksdb": "rocksdb",
+    "segments": "segment",
+}
+ENGINE_SUBDIRS = tuple(ENGINE_OF_SUBDIR)
 LOCK_NAME = "rlog.lock"
 MAX_POSITION = 2**64 - 1
 
@@ -168,9 +175,9 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     others = [e for e in ENGINE_SUBDIRS if e != engine and (path / e).exists()]
     if others and not (path / engine).exists():
         lock.release()
+        held, asked = ENGINE_OF_SUBDIR[others[0]], ENGINE_OF_SUBDIR.get(engine, engine)
         raise StorageError(
-            f"data dir {path} holds a {others[0]!r} store; open it with that engine "
-            f"(not {engine!r})"
+            f"data dir {path} holds a {held!r} store; open it with that engine (not {asked!r})"
         )
     try:
         if format_version(path) != FORMAT_VERSION:
