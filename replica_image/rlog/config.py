@@ -130,7 +130,7 @@ class ReplicaConfig:
     metrics_port: int | None = None
     log_id: str = ""
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
-    storage_engine: str = "lmdb"
+    storage_engine: str = "auto"  # rlog.storage.AUTO: the engine of the data dir's store
     election_timeout: float = 1.0  # seconds; randomized in [T, 2T)
     heartbeat_interval: float = 0.2
     append_timeout: float = 10.0

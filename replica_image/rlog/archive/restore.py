@@ -25,7 +25,7 @@ from rlog.archive.format import (
 from rlog.archive.store import ObjectStore
 from rlog.packed import clip, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import Storage, WriteBatch, open_storage
+from rlog.storage import AUTO, Storage, WriteBatch, open_storage
 from rlog.tools.initialize import is_fresh
 
 
@@ -99,7 +99,7 @@ async def restore(
     store: ObjectStore,
     data_dirs: list[Path],
     to_position: int | None = None,
-    storage_engine: str = "lmdb",
+    storage_engine: str = AUTO,
     progress: Callable[[SegmentInfo], None] | None = None,
     status: pb.Status.ValueType = pb.VOTING,
 ) -> RestoreResult:

@@ -27,7 +27,7 @@ from rlog.runtime.node import Node
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
-from rlog.storage import DataDirLocked, Storage, open_storage
+from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
 
 log = logging.getLogger("rlog.server")
 
@@ -400,12 +400,16 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
     data dir. The holder is typically the container this one replaces (a pod deleted
     without grace is replaced at once, while its process may still run on the node): it
     lets go within seconds, and a replica that exited instead would restart under a
-    growing back-off. Two processes never use the data dir together either way."""
+    growing back-off. Two processes never use the data dir together either way.
+
+    `engine` may be `auto` (rlog.storage.AUTO); the engine opened is logged, with why."""
     deadline = time.monotonic() + wait
     reported = 0.0
     while True:
+        # Chosen again after each wait: the holder may have created the dir's store meanwhile.
+        chosen, why = choose_engine(data_dir, engine)
         try:
-            return open_storage(data_dir, engine)
+            storage = open_storage(data_dir, chosen)
         except DataDirLocked as exc:
             now = time.monotonic()
             if now >= deadline:
@@ -414,6 +418,9 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
                 log.warning("%s; waiting up to %.0fs for it to be released", exc, deadline - now)
                 reported = now
             await asyncio.sleep(min(LOCK_POLL, deadline - now))  # now < deadline here
+            continue
+        log.info("storage: %s engine (%s)", chosen, why)
+        return storage
 
 
 async def start_server(

@@ -12,8 +12,8 @@ from pathlib import Path
 from rlog.storage.base import DataDirLocked, StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
-# dir written by one engine is never silently opened (as empty) by another. Sub-directory ->
-# the engine's name.
+# dir written by one engine is never silently opened (as empty) by another, and the engine of
+# a data dir can be told from it (`engine_of`). Sub-directory -> the engine's name.
 ENGINE_OF_SUBDIR = {
     "lmdb": "lmdb",
     "leveldb": "leveldb",
@@ -116,6 +116,28 @@ def _write_format(path: Path) -> None:
         os.close(dfd)
 
 
+def engine_of(path: Path) -> str | None:
+    """The engine whose store the data dir holds, from its engine sub-directories; None if it
+    holds none (a fresh dir, or none at all). Looks, changes nothing, takes no lock.
+
+    Raises StorageError if it holds the stores of two engines: which one is the replica's
+    cannot be told from the dir, and opening the wrong one would serve an empty or stale log.
+    """
+    path = Path(path)
+    try:
+        held = [ENGINE_OF_SUBDIR[sub] for sub in ENGINE_SUBDIRS if (path / sub).exists()]
+    except OSError as exc:
+        raise StorageError(f"data dir {path} cannot be read: {_why(exc)}") from None
+    if len(held) > 1:
+        quoted = [repr(engine) for engine in held]
+        named = f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+        raise StorageError(
+            f"data dir {path} holds the stores of {len(held)} engines, {named}: rlog will "
+            "not guess which is this replica's; keep that one, move the others out"
+        )
+    return held[0] if held else None
+
+
 def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     """Create (if needed) and lock the data dir; return the engine's sub-directory.
 
@@ -177,7 +199,8 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
         lock.release()
         held, asked = ENGINE_OF_SUBDIR[others[0]], ENGINE_OF_SUBDIR.get(engine, engine)
         raise StorageError(
-            f"data dir {path} holds a {held!r} store; open it with that engine (not {asked!r})"
+            f"data dir {path} holds a {held!r} store; open it with that engine or 'auto' "
+            f"(not {asked!r})"
         )
     try:
         if format_version(path) != FORMAT_VERSION:

@@ -37,7 +37,7 @@ from rlog.client.errors import RlogError
 from rlog.client.security import Credentials
 from rlog.config import ConfigError, check_replica_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import ENGINES
+from rlog.storage import AUTO, ENGINE_CHOICES
 from rlog.tools.initialize import initialize, is_fresh
 
 STOP_GRACE = 5.0
@@ -138,6 +138,9 @@ class DevCluster:
     - `distinct_hosts`: bind replica i to 127.0.0.(i+1) instead of sharing `host`.
     - `base_port`: replica i listens on base_port + i (default: free ports chosen at
       `start()`, kept across restarts).
+    - `storage_engine`: `rlog replica --storage-engine`, left out for the default `auto`
+      (each data dir opened with the engine of the store it holds, a fresh one with the
+      default engine); may be changed between a stop and a start.
     - `replica_args`: extra `rlog replica` arguments for every replica.
     - `write_lane_offset`: >0 gives every replica a write lane at its port + this offset
       (`rlog replica --write-lane-offset`; ports chosen so the lanes' are free too).
@@ -159,7 +162,7 @@ class DevCluster:
         initialize: bool = True,
         auto_initialize: bool = False,
         log_id: str = "dev",
-        storage_engine: str = "lmdb",
+        storage_engine: str = AUTO,
         election_timeout: float | None = None,
         max_entry_size: int | None = None,
         metrics: bool = False,
@@ -334,9 +337,9 @@ class DevCluster:
             str(self.data_dir(i)),
             "--log-id",
             self.log_id,
-            "--storage-engine",
-            self.storage_engine,
         ]
+        if self.storage_engine != AUTO:  # the default left out, as the operator leaves it
+            cmd += ["--storage-engine", self.storage_engine]
         if self.auto_initialize:
             cmd.append("--auto-initialize")
         if self.election_timeout is not None:
@@ -596,7 +599,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the replicas initialize the log themselves instead of `rlog initialize`",
     )
-    parser.add_argument("--storage-engine", choices=ENGINES, default=ENGINES[0])
+    parser.add_argument(
+        "--storage-engine",
+        choices=ENGINE_CHOICES,
+        default=AUTO,
+        help="auto (default): the engine whose store each data dir holds, segment if none",
+    )
     parser.add_argument("--election-timeout", type=float, metavar="SECONDS")
     parser.add_argument("--log-id", default="dev")
     parser.add_argument(

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from rlog.client.errors import RlogError
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import WriteBatch, open_storage
+from rlog.storage import AUTO, WriteBatch, open_storage
 
 
-def initialize(data_dir: str | Path, storage_engine: str = "lmdb") -> None:
+def initialize(data_dir: str | Path, storage_engine: str = AUTO) -> None:
     """Set a fresh data dir VOTING offline (like `mesos-log initialize`). Raises
     StorageError if it cannot be opened and RlogError if the log in it is not empty."""
     storage = open_storage(Path(data_dir), storage_engine)
@@ -29,7 +29,7 @@ def initialize(data_dir: str | Path, storage_engine: str = "lmdb") -> None:
         storage.close()
 
 
-def is_fresh(data_dir: Path, storage_engine: str) -> bool:
+def is_fresh(data_dir: Path, storage_engine: str = AUTO) -> bool:
     """True if the data dir is missing, empty, or holds an EMPTY replica with no entries."""
     if not data_dir.exists() or not any(data_dir.iterdir()):
         return True
