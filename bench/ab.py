@@ -5,8 +5,10 @@
 
 Each side is an environment (`--a NAME=VALUE`, repeatable), a source tree
 (`--a-tree DIR`: its `replica_image` goes first on PYTHONPATH, for the replicas and the
-bench client alike; default this tree), a storage engine (`--a-engine`, default lmdb) and
-a write lane (`--a-lane N`: `rlog replica --write-lane-offset N`; default 0, none).
+bench client alike; default this tree), a storage engine (`--a-engine`, default auto:
+the default engine, the data dirs being fresh; a tree from before `auto` needs the engine
+named, e.g. `--a-engine lmdb`, as the dirs are initialized by this tree) and a write lane
+(`--a-lane N`: `rlog replica --write-lane-offset N`; default 0, none).
 `--tls` runs both sides with mutual TLS and roles (`DevCluster(tls=True)`, the client as
 the dev PKI's "admin").
 Per pair, each side starts a fresh 3-replica `DevCluster` (data on the real disk) and runs
@@ -48,6 +50,7 @@ sys.path.insert(0, str(HERE / "replica_image"))
 
 from machine import load, replica_cpu_seconds, replica_minor_faults  # noqa: E402
 
+from rlog.storage import AUTO, ENGINE_CHOICES  # noqa: E402
 from rlog.tools.dev import DevCluster  # noqa: E402
 
 
@@ -213,8 +216,10 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--a", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--b", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--a-engine", default="lmdb", help="the replicas' storage engine")
-    parser.add_argument("--b-engine", default="lmdb")
+    parser.add_argument(
+        "--a-engine", choices=ENGINE_CHOICES, default=AUTO, help="the replicas' storage engine"
+    )
+    parser.add_argument("--b-engine", choices=ENGINE_CHOICES, default=AUTO)
     parser.add_argument("--a-lane", type=int, default=0, help="the replicas' write lane offset")
     parser.add_argument("--b-lane", type=int, default=0)
     parser.add_argument("--tls", action="store_true", help="mutual TLS and roles, both sides")

@@ -1,5 +1,5 @@
 """Archive throughput and restore time (docs/backup.md), on real processes: a DevCluster
-(3 replicas, lmdb) filled with MB megabytes of values, a versitygw server started by
+(3 replicas, default engine) filled with MB megabytes of values, a versitygw server started by
 e2e/s3/s3.sh, then
 
 1. `rlog archive run --once` (a fresh archive of the whole log): MB/s of values archived;

@@ -32,6 +32,7 @@ from machine import cpu_seconds
 
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
+from rlog.storage import AUTO, ENGINE_CHOICES
 from rlog.tools.dev import DevCluster
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -69,7 +70,12 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, default=200)
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--per-call", type=int, default=256)
-    parser.add_argument("--engine", default="lmdb", help="the replicas' storage engine")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default=AUTO,
+        help="the replicas' storage engine (default auto: the default engine, on fresh dirs)",
+    )
     parser.add_argument("--dir", default=str(Path.home() / ".cache/rlog-bench/catchup"))
     parser.add_argument("--profile", help="write py-spy profiles of the catch-up here")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")

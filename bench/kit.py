@@ -17,7 +17,7 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    figure measured there says as much about the steps before it as about the batched path.
    Its 1 KiB and 4 KiB points stay beside the fresh ones as figures without a target;
 2. + 3. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
-   raft leader) and rlog with 3 replicas (`rlog dev` layout, lmdb, data on the real disk,
+   raft leader) and rlog with 3 replicas (`rlog dev` layout, default engine, data on the real disk,
    `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
    counterparts so that both see the same load: serial puts, then serial appends (on the
    client's append lane, then one gRPC call each: series "serial_unary"); at each
@@ -174,7 +174,7 @@ LANE = 1
 
 @contextlib.contextmanager
 def rlog_cluster(args: argparse.Namespace, replicas: int, lane: int = LANE) -> Iterator[str]:
-    """An `rlog dev`-style log (lmdb, data on the real disk; with `lane`, the replicas'
+    """An `rlog dev`-style log (default engine, data on the real disk; with `lane`, the replicas'
     write lane at that port offset, 0: the leader's writes on the gRPC stream); yields the
     leader's endpoint."""
     from rlog.tools.dev import DevCluster

@@ -1,9 +1,9 @@
 """Where one serial append's time goes: `bench/latency_budget.py [--count 500]`.
 
-Starts a 3-replica `DevCluster` (lmdb, data on the real disk) whose replicas run with probes
-(this file, `--as-replica`), then appends 1 KiB values one at a time from an in-process
-`AsyncClient` (exactly-once, as `rlog bench --mode serial`), and prints, per stage of an
-append, the median time since the client sent it (p10 and p90 beside it).
+Starts a 3-replica `DevCluster` (default engine, data on the real disk) whose replicas run
+with probes (this file, `--as-replica`), then appends 1 KiB values one at a time from an
+in-process `AsyncClient` (exactly-once, as `rlog bench --mode serial`), and prints, per stage
+of an append, the median time since the client sent it (p10 and p90 beside it).
 
 The probes wrap functions of the replica from outside (nothing is added to rlog's own hot
 path): each records `time.monotonic_ns()`, which is one clock for every process on the
@@ -196,7 +196,7 @@ PATH = [
     ("leader gRPC write -> follower write handler", "L grpc_write.enter#1", "F write.enter#1"),
     ("follower: on_write (+ learned) to persist", "F write.enter#1", "F persist.enter#1"),
     ("follower: journal hop to storage thread", "F persist.enter#1", "F disk.enter#1"),
-    ("follower: storage apply (lmdb write+sync)", "F disk.enter#1", "F disk.exit#1"),
+    ("follower: storage apply (write+sync)", "F disk.enter#1", "F disk.exit#1"),
     ("follower: back on its loop, reply -> leader", "F disk.exit#1", "L reply@F"),
     ("leader: quorum -> Append handler returns", "L quorum", "L append.exit#1"),
     ("leader Append return -> client call returns", "L append.exit#1", "C call.exit#1"),

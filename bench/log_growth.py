@@ -1,7 +1,7 @@
 """Batched appends on one log as it grows, then after a truncation: `bench/log_growth.py`.
 
     .venv/bin/python bench/log_growth.py [--runs 8] [--truncate-after 5] [--seconds 6]
-                                         [--size 1024] [--engine lmdb] [--dir DIR]
+                                         [--size 1024] [--engine auto] [--dir DIR]
 
 One 3-replica `DevCluster` (data on the real disk); `--runs` runs of `rlog bench` (8 writers x
 64 values per call) one after the other, each on the log the ones before it left; after
@@ -26,6 +26,7 @@ from pathlib import Path
 from machine import cpu_seconds
 
 from rlog.client import Client
+from rlog.storage import AUTO, ENGINE_CHOICES
 from rlog.tools.dev import DevCluster
 
 
@@ -39,7 +40,12 @@ def main() -> None:
     parser.add_argument("--truncate-after", type=int, default=5, metavar="N")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--engine", default="lmdb")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default=AUTO,
+        help="the replicas' storage engine (default auto: the default engine, on fresh dirs)",
+    )
     parser.add_argument("--dir", default=str(Path.home() / ".cache/rlog-bench/log-growth"))
     args = parser.parse_args()
     root = Path(args.dir)

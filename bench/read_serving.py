@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What one raw stale Read stream costs the replica that serves it: loads N entries of 100 B
-into a real 3-replica log (`rlog replica` processes, lmdb; append calls of 16384 values, so
-stored as runs of 16384), then reads them all from a follower `--rounds` times (the client's
-`read_columns`, no Spark) and prints the entries/s and the follower's CPU time per entry
-(from /proc). `--profile FILE` records py-spy raw stacks of the follower meanwhile
+into a real 3-replica log (`rlog replica` processes, default engine; append calls of 16384
+values, so stored as runs of 16384), then reads them all from a follower `--rounds` times
+(the client's `read_columns`, no Spark) and prints the entries/s and the follower's CPU time
+per entry (from /proc). `--profile FILE` records py-spy raw stacks of the follower meanwhile
 (`bench/pyspy_top.py FILE --rate 200 --entries N*rounds` summarizes them).
 
     PYTHONPATH=replica_image .venv/bin/python bench/read_serving.py --entries 300000 \

@@ -1,6 +1,6 @@
 """Read (and append) cost of a replica build, A/B: `bench/reads.py --root A --root B`.
 
-Each pair starts a fresh 3-replica `DevCluster` (lmdb, data on the real disk) running the
+Each pair starts a fresh 3-replica `DevCluster` (default engine, data on the real disk) running the
 replica code of each `--root` (a checkout: its `replica_image` goes first on PYTHONPATH),
 alternating which goes first, and runs `rlog bench` of THIS checkout against it (the same
 client on both sides; only the replicas differ). Modes (`--modes`, comma-separated):

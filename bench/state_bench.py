@@ -1,4 +1,4 @@
-"""Replicated state (rlog.state) on a fresh 3-replica `DevCluster` (lmdb, real disk).
+"""Replicated state (rlog.state) on a fresh 3-replica `DevCluster` (default engine, real disk).
 
     bench/state_bench.py [--seconds 5] [--rounds 2] [--writers 1,16,256] [--prefill 10000]
                          [--recovery 100000] [--dir DIR]

@@ -1,6 +1,6 @@
 """The cost of mutual TLS and roles on appends, A/B: `bench/tls_cost.py [--pairs 3]`.
 
-Each pair starts a fresh 3-replica `DevCluster` (lmdb, data on the real disk) in plaintext
+Each pair starts a fresh 3-replica `DevCluster` (default engine, data on the real disk) in plaintext
 and one with `tls=True` (mutual TLS between the replicas and for the client, roles on),
 alternating which goes first, and runs `rlog bench` against the leader of each:
 
