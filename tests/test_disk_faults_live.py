@@ -147,7 +147,10 @@ def test_bytes_flipped_under_a_running_follower_are_never_served_and_repaired(
 def test_a_truncated_lmdb_file_stops_the_replica_which_recovers_once_wiped(
     tmp_path: Path,
 ) -> None:
-    with DevCluster(3, tmp_path, distinct_hosts=True, election_timeout=0.5) as cluster:
+    # LMDB named: this cuts lmdb/data.mdb, and fresh data dirs get the segment engine.
+    with DevCluster(
+        3, tmp_path, distinct_hosts=True, election_timeout=0.5, storage_engine="lmdb"
+    ) as cluster:
         writers = Writers(cluster.endpoints, clients=4, per_call=5)
         leader = cluster.wait_for_leader()
         victim = next(i for i in range(3) if i != leader)
