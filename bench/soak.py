@@ -30,7 +30,7 @@ BENCH = Path(__file__).resolve().parent
 
 def memory_mb(pid: int) -> dict[str, float]:
     """Resident set size of a process from /proc (Linux): rss_mb in all, anon_mb of it the
-    process's own memory (heap), file_mb the mapped file pages (LMDB's data file is mapped,
+    process's own memory (heap), file_mb the mapped file pages (an LMDB data file is mapped,
     so its pages that were touched count in RSS; the kernel can drop them)."""
     fields = {"VmRSS:": "rss_mb", "RssAnon:": "anon_mb", "RssFile:": "file_mb"}
     found = {}
@@ -115,7 +115,7 @@ def main() -> int:
     lines = [
         f"soak: {args.minutes:g} min of batched appends (8 writers x 64 x 1 KiB), "
         f"{result['entries_per_s']:,.0f} entries/s, load at the end {os.getloadavg()[0]:.1f}",
-        "RSS in MB (anon = the process's own memory, file = mapped LMDB pages)",
+        "RSS in MB (anon = the process's own memory, file = mapped file pages, e.g. LMDB's)",
         "| replica | role | start RSS | peak RSS | end RSS | start anon | peak anon | end anon "
         "| end file |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
