@@ -45,7 +45,7 @@ def test_the_replica_opens_the_dir_once_its_holder_exits(
         assert not opening.done()  # still waiting while the holder lives
         assert holder.stdin is not None
         holder.stdin.close()  # the old process exits and its lock goes with it
-        storage = await opening
+        storage, _ = await opening
         storage.close()
         return time.monotonic() - started
 
@@ -62,8 +62,9 @@ def test_the_wait_ends_with_the_holder_named(holder: subprocess.Popen[str], tmp_
 
 
 def test_a_free_dir_opens_at_once(tmp_path: Path) -> None:
-    storage = asyncio.run(open_when_free(tmp_path / "data", "lmdb", 30.0))
+    storage, opened = asyncio.run(open_when_free(tmp_path / "data", "lmdb", 30.0))
     try:
+        assert opened == "lmdb engine (asked for by name)"
         assert storage.metadata() is not None
     finally:
         storage.close()

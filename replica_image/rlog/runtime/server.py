@@ -395,14 +395,13 @@ LOCK_POLL = 0.5  # seconds between attempts to take a data dir another process h
 LOCK_REPORT = 10.0  # seconds between the log lines saying the replica still waits
 
 
-async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
+async def open_when_free(data_dir: Path, engine: str, wait: float) -> tuple[Storage, str]:
     """Open the storage, waiting up to `wait` seconds while another live process holds the
-    data dir. The holder is typically the container this one replaces (a pod deleted
-    without grace is replaced at once, while its process may still run on the node): it
-    lets go within seconds, and a replica that exited instead would restart under a
-    growing back-off. Two processes never use the data dir together either way.
-
-    `engine` may be `auto` (rlog.storage.AUTO); the engine opened is logged, with why."""
+    data dir; return it and, for the log, the engine opened and why (`engine` may be
+    `auto`, rlog.storage.AUTO). The holder is typically the container this one replaces (a
+    pod deleted without grace is replaced at once, while its process may still run on the
+    node): it lets go within seconds, and a replica that exited instead would restart under
+    a growing back-off. Two processes never use the data dir together either way."""
     deadline = time.monotonic() + wait
     reported = 0.0
     while True:
@@ -419,8 +418,7 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> Storage:
                 reported = now
             await asyncio.sleep(min(LOCK_POLL, deadline - now))  # now < deadline here
             continue
-        log.info("storage: %s engine (%s)", chosen, why)
-        return storage
+        return storage, f"{chosen} engine ({why})"
 
 
 async def start_server(
@@ -433,7 +431,7 @@ async def start_server(
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
     interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
-    storage = await open_when_free(config.data_dir, config.storage_engine, config.lock_wait)
+    storage, opened = await open_when_free(config.data_dir, config.storage_engine, config.lock_wait)
     node = Node(config, storage)
     if certificates is not None:
         node.peers.credentials = lambda: certificates.peer_credentials(peer_token)
@@ -486,6 +484,8 @@ async def start_server(
     if config.metrics_port:
         host = config.listen.rpartition(":")[0].strip("[]")
         node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
+    # Said once nothing can fail any more: a start refused is one line on stderr.
+    log.info("storage: %s", opened)
     return server, node, lane
 
 
