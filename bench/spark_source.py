@@ -5,6 +5,7 @@ Spark's own JVM-only baseline in the same session (`spark.range(N)` with a 100 B
 column, into the same sinks); and the sink (df.write.format("rlog")).
 
     .venv/bin/python bench/spark_source.py [--entries 1000000] [--repeat 2] [--sink-rows 200000]
+                                           [--engine auto|lmdb|segment]
 
 Prints one line per measurement and a Markdown table (bench/README.md, "Spark source").
 """
@@ -97,6 +98,7 @@ def main() -> int:
         "--partitions", default="3", help="read partitions; a list (3,6) times the source for each"
     )
     parser.add_argument("--dir", default=None, help="work dir (default: a temp dir)")
+    parser.add_argument("--engine", default="auto", help="the replicas' storage engine")
     parser.add_argument(
         "--memory-source",
         action="store_true",
@@ -123,7 +125,7 @@ def main() -> int:
         results.append((what, seconds, rows))
         print(f"{what:55s} {rows:>9d} rows {seconds:7.2f} s {rows / seconds:>12,.0f} rows/s")
 
-    with DevCluster(3, work / "log", election_timeout=3.0) as log:
+    with DevCluster(3, work / "log", election_timeout=3.0, storage_engine=args.engine) as log:
         log.wait_for_leader()
         value = bytes(range(100))
         t = time.perf_counter()
