@@ -1,11 +1,13 @@
-"""The storage format version of a data dir (<data dir>/FORMAT): a fresh dir gets version 3
-(records with CRC32C), a dir written by rlog before versions (format 1:
-tests/fixtures/storage_v1/) or before checksums (format 2: tests/fixtures/storage_v2/), each
-written by that code, is read and upgraded, any other version is refused with nothing in the
-dir changed."""
+"""The storage format version of a data dir (<data dir>/FORMAT): a fresh dir gets version 4
+(records with CRC32C, segment frames with CRC32C), a dir written by rlog before versions
+(format 1: tests/fixtures/storage_v1/), before checksums (format 2:
+tests/fixtures/storage_v2/) or before CRC32C frames (format 3: tests/fixtures/storage_v3/,
+the segment engine's), each written by that code, is read and upgraded, any other version is
+refused with nothing in the dir changed."""
 
 from __future__ import annotations
 
+import struct
 import tarfile
 from pathlib import Path
 
@@ -13,12 +15,13 @@ import pytest
 
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import StorageError, WriteBatch, open_storage
+from rlog.storage import Storage, StorageError, WriteBatch, open_storage
 from rlog.storage._common import FORMAT_NAME, FORMAT_VERSION
 from tests.test_storage import DISK, run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage_v1"
 FIXTURES_V2 = Path(__file__).parent / "fixtures" / "storage_v2"
+FIXTURES_V3 = Path(__file__).parent / "fixtures" / "storage_v3"
 SUBDIR = {"lmdb": "lmdb", "leveldb": "leveldb", "rocksdb": "rocksdb", "segment": "segments"}
 
 
@@ -38,15 +41,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_version_3_is_what_this_code_writes() -> None:
-    assert FORMAT_VERSION == 3
+def test_version_4_is_what_this_code_writes() -> None:
+    assert FORMAT_VERSION == 4
 
 
 @pytest.mark.parametrize("engine", DISK)
-def test_fresh_dir_records_format_3(engine: str, tmp_path: Path) -> None:
+def test_fresh_dir_records_format_4(engine: str, tmp_path: Path) -> None:
     store = open_storage(tmp_path / "data", engine)
     store.close()
-    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "3\n"
+    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "4\n"
     assert not list((tmp_path / "data").glob("*.tmp"))
     open_storage(tmp_path / "data", engine).close()  # and it opens again
 
@@ -57,7 +60,7 @@ def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
     assert not (data / FORMAT_NAME).exists() and (data / SUBDIR[engine]).is_dir()
     store = open_storage(data, engine)
     try:
-        assert (data / FORMAT_NAME).read_text() == "3\n"  # upgraded at open
+        assert (data / FORMAT_NAME).read_text() == "4\n"  # upgraded at open
         meta = store.metadata()
         assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v1-log", 3, 2, 5)
         assert (store.first_position(), store.last_position()) == (5, 40)
@@ -102,7 +105,7 @@ def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("text", ["4\n", "17", "1\n", "not a version\n", ""])
+@pytest.mark.parametrize("text", ["5\n", "17", "1\n", "not a version\n", ""])
 @pytest.mark.parametrize("engine", DISK)
 def test_other_versions_are_refused_and_nothing_changes(
     engine: str, text: str, tmp_path: Path
@@ -117,27 +120,27 @@ def test_other_versions_are_refused_and_nothing_changes(
         assert f"has storage format version {int(text)}" in message
     else:
         assert f"{FORMAT_NAME} holds {text.strip()!r}, not a storage format version" in message
-    assert "reads storage format version 3 and upgrades versions 2 and 1" in message
+    assert "reads storage format version 4 and upgrades versions 3, 2 and 1" in message
     assert snapshot(data) == before  # not even the lock file was created
     assert not (data / "rlog.lock").exists()
 
 
 @pytest.mark.parametrize("engine", DISK)
-def test_newer_version_written_over_a_v3_dir_is_refused(engine: str, tmp_path: Path) -> None:
+def test_newer_version_written_over_a_v4_dir_is_refused(engine: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     store = open_storage(data, engine)
     store.apply(WriteBatch(runs=[run(1, 8)]))
     store.close()
-    (data / FORMAT_NAME).write_text("4\n")
+    (data / FORMAT_NAME).write_text("5\n")
     before = snapshot(data)
     with pytest.raises(
         StorageError,
-        match=rf"data dir {data} has storage format version 4; this rlog reads storage format "
-        r"version 3 and upgrades versions 2 and 1 \(a dir without FORMAT\)",
+        match=rf"data dir {data} has storage format version 5; this rlog reads storage format "
+        r"version 4 and upgrades versions 3, 2 and 1 \(a dir without FORMAT\)",
     ):
         open_storage(data, engine)
     assert snapshot(data) == before
-    (data / FORMAT_NAME).write_text("3\n")
+    (data / FORMAT_NAME).write_text("4\n")
     store = open_storage(data, engine)
     assert store.last_position() == 8
     store.close()
@@ -149,7 +152,7 @@ def test_format_2_dir_without_checksums_is_read_and_upgraded(engine: str, tmp_pa
     assert (data / FORMAT_NAME).read_text().strip() == "2"
     store = open_storage(data, engine)
     try:
-        assert (data / FORMAT_NAME).read_text() == "3\n"  # upgraded at open
+        assert (data / FORMAT_NAME).read_text() == "4\n"  # upgraded at open
         meta = store.metadata()
         assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v2-log", 4, 1, 5)
         assert (store.first_position(), store.last_position()) == (5, 40)
@@ -173,3 +176,58 @@ def test_format_2_dir_without_checksums_is_read_and_upgraded(engine: str, tmp_pa
         assert store.metadata().promised == 4
     finally:
         store.close()
+
+
+def _frame_flags(segment: Path) -> list[bool]:
+    """For each frame of a segment file, whether it is flagged as CRC32C (bit 31 of its
+    length; rlog/storage/segment_engine.py)."""
+    raw, flags, off = segment.read_bytes(), [], 0
+    while off + 8 <= len(raw):
+        (length,) = struct.unpack_from(">I", raw, off)
+        flags.append(bool(length >> 31))
+        off += 8 + (length & 0x7FFFFFFF)
+    assert off == len(raw)
+    return flags
+
+
+def test_format_3_segments_with_zlib_frames_are_read_and_upgraded(tmp_path: Path) -> None:
+    with tarfile.open(FIXTURES_V3 / "segment.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    data = tmp_path / "data"
+    assert (data / FORMAT_NAME).read_text() == "3\n"
+    segments = sorted((data / "segments").glob("*.seg"))
+    assert len(segments) > 1 and list((data / "segments").glob("*.idx"))
+    assert not any(flag for seg in segments for flag in _frame_flags(seg))  # all zlib CRC-32
+    expected = {p: b"v3-%d" % p for p in range(5, 201)}
+    expected[7] = b""
+
+    def values(store: Storage) -> dict[int, bytes]:
+        return {a.position: a.value for a in store.scan(0, 2**64 - 1)}
+
+    store = open_storage(data, "auto")
+    try:
+        assert (data / FORMAT_NAME).read_text() == "4\n"  # upgraded at open
+        meta = store.metadata()
+        assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v3-log", 5, 2, 5)
+        assert values(store) == expected
+        # New frames (CRC32C) after the old ones in the newest segment: a run over part of
+        # an old run, and a truncation.
+        store.apply(WriteBatch(runs=[run(195, 10, b"v4")], metadata=meta))
+        store.apply(WriteBatch(delete_below=9))
+    finally:
+        store.close()
+    newest = sorted((data / "segments").glob("*.seg"))[-1]
+    flags = _frame_flags(newest)
+    assert flags[-1] and not flags[0]  # both kinds of frame in one segment
+    for p in range(5, 9):
+        del expected[p]
+    expected.update({p: b"v4:%d" % p for p in range(195, 205)})
+    for snapshot_kept in (True, False):  # opened from the snapshot, then by a full replay
+        if not snapshot_kept:
+            for idx in (data / "segments").glob("*.idx"):
+                idx.unlink()
+        store = open_storage(data, "auto")
+        try:
+            assert values(store) == expected and store.damage() == []
+        finally:
+            store.close()

@@ -32,9 +32,13 @@ MAX_POSITION = 2**64 - 1
 # Version 3 adds a CRC32C to every record and to the metadata (records.py); it reads the
 # records of versions 1 and 2 (no CRC) as they are, so a version-2 dir is upgraded the same
 # way (its old records get a CRC when rewritten; docs/faults.md).
+# Version 4 writes the segment engine's frames with a CRC32C instead of zlib's CRC-32 (a
+# flag in each frame's length; segment_engine.py), reading older frames as they are; the
+# other engines write what version 3 did. A version-3 dir is upgraded the same way, and a
+# rlog that reads version 3 refuses it, as it must: it would cut a flagged frame off as torn.
 FORMAT_NAME = "FORMAT"
-FORMAT_VERSION = 3
-UPGRADABLE_VERSIONS = (2,)  # recorded versions open upgrades (and version 1: no FORMAT)
+FORMAT_VERSION = 4
+UPGRADABLE_VERSIONS = (2, 3)  # recorded versions open upgrades (and version 1: no FORMAT)
 
 _KEY = struct.Struct(">Q")
 
@@ -82,8 +86,8 @@ def format_version(path: Path) -> int | None:
     except OSError as exc:
         raise StorageError(f"data dir {path}: cannot read {FORMAT_NAME}: {_why(exc)}") from None
     supported = (
-        f"this rlog reads storage format version {FORMAT_VERSION} and upgrades versions 2 "
-        f"and 1 (a dir without {FORMAT_NAME})"
+        f"this rlog reads storage format version {FORMAT_VERSION} and upgrades versions 3, "
+        f"2 and 1 (a dir without {FORMAT_NAME})"
     )
     try:
         version = int(text.strip())

@@ -1,9 +1,10 @@
 """Segmented append-only file engine: one CRC'd frame per batch, one fdatasync per batch.
 
 Layout: <data dir>/segments/<16 hex digits>.seg. A segment is a sequence of frames
-`[u32 length][u32 crc32(payload)][payload]`, one frame per `apply`, so a batch is atomic: on
-open, a frame whose length or CRC does not check out ends the log (a torn tail, only
-possible at the end of the newest segment; it is cut off). Payload:
+`[u32 length][u32 crc(payload)][payload]`, one frame per `apply` (the CRC is CRC32C, flagged
+by bit 31 of the length, since storage format 4; zlib's CRC-32 before, still read), so a
+batch is atomic: on open, a frame whose length or CRC does not check out ends the log (a
+torn tail, only possible at the end of the newest segment; it is cut off). Payload:
 
     u8 flags (1 = metadata, 2 = delete_below, 4 = deletes)
     [u32 len, Metadata] [9-byte delete_below] [u32 n, n x u64 deleted key]
@@ -69,6 +70,11 @@ _SNAPSHOT_MAGIC = b"RLOGIDX1"
 _SNAPSHOT_HEAD = struct.Struct(">8sQQI")  # magic, segment number, records, metadata length
 _SNAPSHOT_ENTRY_BYTES = 28  # key u64, segment u64, offset u64, length u32
 _HEADER = struct.Struct(">II")
+# Bit 31 of a frame's length says its CRC is CRC32C (storage format 4; hardware-accelerated,
+# about 8x zlib's CRC-32 here), clear in frames of formats 1-3 (zlib's CRC-32), which are
+# still read. So a frame holds at most 2 GiB - 1 bytes.
+_CRC32C_FRAME = 1 << 31
+_MAX_FRAME = _CRC32C_FRAME - 1
 _U32 = struct.Struct(">I")
 _ENTRY = struct.Struct(">QI")
 _HAS_META = 1
@@ -110,16 +116,29 @@ def _encode(
         parts.append(bytes(small))
     crc = 0
     for part in parts:
-        crc = zlib.crc32(part, crc)
-    return [_HEADER.pack(sum(map(len, parts)), crc), *parts]
+        crc = google_crc32c.extend(crc, part)
+    length = sum(map(len, parts))
+    if length > _MAX_FRAME:
+        raise StorageError(f"a batch of {length} bytes is larger than a segment frame holds")
+    return [_HEADER.pack(length | _CRC32C_FRAME, crc), *parts]
+
+
+def _header(data: bytes, off: int) -> tuple[int, int, bool]:
+    """The frame header at `off`: payload length, CRC, and whether the CRC is CRC32C."""
+    length, crc = _HEADER.unpack_from(data, off)
+    return length & _MAX_FRAME, crc, bool(length & _CRC32C_FRAME)
+
+
+def _payload_ok(payload: bytes, crc: int, crc32c: bool) -> bool:
+    return (google_crc32c.value(payload) if crc32c else zlib.crc32(payload)) == crc
 
 
 def _frame_ok(data: bytes, off: int) -> bool:
     if off + _HEADER.size > len(data):
         return False
-    length, crc = _HEADER.unpack_from(data, off)
+    length, crc, crc32c = _header(data, off)
     start = off + _HEADER.size
-    return start + length <= len(data) and zlib.crc32(data[start : start + length]) == crc
+    return start + length <= len(data) and _payload_ok(data[start : start + length], crc, crc32c)
 
 
 def _next_frame(data: bytes, bad: int, newest: bool) -> int | None:
@@ -128,7 +147,7 @@ def _next_frame(data: bytes, bad: int, newest: bool) -> int | None:
     the newest, so never torn) the segment ends there. None: no such place."""
     if bad + _HEADER.size > len(data):
         return None
-    (length,) = _U32.unpack_from(data, bad)
+    length = _header(data, bad)[0]
     after = bad + _HEADER.size + length
     if after < len(data) and _frame_ok(data, after):
         return after
@@ -144,7 +163,7 @@ def _bytes_after_frame(data: bytes, bad: int) -> bool:
     length field that points past the end reads as a torn tail: docs/faults.md.)"""
     if bad + _HEADER.size > len(data):
         return False
-    (length,) = _U32.unpack_from(data, bad)
+    length = _header(data, bad)[0]
     return bad + _HEADER.size + length < len(data)
 
 
@@ -353,10 +372,10 @@ class SegmentStorage(RecordStorage):
         """Apply the valid records of one segment from `off` on to the index; return where
         they end."""
         while off + _HEADER.size <= len(data):
-            length, crc = _HEADER.unpack_from(data, off)
+            length, crc, crc32c = _header(data, off)
             start = off + _HEADER.size
             payload = data[start : start + length]
-            if len(payload) != length or zlib.crc32(payload) != crc:
+            if len(payload) != length or not _payload_ok(payload, crc, crc32c):
                 return off
             p = 0
             flags = payload[p]
