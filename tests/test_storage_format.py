@@ -41,15 +41,22 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_version_4_is_what_this_code_writes() -> None:
+def written(engine: str) -> str:
+    """What FORMAT holds once this code has opened an engine's dir: 4 where the engine's
+    writing changed in version 4 (the segment engine's CRC32C frames), 3 elsewhere, so that
+    the rlog before version 4 still opens those dirs."""
+    return "4\n" if engine == "segment" else "3\n"
+
+
+def test_version_4_is_the_newest_this_code_reads() -> None:
     assert FORMAT_VERSION == 4
 
 
 @pytest.mark.parametrize("engine", DISK)
-def test_fresh_dir_records_format_4(engine: str, tmp_path: Path) -> None:
+def test_fresh_dir_records_the_version_its_engine_writes(engine: str, tmp_path: Path) -> None:
     store = open_storage(tmp_path / "data", engine)
     store.close()
-    assert (tmp_path / "data" / FORMAT_NAME).read_text() == "4\n"
+    assert (tmp_path / "data" / FORMAT_NAME).read_text() == written(engine)
     assert not list((tmp_path / "data").glob("*.tmp"))
     open_storage(tmp_path / "data", engine).close()  # and it opens again
 
@@ -60,7 +67,7 @@ def test_format_1_dir_is_read_and_upgraded(engine: str, tmp_path: Path) -> None:
     assert not (data / FORMAT_NAME).exists() and (data / SUBDIR[engine]).is_dir()
     store = open_storage(data, engine)
     try:
-        assert (data / FORMAT_NAME).read_text() == "4\n"  # upgraded at open
+        assert (data / FORMAT_NAME).read_text() == written(engine)  # upgraded at open
         meta = store.metadata()
         assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v1-log", 3, 2, 5)
         assert (store.first_position(), store.last_position()) == (5, 40)
@@ -140,10 +147,12 @@ def test_newer_version_written_over_a_v4_dir_is_refused(engine: str, tmp_path: P
     ):
         open_storage(data, engine)
     assert snapshot(data) == before
-    (data / FORMAT_NAME).write_text("4\n")
-    store = open_storage(data, engine)
-    assert store.last_position() == 8
-    store.close()
+    for text in ("3\n", "4\n"):  # a version this code reads: opened, never lowered
+        (data / FORMAT_NAME).write_text(text)
+        store = open_storage(data, engine)
+        assert store.last_position() == 8
+        store.close()
+        assert (data / FORMAT_NAME).read_text() == max(text, written(engine))
 
 
 @pytest.mark.parametrize("engine", DISK)
@@ -152,7 +161,7 @@ def test_format_2_dir_without_checksums_is_read_and_upgraded(engine: str, tmp_pa
     assert (data / FORMAT_NAME).read_text().strip() == "2"
     store = open_storage(data, engine)
     try:
-        assert (data / FORMAT_NAME).read_text() == "4\n"  # upgraded at open
+        assert (data / FORMAT_NAME).read_text() == written(engine)  # upgraded at open
         meta = store.metadata()
         assert (meta.log_id, meta.promised, meta.replica_id, meta.begin) == ("v2-log", 4, 1, 5)
         assert (store.first_position(), store.last_position()) == (5, 40)

@@ -34,11 +34,17 @@ MAX_POSITION = 2**64 - 1
 # way (its old records get a CRC when rewritten; docs/faults.md).
 # Version 4 writes the segment engine's frames with a CRC32C instead of zlib's CRC-32 (a
 # flag in each frame's length; segment_engine.py), reading older frames as they are; the
-# other engines write what version 3 did. A version-3 dir is upgraded the same way, and a
-# rlog that reads version 3 refuses it, as it must: it would cut a flagged frame off as torn.
+# other engines write what version 3 did. A segment dir of version 3 is upgraded the same
+# way, and a rlog that reads version 3 refuses it, as it must: it would cut a flagged frame
+# off as torn. The other engines' dirs stay at version 3 (WRITTEN_VERSION), so that the rlog
+# before version 4 still opens them: an image rolled back finds its LMDB volumes as it left
+# them.
 FORMAT_NAME = "FORMAT"
-FORMAT_VERSION = 4
-UPGRADABLE_VERSIONS = (2, 3)  # recorded versions open upgrades (and version 1: no FORMAT)
+FORMAT_VERSION = 4  # the newest this code reads
+UPGRADABLE_VERSIONS = (2, 3)  # recorded versions it also reads (and version 1: no FORMAT)
+# The version each engine's dirs are written at (by sub-directory): the newest that changed
+# what that engine writes.
+WRITTEN_VERSION = {"lmdb": 3, "leveldb": 3, "rocksdb": 3, "segments": 4}
 
 _KEY = struct.Struct(">Q")
 
@@ -104,11 +110,11 @@ def format_version(path: Path) -> int | None:
     return version
 
 
-def _write_format(path: Path) -> None:
+def _write_format(path: Path, version: int) -> None:
     tmp = path / f"{FORMAT_NAME}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, f"{FORMAT_VERSION}\n".encode())
+        os.write(fd, f"{version}\n".encode())
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -148,9 +154,9 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     Raises StorageError with a one-line reason when the dir cannot be used: its parent is
     missing, it is not a directory, it is not writable, it is locked by another live process,
     it holds another engine's store, or it records a storage format version this code cannot
-    read (checked before anything in the dir is touched). A dir without a version gets
-    FORMAT_VERSION: a fresh one before any engine file, one written by rlog before versions
-    (format 1, whose records version 2 reads as they are) as its upgrade.
+    read (checked before anything in the dir is touched). A dir without a version, or with
+    an older one than the engine writes, gets the engine's WRITTEN_VERSION: a fresh one
+    before any engine file, an older one as its upgrade (its records are read as they are).
     """
     path = Path(path)
     if path.is_dir():
@@ -207,8 +213,9 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
             f"(not {asked!r})"
         )
     try:
-        if format_version(path) != FORMAT_VERSION:
-            _write_format(path)
+        recorded, written = format_version(path), WRITTEN_VERSION[engine]
+        if recorded is None or recorded < written:
+            _write_format(path, written)
     except StorageError:
         lock.release()
         raise
