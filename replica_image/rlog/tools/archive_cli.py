@@ -25,8 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlog.storage import AUTO, ENGINE_CHOICES
-from rlog.tools.arg_types import nonnegative, positive_float
+from rlog.tools.arg_types import add_storage_engine_argument, nonnegative, positive_float
 from rlog.tools.client_args import add_security_arguments, credentials_of
 
 if TYPE_CHECKING:  # the archive's modules (and the S3 SDK) load only when a command runs
@@ -120,12 +119,7 @@ def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="restore up to and including position P (default: all of the archive)",
     )
-    parser.add_argument(
-        "--storage-engine",
-        choices=ENGINE_CHOICES,
-        default=AUTO,
-        help="auto (default): the engine whose store each data dir holds, segment if none",
-    )
+    add_storage_engine_argument(parser, "each data dir")
     parser.add_argument(
         "--verify-only", action="store_true", help="check every segment, write nothing"
     )

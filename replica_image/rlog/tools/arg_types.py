@@ -1,9 +1,22 @@
 """Argument types shared by the command lines (`rlog`, `rlog archive/restore`, `kubectl
-rlog`): a value that is not one gets argparse's one-line usage error saying why."""
+rlog`): a value that is not one gets argparse's one-line usage error saying why. And the
+one argument every command that opens data dirs shares, `--storage-engine`."""
 
 from __future__ import annotations
 
 import argparse
+
+from rlog.storage import AUTO, ENGINE_CHOICES
+
+
+def add_storage_engine_argument(parser: argparse.ArgumentParser, dirs: str) -> None:
+    """`--storage-engine`, `auto` by default; `dirs` names what it opens ("the data dir")."""
+    parser.add_argument(
+        "--storage-engine",
+        choices=ENGINE_CHOICES,
+        default=AUTO,
+        help=f"auto (default): the engine whose store {dirs} holds, segment if none",
+    )
 
 
 def nonnegative(text: str) -> int:

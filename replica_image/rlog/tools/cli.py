@@ -39,8 +39,13 @@ from rlog.config import (
     ReplicaConfig,
     parse_peers,
 )
-from rlog.storage import AUTO, ENGINE_CHOICES, StorageError
-from rlog.tools.arg_types import nonnegative, nonnegative_float, positive_float
+from rlog.storage import StorageError
+from rlog.tools.arg_types import (
+    add_storage_engine_argument,
+    nonnegative,
+    nonnegative_float,
+    positive_float,
+)
 from rlog.tools.client_args import add_security_arguments, credentials_of
 from rlog.tools.initialize import initialize
 
@@ -401,12 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-entry-size", type=nonnegative, default=DEFAULT_MAX_ENTRY_SIZE, metavar="BYTES"
     )
-    p.add_argument(
-        "--storage-engine",
-        choices=ENGINE_CHOICES,
-        default=AUTO,
-        help="auto (default): the engine whose store the data dir holds, segment if none",
-    )
+    add_storage_engine_argument(p, "the data dir")
     p.add_argument(
         "--election-timeout",
         type=positive_float,
@@ -585,12 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("initialize", help="set a fresh data dir VOTING (offline)")
     p.add_argument("--data-dir", required=True, metavar="DIR")
-    p.add_argument(
-        "--storage-engine",
-        choices=ENGINE_CHOICES,
-        default=AUTO,
-        help="auto (default): the engine whose store the data dir holds, segment if none",
-    )
+    add_storage_engine_argument(p, "the data dir")
     p.set_defaults(func=cmd_initialize)
 
     p = sub.add_parser("admin", help="operator calls: permits and step-down")

@@ -37,7 +37,8 @@ from rlog.client.errors import RlogError
 from rlog.client.security import Credentials
 from rlog.config import ConfigError, check_replica_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import AUTO, ENGINE_CHOICES
+from rlog.storage import AUTO
+from rlog.tools.arg_types import add_storage_engine_argument
 from rlog.tools.initialize import initialize, is_fresh
 
 STOP_GRACE = 5.0
@@ -599,12 +600,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the replicas initialize the log themselves instead of `rlog initialize`",
     )
-    parser.add_argument(
-        "--storage-engine",
-        choices=ENGINE_CHOICES,
-        default=AUTO,
-        help="auto (default): the engine whose store each data dir holds, segment if none",
-    )
+    add_storage_engine_argument(parser, "each data dir")
     parser.add_argument("--election-timeout", type=float, metavar="SECONDS")
     parser.add_argument("--log-id", default="dev")
     parser.add_argument(
