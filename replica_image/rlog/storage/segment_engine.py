@@ -532,10 +532,8 @@ class SegmentStorage(RecordStorage):
         return list(self._damage)
 
     def _entry(self, i: int) -> tuple[int, bytes]:
-        index = self._index
-        return index.keys[i], os.pread(
-            self._fds[index.segments[i]], index.lengths[i], index.offsets[i]
-        )
+        segment, offset, length = self._index.location(i)
+        return self._index.keys[i], os.pread(self._fds[segment], length, offset)
 
     def _floor(self, position: int) -> tuple[int, bytes] | None:
         i = self._index.bisect_right(position) - 1
