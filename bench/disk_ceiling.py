@@ -5,7 +5,8 @@ their sum. No rlog code runs: the sum is the ceiling for what 3 replicas on one 
 make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this machine.
 
     .venv/bin/python bench/disk_ceiling.py [--writers 3] [--size 262144] [--seconds 10]
-                                           [--rewrite BYTES] [--dir DIR] [--json FILE]
+                                           [--piece BYTES] [--rewrite BYTES] [--dir DIR]
+                                           [--json FILE]
 
 By default each file grows (to 1 GiB, then the writer wraps to offset 0), so the timed writes
 land on blocks the file system allocates afresh. `--rewrite BYTES` first writes BYTES to each
@@ -13,6 +14,11 @@ file (untimed, one sync) and wraps there, so every timed write lands on blocks w
 before. On this VM the two differ by up to 10x (bench/README.md, "New file space and
 rewritten file space"): a log that keeps growing writes new space, one that is truncated
 reuses its own.
+
+`--piece BYTES` issues each synced write as write calls of at most BYTES (as the segment
+engine does, 1 MiB): on this VM's kernel a single call of 2 MiB or more gets large page-cache
+folios that fault in the host page by page, several times slower (bench/README.md, "Large
+writes").
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ WRAP_BYTES = 1 << 30
 def _writer(
     path: str,
     size: int,
+    piece: int,
     seconds: float,
     rewrite: int,
     ready: Any,  # a multiprocessing.Barrier: every writer starts its timed writes together
@@ -54,8 +61,10 @@ def _writer(
         ready.wait()
         offset, syncs, written = 0, 0, 0
         began = time.monotonic()
+        view = memoryview(block)
         while time.monotonic() - began < seconds:
-            os.pwrite(fd, block, offset)
+            for start in range(0, size, piece):
+                os.pwrite(fd, view[start : start + piece], offset + start)
             os.fdatasync(fd)
             offset = 0 if offset + 2 * size > wrap else offset + size
             syncs += 1
@@ -72,6 +81,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256 * 1024, help="bytes per synced write")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument(
+        "--piece",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="issue each synced write as calls of at most BYTES (default: one call)",
+    )
+    parser.add_argument(
         "--rewrite",
         type=int,
         default=0,
@@ -81,8 +97,9 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where (default: ~/.cache)")
     parser.add_argument("--json", type=Path, default=None, help="append the result here")
     args = parser.parse_args()
-    if args.writers < 1 or args.size < 1 or args.seconds <= 0:
-        parser.error("--writers, --size and --seconds must be positive")
+    if args.writers < 1 or args.size < 1 or args.seconds <= 0 or args.piece < 0:
+        parser.error("--writers, --size and --seconds must be positive, --piece not negative")
+    piece = args.piece or args.size
     base = args.dir or Path.home() / ".cache"
     base.mkdir(parents=True, exist_ok=True)
     where = Path(tempfile.mkdtemp(prefix="rlog-disk-ceiling-", dir=base))
@@ -93,7 +110,15 @@ def main() -> None:
         procs = [
             multiprocessing.Process(
                 target=_writer,
-                args=(str(where / f"w{i}"), args.size, args.seconds, args.rewrite, ready, out),
+                args=(
+                    str(where / f"w{i}"),
+                    args.size,
+                    piece,
+                    args.seconds,
+                    args.rewrite,
+                    ready,
+                    out,
+                ),
             )
             for i in range(args.writers)
         ]
@@ -108,6 +133,7 @@ def main() -> None:
     summary = {
         "writers": args.writers,
         "size": args.size,
+        "piece": piece,
         "seconds": args.seconds,
         "rewrite": args.rewrite,
         "dir": str(base),

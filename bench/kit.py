@@ -6,8 +6,9 @@ one machine, every figure of issue 12's targets table, one JSON-lines results fi
 
 Steps (each measurement is a "point" record, see bench/kitlib.py):
 0. the host: what a fresh memory page costs, and what three writers' synced 2 MiB writes reach
-   on new file space and on rewritten file space (bench/disk_ceiling.py), a "machine" record:
-   on this VM both move between runs and days, and the disk-bound figures with them;
+   on new file space (in one call, and in 1 MiB calls) and on rewritten file space
+   (bench/disk_ceiling.py), a "machine" record: on this VM these move between runs and days,
+   and the disk-bound figures with them;
 1. the batched figures, each on a log of its own started for it (3 replicas at 1 KiB and at
    4 KiB, 5 replicas at 1 KiB: series "batched_fresh"), first, while the machine is quiet:
    later steps run after minutes of continuous disk and CPU load. The value-size sweep of
@@ -191,14 +192,23 @@ def host_probe(run: Run, args: argparse.Namespace) -> None:
     """Step 0: the "machine" record (about 10 s)."""
     note("the host: page faults, synced writes on new and rewritten file space")
     record: dict[str, Any] = {"kind": "machine", "page_fault_us": round(page_fault_us(), 2)}
-    for name, rewrite in (("new", 0), ("rewritten", 256 << 20)):
+    # "new_pieces": the same 2 MiB writes issued as 1 MiB calls, as the segment engine does
+    # (a single large call is several times slower on this VM's kernel).
+    for name, rewrite, piece in (
+        ("new", 0, 0),
+        ("new_pieces", 0, 1 << 20),
+        ("rewritten", 256 << 20, 0),
+    ):
         command = [args.python, str(BENCH / "disk_ceiling.py"), "--writers", "3"]
         command += ["--size", str(2 << 20), "--seconds", "2", "--rewrite", str(rewrite)]
+        command += ["--piece", str(piece)]
         command += ["--dir", args.work]
         out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300)
         result = json.loads(out.stdout.strip().splitlines()[-1])
         record[f"synced_mb_per_s_{name}"] = result["per_writer_share_mb_per_s"]
-    record["command"] = "python bench/disk_ceiling.py --writers 3 --size 2097152 [--rewrite N]"
+    record["command"] = (
+        "python bench/disk_ceiling.py --writers 3 --size 2097152 [--piece 1048576] [--rewrite N]"
+    )
     run.add(record)
 
 

@@ -135,6 +135,10 @@ def test_summary_states_the_host_probe() -> None:
         "host: a fresh page faults in 3.46 µs; synced 2 MiB writes, 3 writers: 345 MB/s each "
         "on new file space, 1,013 on rewritten"
     ) in text
+    records[1]["synced_mb_per_s_new_pieces"] = 1076.0
+    assert "345 MB/s each on new file space (1,076 in 1 MiB calls), 1,013 on rewritten" in (
+        kitlib.summary_markdown(records)
+    )
 
 
 def test_self_time_from_py_spy_raw_stacks() -> None:
