@@ -10,13 +10,14 @@ and append with the real client."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
 
 from rlog.client import AsyncClient
-from rlog.client.errors import ResourceExhausted
+from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
 from rlog.client.wire import Reason
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
@@ -158,3 +159,22 @@ async def test_a_stream_append_on_a_full_disk_is_answered_disk_full(stream_to: S
     client = await stream_to(Replica(DiskFull(ENOSPC)))
     with pytest.raises(ResourceExhausted, match="no space left"):
         await client.append([b"a", b"b"])
+
+
+async def test_a_stream_append_that_raises_ends_the_stream_not_in_silence(
+    stream_to: StreamTo, caplog: pytest.LogCaptureFixture
+) -> None:
+    replica = Replica()
+    client = await stream_to(replica)
+    assert await client.append([b"a"]) == [1]
+    replica.fault = RuntimeError("a bug")
+    with caplog.at_level(logging.ERROR, logger="rlog.server"):
+        with pytest.raises(OutcomeUnknown) as raised:
+            await client.append([b"b"])
+    assert not isinstance(raised.value, Timeout)  # the stream broke; no deadline ran out
+    assert "an append on this stream failed: RuntimeError('a bug')" in str(raised.value)
+    assert "an append on an AppendStream failed" in caplog.text
+    assert "a bug" in caplog.text
+    # The client opens a new stream for its next append.
+    replica.fault = None
+    assert await client.append([b"c"]) == [2]
