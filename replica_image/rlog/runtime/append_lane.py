@@ -19,22 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime import appends
-from rlog.runtime.faults import error_of
-from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
 
 APPEND_METHOD = "/rlog.v1.Log/Append"  # what the lane stands in for, to the roles
-
-
-class Appender(appends.Appender, Protocol):
-    """What the lane needs of the replica (Node)."""
-
-    def storage_fault_seen(self, exc: CorruptRecord) -> None: ...
 
 
 class AppendLaneHandler:
@@ -44,7 +35,7 @@ class AppendLaneHandler:
 
     def __init__(
         self,
-        node: Appender,
+        node: appends.Appender,
         transport: asyncio.Transport,
         send: Callable[[bytes], None],
         on_append: Callable[[], None],
@@ -79,13 +70,7 @@ class AppendLaneHandler:
                 self._transport.resume_reading()
 
     async def _one(self, request: pb.AppendRequest) -> None:
-        try:
-            response = await appends.answer(self._node, request, False)
-        except Exception as exc:
-            fault = error_of(exc, self._node)  # a storage fault, as the gRPC port says it
-            if fault is None:
-                raise
-            response = appends.refused(request.id, fault)
+        response = await appends.answer(self._node, request, False)
         self._send(response.SerializeToString())
 
     def lost(self) -> None:

@@ -1,6 +1,7 @@
 """A client's append as it arrives and as it is answered, whatever carried it (a unary
 `Append`, the `AppendStream`, the append lane): its packed values, its conditions, and the
-`AppendResponse` that says its positions or its error."""
+`AppendResponse` that says its positions or its error (a storage fault's too, as
+rlog/runtime/faults.py says it: the stream and the lane answer it as the unary call ends)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
+from rlog.runtime.faults import error_of
+from rlog.storage.base import CorruptRecord, DiskFull
 
 
 def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:
@@ -68,13 +71,20 @@ class Appender(Protocol):
         self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
     ) -> list[int]: ...
 
+    def storage_fault_seen(self, exc: CorruptRecord) -> None: ...
+
 
 async def answer(node: Appender, request: pb.AppendRequest, forwarded: bool) -> pb.AppendResponse:
     """Append one request and answer it as a stream or a lane does: its positions, or the
-    error the replica refused it with (other exceptions propagate)."""
+    error the replica refused it with, or a storage fault's error (a full disk: DISK_FULL; a
+    corrupt record: CORRUPT_RECORD, the replica repairing it). Other exceptions propagate."""
     try:
         data, offsets = packed_values(request)
         positions = await node.append(data, offsets, forwarded, conditions_of(request))
     except RpcError as error:
         return refused(request.id, error)
+    except (CorruptRecord, DiskFull) as exc:
+        fault = error_of(exc, node)
+        assert fault is not None
+        return refused(request.id, fault)
     return answered(positions, request.id)

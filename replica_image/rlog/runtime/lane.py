@@ -51,7 +51,8 @@ from rlog.framed import (
     tune,
 )
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.append_lane import APPEND_METHOD, Appender, AppendLaneHandler
+from rlog.runtime.append_lane import APPEND_METHOD, AppendLaneHandler
+from rlog.runtime.appends import Appender
 from rlog.runtime.write_stream import WRITE_STREAM_METHOD, StreamBroken, answer_to, with_id
 from rlog.storage.base import CorruptRecord
 

@@ -171,14 +171,21 @@ class LogService(pbg.LogServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.AppendResponse]:
         """Appends multiplexed on one stream; each response carries its request's id and
-        status. Requests run concurrently, so their entries share write batches."""
+        status (a refusal's or a storage fault's error too: `answer`). Requests run
+        concurrently, so their entries share write batches. An append that raises anything
+        else (a bug) is logged and ends the stream with INTERNAL: the client fails every
+        append still pending on it, instead of waiting for an answer that never comes."""
         forwarded = _forwarded(context)
-        responses: asyncio.Queue[pb.AppendResponse | None] = asyncio.Queue()
+        responses: asyncio.Queue[pb.AppendResponse | Exception | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
 
         async def one(request: pb.AppendRequest) -> None:
             self._stream_appends.inc()
-            responses.put_nowait(await answer(self.node, request, forwarded))
+            try:
+                responses.put_nowait(await answer(self.node, request, forwarded))
+            except Exception as exc:
+                log.exception("an append on an AppendStream failed; ending the stream")
+                responses.put_nowait(exc)
 
         async def read_all() -> None:
             async for request in requests:
@@ -192,6 +199,10 @@ class LogService(pbg.LogServicer):
         reader = asyncio.get_running_loop().create_task(read_all())
         try:
             while (response := await responses.get()) is not None:
+                if isinstance(response, Exception):
+                    await context.abort(
+                        grpc.StatusCode.INTERNAL, f"an append on this stream failed: {response!r}"
+                    )
                 yield response
         finally:
             reader.cancel()
