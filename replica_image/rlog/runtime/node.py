@@ -209,6 +209,7 @@ class Node:
                 UNSAFE_NO_DEDUPE_ENV,
             )
         self._prev_leader_learned = 0
+        self._prev_acknowledged_end = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
         self._pump_scheduled = False
@@ -548,7 +549,7 @@ class Node:
         voting = self.core.status == pb.VOTING
         if voting and self.core.learned < target and not self.peers.fetching:
             self.peers.fetching = True
-            self.spawn(self.peers.pull_learned(request.leader, target))
+            self.spawn(self.peers.pull_learned([request.leader], target))
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -712,6 +713,26 @@ class Node:
             await asyncio.sleep(self.config.heartbeat_interval)
             if self.coordinator.leading:
                 await self._send_heartbeats()
+                self._pull_missed_own_writes()
+
+    def _pull_missed_own_writes(self) -> None:
+        """A leader learns a chosen batch from its own record of it; if its own write of
+        that batch failed (a full disk) while the followers' succeeded, no learned message
+        will ever bring the value, and its learned prefix (so its consistent reads) would stop
+        there for good. So, as a follower pulls from the leader: pull what was acknowledged a
+        heartbeat ago (what is newer may still be on its way to the storage) and is still not
+        learned here from the followers, once the disk takes writes again."""
+        target = self._prev_acknowledged_end
+        self._prev_acknowledged_end = self.coordinator.acknowledged_end
+        if self.journal.full is not None or self.peers.fetching or self.core.learned >= target:
+            return
+        log.info(
+            "learned only up to %d of the %d acknowledged: pulling the rest from the followers",
+            self.core.learned,
+            target,
+        )
+        self.peers.fetching = True
+        self.spawn(self.peers.pull_learned(list(self.peers.keys()), target))
 
     async def _send_heartbeats(self) -> None:
         heartbeat = pb.LearnedRequest(

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +132,8 @@ class Peers(Mapping[int, Peer]):
         self.credentials: Callable[[], grpc.ChannelCredentials] | None = None
         # TLS: the context of each new write lane connection (None: plaintext lanes).
         self.lane_tls: Callable[[], ssl.SSLContext] | None = None
-        # Whether a pull of learned entries from the leader is under way (one at a time).
+        # Whether a pull of learned entries is under way (one at a time): a follower pulls
+        # from the leader, a leader what its own failed writes missed from the followers.
         self.fetching = False
 
     # ---- the peers and their channels --------------------------------------------------
@@ -444,14 +445,19 @@ class Peers(Mapping[int, Peer]):
 
     # ---- Fetch -------------------------------------------------------------------------
 
-    async def pull_learned(self, leader: int, target: int) -> None:
-        """Copy what the leader learned up to `target` and we lack; clears `fetching`."""
-        peer = self._peers.get(leader)
+    async def pull_learned(self, sources: Sequence[int], target: int) -> None:
+        """Copy what we lack of the learned entries up to `target` from the first of
+        `sources` (replica ids) that has them, trying the next while some are still missing;
+        clears `fetching`."""
         try:
-            if peer is not None:
-                await self.copy_learned(peer, target, 4096)
-        except grpc.aio.AioRpcError as exc:
-            log.debug("pull of learned entries from %s failed: %s", leader, exc.code())
+            for source in sources:
+                peer = self._peers.get(source)
+                if peer is None or self.core.learned >= target:
+                    continue
+                try:
+                    await self.copy_learned(peer, target, 4096)
+                except grpc.aio.AioRpcError as exc:
+                    log.debug("pull of learned entries from %s failed: %s", source, exc.code())
         finally:
             self.fetching = False
 
