@@ -100,12 +100,18 @@ async def test_anything_else_propagates() -> None:
 
 
 class _Transport:
+    def __init__(self) -> None:
+        self.closed = asyncio.Event()
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
 
     def is_closing(self) -> bool:
-        return False
+        return self.closed.is_set()
+
+    def close(self) -> None:
+        self.closed.set()
 
 
 async def test_the_lane_answers_a_full_disk_disk_full() -> None:
@@ -121,6 +127,27 @@ async def test_the_lane_answers_a_full_disk_disk_full() -> None:
         await asyncio.sleep(0.01)
     response = pb.AppendResponse.FromString(sent[0])
     assert (response.id, response.reason, response.error) == (3, Reason.DISK_FULL.value, ENOSPC)
+
+
+async def test_a_lane_append_that_raises_closes_the_lane_not_in_silence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A bug (not a refusal, not a storage fault) has no answer to give: the lane closes,
+    # which fails every append pending on it at the client at once, as the AppendStream
+    # ends with INTERNAL; the append that raised is logged.
+    sent: list[bytes] = []
+    transport = _Transport()
+    lane = AppendLaneHandler(
+        Replica(RuntimeError("a bug")),
+        transport,  # type: ignore[arg-type]
+        sent.append,
+        lambda: None,
+    )
+    with caplog.at_level(logging.ERROR, logger="rlog.lane"):
+        assert lane.frame(request(3).SerializeToString()) == ""
+        await asyncio.wait_for(transport.closed.wait(), 10)
+    assert sent == []
+    assert "a bug" in caplog.text
 
 
 async def serve(replica: Replica) -> tuple[grpc.aio.Server, str]:

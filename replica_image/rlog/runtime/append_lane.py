@@ -64,6 +64,13 @@ class AppendLaneHandler:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # A bug (refusals and storage faults are answered): there is no answer to give,
+            # so close the connection, which fails every append pending on it at the client
+            # at once (as the AppendStream ends with INTERNAL) instead of at its deadline.
+            log.error("an append on a lane failed, closing the lane", exc_info=exc)
+            self._transport.close()
+            return
         if self._paused and len(self._pending) <= self.MAX_IN_FLIGHT // 2:
             self._paused = False
             if not self._transport.is_closing():
