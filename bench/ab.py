@@ -8,7 +8,10 @@ Each side is an environment (`--a NAME=VALUE`, repeatable), a source tree
 bench client alike; default this tree), a storage engine (`--a-engine`, default auto:
 the default engine, the data dirs being fresh; a tree from before `auto` needs the engine
 named, e.g. `--a-engine lmdb`, as the dirs are initialized by this tree) and a write lane
-(`--a-lane N`: `rlog replica --write-lane-offset N`; default 0, none).
+(`--a-lane N`: `rlog replica --write-lane-offset N`; default 0, none); `--a-client-lane`
+sends that side's appends on the client's append lane (`rlog bench --lane`, the side's
+replicas need a lane), so that `--a-lane 1 --b-lane 1 --b-client-lane --modes batched`
+compares one gRPC call per append with the lane, each on fresh logs.
 `--tls` runs both sides with mutual TLS and roles (`DevCluster(tls=True)`, the client as
 the dev PKI's "admin").
 Per pair, each side starts a fresh 3-replica `DevCluster` (data on the real disk) and runs
@@ -23,7 +26,8 @@ serial_stream (the same on the stream client: each append one message on an Appe
 serial_lane (the same on the client's append lane: a side needs `--x-lane N`),
 unary64 (64 writers, one single-entry unary call each, `--seconds`: appends/s; unary64_lane
 on the append lane), stream64 (the same on the stream client), batched (8 writers x 64
-entries per call: entries/s), batched4k (the same with 4 KiB values).
+entries per call: entries/s; batched_lane on the append lane), batched4k (the same with 4 KiB
+values).
 
 `--etcd` also runs `bench/etcd_put.py` (serial puts, 64 single-put writers) between the
 two sides of each pair, against an etcd started by `bench/etcd_cluster.sh start`.
@@ -62,8 +66,8 @@ def mode_args(mode: str, count: int, seconds: float) -> list[str]:
         return [*serial, "--stream"]
     if mode == "serial_lane":  # the client's append lane (a side with --x-lane N)
         return [*serial, "--lane"]
-    if mode == "unary64_lane":
-        return [*mode_args("unary64", count, seconds), "--lane"]
+    if mode in ("unary64_lane", "batched_lane"):
+        return [*mode_args(mode.removesuffix("_lane"), count, seconds), "--lane"]
     concurrent = ["--mode", "concurrent", "--size", "1024", "--duration", str(seconds)]
     concurrent += ["--warmup", "20"]
     if mode == "unary64":
@@ -94,6 +98,7 @@ def run_side(
     env: dict[str, str],
     engine: str,
     lane: int,
+    client_lane: bool,
     modes: list[str],
     args: argparse.Namespace,
 ) -> list[dict[str, Any]]:
@@ -106,6 +111,8 @@ def run_side(
         for mode in modes:
             command = [sys.executable, "-m", "rlog.tools.cli", "bench", "-e", endpoint, "--json"]
             command += mode_args(mode, args.count, args.seconds)
+            if client_lane and "--lane" not in command:
+                command.append("--lane")
             if args.tls:
                 pki = cluster.tls_dir
                 command += ["--ca", str(pki / "ca.pem"), "--cert", str(pki / "admin.pem")]
@@ -222,6 +229,10 @@ def main() -> int:
     parser.add_argument("--b-engine", choices=ENGINE_CHOICES, default=AUTO)
     parser.add_argument("--a-lane", type=int, default=0, help="the replicas' write lane offset")
     parser.add_argument("--b-lane", type=int, default=0)
+    parser.add_argument(
+        "--a-client-lane", action="store_true", help="the bench client appends on the lane"
+    )
+    parser.add_argument("--b-client-lane", action="store_true")
     parser.add_argument("--tls", action="store_true", help="mutual TLS and roles, both sides")
     parser.add_argument("--a-tree", type=Path, default=HERE)
     parser.add_argument("--b-tree", type=Path, default=HERE)
@@ -247,11 +258,24 @@ def main() -> int:
     }
     engines = {"A": args.a_engine, "B": args.b_engine}
     lanes = {"A": args.a_lane, "B": args.b_lane}
+    client_lanes = {"A": args.a_client_lane, "B": args.b_client_lane}
+    for side, wanted in client_lanes.items():
+        if wanted and not lanes[side]:
+            parser.error(f"--{side.lower()}-client-lane needs --{side.lower()}-lane N")
     rows: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         order = ("A", "B") if pair % 2 == 0 else ("B", "A")
         for side in order:
-            rows += run_side(pair, side, sides[side], engines[side], lanes[side], modes, args)
+            rows += run_side(
+                pair,
+                side,
+                sides[side],
+                engines[side],
+                lanes[side],
+                client_lanes[side],
+                modes,
+                args,
+            )
             if args.etcd and side == order[0]:  # between the two sides
                 rows += run_etcd(pair, args)
     summarize(rows)
