@@ -10,7 +10,9 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    (bench/disk_ceiling.py), a "machine" record: on this VM these move between runs and days,
    and the disk-bound figures with them;
 1. the batched figures, each on a log of its own started for it (3 replicas at 1 KiB and at
-   4 KiB, 5 replicas at 1 KiB: series "batched_fresh"), first, while the machine is quiet:
+   4 KiB, 5 replicas at 1 KiB: series "batched_fresh", on the client's append lane; 3
+   replicas at 1 KiB with one gRPC call each: "batched_fresh_unary"), first, while the
+   machine is quiet:
    later steps run after minutes of continuous disk and CPU load. The value-size sweep of
    step 3 runs on the log every earlier measurement wrote to, gigabytes long by then, and
    how long depends on how fast those went; on this VM the first write to a block of file
@@ -24,7 +26,7 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    client's append lane, then one gRPC call each: series "serial_unary"); at each
    writer count 1 KiB puts, then single-entry appends with one unary call each and on the
    stream client (one AppendStream); at each value size puts (largest writer count), then
-   batched appends (8 writers x 64 entries per call);
+   batched appends (8 writers x 64 entries per call, on the client's append lane);
 3b. without the write lane: batched 1 KiB, serial and the stream client at the largest
    writer count on a fresh 3-replica log whose leader writes to its followers on the gRPC
    stream (series "*_grpc"), figures without targets beside the others, which run every
@@ -255,10 +257,19 @@ def grpc_stream_step(run: Run, args: argparse.Namespace) -> None:
 def batched_on_fresh_logs(run: Run, args: argparse.Namespace) -> None:
     """Step 1: each batched figure on a log started for it, so that it does not depend on
     what other steps wrote or on the load they leave (each log's data is removed after it)."""
-    logs = [(3, 1024), (3, 4096)] + ([] if args.no_five else [(5, 1024)])
-    for replicas, size in logs:
+    logs = [(3, 1024, "batched_fresh"), (3, 4096, "batched_fresh")]
+    logs += [] if args.no_five else [(5, 1024, "batched_fresh")]
+    # One gRPC call per append on a log of its own: a second run on the same log would
+    # measure the first run's load as well as its own.
+    logs.append((3, 1024, "batched_fresh_unary"))
+    for replicas, size, series in logs:
         with rlog_cluster(args, replicas) as endpoint:
-            rlog_bench(run, args, endpoint, replicas, "batched_fresh", 8, 64, size)
+            rlog_bench(run, args, endpoint, replicas, series, 8, 64, size)
+
+
+# The series whose appends go on the client's append lane, as a client that wants the
+# figure would send them; "*_unary" and "*_grpc" keep one gRPC call each beside them.
+CLIENT_LANE_SERIES = frozenset({"serial", "batched", "batched_fresh"})
 
 
 def rlog_bench(
@@ -275,15 +286,15 @@ def rlog_bench(
     bench = ["bench", "--endpoint", endpoint, "--json", "--size", str(size)]
     if series.startswith("serial"):
         bench += ["--mode", "serial", "--count", str(args.serial), "--warmup", "20"]
-        if series == "serial":
-            bench.append("--lane")  # the client's append lane (docs/data-path.md)
     else:
         bench += ["--mode", "concurrent", "--concurrency", str(writers), "--batch", str(batch)]
         bench += ["--duration", str(args.seconds), "--warmup", "20"]
         if series.startswith("stream"):
             bench.append("--stream")
+    if series in CLIENT_LANE_SERIES:
+        bench.append("--lane")  # the client's append lane (docs/data-path.md)
     where = f"a {replicas}-replica rlog dev --write-lane-offset {LANE} log"
-    if series == "batched_fresh":
+    if series.startswith("batched_fresh"):
         where = f"a fresh {replicas}-replica rlog dev --write-lane-offset {LANE} log"
     elif series.endswith("_grpc"):
         where = f"a fresh {replicas}-replica rlog dev log without the write lane"
@@ -430,9 +441,18 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     )
     add(
         "batched_1k",
-        f"batched 64 x 1 KiB per call, 8 writers, fresh log (etcd: {big} single-put writers)",
+        f"batched 64 x 1 KiB per call, 8 writers, the client's append lane, fresh log (etcd: "
+        f"{big} single-put writers)",
         "entries/s",
         rlog(series="batched_fresh", size=1024, replicas=3),
+        etcd_big,
+        "entries_per_s",
+    )
+    add(
+        "batched_1k_unary",
+        "the same with one gRPC call per append (no client lane), on a fresh log of its own",
+        "entries/s",
+        rlog(series="batched_fresh_unary", size=1024, replicas=3),
         etcd_big,
         "entries_per_s",
     )

@@ -26,6 +26,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "serial_p99",
     "serial_p50_unary",
     "batched_1k",
+    "batched_1k_unary",
     "batched_4k_mb",
     "batched_1k_grown",
     "batched_4k_mb_grown",
