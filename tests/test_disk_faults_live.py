@@ -247,6 +247,23 @@ class PaddedWriters:
     def stop(self) -> None:
         self._stop.set()
 
+    async def until_refused(self, count: int = 20, within: float = 120) -> None:
+        """Wait for `count` DISK_FULL refusals; fail saying what came instead."""
+        deadline = time.monotonic() + within
+        while self.disk_full < count and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+        assert self.disk_full >= count, (
+            f"no DISK_FULL refusal: {self.other_failures} other failures, last: {self.last_error}"
+        )
+
+    async def until_resumed(self, more: int = 400, within: float = 60) -> None:
+        """Wait for `more` values acknowledged beyond those acknowledged now."""
+        target = len(self.acknowledged) + more
+        deadline = time.monotonic() + within
+        while len(self.acknowledged) < target and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+        assert len(self.acknowledged) >= target, "appends did not resume"
+
 
 @pytest.mark.parametrize("engine", ["lmdb", "segment"])
 def test_full_disks_refuse_appends_keep_reads_and_recover_when_space_returns(
@@ -272,13 +289,7 @@ def test_full_disks_refuse_appends_keep_reads_and_recover_when_space_returns(
 
                 async def scenario() -> None:
                     task = asyncio.create_task(writers.run())
-                    deadline = time.monotonic() + 120
-                    while writers.disk_full < 20 and time.monotonic() < deadline:  # noqa: ASYNC110
-                        await asyncio.sleep(0.2)
-                    assert writers.disk_full >= 20, (
-                        f"no DISK_FULL refusal: {writers.other_failures} other failures, "
-                        f"last: {writers.last_error}"
-                    )
+                    await writers.until_refused()
                     seen["error"] = writers.last_error
                     statuses = await asyncio.to_thread(cluster.statuses)
                     seen["full"] = [s.disk_full for s in statuses if s is not None]
@@ -294,11 +305,7 @@ def test_full_disks_refuse_appends_keep_reads_and_recover_when_space_returns(
                     seen["acked_when_full"] = len(acked)
                     for disk in disks:
                         remount(disk, "128m")
-                    target = len(writers.acknowledged) + 400
-                    deadline = time.monotonic() + 60
-                    while len(writers.acknowledged) < target and time.monotonic() < deadline:  # noqa: ASYNC110
-                        await asyncio.sleep(0.2)
-                    assert len(writers.acknowledged) >= target, "appends did not resume"
+                    await writers.until_resumed()
                     writers.stop()
                     await task
 
@@ -344,21 +351,11 @@ def test_a_leaders_full_disk_answers_stream_appends_disk_full(engine: str, tmp_p
 
                 async def scenario() -> None:
                     task = asyncio.create_task(writers.run())
-                    deadline = time.monotonic() + 120
-                    while writers.disk_full < 20 and time.monotonic() < deadline:  # noqa: ASYNC110
-                        await asyncio.sleep(0.2)
-                    assert writers.disk_full >= 20, (
-                        f"no DISK_FULL refusal: {writers.other_failures} other failures, "
-                        f"last: {writers.last_error}"
-                    )
+                    await writers.until_refused()
                     seen["leader"] = await asyncio.to_thread(cluster.leader)
                     seen["full"] = (await asyncio.to_thread(cluster.status, leader)).disk_full
                     remount(disks[leader], "256m")
-                    target = len(writers.acknowledged) + 400
-                    deadline = time.monotonic() + 60
-                    while len(writers.acknowledged) < target and time.monotonic() < deadline:  # noqa: ASYNC110
-                        await asyncio.sleep(0.2)
-                    assert len(writers.acknowledged) >= target, "appends did not resume"
+                    await writers.until_resumed()
                     writers.stop()
                     await task  # every append sent has its answer (or its deadline)
 
