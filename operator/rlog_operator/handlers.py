@@ -29,12 +29,13 @@ The Kubernetes client is the synchronous `kubernetes` package, run in threads
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client as k8s
@@ -296,6 +297,7 @@ async def reconcile(
     logger: Logger,
     **_: Any,
 ) -> None:
+    body = snapshot(body)  # see snapshot(): a handler's body is live while timers run
     metrics.RECONCILES.labels(handler="apply").inc()
     if specs.paused(body):
         # Nothing is applied while paused; removing the annotation is an update, which
@@ -620,6 +622,16 @@ async def _archive_status(body: Mapping[str, Any]) -> dict[str, Any]:
     return archive_specs.archive_status(archive_specs.parse_archive_metrics(text))
 
 
+def snapshot(body: kopf.Body) -> kopf.Body:
+    """A copy of `body` that later watch events do not change.
+
+    While a timer runs for an object, kopf hands every handler of that object the live body,
+    replaced in place by each watch event. A handler must decide from one version of the
+    object: a spec change landing during an await once made one observe tick list five
+    replicas (the new spec) next to the refusal of that change (the old one)."""
+    return kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(body))))
+
+
 @kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=TIMER_INTERVAL, initial_delay=2.0)
 async def observe(
     *,
@@ -628,6 +640,7 @@ async def observe(
     logger: Logger,
     **indexes: Any,  # kopf passes every index by its name
 ) -> None:
+    body = snapshot(body)
     metrics.RECONCILES.labels(handler="observe").inc()
     namespace = specs.namespace_of(body)
     uid = specs.uid_of(body)
@@ -746,6 +759,7 @@ async def observe(
 async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
     """A deleted log leaves no series and no kept channel behind (its owned objects go by
     owner references)."""
+    body = snapshot(body)
     metrics.forget(specs.namespace_of(body), specs.name_of(body))
     names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
     await _forget_status_clients([_endpoint(body, n) for n in names])
