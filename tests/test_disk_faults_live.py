@@ -15,7 +15,9 @@ import itertools
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_log_live import Writers, check
@@ -29,6 +31,7 @@ from rlog.client.errors import (
     RlogError,
     Timeout,
 )
+from rlog.config import SLOW_SELF_ENV
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools import consistency
 from rlog.tools.dev import DevCluster
@@ -380,5 +383,116 @@ def test_a_leaders_full_disk_answers_stream_appends_disk_full(engine: str, tmp_p
                 acked = writers.acknowledged
                 got = asyncio.run(read_through_the_leader(max(acked)))
                 assert all(got.get(p) == v for p, v in acked.items())
+    finally:
+        cluster.stop()
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of the file system at `disk` with one file (removed to give the
+    space back)."""
+    filler = disk / "filler"
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError:
+            pass  # ENOSPC: the MiB chunks ran out, take the last bytes smaller
+        for size in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    f.write(chunk[:size])
+            except OSError:
+                pass
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "segment"])
+def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_followers(
+    engine: str, tmp_path: Path
+) -> None:
+    """A batch chosen by the followers while the leader could not store it: the leader
+    learns it anyway once space returns, by pulling it from the followers.
+
+    The leader's messages to itself come 0.5 s late (RLOG_TEST_SLOW_SELF, a slow own
+    disk), which makes the interleaving reproducible: two appends are admitted and chosen by
+    the followers; then the leader's own write of the first fails on its full disk, and its
+    own write of the second is refused outright (its disk is known full by then), so its
+    acceptor never holds that batch, and the learned message that follows carries no value
+    it may store. Without the pull its learned mark stays below those positions for good
+    and its consistent reads of them are refused."""
+    cluster = DevCluster(
+        3,
+        tmp_path / "log",
+        distinct_hosts=True,
+        election_timeout=0.5,
+        storage_engine=engine,
+        replica_args=["--min-free-bytes", "0"],
+        env={**os.environ, SLOW_SELF_ENV: "0.5"},
+    )
+    try:
+        with contextlib.ExitStack() as stack:
+            disks = [stack.enter_context(tiny_tmpfs(cluster.data_dir(i), "64m")) for i in range(3)]
+            with cluster:
+                leader = cluster.wait_for_leader()
+                seen: dict[str, Any] = {}
+
+                def leader_has(predicate: Callable[[pb.StatusResponse], bool]) -> Callable:
+                    return lambda found: found[leader] is not None and predicate(found[leader])
+
+                async def scenario() -> dict[int, bytes]:
+                    acknowledged: dict[int, bytes] = {}
+
+                    async def append(values: list[bytes]) -> None:
+                        positions = await client.append(values)
+                        acknowledged.update(zip(positions, values, strict=True))
+
+                    async with AsyncClient(cluster.endpoints, timeout=30) as client:
+                        await append([b"before-%d" % i for i in range(8)])
+                        last = max(acknowledged)
+                        await asyncio.to_thread(
+                            cluster.wait_for,
+                            leader_has(lambda st: st.learned >= last),
+                            30,
+                            "the leader storing the first batch",
+                        )
+                        filler = fill(disks[leader])
+                        # Both chosen by the followers before the leader's own writes start.
+                        await append([b"first-%d-" % i + b"x" * (16 << 10) for i in range(8)])
+                        await append([b"second-%d-" % i + b"x" * (16 << 10) for i in range(8)])
+                        await asyncio.to_thread(
+                            cluster.wait_for,
+                            leader_has(lambda st: st.disk_full),
+                            30,
+                            "the leader's own write failing",
+                        )
+                        await asyncio.sleep(1)  # the second own write refused meanwhile
+                        st = await asyncio.to_thread(cluster.status, leader)
+                        seen["leader learned, end while full"] = (st.learned, st.end)
+                        seen["acknowledged end"] = max(acknowledged)
+                        filler.unlink()
+                        await asyncio.to_thread(
+                            cluster.wait_for,
+                            leader_has(lambda st: not st.disk_full),
+                            30,
+                            "the leader writing again",
+                        )
+                        await append([b"after-%d" % i for i in range(8)])
+                        seen["leader"] = await asyncio.to_thread(cluster.leader)
+                        last = max(acknowledged)
+                        got = {e.position: e.value async for e in client.read(1, last)}
+                    assert all(got.get(p) == v for p, v in acknowledged.items()), (
+                        "the leader's consistent read lacks acknowledged values"
+                    )
+                    return acknowledged
+
+                acknowledged = asyncio.run(scenario())
+                assert seen["leader"] == leader, seen  # it kept leading throughout
+                # the interleaving did happen: the second batch was not learned on the leader
+                learned_while_full, _ = seen["leader learned, end while full"]
+                assert learned_while_full < seen["acknowledged end"], seen
+                report = consistency.check_sync(cluster.endpoints, acknowledged, 60)
+                assert report.ok, str(report)
     finally:
         cluster.stop()

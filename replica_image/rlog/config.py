@@ -58,6 +58,23 @@ UNSAFE_NO_DEDUPE_ENV = "RLOG_UNSAFE_NO_DEDUPE"
 NO_WRITE_STREAM_ENV = "RLOG_NO_WRITE_STREAM"
 
 
+# TEST ONLY: a replica started with this environment variable set to a number of seconds
+# hands each write and learned message of its own rounds to its own acceptor and learner
+# that much later (in order), as a slow local disk would. Harmless (the followers' votes may
+# choose a batch before the leader's own), but it makes the interleavings of a leader's own
+# writes with its disk filling up reproducible (tests/test_disk_faults_live.py).
+SLOW_SELF_ENV = "RLOG_TEST_SLOW_SELF"
+
+
+def slow_self() -> float:
+    """The test-only delay of a leader's messages to itself (0: none)."""
+    text = os.environ.get(SLOW_SELF_ENV, "")
+    try:
+        return max(0.0, float(text)) if text else 0.0
+    except ValueError:
+        raise ConfigError(f"{SLOW_SELF_ENV}={text!r}: not a number of seconds") from None
+
+
 def no_write_stream() -> bool:
     """Whether the test-only switch leaving WriteStream unregistered is on."""
     return os.environ.get(NO_WRITE_STREAM_ENV) == "1"

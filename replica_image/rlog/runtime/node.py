@@ -32,11 +32,13 @@ import grpc
 from rlog.client.packing import last_position, runs_of
 from rlog.client.wire import Reason
 from rlog.config import (
+    SLOW_SELF_ENV,
     UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
     UNSAFE_SPLIT_FILL_ENV,
     ConfigError,
     ReplicaConfig,
+    slow_self,
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
@@ -163,10 +165,19 @@ class Node:
             ),
             log_id=config.log_id,
         )
+        self._self_delay = slow_self()
+        local = LocalReplica(self.handle_promise, self.handle_write, self.handle_learned)
+        if self._self_delay:
+            log.warning(
+                "%s=%g: this replica's messages to itself are delayed (test only)",
+                SLOW_SELF_ENV,
+                self._self_delay,
+            )
+            local = LocalReplica(self.handle_promise, self._slow_write, self._slow_learned)
         self.peers = Peers(
             config,
             self.core,
-            LocalReplica(self.handle_promise, self.handle_write, self.handle_learned),
+            local,
             self.spawn,
             self._on_reply,
             self._on_send_failure,
@@ -487,6 +498,15 @@ class Node:
         if durable is not None:
             await durable
         return response
+
+    # RLOG_TEST_SLOW_SELF (tests only): a write and a learned message to ourselves each
+    # handled `_self_delay` after they were sent, so in the order they were sent.
+    async def _slow_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        await asyncio.sleep(self._self_delay)
+        return await self.handle_write(request)
+
+    def _slow_learned(self, request: pb.LearnedRequest) -> None:
+        asyncio.get_running_loop().call_later(self._self_delay, self.handle_learned, request)
 
     def start_write(
         self, request: pb.WriteRequest
