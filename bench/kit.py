@@ -52,6 +52,7 @@ import platform
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -107,6 +108,22 @@ def git_commit() -> str:
 
 
 # ---- etcd ------------------------------------------------------------------------------
+
+
+ETCD_PORTS = (23791, 23792, 23793, 23801, 23802, 23803)  # bench/etcd_cluster.sh
+
+
+def etcd_ports_taken() -> list[int]:
+    """The ports of bench/etcd_cluster.sh something already listens on (e.g. an etcd
+    started by hand for bench/ab.py --etcd): the kit's own would refuse to start, after the
+    first figures were spent."""
+    taken = []
+    for port in ETCD_PORTS:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                taken.append(port)
+    return taken
 
 
 @contextlib.contextmanager
@@ -613,6 +630,12 @@ def main() -> int:
     args.catchup_mb = args.catchup_mb or (20.0 if args.quick else 200.0)
     if 1024 not in args.sizes or 4096 not in args.sizes:
         parser.error("--sizes must include 1024 and 4096 (figures of the targets table)")
+    if not args.no_etcd and (taken := etcd_ports_taken()):
+        parser.error(
+            f"ports {', '.join(map(str, taken))} (the baseline etcd's) are in use: stop what "
+            "listens there first (an etcd of bench/etcd_cluster.sh: `bench/etcd_cluster.sh "
+            "stop`), or run with --no-etcd"
+        )
     with_spark = args.spark or (
         not args.no_spark and not args.quick and importlib.util.find_spec("pyspark") is not None
     )
