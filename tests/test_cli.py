@@ -285,3 +285,17 @@ async def test_stream_append_unreachable():
         with pytest.raises(Unavailable) as info:
             await client.append([b"x"])
         assert not isinstance(info.value, OutcomeUnknown)
+
+
+def test_the_test_only_slow_self_delay_is_seconds_or_a_clear_error(monkeypatch):
+    from rlog.config import SLOW_SELF_ENV, slow_self
+
+    monkeypatch.delenv(SLOW_SELF_ENV, raising=False)
+    assert slow_self() == 0.0
+    monkeypatch.setenv(SLOW_SELF_ENV, "0.5")
+    assert slow_self() == 0.5
+    monkeypatch.setenv(SLOW_SELF_ENV, "-1")
+    assert slow_self() == 0.0
+    monkeypatch.setenv(SLOW_SELF_ENV, "abc")
+    with pytest.raises(ConfigError, match="RLOG_TEST_SLOW_SELF='abc': not a number of seconds"):
+        slow_self()
