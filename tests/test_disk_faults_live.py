@@ -415,7 +415,7 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
     """A batch chosen by the followers while the leader could not store it: the leader
     learns it anyway once space returns, by pulling it from the followers.
 
-    The leader's messages to itself come 0.5 s late (RLOG_TEST_SLOW_SELF, a slow own
+    The leader's messages to itself come 1 s late (RLOG_TEST_SLOW_SELF, a slow own
     disk), which makes the interleaving reproducible: two appends are admitted and chosen by
     the followers; then the leader's own write of the first fails on its full disk, and its
     own write of the second is refused outright (its disk is known full by then), so its
@@ -429,7 +429,7 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
         election_timeout=0.5,
         storage_engine=engine,
         replica_args=["--min-free-bytes", "0"],
-        env={**os.environ, SLOW_SELF_ENV: "0.5"},
+        env={**os.environ, SLOW_SELF_ENV: "1"},
     )
     try:
         with contextlib.ExitStack() as stack:
