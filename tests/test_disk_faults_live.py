@@ -268,19 +268,28 @@ class PaddedWriters:
         assert len(self.acknowledged) >= target, "appends did not resume"
 
 
-@pytest.mark.parametrize("engine", ["lmdb", "segment"])
-def test_full_disks_refuse_appends_keep_reads_and_recover_when_space_returns(
-    engine: str, tmp_path: Path
-) -> None:
-    # 8 MiB of each 16 MiB disk kept for promises and elections (--min-free-bytes).
-    cluster = DevCluster(
+def disk_cluster(
+    tmp_path: Path, engine: str, min_free_bytes: int, env: dict[str, str] | None = None
+) -> DevCluster:
+    """3 replicas on distinct loopback hosts (each data dir gets its own tmpfs in the test)
+    keeping `min_free_bytes` free (--min-free-bytes), with `env` added to their environment."""
+    return DevCluster(
         3,
         tmp_path / "log",
         distinct_hosts=True,
         election_timeout=0.5,
         storage_engine=engine,
-        replica_args=["--min-free-bytes", str(8 << 20)],
+        replica_args=["--min-free-bytes", str(min_free_bytes)],
+        env={**os.environ, **env} if env else None,
     )
+
+
+@pytest.mark.parametrize("engine", ["lmdb", "segment"])
+def test_full_disks_refuse_appends_keep_reads_and_recover_when_space_returns(
+    engine: str, tmp_path: Path
+) -> None:
+    # 8 MiB of each 16 MiB disk kept for promises and elections (--min-free-bytes).
+    cluster = disk_cluster(tmp_path, engine, min_free_bytes=8 << 20)
     disks = []
     try:
         with contextlib.ExitStack() as stack:
@@ -331,14 +340,7 @@ def test_a_leaders_full_disk_answers_stream_appends_disk_full(engine: str, tmp_p
     # elections), so the leader stays and refuses. Every append on the stream must be
     # answered, DISK_FULL or its positions; one never answered would end with the client's
     # deadline (60 s), a Timeout, counted apart.
-    cluster = DevCluster(
-        3,
-        tmp_path / "log",
-        distinct_hosts=True,
-        election_timeout=0.5,
-        storage_engine=engine,
-        replica_args=["--min-free-bytes", "0"],
-    )
+    cluster = disk_cluster(tmp_path, engine, min_free_bytes=0)
     disks = []
     try:
         with contextlib.ExitStack() as stack:
@@ -422,15 +424,7 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
     acceptor never holds that batch, and the learned message that follows carries no value
     it may store. Without the pull its learned mark stays below those positions for good
     and its consistent reads of them are refused."""
-    cluster = DevCluster(
-        3,
-        tmp_path / "log",
-        distinct_hosts=True,
-        election_timeout=0.5,
-        storage_engine=engine,
-        replica_args=["--min-free-bytes", "0"],
-        env={**os.environ, SLOW_SELF_ENV: "1"},
-    )
+    cluster = disk_cluster(tmp_path, engine, min_free_bytes=0, env={SLOW_SELF_ENV: "1"})
     try:
         with contextlib.ExitStack() as stack:
             disks = [stack.enter_context(tiny_tmpfs(cluster.data_dir(i), "64m")) for i in range(3)]
