@@ -410,6 +410,9 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+SLOW_SELF = 1.0  # seconds: the leader's messages to itself, late (RLOG_TEST_SLOW_SELF)
+
+
 @pytest.mark.parametrize("engine", ["lmdb", "segment"])
 def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_followers(
     engine: str, tmp_path: Path
@@ -424,7 +427,7 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
     acceptor never holds that batch, and the learned message that follows carries no value
     it may store. Without the pull its learned mark stays below those positions for good
     and its consistent reads of them are refused."""
-    cluster = disk_cluster(tmp_path, engine, min_free_bytes=0, env={SLOW_SELF_ENV: "1"})
+    cluster = disk_cluster(tmp_path, engine, min_free_bytes=0, env={SLOW_SELF_ENV: str(SLOW_SELF)})
     try:
         with contextlib.ExitStack() as stack:
             disks = [stack.enter_context(tiny_tmpfs(cluster.data_dir(i), "64m")) for i in range(3)]
@@ -461,7 +464,9 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
                             30,
                             "the leader's own write failing",
                         )
-                        await asyncio.sleep(1)  # the second own write refused meanwhile
+                        # the second own write comes SLOW_SELF after the second append: let
+                        # it be refused before space returns
+                        await asyncio.sleep(SLOW_SELF)
                         st = await asyncio.to_thread(cluster.status, leader)
                         seen["leader learned, end while full"] = (st.learned, st.end)
                         seen["acknowledged end"] = max(acknowledged)

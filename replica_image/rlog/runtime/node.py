@@ -166,7 +166,6 @@ class Node:
             log_id=config.log_id,
         )
         self._self_delay = slow_self()
-        local = LocalReplica(self.handle_promise, self.handle_write, self.handle_learned)
         if self._self_delay:
             log.warning(
                 "%s=%g: this replica's messages to itself are delayed (test only)",
@@ -174,6 +173,8 @@ class Node:
                 self._self_delay,
             )
             local = LocalReplica(self.handle_promise, self._slow_write, self._slow_learned)
+        else:
+            local = LocalReplica(self.handle_promise, self.handle_write, self.handle_learned)
         self.peers = Peers(
             config,
             self.core,
