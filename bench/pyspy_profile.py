@@ -2,14 +2,16 @@
 while `rlog bench` runs each mode, and the top functions as text (bench/pyspy_top.py).
 
     python bench/pyspy_profile.py [--seconds 10] [--rate 100] [--modes serial,concurrent,batched]
-                            [--out bench/results/profile-<date>]
+                            [--out bench/results/profile-<date>] [--lane]
 
 Modes (1 KiB values unless said, to the leader): serial (one append at a time), concurrent
 (64 writers, one unary call per append), stream (the same on the stream client), batched
 (8 writers x 64 entries per call), batched4k (the same with 4 KiB values; not in the default
 set). For each mode and role (leader, follower) it writes MODE-ROLE.svg (flame graph),
 MODE-ROLE.txt (py-spy raw stacks) and MODE-ROLE-top.txt, and a top.md with all of them and
-the acknowledged entries per second; the CPU per entry is samples / rate / entries. Two
+the acknowledged entries per second; the CPU per entry is samples / rate / entries. `--lane`
+profiles the shape `make bench` measures: the replicas' write lane (`--write-lane-offset 1`)
+and every append on the client's append lane (`rlog bench --lane`). Two
 py-spy processes sample each replica (one per output format), with --nonblocking so the
 replica is never paused; py-spy samples Python threads only (not gRPC's C threads).
 """
@@ -53,6 +55,11 @@ def main() -> int:
     parser.add_argument("--modes", default="serial,concurrent,stream,batched")
     parser.add_argument("--out", help="default bench/results/profile-<date>")
     parser.add_argument("--work", default=str(Path.home() / ".cache/rlog-bench/profile"))
+    parser.add_argument(
+        "--lane",
+        action="store_true",
+        help="the replicas' write lane and the client's append lane, as make bench runs them",
+    )
     args = parser.parse_args()
     modes = args.modes.split(",")
     for mode in modes:
@@ -67,7 +74,7 @@ def main() -> int:
 
     shutil.rmtree(args.work, ignore_errors=True)
     summary = [f"# py-spy profiles, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
-    with DevCluster(3, args.work) as cluster:
+    with DevCluster(3, args.work, write_lane_offset=1 if args.lane else 0) as cluster:
         leader = cluster.wait_for_leader()
         follower = next(i for i in range(3) if i != leader)
         roles = {"leader": cluster.pid(leader), "follower": cluster.pid(follower)}
@@ -76,7 +83,7 @@ def main() -> int:
             print(f"== {mode} (load {load:.1f})", file=sys.stderr, flush=True)
             bench = [sys.executable, "-m", "rlog.tools.cli", "bench", "--json", "--size", "1024"]
             bench += ["--endpoint", cluster.endpoints[leader], *MODES[mode], "--warmup", "20"]
-            bench += ["--duration", str(args.seconds + 2)]
+            bench += ["--duration", str(args.seconds + 2)] + (["--lane"] if args.lane else [])
             running = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
             time.sleep(1)  # past the warm-up, into the steady state
             spies = []
@@ -99,7 +106,7 @@ def main() -> int:
             result = json.loads(running.communicate()[0])
             entries = int(result["entries_per_s"] * int(args.seconds))
             summary += [
-                f"## {mode}: {' '.join(MODES[mode])}",
+                f"## {mode}: {' '.join(MODES[mode] + (['--lane'] if args.lane else []))}",
                 "",
                 f"{result['entries_per_s']:,.0f} entries/s acknowledged, p50 "
                 f"{result['latency_ms']['p50']} ms; ~{entries} entries while sampling; "
