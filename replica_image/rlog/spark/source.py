@@ -193,14 +193,42 @@ def run_positions(first: int, count: int) -> pa.Array:
     return pc.add(_counting.slice(0, count), pa.scalar(first, pa.int64()))
 
 
-def run_values(run: pb.Run) -> pa.Array:
+@dataclass(frozen=True)
+class PackedRun:
+    """A run's fields, each read from the message once: reading a bytes field of a protobuf
+    message copies it, and a run's data is up to megabytes (the worker's copies showed in
+    py-spy profiles of the source, bench/README.md "Spark source: each run's bytes read once")."""
+
+    first: int
+    data: bytes
+    offsets: bytes  # count+1 little-endian uint32
+
+    @property
+    def count(self) -> int:
+        return packed.count_of(self.offsets)
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
+def packed_runs(runs: Sequence[pb.Run]) -> list[PackedRun]:
+    """The runs that hold values, their fields read once each."""
+    out = []
+    for run in runs:
+        offsets = run.offsets
+        if packed.count_of(offsets):
+            out.append(PackedRun(run.first, run.data, offsets))
+    return out
+
+
+def run_values(run: PackedRun) -> pa.Array:
     """A run's values as an Arrow binary array over its own buffers: the run's packed layout
     (data + count+1 little-endian uint32 offsets) is Arrow's binary layout."""
-    count = packed.run_count(run)
     if not _LITTLE:  # Arrow's offsets are native-endian
         return pa.array(packed.values_of(run.data, run.offsets), pa.binary())
     values = pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(run.offsets), pa.py_buffer(run.data)]
+        pa.binary(), run.count, [None, pa.py_buffer(run.offsets), pa.py_buffer(run.data)]
     )
     values.validate(full=True)  # offsets within data and never decreasing (C, per batch)
     return values
@@ -209,20 +237,24 @@ def run_values(run: pb.Run) -> pa.Array:
 def to_arrow(runs: Sequence[pb.Run], skip_markers: bool) -> pa.RecordBatch:
     """Runs as one Arrow record batch of SCHEMA, without the sink's markers if asked; no
     Python object per row."""
-    runs = [run for run in runs if packed.run_count(run)]
-    if not runs:
+    return arrow_batch(packed_runs(runs), skip_markers)
+
+
+def arrow_batch(held: Sequence[PackedRun], skip_markers: bool) -> pa.RecordBatch:
+    """`to_arrow` of runs whose fields are read already (each holding values)."""
+    if not held:
         return _EMPTY
-    positions = [run_positions(run.first, packed.run_count(run)) for run in runs]
-    values = [run_values(run) for run in runs]
+    positions = [run_positions(run.first, run.count) for run in held]
+    values = [run_values(run) for run in held]
     batch = pa.RecordBatch.from_arrays(
         [
-            positions[0] if len(runs) == 1 else pa.concat_arrays(positions),
-            values[0] if len(runs) == 1 else pa.concat_arrays(values),
+            positions[0] if len(held) == 1 else pa.concat_arrays(positions),
+            values[0] if len(held) == 1 else pa.concat_arrays(values),
         ],
         schema=ARROW_SCHEMA,
     )
     # Markers are rare: one search of the raw bytes decides whether to look per row at all.
-    if skip_markers and any(MARKER_MAGIC in run.data for run in runs):
+    if skip_markers and any(MARKER_MAGIC in run.data for run in held):
         marker = pc.starts_with(batch.column(1), pattern=MARKER_MAGIC)
         batch = batch.filter(pc.invert(marker))
     return batch
@@ -236,8 +268,8 @@ def read_range(
     dropped). The one place that turns what the client reads into Arrow columns."""
     batches = client.read_columns(first, last, stale, READ_MAX_BATCH, endpoint=endpoint)
     for runs in batches:
-        covered = max(packed.run_last(run) for run in runs if packed.run_count(run))
-        yield covered, to_arrow(runs, skip_markers)
+        held = packed_runs(runs)
+        yield max(run.last for run in held), arrow_batch(held, skip_markers)
 
 
 def read_partition(partition: RlogPartition) -> Iterator[pa.RecordBatch]:
