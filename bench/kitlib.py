@@ -38,6 +38,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "catchup_mb",
     "catchup_copy_mb",
     "spark_source_noop",
+    "spark_source_noop_warm",
     "spark_sink",
     "soak_rss",
 )
