@@ -4,6 +4,8 @@
 #   bench/etcd_cluster.sh start  [DIR]   install etcd if missing, start 3 members, wait for health
 #   bench/etcd_cluster.sh status [DIR]   show per-member status (etcdctl endpoint status)
 #   bench/etcd_cluster.sh stop   [DIR]   kill the members by pid and remove their data
+#   bench/etcd_cluster.sh check          exit 1 printing the members' ports something listens
+#                                        on (an etcd left running), 0 if all are free
 #
 # DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/rlog-bench/etcd (real disk, not tmpfs).
 # Members: m1..m3, client ports 23791-23793, peer ports 23801-23803.
@@ -34,6 +36,18 @@ port_in_use() {
     ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
 }
 
+# The members' ports something listens on, on stdout; fails if there is any.
+check_ports() {
+    local taken=()
+    for p in "${client_ports[@]}" "${peer_ports[@]}"; do
+        if port_in_use "$p"; then taken+=("$p"); fi
+    done
+    if ((${#taken[@]})); then
+        echo "${taken[*]}"
+        return 1
+    fi
+}
+
 member_alive() {
     local pidfile="$dir/$1.pid"
     [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
@@ -51,13 +65,12 @@ start() {
             log "${names[$i]} already running (pid $(cat "$dir/${names[$i]}.pid")); run stop first"
             exit 1
         fi
-        for p in "${client_ports[$i]}" "${peer_ports[$i]}"; do
-            if port_in_use "$p"; then
-                log "port $p is already in use; refusing to start"
-                exit 1
-            fi
-        done
     done
+    local taken
+    if ! taken="$(check_ports)"; then
+        log "ports $taken are already in use; refusing to start"
+        exit 1
+    fi
     mkdir -p "$dir"
     local initial_cluster=""
     for i in 0 1 2; do
@@ -132,8 +145,9 @@ case "$cmd" in
     start) start ;;
     stop) stop ;;
     status) etcdctl --endpoints="$endpoints" endpoint status -w table ;;
+    check) check_ports ;;
     *)
-        echo "usage: $0 {start|status|stop} [DIR]" >&2
+        echo "usage: $0 {start|status|stop|check} [DIR]" >&2
         exit 2
         ;;
 esac

@@ -52,7 +52,6 @@ import platform
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -110,20 +109,14 @@ def git_commit() -> str:
 # ---- etcd ------------------------------------------------------------------------------
 
 
-ETCD_PORTS = (23791, 23792, 23793, 23801, 23802, 23803)  # bench/etcd_cluster.sh
-
-
 def etcd_ports_taken() -> list[int]:
     """The ports of bench/etcd_cluster.sh something already listens on (e.g. an etcd
     started by hand for bench/ab.py --etcd): the kit's own would refuse to start, after the
-    first figures were spent."""
-    taken = []
-    for port in ETCD_PORTS:
-        with socket.socket() as probe:
-            probe.settimeout(0.5)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                taken.append(port)
-    return taken
+    first figures were spent. The script knows its ports (`check`)."""
+    found = subprocess.run(
+        [str(BENCH / "etcd_cluster.sh"), "check"], capture_output=True, text=True, check=False
+    )
+    return [int(port) for port in found.stdout.split()] if found.returncode else []
 
 
 @contextlib.contextmanager
