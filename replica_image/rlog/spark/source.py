@@ -196,8 +196,8 @@ def run_positions(first: int, count: int) -> pa.Array:
 @dataclass(frozen=True)
 class PackedRun:
     """A run's fields, each read from the message once: reading a bytes field of a protobuf
-    message copies it, and a run's data is up to megabytes (the worker's copies showed in
-    py-spy profiles of the source, bench/README.md "Spark source: each run's bytes read once")."""
+    message copies it, and a run's data is up to megabytes (bench/README.md, "Spark source:
+    the first run and the warm run")."""
 
     first: int
     data: bytes
