@@ -299,3 +299,18 @@ def test_the_test_only_slow_self_delay_is_seconds_or_a_clear_error(monkeypatch):
     monkeypatch.setenv(SLOW_SELF_ENV, "abc")
     with pytest.raises(ConfigError, match="RLOG_TEST_SLOW_SELF='abc': not a number of seconds"):
         slow_self()
+
+
+def test_building_the_command_line_leaves_the_progress_bar_unimported() -> None:
+    # Every `rlog` command, a replica's start included, builds all subcommands' arguments;
+    # tqdm (only `rlog bench` draws a bar) is ~45 ms of imports it must not pay.
+    code = (
+        "import sys\n"
+        "from rlog.tools.cli import build_parser\n"
+        "build_parser()\n"
+        "print('tqdm' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
