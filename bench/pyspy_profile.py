@@ -62,6 +62,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     modes = args.modes.split(",")
+    client_lane = ["--lane"] if args.lane else []  # rlog bench's, beside each mode's arguments
     for mode in modes:
         if mode not in MODES:
             raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
@@ -83,7 +84,7 @@ def main() -> int:
             print(f"== {mode} (load {load:.1f})", file=sys.stderr, flush=True)
             bench = [sys.executable, "-m", "rlog.tools.cli", "bench", "--json", "--size", "1024"]
             bench += ["--endpoint", cluster.endpoints[leader], *MODES[mode], "--warmup", "20"]
-            bench += ["--duration", str(args.seconds + 2)] + (["--lane"] if args.lane else [])
+            bench += ["--duration", str(args.seconds + 2), *client_lane]
             running = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
             time.sleep(1)  # past the warm-up, into the steady state
             spies = []
@@ -106,7 +107,7 @@ def main() -> int:
             result = json.loads(running.communicate()[0])
             entries = int(result["entries_per_s"] * int(args.seconds))
             summary += [
-                f"## {mode}: {' '.join(MODES[mode] + (['--lane'] if args.lane else []))}",
+                f"## {mode}: {' '.join([*MODES[mode], *client_lane])}",
                 "",
                 f"{result['entries_per_s']:,.0f} entries/s acknowledged, p50 "
                 f"{result['latency_ms']['p50']} ms; ~{entries} entries while sampling; "
