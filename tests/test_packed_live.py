@@ -269,3 +269,44 @@ def test_a_read_response_holds_stored_runs_whole(cluster):
         expected += [(p, bytes([fill]) * 100) for p in range(start, start + count)]
     expected += [(p, b"h" * 1000) for p in range(h, h + 5000)]
     assert got == [e for e in expected if e[0] >= first]
+
+
+@pytest.mark.parametrize("how", ["leader", "follower stale", "follower forwarded"])
+def test_max_batch_bounds_the_positions_of_each_read_response(cluster, how):
+    """A Read's `max_batch` caps the positions each response spans, cutting stored runs for
+    it, on the leader, on a follower's stale read and on a read it forwards to the leader;
+    the values read are the same as without it."""
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in range(3) if i != leader)
+    with Client(cluster.endpoints[leader], exactly_once=False) as client:
+        calls = [client.append_packed(*packed.pack([b"m%d" % i for i in range(30)]))]
+        calls.append(client.append_packed(*packed.pack([b"n%d" % i for i in range(11)])))
+    first, last = calls[0][0], calls[-1][-1]
+    cluster.wait_for(
+        lambda found: all(s is not None and s.learned >= last for s in found), what="learned"
+    )
+    endpoint = cluster.endpoints[leader if how == "leader" else follower]
+    stale = how == "follower stale"
+    with Client(endpoint, exactly_once=False) as reader:
+
+        def responses(max_batch: int) -> list[list[tuple[int, list[bytes]]]]:
+            return [
+                [(run.first, packed.values_of(run.data, run.offsets)) for run in runs]
+                for runs in reader.read_columns(first, last, stale, max_batch)
+            ]
+
+        whole = responses(0)
+        capped = responses(7)
+    spans = [runs[-1][0] + len(runs[-1][1]) - runs[0][0] for runs in capped]
+    assert max(spans) <= 7 and len(capped) >= (last - first + 1) // 7
+    assert len(whole) == 1  # 41 small values: one response without the cap
+
+    def flat(got: list[list[tuple[int, list[bytes]]]]) -> list[tuple[int, bytes]]:
+        return [
+            (start + i, v) for runs in got for start, values in runs for i, v in enumerate(values)
+        ]
+
+    assert flat(capped) == flat(whole)
+    assert [v for _, v in flat(whole)] == [b"m%d" % i for i in range(30)] + [
+        b"n%d" % i for i in range(11)
+    ]

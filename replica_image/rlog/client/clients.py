@@ -1159,7 +1159,8 @@ class AsyncClient:
     ) -> AsyncGenerator[Entry, None]:
         """The APPEND entries in [from_, to] (inclusive; defaults: the beginning and the
         last learned position), in position order. `stale=True` reads the contacted
-        replica's own learned entries instead of going through the leader.
+        replica's own learned entries instead of going through the leader. `max_batch`: at
+        most this many positions per server message (0: the server's bounds, 4 MiB of values).
         `endpoint`: read from exactly that endpoint, never another (a stale read of one
         given replica; its errors are raised as they are, for the caller to move on).
         `min_position`: the replica serving the read first waits until it has learned this

@@ -940,6 +940,9 @@ class ReadRequest(_message.Message):
     stale: _builtins.bool
     """serve from this replica's learned entries, without the leader"""
     max_batch: _builtins.int
+    """At most this many positions per response (a stored run is cut for it); 0: the
+    server's own bounds only (4 MiB of values, 1024 stored records).
+    """
     min_position: _builtins.int
     """Wait until the serving replica has learned this position (read-your-writes on a stale
     read), up to the call's deadline; then NOT_LEARNED (UNAVAILABLE) naming its learned end.

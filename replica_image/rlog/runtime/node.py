@@ -1033,7 +1033,7 @@ class Node:
             # This replica became the leader meanwhile.
             await self._read_index_wait()
             await self._await_min_position(request, deadline)
-            async for runs in self.read_range(first, last, False):
+            async for runs in self.read_range(first, last, False, max_positions=request.max_batch):
                 yield pb.ReadResponse(runs=runs)
             return
         if not request.stale and not self.is_leader:
@@ -1046,7 +1046,9 @@ class Node:
                 f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
             )
         await self._await_min_position(request, deadline)
-        async for runs in self.read_range(first, last, request.stale):
+        async for runs in self.read_range(
+            first, last, request.stale, max_positions=request.max_batch
+        ):
             yield pb.ReadResponse(runs=runs)
 
     async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
@@ -1116,10 +1118,16 @@ class Node:
         stale: bool,
         chunk_bytes: int = READ_RESPONSE_BYTES,
         shared: SharedChunks | None = None,
+        max_positions: int = 0,
     ) -> AsyncIterator[list[pb.Run]]:
         """Validated learned APPEND entries in [first, last] held here, in chunks of runs
         of about `chunk_bytes` (rlog.runtime.read_runs; one larger entry goes whole), taken
-        from and kept in `shared` when given (Tail readers share what they read)."""
+        from and kept in `shared` when given (Tail readers share what they read). A chunk
+        spans at most `max_positions` positions when that is above 0 (a Read's `max_batch`:
+        a stored run is cut for it); a shared chunk is never cut so."""
+        positions = READ_RESPONSE_POSITIONS
+        if max_positions > 0 and shared is None:
+            positions = min(positions, max_positions)
         begin = self.core.begin
         first = begin if first is None else first
         learned_end = self.core.learned
@@ -1157,7 +1165,7 @@ class Node:
                 records = self.core.learned_records(
                     position,
                     end,
-                    READ_RESPONSE_POSITIONS,
+                    positions,
                     chunk_bytes,
                     READ_RESPONSE_RECORDS,
                 )

@@ -55,7 +55,10 @@ SCHEMA = StructType(
 ARROW_SCHEMA = pa.schema(
     [pa.field("position", pa.int64(), nullable=False), pa.field("value", pa.binary(), False)]
 )
-READ_MAX_BATCH = 4096  # entries asked per Read response (one Arrow batch each)
+# Positions asked per Read response (one Arrow batch each): 0, the server's own bounds (4 MiB
+# of values, 1024 stored runs), so a run is never cut for the batch (bench/README.md, "Spark
+# source: Read's max_batch").
+READ_MAX_BATCH = 0
 _EMPTY = pa.RecordBatch.from_arrays(
     [pa.array([], pa.int64()), pa.array([], pa.binary())], schema=ARROW_SCHEMA
 )
@@ -181,7 +184,7 @@ def plan_partitions(
 
 
 _LITTLE = sys.byteorder == "little"
-_counting = pa.array(range(READ_MAX_BATCH), pa.int64())  # 0, 1, ...: positions are first + these
+_counting = pa.array(range(1 << 14), pa.int64())  # 0, 1, ...: positions are first + these
 
 
 def run_positions(first: int, count: int) -> pa.Array:
