@@ -40,9 +40,15 @@ def tree_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def wrapped_cluster(script: str, directory: Path, env_of: Callable[[int], dict[str, str]]) -> Any:
+def wrapped_cluster(
+    script: str,
+    directory: Path,
+    env_of: Callable[[int], dict[str, str]],
+    write_lane_offset: int = 0,
+) -> Any:
     """A 3-replica DevCluster (not started: use it as a context manager) whose replica `i`
-    runs `python SCRIPT --as-replica ...` with the environment `env_of(i)`."""
+    runs `python SCRIPT --as-replica ...` with the environment `env_of(i)` (and write lanes at
+    port + `write_lane_offset` when above 0)."""
     from rlog.tools.dev import DevCluster
 
     class WrappedCluster(DevCluster):
@@ -55,4 +61,4 @@ def wrapped_cluster(script: str, directory: Path, env_of: Callable[[int], dict[s
             self.env = env_of(i)
             super().start_replica(i)
 
-    return WrappedCluster(3, directory)
+    return WrappedCluster(3, directory, write_lane_offset=write_lane_offset)

@@ -84,6 +84,20 @@ def _wrap_sync(owner: Any, attr: str, name: str) -> None:
     setattr(owner, attr, probed)
 
 
+def _wrap_future(owner: Any, attr: str, name: str) -> None:
+    """A call that returns a future at once: its stage ends when the future is done."""
+    original = getattr(owner, attr)
+
+    @functools.wraps(original)
+    def probed(*args: Any, **kwargs: Any) -> Any:
+        _mark(name + ".enter")
+        future = original(*args, **kwargs)
+        future.add_done_callback(lambda _: _mark(name + ".exit"))
+        return future
+
+    setattr(owner, attr, probed)
+
+
 def install_probes() -> None:
     """Wrap the replica's stages of an append (run in the replica process, before it starts)."""
     import grpc.aio._call as grpc_call
@@ -112,6 +126,13 @@ def install_probes() -> None:
         ),
     )
     _wrap_async(grpc_call.StreamStreamCall, "write", "grpc_write")  # leader -> follower
+    # The same stages on the lanes (`--lanes`): a client's append on the append lane, the
+    # leader's write to a peer on its write lane (named as the gRPC ones: the same places on
+    # the path).
+    from rlog.runtime import append_lane, lane
+
+    _wrap_async(append_lane.AppendLaneHandler, "_one", "append")
+    _wrap_sync(lane.WriteLane, "start", "grpc_write")
     _wrap_async(grpc_call.StreamStreamCall, "read", "grpc_read")  # follower's answer read
     original_reply = node.Node._on_reply
 
@@ -154,17 +175,19 @@ def load_events(path: Path) -> list[tuple[int, str]]:
 
 
 async def drive(
-    endpoint: str, count: int, warmup: int, batch: int = 1
+    endpoint: str, count: int, warmup: int, batch: int = 1, lanes: bool = False
 ) -> tuple[list[tuple[int, int]], list[int]]:
     import grpc.aio._call as grpc_call
 
     from rlog.client import AsyncClient
+    from rlog.client import lane as client_lane
     from rlog.proto import rlog_pb2 as pb
 
     _wrap_async(grpc_call.UnaryUnaryCall, "_invoke", "call")  # the client's unary call
+    _wrap_future(client_lane.AppendLane, "append", "call")  # or its append on the lane
     values = [os.urandom(1024)] * batch
     windows: list[tuple[int, int]] = []
-    async with AsyncClient(endpoint, timeout=10) as client:
+    async with AsyncClient(endpoint, timeout=10, lane=lanes) as client:
         for _ in range(warmup):
             await client.append(values)
         for _ in range(count):
@@ -328,9 +351,18 @@ def main() -> int:
     parser.add_argument(
         "--tree", type=Path, default=HERE, help="the replicas' source tree (default this one)"
     )
+    parser.add_argument(
+        "--lanes",
+        action="store_true",
+        help="the kit's shape: replicas with write lanes, the client on its append lane",
+    )
     args = parser.parse_args()
 
-    from rlog import event_loop
+    from rlog import allocator, event_loop
+
+    # The driver is the client: its large buffers kept in the heap as in every `rlog` process
+    # (`rlog bench` included), so that its stages are not page faults the CLI never pays.
+    allocator.keep_large_buffers()
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="rlog-budget-"))
     env = harness.tree_env(args.tree)
@@ -342,10 +374,11 @@ def main() -> int:
         return {**env, EVENTS_ENV: str(base / f"events-{i}.txt")}
 
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    with harness.wrapped_cluster(__file__, base / "cluster", env_of) as cluster:
+    lane_offset = 1 if args.lanes else 0
+    with harness.wrapped_cluster(__file__, base / "cluster", env_of, lane_offset) as cluster:
         leader = cluster.wait_for_leader()
         windows, status = event_loop.run(
-            drive(cluster.endpoints[leader], args.count, args.warmup, args.batch)
+            drive(cluster.endpoints[leader], args.count, args.warmup, args.batch, args.lanes)
         )
         for i in range(3):
             pid = cluster.pid(i)
