@@ -18,11 +18,11 @@ import argparse
 import json
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from harness import add_batched_arguments, run_batched
 from machine import cpu_split, load
 
 HERE = Path(__file__).resolve().parents[1]
@@ -33,10 +33,7 @@ from rlog.tools.dev import DevCluster  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=4096, help="bytes per value")
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=64, help="values per append")
+    add_batched_arguments(parser, size=4096, seconds=6.0)
     parser.add_argument("--dir", help="cluster dir (default: a new one under ~/.cache)")
     args = parser.parse_args()
     base = Path.home() / ".cache/rlog-bench"
@@ -46,25 +43,15 @@ def main() -> int:
     try:
         with DevCluster(3, root) as cluster:
             leader = cluster.wait_for_leader()
-            bench = ["bench", "--endpoint", cluster.endpoints[leader], "--json"]
-            bench += ["--size", str(args.size), "--mode", "concurrent"]
-            bench += ["--concurrency", str(args.writers), "--batch", str(args.batch)]
-            bench += ["--duration", str(args.seconds), "--warmup", "20"]
             pids = {i: cluster.pid(i) for i in range(cluster.replicas)}
             before = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
             client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started_load = load()
-            out = subprocess.run(
-                [sys.executable, "-m", "rlog.tools.cli", *bench],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
+            result = run_batched(cluster.endpoints[leader], args)
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             after = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = json.loads(out)
     entries = result["entries_per_s"] * result["seconds"]
 
     def per_entry(seconds: float) -> float:

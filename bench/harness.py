@@ -6,13 +6,19 @@
 - `wrapped_cluster`: a 3-replica `rlog dev` log whose replicas are started through a bench
   script (`SCRIPT --as-replica <rlog replica arguments>`), so the script can install its
   probes or counters in the replica process before rlog starts (`latency_budget.py`,
-  `loop_counts.py`). The replicas take rlog from `--tree`'s checkout.
+  `loop_counts.py`). The replicas take rlog from `--tree`'s checkout;
+- `add_batched_arguments` / `run_batched`: one `rlog bench` batched run (the kit's shape) as
+  a subprocess, its JSON result (`cpu_split.py`, `round_split.py`).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +68,24 @@ def wrapped_cluster(
             super().start_replica(i)
 
     return WrappedCluster(3, directory, write_lane_offset=write_lane_offset)
+
+
+def add_batched_arguments(parser: argparse.ArgumentParser, size: int, seconds: float) -> None:
+    """The batched run's shape: --size (bytes per value), --seconds, --writers, --batch."""
+    parser.add_argument("--size", type=int, default=size, help="bytes per value")
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=64, help="values per append")
+
+
+def run_batched(endpoint: str, args: argparse.Namespace, extra: Sequence[str] = ()) -> Any:
+    """`rlog bench --mode concurrent` against `endpoint` in the shape of `args`
+    (add_batched_arguments), as a child process; its JSON result."""
+    bench = ["bench", "--endpoint", endpoint, "--json", *extra]
+    bench += ["--size", str(args.size), "--mode", "concurrent"]
+    bench += ["--concurrency", str(args.writers), "--batch", str(args.batch)]
+    bench += ["--duration", str(args.seconds), "--warmup", "20"]
+    out = subprocess.run(
+        [sys.executable, "-m", "rlog.tools.cli", *bench], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out)

@@ -19,13 +19,13 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+from harness import add_batched_arguments, run_batched
 from machine import load
 
 HERE = Path(__file__).resolve().parents[1]
@@ -62,10 +62,7 @@ def mean(sums: dict[str, float], name: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1024, help="bytes per value")
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=64, help="values per append")
+    add_batched_arguments(parser, size=1024, seconds=8.0)
     parser.add_argument(
         "--no-exactly-once",
         action="store_true",
@@ -84,21 +81,11 @@ def main() -> int:
         with DevCluster(3, root, metrics=True, write_lane_offset=1) as cluster:
             leader = cluster.wait_for_leader()
             ports = [p for p in cluster.metrics_ports if p is not None]
-            bench = ["bench", "--endpoint", cluster.endpoints[leader], "--json", "--lane"]
-            bench += ["--size", str(args.size), "--mode", "concurrent"]
-            bench += ["--concurrency", str(args.writers), "--batch", str(args.batch)]
-            bench += ["--duration", str(args.seconds), "--warmup", "20"]
-            if args.no_exactly_once:
-                bench.append("--no-exactly-once")
+            extra = ["--lane"] + (["--no-exactly-once"] if args.no_exactly_once else [])
             started_load = load()
             before = [scrape(p) for p in ports]
             started = time.monotonic()
-            out = subprocess.run(
-                [sys.executable, "-m", "rlog.tools.cli", *bench],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
+            result = run_batched(cluster.endpoints[leader], args, extra)
             # The histograms cover the warm-up and the client's start too: their share of
             # the time is over this whole window, not the bench's own seconds.
             window = time.monotonic() - started
@@ -106,7 +93,6 @@ def main() -> int:
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
-    result = json.loads(out)
     rate = result["entries_per_s"]
     replicas = {}
     batch_ms = batch_entries = 0.0
