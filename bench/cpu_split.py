@@ -2,14 +2,16 @@
 each replica of a fresh 3-replica `rlog dev` log and of the `rlog bench` client.
 
     .venv/bin/python bench/cpu_split.py [--size 4096] [--seconds 6] [--writers 8] [--batch 64]
+                                        [--lane]
 
 It runs `rlog bench --mode concurrent` once against the leader and reads each replica's
 utime and stime from /proc before and after, the client's from getrusage(RUSAGE_CHILDREN)
-(its interpreter start included). The sum over the processes against the machine's cores says
-whether a figure is CPU-bound here; system time against user time says whether the kernel's
-write path or rlog's Python is the larger part (bench/README.md, "Freshly freed file space").
-The log is fresh: its writes land on whatever file space the file system hands out, see the
-same section before comparing runs.
+(its interpreter start included). `--lane` runs the shape `make bench` measures: the
+replicas' write lanes and the client's append lane. The sum over the processes against the
+machine's cores says whether a figure is CPU-bound here; system time against user time says
+whether the kernel's write path or rlog's Python is the larger part (bench/README.md,
+"Freshly freed file space"). The log is fresh: its writes land on whatever file space the
+file system hands out, see the same section before comparing runs.
 """
 
 from __future__ import annotations
@@ -35,19 +37,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_batched_arguments(parser, size=4096, seconds=6.0)
     parser.add_argument("--dir", help="cluster dir (default: a new one under ~/.cache)")
+    parser.add_argument(
+        "--lane", action="store_true", help="write lanes and the client's append lane"
+    )
     args = parser.parse_args()
     base = Path.home() / ".cache/rlog-bench"
     base.mkdir(parents=True, exist_ok=True)
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="cpu-split-", dir=base))
     shutil.rmtree(root, ignore_errors=True)
     try:
-        with DevCluster(3, root) as cluster:
+        with DevCluster(3, root, write_lane_offset=1 if args.lane else 0) as cluster:
             leader = cluster.wait_for_leader()
             pids = {i: cluster.pid(i) for i in range(cluster.replicas)}
             before = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
             client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started_load = load()
-            result = run_batched(cluster.endpoints[leader], args)
+            result = run_batched(cluster.endpoints[leader], args, ["--lane"] if args.lane else [])
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             after = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
     finally:
@@ -73,6 +78,7 @@ def main() -> int:
         "size": args.size,
         "writers": args.writers,
         "batch": args.batch,
+        "lane": args.lane,
         "entries_per_s": round(result["entries_per_s"]),
         "mb_per_s": round(result["mb_per_s"], 1),
         "p50_ms": result["latency_ms"]["p50"],
