@@ -41,7 +41,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rlog.packed import pack, run_count
+from rlog.packed import pack, run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import (
     NO_CONDITIONS,
@@ -433,6 +433,10 @@ class Coordinator:
             return
         admission = self.admission
         while self._queue and len(self._writes) < self.config.max_inflight_batches:
+            # Records are placed straight into the request: a run appended to a repeated
+            # field later is copied by serializing and parsing it (three copies of its
+            # bytes), one made in place by a single deep copy.
+            request = pb.WriteRequest(proposal=self.proposal, leader=self.id, log_id=self.log_id)
             records: list[pb.Action | pb.Run] = []
             tokens: list[tuple[Hashable, list[int]]] = []
             size = count = 0
@@ -440,7 +444,7 @@ class Coordinator:
             while self._queue:
                 token, entries, conditions = self._queue[0]
                 if isinstance(entries, pb.Run):
-                    entry_count, entry_size = run_count(entries), len(entries.data)
+                    entry_count, entry_size = run_count(entries), run_bytes(entries)
                 else:
                     entry_count = len(entries)
                     entry_size = sum(len(a.value) for a in entries)
@@ -469,10 +473,14 @@ class Coordinator:
                 bounds = (start, start + entry_count - 1) if entry_count > 1 else (0, 0)
                 if isinstance(entries, pb.Run):
                     if entry_count:
-                        records.append(self._append_run(entries, start, bounds, conditions))
+                        run = request.runs.add()
+                        self._append_run(run, entries, start, bounds, conditions)
+                        records.append(run)
                 else:
                     for offset, action in enumerate(entries):
-                        records.append(self._entry(action, start + offset, bounds, conditions))
+                        entry = self._entry(action, start + offset, bounds, conditions)
+                        request.actions.append(entry)
+                        records.append(request.actions[-1])
                 self.next_position += entry_count
                 tokens.append((token, list(range(start, self.next_position))))
                 size += entry_size
@@ -483,20 +491,19 @@ class Coordinator:
             self._writes[round_id] = _Write(
                 first, count, records, tokens, Tally(self.replicas, self.quorum)
             )
-            request = pb.WriteRequest(proposal=self.proposal, leader=self.id, log_id=self.log_id)
-            for record in records:
-                if isinstance(record, pb.Run):
-                    request.runs.append(record)
-                else:
-                    request.actions.append(record)
             self._broadcast(request, round_id)
             self._outbox.append(SetTimer(round_id, self.config.append_timeout))
 
     def _append_run(
-        self, values: pb.Run, first: int, bounds: tuple[int, int], conditions: Conditions
-    ) -> pb.Run:
-        """An append's values placed at `first` (one head for all of them), applied to the
-        admission state."""
+        self,
+        run: pb.Run,
+        values: pb.Run,
+        first: int,
+        bounds: tuple[int, int],
+        conditions: Conditions,
+    ) -> None:
+        """`run` := an append's values placed at `first` (one head for all of them), applied
+        to the admission state."""
         assert self.admission is not None
         head = pb.Action(
             type=pb.APPEND,
@@ -511,9 +518,10 @@ class Coordinator:
             session=conditions.session,
             sequence=conditions.sequence if conditions.session else 0,
         )
-        run = pb.Run(first=first, head=head, data=values.data, offsets=values.offsets)
+        run.CopyFrom(values)  # one copy of the values (a constructor from .data makes two)
+        run.first = first
+        run.head.CopyFrom(head)
         self.admission.apply_run(run)
-        return run
 
     def _entry(
         self, action: pb.Action, position: int, bounds: tuple[int, int], conditions: Conditions

@@ -456,11 +456,11 @@ class ReplicaCore:
                         return Reply(self._reject_write(self.meta.promised), None)
                     head = entry_of(record.head)
                     head.promised = head.performed = proposal
-                    accepted_runs.append(
-                        pb.Run(
-                            first=record.first, head=head, data=record.data, offsets=record.offsets
-                        )
-                    )
+                    run = pb.Run()
+                    run.CopyFrom(record)  # one copy of the values (a constructor makes two)
+                    run.DiscardUnknownFields()  # only the fields this build knows are stored
+                    run.head.CopyFrom(head)
+                    accepted_runs.append(run)
                     continue
                 positions: Iterable[pb.Action] = expand(record)
             else:

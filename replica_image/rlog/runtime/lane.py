@@ -280,16 +280,22 @@ class WriteLane:
         """Open now; if not, start opening it in the background (when its back-off allows)."""
         return self._caller.usable()
 
-    async def write(self, encoded: bytes, time_limit: float) -> pb.WriteResponse:
-        """Send one encoded WriteRequest (no id) and wait for its response. Raises
-        TimeoutError or StreamBroken. Only while `usable()`."""
-        return await self.start(encoded, time_limit)
+    async def write(
+        self, encoded: bytes, time_limit: float, suffix: bytes = b""
+    ) -> pb.WriteResponse:
+        """Send one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) and
+        wait for its response. Raises TimeoutError or StreamBroken. Only while `usable()`."""
+        return await self.start(encoded, time_limit, suffix)
 
-    def start(self, encoded: bytes, time_limit: float) -> asyncio.Future[pb.WriteResponse]:
-        """Send one encoded WriteRequest (no id) now; its response, or the error `write`
-        would raise, in the future returned. Only while `usable()`."""
+    def start(
+        self, encoded: bytes, time_limit: float, suffix: bytes = b""
+    ) -> asyncio.Future[pb.WriteResponse]:
+        """Send one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) now;
+        its response, or the error `write` would raise, in the future returned. Only while
+        `usable()`. The parts go to the connection as they are (no joined copy)."""
         request_id = self._caller.next_id()
-        return self._caller.send(request_id, [encoded, with_id(b"", request_id)], time_limit)
+        parts = [encoded, suffix + with_id(b"", request_id)]
+        return self._caller.send(request_id, parts, time_limit)
 
     def close(self) -> None:
         self._caller.close()

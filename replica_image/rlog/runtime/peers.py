@@ -43,7 +43,7 @@ from rlog.runtime.write_stream import (
     StreamBroken,
     StreamUnimplemented,
     WriteStream,
-    with_learned,
+    learned_field,
 )
 from rlog.storage.base import StorageError
 
@@ -253,9 +253,9 @@ class Peers(Mapping[int, Peer]):
         append waits for a follower's answer). False: the peer gets unary writes for now."""
         if time.monotonic() < self._unary_until.get(send.to, 0.0):
             return False
-        encoded = self._encode(message, learned)
+        encoded, suffix = self._encode(message, learned)
         writer = self._lane(send.to) or self._streams[send.to]
-        future = writer.start(encoded, self.config.append_timeout)
+        future = writer.start(encoded, self.config.append_timeout, suffix)
         future.add_done_callback(lambda f: self._stream_written(send, learned, f))
         return True
 
@@ -416,12 +416,12 @@ class Peers(Mapping[int, Peer]):
         stream its encoding is appended to the write's, which every peer shares."""
         timeout = self.config.append_timeout
         if time.monotonic() >= self._unary_until.get(peer.id, 0.0):
-            encoded = self._encode(message, learned)
+            encoded, suffix = self._encode(message, learned)
             lane = self._lane(peer.id)
             if lane is not None:
-                return await lane.write(encoded, timeout)
+                return await lane.write(encoded, timeout, suffix)
             try:
-                return await self._streams[peer.id].write(encoded, timeout)
+                return await self._streams[peer.id].write(encoded, timeout, suffix)
             except StreamUnimplemented:
                 # Nothing of the stream reached a handler: this write goes unary instead.
                 log.info("replica %d has no WriteStream: unary writes to it", peer.id)
@@ -434,14 +434,17 @@ class Peers(Mapping[int, Peer]):
         response: pb.WriteResponse = await peer.replica.Write(message, timeout=timeout)
         return response
 
-    def _encode(self, message: pb.WriteRequest, learned: pb.LearnedRequest | None) -> bytes:
-        """The write's encoding, made once for every peer it goes to, with the learned
-        ranges riding to this peer appended."""
+    def _encode(
+        self, message: pb.WriteRequest, learned: pb.LearnedRequest | None
+    ) -> tuple[bytes, bytes]:
+        """The write's encoding, made once for every peer it goes to, and the learned ranges
+        riding to this peer as the field to append to it (kept apart: joined, each peer's
+        write would copy the batch's bytes)."""
         last, encoded = self._encoded
         if message is not last:
             encoded = message.SerializeToString()
             self._encoded = (message, encoded)
-        return encoded if learned is None else with_learned(encoded, learned)
+        return encoded, b"" if learned is None else learned_field(learned)
 
     # ---- Fetch -------------------------------------------------------------------------
 

@@ -16,8 +16,10 @@ group commits finish them.
 
 Requests are serialized once here, by the caller, and handed to gRPC as bytes: the leader
 sends the same `WriteRequest` to every peer, and the id (and the learned ranges riding on a
-write to one peer) is appended to the encoding (a protobuf field appended to a message's
-encoding is merged into it), so the shared message is never copied nor mutated.
+write to one peer, `learned_field`) is appended to the encoding (a protobuf field appended to
+a message's encoding is merged into it), so the shared message is never copied nor mutated.
+The appended fields travel as a separate `suffix`: the write lane sends the shared encoding
+and the suffix as they are, without joining a copy of the batch's bytes per peer.
 """
 
 from __future__ import annotations
@@ -50,11 +52,16 @@ def with_id(encoded: bytes, request_id: int) -> bytes:
     return encoded + _ID_TAG + varint(request_id)
 
 
-def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
-    """The encoding of a WriteRequest (`encoded`, without `learned`) with `learned` set:
-    a message field appended to an encoding that lacks it parses as that field set."""
+def learned_field(learned: pb.LearnedRequest) -> bytes:
+    """`WriteRequest.learned` = `learned`, encoded: appended to the encoding of a
+    WriteRequest that lacks it, the whole parses as that field set."""
     body = learned.SerializeToString()
-    return encoded + _LEARNED_TAG + varint(len(body)) + body
+    return _LEARNED_TAG + varint(len(body)) + body
+
+
+def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
+    """The encoding of a WriteRequest (`encoded`, without `learned`) with `learned` set."""
+    return encoded + learned_field(learned)
 
 
 def answer_to(request: pb.WriteRequest, decided: pb.WriteResponse) -> pb.WriteResponse:
@@ -165,15 +172,20 @@ class WriteStream:
         self._session: _Session | None = None
         self._ids = itertools.count(1)
 
-    async def write(self, encoded: bytes, time_limit: float) -> pb.WriteResponse:
-        """Send one encoded WriteRequest (no id) and wait for its response. Raises
-        TimeoutError, grpc.aio.AioRpcError or StreamBroken if it failed (the stream broke),
-        StreamUnimplemented if the peer has no WriteStream."""
-        return await self.start(encoded, time_limit)
+    async def write(
+        self, encoded: bytes, time_limit: float, suffix: bytes = b""
+    ) -> pb.WriteResponse:
+        """Send one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) and
+        wait for its response. Raises TimeoutError, grpc.aio.AioRpcError or StreamBroken if
+        it failed (the stream broke), StreamUnimplemented if the peer has no WriteStream."""
+        return await self.start(encoded, time_limit, suffix)
 
-    def start(self, encoded: bytes, time_limit: float) -> asyncio.Future[pb.WriteResponse]:
-        """Queue one encoded WriteRequest (no id) now; its response, or the error `write`
-        would raise, in the future returned (for a caller that is not a task of its own)."""
+    def start(
+        self, encoded: bytes, time_limit: float, suffix: bytes = b""
+    ) -> asyncio.Future[pb.WriteResponse]:
+        """Queue one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) now;
+        its response, or the error `write` would raise, in the future returned (for a caller
+        that is not a task of its own)."""
         session = self._session
         if session is None or session.ended:
             session = self._session = _Session(self._open_call(None), self._ended)
@@ -182,7 +194,9 @@ class WriteStream:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[pb.WriteResponse] = loop.create_future()
         session.pending[request_id] = future
-        session.outgoing.put_nowait((request_id, with_id(encoded, request_id)))
+        # gRPC takes one bytes object per message: the one join of the batch's bytes here.
+        data = b"".join((encoded, suffix, _ID_TAG, varint(request_id)))
+        session.outgoing.put_nowait((request_id, data))
         timer = loop.call_later(time_limit, _expire, future, time_limit)
 
         def settled(_: asyncio.Future[pb.WriteResponse]) -> None:
