@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from rlog.packed import expand, run_count
 from rlog.proto import rlog_pb2 as pb
+from rlog.storage.base import RunHead
 
 
 @dataclass(frozen=True)
@@ -156,14 +157,26 @@ class AdmissionState:
         """Apply the run's entries (>= next_position): for an APPEND run, one step for all
         of them (they share their epoch, session and sequence), the same as each in turn."""
         count = run_count(run)
-        head = run.head
-        if head.type != pb.APPEND:
+        if run.head.type != pb.APPEND:
             for entry in expand(run):
                 self.apply(entry)
             return
-        if count == 0:
+        if count:
+            self._apply_appends(run.first, count, run.head)
+
+    def apply_head(self, run: RunHead) -> None:
+        """`apply_run` from the run's head alone (no entry's value matters here)."""
+        if run.head.type == pb.APPEND:
+            self._apply_appends(run.first, run.last - run.first + 1, run.head)
             return
-        last = run.first + count - 1
+        for position in range(run.first, run.last + 1):
+            entry = pb.Action()
+            entry.CopyFrom(run.head)
+            entry.position = position
+            self.apply(entry)
+
+    def _apply_appends(self, first: int, count: int, head: pb.Action) -> None:
+        last = first + count - 1
         if last >= self.next_position:
             self.next_position = last + 1
         if head.epoch > self.epoch:
@@ -173,14 +186,16 @@ class AdmissionState:
             if session is not None and head.sequence >= session.forgotten_below:
                 answer = session.answers.get(head.sequence)
                 session.answers[head.sequence] = (
-                    (run.first, count) if answer is None else (answer[0], answer[1] + count)
+                    (first, count) if answer is None else (answer[0], answer[1] + count)
                 )
         if self.sessions and self._oldest_session() < self.horizon:
             self._expire()
 
-    def apply_record(self, record: pb.Action | pb.Run) -> None:
+    def apply_record(self, record: pb.Action | pb.Run | RunHead) -> None:
         if isinstance(record, pb.Run):
             self.apply_run(record)
+        elif isinstance(record, RunHead):
+            self.apply_head(record)
         else:
             self.apply(record)
 

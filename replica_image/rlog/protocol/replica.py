@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rlog.packed import (
     PackedError,
@@ -45,6 +46,7 @@ from rlog.packed import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
+from rlog.storage.base import RunHead, head_of
 
 
 def same_value(a: pb.Action, b: pb.Action) -> bool:
@@ -71,6 +73,8 @@ def tombstone(position: int) -> pb.Action:
 
 
 Record = pb.Action | pb.Run
+Head = pb.Action | RunHead  # a record as bookkeeping reads it: a run without its values
+R = TypeVar("R", pb.Action | pb.Run, pb.Action | RunHead)
 
 # The highest position a record may hold: one below uint64's maximum, so that the begin a
 # learned tombstone implies (its position + 1) still fits the uint64 fields it is stored in.
@@ -94,18 +98,29 @@ def well_formed(records: Iterable[Record]) -> bool:
     return True
 
 
-def span(record: Record) -> tuple[int, int]:
+def span(record: Record | RunHead) -> tuple[int, int]:
     """The first and last position a record holds."""
     if isinstance(record, pb.Run):
         return record.first, record.first + run_count(record) - 1
+    if isinstance(record, RunHead):
+        return record.first, record.last
     return record.position, record.position
 
 
-def _start(record: Record) -> int:
-    return record.first if isinstance(record, pb.Run) else record.position
+def _start(record: Record | RunHead) -> int:
+    return record.position if isinstance(record, pb.Action) else record.first
 
 
-def _layer(lower: Iterable[Record], upper: Sequence[Record]) -> Iterator[Record]:
+def _cut(record: R, first: int, last: int) -> R:
+    """A run (or run head) clipped to [first, last]; an action as it is."""
+    if isinstance(record, pb.Run):
+        return clip(record, first, last)
+    if isinstance(record, RunHead) and (record.first < first or record.last > last):
+        return RunHead(max(record.first, first), min(record.last, last), record.head)
+    return record
+
+
+def _layer(lower: Iterable[R], upper: Sequence[R]) -> Iterator[R]:
     """The records of `lower` with those of `upper` put over them (both in position order,
     each without overlaps): an upper record replaces what lower holds at its positions."""
     index, count = 0, len(upper)
@@ -118,14 +133,14 @@ def _layer(lower: Iterable[Record], upper: Sequence[Record]) -> Iterator[Record]
                 over = upper[index]
                 over_lo, over_hi = span(over)
                 if over_lo > position:
-                    assert isinstance(record, pb.Run)  # an action is one position
-                    yield clip(record, position, over_lo - 1)
+                    assert not isinstance(record, pb.Action)  # an action is one position
+                    yield _cut(record, position, over_lo - 1)
                 yield over
                 index += 1
                 covered = max(covered, over_hi)
                 position = max(position, over_hi + 1)
             else:
-                yield clip(record, position, hi) if isinstance(record, pb.Run) else record
+                yield _cut(record, position, hi)
                 position = hi + 1
     yield from upper[index:]
 
@@ -253,6 +268,26 @@ class ReplicaCore:
                 return _layer(merged, actions)
         return merged
 
+    def record_heads(self, first: int, last: int) -> Iterator[Head]:
+        """`records` without the values: every run as its RunHead (a stored run's values
+        are never read: the learned bookkeeping and the admission state need its head and
+        positions only, and a batch's values would otherwise be read back from the disk
+        for them, once each, after every group commit)."""
+        lower: Iterator[Head] = self.storage.scan_heads(first, last)
+        runs: list[Head] = [
+            _cut(head_of(p.run), first, last)
+            for p in self._runs
+            if p.run.first <= last and run_last(p.run) >= first
+        ]
+        merged = _layer(lower, runs) if runs else lower
+        if self._overlay:
+            actions: list[Head] = [
+                self._overlay[p] for p in sorted(self._overlay) if first <= p <= last
+            ]
+            if actions:
+                return _layer(merged, actions)
+        return merged
+
     def _pending_touches(self, lo: int, hi: int) -> bool:
         """Whether anything decided but not yet on disk lies at [lo, hi].
 
@@ -333,6 +368,29 @@ class ReplicaCore:
             if through < hi or count >= limit or size >= max_bytes:
                 break
             if max_records is not None and len(out) >= max_records:
+                break
+        return out
+
+    def learned_heads(self, first: int, last: int, limit: int) -> list[Head]:
+        """`learned_records` without the values (runs as their RunHeads, learned flags as
+        stored): consecutive learned records from `first` (or begin), clipped to [first,
+        last], at most `limit` positions, up to the first position not learned here."""
+        out: list[Head] = []
+        first = max(first, self.begin)
+        if last < first or limit <= 0:
+            return out
+        position, count = first, 0
+        for record in self.record_heads(first, last):
+            lo, hi = span(record)
+            if lo != position:
+                break
+            through = min(self._learned_through(lo, hi), lo + limit - count - 1)
+            if through < lo:
+                break
+            out.append(_cut(record, lo, through))
+            count += through - lo + 1
+            position = through + 1
+            if through < hi or count >= limit:
                 break
         return out
 
@@ -511,17 +569,17 @@ class ReplicaCore:
             lo = max(learned_span.first, self.begin, self.learned_next)
             if learned_span.last < lo:
                 continue
-            for record in self.records(lo, learned_span.last):
-                if isinstance(record, pb.Run):
+            for found in self.record_heads(lo, learned_span.last):
+                if isinstance(found, RunHead):
                     # One write put the whole run: one performed for all its positions.
-                    if record.head.performed == request.proposal:
-                        self._learn_span(*span(record))
+                    if found.head.performed == request.proposal:
+                        self._learn_span(found.first, found.last)
                     continue
-                position = record.position
-                if self.is_learned(position) or record.performed != request.proposal:
+                position = found.position
+                if self.is_learned(position) or found.performed != request.proposal:
                     continue  # missed this write: the value comes later by fill or fetch
                 self._learn_span(position, position)
-                truncate_to = max(truncate_to, self._truncation(record))
+                truncate_to = max(truncate_to, self._truncation(found))
         full: Sequence[Record] = request.actions
         if request.runs:
             full = sorted([*request.actions, *request.runs], key=_start)

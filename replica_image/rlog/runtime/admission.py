@@ -22,10 +22,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from rlog.config import ReplicaConfig
-from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import AdmissionState, carries_epoch
 from rlog.protocol.coordinator import Coordinator
 from rlog.protocol.replica import ReplicaCore, span
+from rlog.storage.base import RunHead
 
 log = logging.getLogger("rlog.node")
 
@@ -57,7 +57,7 @@ class AdmissionTracker:
         learned = self.core.learned_next - 1
         while state.next_position <= learned and (limit is None or limit > 0):
             chunk = SCAN_CHUNK if limit is None else min(SCAN_CHUNK, limit)
-            records = self.core.learned_records(state.next_position, learned, chunk)
+            records = self.core.learned_heads(state.next_position, learned, chunk)
             if not records:
                 break
             first = span(records[0])[0]
@@ -91,12 +91,12 @@ async def rebuild(core: ReplicaCore, index: int, window: int) -> tuple[Admission
     stated_epoch = False
     position = first
     while position <= index:
-        records = core.learned_records(position, index, SCAN_CHUNK)
+        records = core.learned_heads(position, index, SCAN_CHUNK)
         if not records or span(records[0])[0] != position:
             raise NotLearned(f"position {position} is not learned on this replica")
         for record in records:
             stated_epoch = stated_epoch or carries_epoch(
-                record.head if isinstance(record, pb.Run) else record
+                record.head if isinstance(record, RunHead) else record
             )
             state.apply_record(record)
         position = span(records[-1])[1] + 1
@@ -112,11 +112,11 @@ async def _epoch_before(core: ReplicaCore, below: int) -> int:
     last = below - 1
     while last >= core.begin:
         first = max(core.begin, last + 1 - SCAN_CHUNK)
-        records = core.learned_records(first, last, SCAN_CHUNK)
+        records = core.learned_heads(first, last, SCAN_CHUNK)
         if not records or span(records[0])[0] != first or span(records[-1])[1] != last:
             raise NotLearned(f"positions {first}-{last} are not all learned on this replica")
         for record in reversed(records):
-            entry = record.head if isinstance(record, pb.Run) else record
+            entry = record.head if isinstance(record, RunHead) else record
             if carries_epoch(entry):
                 return int(entry.epoch)
         last = first - 1

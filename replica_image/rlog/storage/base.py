@@ -77,6 +77,23 @@ class WriteBatch:
         self.drop_records.extend(later.drop_records)
 
 
+@dataclass(frozen=True, slots=True)
+class RunHead:
+    """A stored run without its values: the positions it holds and its head (which write put
+    it, its type, epoch and session), all that bookkeeping reads of it (`scan_heads`)."""
+
+    first: int
+    last: int
+    head: pb.Action
+
+
+def head_of(record: pb.Action | pb.Run) -> pb.Action | RunHead:
+    """A record as `scan_heads` yields it: a run as its RunHead, an action as it is."""
+    if isinstance(record, pb.Run):
+        return RunHead(record.first, run_last(record), record.head)
+    return record
+
+
 class Storage(abc.ABC):
     """A replica's durable state. Implementations need not be thread-safe: the server calls
     them from one thread at a time."""
@@ -98,6 +115,13 @@ class Storage(abc.ABC):
         as stored (its bytes are not re-encoded per position; engines that store runs
         override this), any other position as its action."""
         yield from self.scan(first, last)
+
+    def scan_heads(self, first: int, last: int) -> Iterator[pb.Action | RunHead]:
+        """`scan_records` without the values of runs: each stored run overlapping [first,
+        last] as its RunHead clipped to it (engines that can read a run's head without its
+        values override this)."""
+        for record in self.scan_records(first, last):
+            yield head_of(record)
 
     @abc.abstractmethod
     def last_position(self) -> int | None:

@@ -36,7 +36,14 @@ import google_crc32c
 from rlog.packed import action_at, clip, expand, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import MAX_POSITION
-from rlog.storage.base import CorruptRecord, Storage, StorageError, WriteBatch
+from rlog.storage.base import (
+    CorruptRecord,
+    RunHead,
+    Storage,
+    StorageError,
+    WriteBatch,
+    head_of,
+)
 
 Record = pb.Action | pb.Run
 
@@ -124,6 +131,83 @@ def raw_last(key: int, raw: bytes) -> int:
     return key
 
 
+# A run's first position, head and the length of its values sit in its first bytes (fields
+# 1, 2 and the start of 3 of the message, in that order): this many hold them all for any
+# head rlog writes (a head is a few dozen bytes).
+HEAD_BYTES = 256
+
+
+def _read_varint(raw: bytes, at: int) -> tuple[int, int]:
+    """The varint at `at` and the offset after it (IndexError past the end of `raw`)."""
+    value = shift = 0
+    while True:
+        byte = raw[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _run_head(key: int, prefix: bytes, length: int) -> RunHead | None:
+    """The head of the run record of `length` bytes beginning with `prefix` (at least its
+    header), or None when the prefix does not hold it or the record's layout does not add up
+    (the caller then reads the whole record, whose checksum judges it)."""
+    at = 1 + _LAST.size + (_CRC.size if prefix[0] == CHECKED_RUN_TAG else 0)
+    first, head = 0, pb.Action()
+    try:
+        tag, at = _read_varint(prefix, at)
+        if tag == 0x08:  # first (absent when 0)
+            first, at = _read_varint(prefix, at)
+            tag, at = _read_varint(prefix, at)
+        if tag == 0x12:  # head
+            size, at = _read_varint(prefix, at)
+            if at + size > len(prefix):
+                return None
+            head = pb.Action.FromString(prefix[at : at + size])
+            at += size
+            tag, at = _read_varint(prefix, at)
+        if tag != 0x1A:  # data, then offsets: 4 bytes per value and one more
+            return None
+        data, at = _read_varint(prefix, at)
+    except Exception:  # a short prefix (IndexError), a head that does not parse
+        return None
+    # What is left after the values is the offsets field: its size says how many values
+    # the run holds, which must be what its header says (the header is not checked alone).
+    rest = length - at - data
+    last = raw_last(key, prefix)
+    count = last - first + 1
+    offsets = 4 * (count + 1)
+    if first != key or count < 1 or rest != 1 + _varint_size(offsets) + offsets:
+        return None
+    return RunHead(first, last, head)
+
+
+def decode_head(key: int, raw: bytes, length: int) -> pb.Action | RunHead:
+    """The record stored under `key` as `scan_heads` yields it, from its first bytes `raw`
+    (all `length` of them, or at least HEAD_BYTES). A whole record is decoded and checked as
+    `decode` does. Of a longer run only its beginning is read: its first position, head and
+    layout, without the checksum, which covers the whole record: its values are checked
+    whenever they are read (docs/data-path.md, "Bookkeeping reads heads")."""
+    if len(raw) < length and raw and raw[0] in (CHECKED_RUN_TAG, RUN_TAG):
+        found = _run_head(key, raw, length)
+        if found is not None:
+            return found
+    if len(raw) < length:
+        raise _ShortRead()
+    return head_of(decode(key, raw))
+
+
+class _ShortRead(Exception):
+    """`decode_head` needs the whole record."""
+
+
 def encode_metadata(meta: pb.Metadata) -> bytes:
     body = meta.SerializeToString()
     return _METADATA_TAG + _crc(_METADATA_KEY, _METADATA_TAG, body) + body
@@ -156,6 +240,16 @@ def last_of(record: Record) -> int:
 
 def clip_record(record: Record, first: int, last: int) -> Record:
     return clip(record, first, last) if isinstance(record, pb.Run) else record
+
+
+def _last_held(found: pb.Action | RunHead) -> int:
+    return found.last if isinstance(found, RunHead) else found.position
+
+
+def _clip_head(found: pb.Action | RunHead, first: int, last: int) -> pb.Action | RunHead:
+    if isinstance(found, RunHead) and (found.first < first or found.last > last):
+        return RunHead(max(found.first, first), min(found.last, last), found.head)
+    return found
 
 
 # ---- planning (pure) ----------------------------------------------------------------------
@@ -301,6 +395,16 @@ class RecordStorage(Storage):
     def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` records with first <= key <= last, in key order (read eagerly)."""
 
+    def _range_heads(self, first: int, last: int, limit: int) -> list[tuple[int, bytes, int]]:
+        """`_range` as (key, bytes, length): an engine that can read a record's beginning
+        alone may give only its first HEAD_BYTES or more (of its `length`)."""
+        return [(key, raw, len(raw)) for key, raw in self._range(first, last, limit)]
+
+    def _floor_head(self, position: int) -> tuple[int, bytes, int] | None:
+        """`_floor` as (key, bytes, length), the bytes possibly cut as `_range_heads`'."""
+        found = self._floor(position)
+        return None if found is None else (found[0], found[1], len(found[1]))
+
     @abc.abstractmethod
     def _last_record(self) -> tuple[int, bytes] | None:
         """The record with the greatest key."""
@@ -357,6 +461,43 @@ class RecordStorage(Storage):
             first = chunk[-1][0] + 1
             if sum(len(raw) for _, raw in chunk) < SCAN_CHUNK_BYTES:
                 size = min(size * 2, SCAN_CHUNK)
+
+    def scan_heads(self, first: int, last: int) -> Iterator[pb.Action | RunHead]:
+        first, last = max(first, 0), min(last, MAX_POSITION)
+        if first > last:
+            return
+        floor = self._floor_head(first)
+        if floor is not None and raw_last(floor[0], floor[1]) >= first:
+            reaching = self._head(*floor)
+            if reaching is None:
+                return
+            yield _clip_head(reaching, first, last)
+            if _last_held(reaching) >= last:
+                return
+            first = _last_held(reaching) + 1
+        while first <= last:
+            chunk = self._range_heads(first, last, SCAN_CHUNK)
+            if not chunk:
+                return
+            for key, raw, length in chunk:
+                found = self._head(key, raw, length)
+                if found is None:
+                    return
+                yield _clip_head(found, first, last)
+            if len(chunk) < SCAN_CHUNK:
+                return
+            first = chunk[-1][0] + 1
+
+    def _head(self, key: int, raw: bytes, length: int) -> pb.Action | RunHead | None:
+        """The record under `key` as `scan_heads` yields it, read whole if its beginning
+        does not tell (None: it was removed since, by a truncation)."""
+        try:
+            return decode_head(key, raw, length)
+        except _ShortRead:
+            whole = self._range(key, key, 1)
+            if not whole or whole[0][0] != key:
+                return None
+            return head_of(decode(*whole[0]))
 
     def scan(self, first: int, last: int) -> Iterator[pb.Action]:
         for record in self.scan_records(first, last):

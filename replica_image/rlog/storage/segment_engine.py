@@ -58,7 +58,7 @@ import google_crc32c
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
-from rlog.storage.records import Plan, RecordStorage, decode_metadata
+from rlog.storage.records import HEAD_BYTES, Plan, RecordStorage, decode_metadata
 from rlog.storage.segment_index import RecordIndex
 
 log = logging.getLogger("rlog.storage")
@@ -565,6 +565,26 @@ class SegmentStorage(RecordStorage):
     def _entry(self, i: int) -> tuple[int, bytes]:
         segment, offset, length = self._index.location(i)
         return self._index.keys[i], os.pread(self._fds[segment], length, offset)
+
+    def _range_heads(self, first: int, last: int, limit: int) -> list[tuple[int, bytes, int]]:
+        # A record's first HEAD_BYTES only: bookkeeping reads a run's head, never its values.
+        index = self._index
+        lo = index.bisect_left(first)
+        hi = index.bisect_right(last, lo, min(lo + limit, len(index)))
+        out = []
+        for i in range(lo, hi):
+            segment, offset, length = index.location(i)
+            raw = os.pread(self._fds[segment], min(length, HEAD_BYTES), offset)
+            out.append((index.keys[i], raw, length))
+        return out
+
+    def _floor_head(self, position: int) -> tuple[int, bytes, int] | None:
+        i = self._index.bisect_right(position) - 1
+        if i < 0:
+            return None
+        segment, offset, length = self._index.location(i)
+        raw = os.pread(self._fds[segment], min(length, HEAD_BYTES), offset)
+        return self._index.keys[i], raw, length
 
     def _floor(self, position: int) -> tuple[int, bytes] | None:
         i = self._index.bisect_right(position) - 1
