@@ -150,10 +150,10 @@ def _as_learned(record: Record) -> Record:
     if isinstance(record, pb.Run):
         if record.head.learned:
             return record
-        head = pb.Action()
-        head.CopyFrom(record.head)
-        head.learned = True
-        return pb.Run(first=record.first, head=head, data=record.data, offsets=record.offsets)
+        run = pb.Run()
+        run.CopyFrom(record)  # one copy of the values (a constructor from .data makes two)
+        run.head.learned = True
+        return run
     if record.learned:
         return record
     copy = pb.Action()

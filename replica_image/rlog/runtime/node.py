@@ -79,6 +79,7 @@ from rlog.runtime.read_runs import (
     READ_RESPONSE_RECORDS,
     end_of,
     read_runs,
+    response_of,
 )
 from rlog.runtime.recovery import Report, recover
 from rlog.runtime.shared_chunks import SharedChunks, chunk_of
@@ -1034,7 +1035,7 @@ class Node:
             await self._read_index_wait()
             await self._await_min_position(request, deadline)
             async for runs in self.read_range(first, last, False, max_positions=request.max_batch):
-                yield pb.ReadResponse(runs=runs)
+                yield response_of(runs)
             return
         if not request.stale and not self.is_leader:
             raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
@@ -1049,7 +1050,7 @@ class Node:
         async for runs in self.read_range(
             first, last, request.stale, max_positions=request.max_batch
         ):
-            yield pb.ReadResponse(runs=runs)
+            yield response_of(runs)
 
     async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
         """Read-your-writes: wait until this replica has learned the request's min_position

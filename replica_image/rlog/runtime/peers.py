@@ -493,7 +493,12 @@ class Peers(Mapping[int, Peer]):
         if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
             actions.insert(0, tombstone(chunk.begin - 1))
         if actions or chunk.runs:
-            self._local_replica.learned(pb.LearnedRequest(actions=actions, runs=chunk.runs))
+            request = pb.LearnedRequest(actions=actions)
+            for run in chunk.runs:
+                # One copy of its values: the constructor's `runs=` serializes and parses
+                # each run (three), and a catch-up moves the whole log through here.
+                request.runs.add().CopyFrom(run)
+            self._local_replica.learned(request)
             return True
         return False
 

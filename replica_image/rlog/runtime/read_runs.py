@@ -42,7 +42,10 @@ def read_runs(records: Iterable[pb.Action | pb.Run], first: int, last: int) -> l
             if not packed.run_count(clipped):
                 continue
             close()
-            runs.append(pb.Run(first=clipped.first, data=clipped.data, offsets=clipped.offsets))
+            run = pb.Run()
+            run.CopyFrom(clipped)  # one copy of the values (a constructor from .data: two)
+            run.ClearField("head")
+            runs.append(run)
             continue
         position = record.position
         if record.type != pb.APPEND or not first <= position <= last:
@@ -55,6 +58,15 @@ def read_runs(records: Iterable[pb.Action | pb.Run], first: int, last: int) -> l
         values.append(record.value)
     close()
     return runs
+
+
+def response_of(runs: Iterable[pb.Run]) -> pb.ReadResponse:
+    """A Read or Tail response holding `runs`, each copied in once (the message's
+    constructor copies a run by serializing and parsing it)."""
+    response = pb.ReadResponse()
+    for run in runs:
+        response.runs.add().CopyFrom(run)
+    return response
 
 
 def end_of(records: Sequence[pb.Action | pb.Run]) -> int:

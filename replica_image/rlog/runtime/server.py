@@ -24,6 +24,7 @@ from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.lane import Admission, lane_address, serve_lane
 from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
+from rlog.runtime.read_runs import response_of
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
@@ -263,7 +264,7 @@ class LogService(pbg.LogServicer):
             # Each response waits for the reader's flow-control window (a reader that never
             # reads holds one response and the window, no more).
             async for runs in self.node.tail(request):
-                yield pb.ReadResponse(runs=runs)
+                yield response_of(runs)
         except RpcError as error:
             await _abort(context, error)
         finally:
