@@ -194,3 +194,31 @@ def test_learned_heads_feed_the_admission_state_as_the_records_do(tmp_path: Path
         assert core.learned_heads(1, 35, 10)[-1] == RunHead(2, 10, heads[1].head)  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_a_write_after_a_big_run_does_not_read_that_run(tmp_path: Path) -> None:
+    """Every write asks whether the record before it reaches into its positions; the segment
+    engine answers from that record's header, and reads a record whole only when it does
+    reach (a write inside a stored run, which splits it)."""
+    store = open_storage(tmp_path / "data", "segment")
+    try:
+        store.apply(WriteBatch(runs=[_big_run(0, 40)]))
+        whole_reads: list[int] = []
+        floor = store._floor  # type: ignore[attr-defined]
+
+        def counted(position: int) -> tuple[int, bytes] | None:
+            found = floor(position)
+            whole_reads.append(len(found[1]) if found else 0)
+            return found
+
+        store._floor = counted  # type: ignore[attr-defined]
+        store.apply(WriteBatch(runs=[_big_run(40, 40)]))
+        assert whole_reads == []
+        # A write inside the stored run splits it: that one is read whole.
+        store.apply(WriteBatch(actions=[pb.Action(position=60, type=pb.APPEND, value=b"x")]))
+        assert len(whole_reads) == 1 and whole_reads[0] > 40 * len(BIG)
+        assert [head_of(r) for r in store.scan_records(0, 79)] == list(store.scan_heads(0, 79))
+        assert store.get(60) is not None and store.get(60).value == b"x"  # type: ignore[union-attr]
+        assert store.get(61) is not None and store.get(61).value == BIG + b"61"  # type: ignore[union-attr]
+    finally:
+        store.close()

@@ -420,13 +420,22 @@ class RecordStorage(Storage):
     # -- reads -------------------------------------------------------------------------------
 
     def _reaching(self, position: int, dropped: set[int] | None = None) -> Record | None:
-        """The stored record holding `position` (none if its key is in `dropped`)."""
-        found = self._floor(position)
-        if found is None or raw_last(*found) < position:
+        """The stored record holding `position` (none if its key is in `dropped`). Whether the
+        floor record reaches `position` is read from its beginning (its header's last
+        position): every write asks this of the record before it, which is the previous
+        batch's run and, read whole, was a megabyte read to learn that it ends before."""
+        found = self._floor_head(position)
+        if found is None or raw_last(found[0], found[1]) < position:
             return None
-        if dropped and found[0] in dropped:
+        key, raw, length = found
+        if dropped and key in dropped:
             return None
-        return decode(*found)
+        if len(raw) < length:
+            whole = self._floor(position)
+            if whole is None or whole[0] != key:
+                return None  # removed since (a truncation)
+            raw = whole[1]
+        return decode(key, raw)
 
     def get(self, position: int) -> pb.Action | None:
         if not 0 <= position <= MAX_POSITION:
