@@ -255,35 +255,28 @@ class ReplicaCore:
         """What this replica holds at [first, last], in position order, clipped to it: the
         stored records with what is decided but not yet on disk put over them. Learned
         flags are as stored (see `learned_records`)."""
-        lower: Iterator[Record] = self.storage.scan_records(first, last)
-        runs = [
-            clip(p.run, first, last)
-            for p in self._runs
-            if p.run.first <= last and run_last(p.run) >= first
-        ]
-        merged = _layer(lower, runs) if runs else lower
-        if self._overlay:
-            actions = [self._overlay[p] for p in sorted(self._overlay) if first <= p <= last]
-            if actions:
-                return _layer(merged, actions)
-        return merged
+        runs: list[Record] = [clip(run, first, last) for run in self._pending_runs(first, last)]
+        return self._over(self.storage.scan_records(first, last), runs, first, last)
 
     def record_heads(self, first: int, last: int) -> Iterator[Head]:
         """`records` without the values: every run as its RunHead (a stored run's values
         are never read: the learned bookkeeping and the admission state need its head and
         positions only, and a batch's values would otherwise be read back from the disk
         for them, once each, after every group commit)."""
-        lower: Iterator[Head] = self.storage.scan_heads(first, last)
         runs: list[Head] = [
-            _cut(head_of(p.run), first, last)
-            for p in self._runs
-            if p.run.first <= last and run_last(p.run) >= first
+            _cut(head_of(run), first, last) for run in self._pending_runs(first, last)
         ]
-        merged = _layer(lower, runs) if runs else lower
+        return self._over(self.storage.scan_heads(first, last), runs, first, last)
+
+    def _pending_runs(self, first: int, last: int) -> list[pb.Run]:
+        return [p.run for p in self._runs if p.run.first <= last and run_last(p.run) >= first]
+
+    def _over(self, stored: Iterator[R], runs: list[R], first: int, last: int) -> Iterator[R]:
+        """`stored` with the pending runs (clipped to [first, last]) and then the overlay's
+        actions there put over it."""
+        merged = _layer(stored, runs) if runs else stored
         if self._overlay:
-            actions: list[Head] = [
-                self._overlay[p] for p in sorted(self._overlay) if first <= p <= last
-            ]
+            actions = [self._overlay[p] for p in sorted(self._overlay) if first <= p <= last]
             if actions:
                 return _layer(merged, actions)
         return merged
