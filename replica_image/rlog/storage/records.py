@@ -428,13 +428,15 @@ class RecordStorage(Storage):
         if found is None or raw_last(found[0], found[1]) < position:
             return None
         key, raw, length = found
+        if len(raw) < length:
+            # Read whole, as before; this read decides (a write between the two reads may
+            # have replaced the record).
+            whole = self._floor(position)
+            if whole is None or raw_last(*whole) < position:
+                return None
+            key, raw = whole
         if dropped and key in dropped:
             return None
-        if len(raw) < length:
-            whole = self._floor(position)
-            if whole is None or whole[0] != key:
-                return None  # removed since (a truncation)
-            raw = whole[1]
         return decode(key, raw)
 
     def get(self, position: int) -> pb.Action | None:
