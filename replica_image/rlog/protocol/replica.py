@@ -46,7 +46,7 @@ from rlog.packed import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
 from rlog.storage import Storage, WriteBatch
-from rlog.storage.base import RunHead, head_of
+from rlog.storage.base import RunHead, clip_head, head_of
 
 
 def same_value(a: pb.Action, b: pb.Action) -> bool:
@@ -115,8 +115,8 @@ def _cut(record: R, first: int, last: int) -> R:
     """A run (or run head) clipped to [first, last]; an action as it is."""
     if isinstance(record, pb.Run):
         return clip(record, first, last)
-    if isinstance(record, RunHead) and (record.first < first or record.last > last):
-        return RunHead(max(record.first, first), min(record.last, last), record.head)
+    if isinstance(record, RunHead):
+        return clip_head(record, first, last)
     return record
 
 

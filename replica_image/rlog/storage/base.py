@@ -87,6 +87,13 @@ class RunHead:
     head: pb.Action
 
 
+def clip_head(found: pb.Action | RunHead, first: int, last: int) -> pb.Action | RunHead:
+    """A run head clipped to [first, last] (itself if it lies inside); an action as it is."""
+    if isinstance(found, RunHead) and (found.first < first or found.last > last):
+        return RunHead(max(found.first, first), min(found.last, last), found.head)
+    return found
+
+
 def head_of(record: pb.Action | pb.Run) -> pb.Action | RunHead:
     """A record as `scan_heads` yields it: a run as its RunHead, an action as it is."""
     if isinstance(record, pb.Run):

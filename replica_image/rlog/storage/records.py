@@ -42,6 +42,7 @@ from rlog.storage.base import (
     Storage,
     StorageError,
     WriteBatch,
+    clip_head,
     head_of,
 )
 
@@ -244,12 +245,6 @@ def clip_record(record: Record, first: int, last: int) -> Record:
 
 def _last_held(found: pb.Action | RunHead) -> int:
     return found.last if isinstance(found, RunHead) else found.position
-
-
-def _clip_head(found: pb.Action | RunHead, first: int, last: int) -> pb.Action | RunHead:
-    if isinstance(found, RunHead) and (found.first < first or found.last > last):
-        return RunHead(max(found.first, first), min(found.last, last), found.head)
-    return found
 
 
 # ---- planning (pure) ----------------------------------------------------------------------
@@ -482,7 +477,7 @@ class RecordStorage(Storage):
             reaching = self._head(*floor)
             if reaching is None:
                 return
-            yield _clip_head(reaching, first, last)
+            yield clip_head(reaching, first, last)
             if _last_held(reaching) >= last:
                 return
             first = _last_held(reaching) + 1
@@ -494,7 +489,7 @@ class RecordStorage(Storage):
                 found = self._head(key, raw, length)
                 if found is None:
                     return
-                yield _clip_head(found, first, last)
+                yield clip_head(found, first, last)
             if len(chunk) < SCAN_CHUNK:
                 return
             first = chunk[-1][0] + 1
