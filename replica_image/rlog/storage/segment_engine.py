@@ -566,36 +566,35 @@ class SegmentStorage(RecordStorage):
         segment, offset, length = self._index.location(i)
         return self._index.keys[i], os.pread(self._fds[segment], length, offset)
 
-    def _range_heads(self, first: int, last: int, limit: int) -> list[tuple[int, bytes, int]]:
-        # A record's first HEAD_BYTES only: bookkeeping reads a run's head, never its values.
-        index = self._index
-        lo = index.bisect_left(first)
-        hi = index.bisect_right(last, lo, min(lo + limit, len(index)))
-        out = []
-        for i in range(lo, hi):
-            segment, offset, length = index.location(i)
-            raw = os.pread(self._fds[segment], min(length, HEAD_BYTES), offset)
-            out.append((index.keys[i], raw, length))
-        return out
-
-    def _floor_head(self, position: int) -> tuple[int, bytes, int] | None:
-        i = self._index.bisect_right(position) - 1
-        if i < 0:
-            return None
+    def _entry_head(self, i: int) -> tuple[int, bytes, int]:
+        """`_entry` cut to the record's first HEAD_BYTES (bookkeeping reads a run's head,
+        never its values), with the record's length."""
         segment, offset, length = self._index.location(i)
         raw = os.pread(self._fds[segment], min(length, HEAD_BYTES), offset)
         return self._index.keys[i], raw, length
 
+    def _floor_index(self, position: int) -> int:
+        return self._index.bisect_right(position) - 1
+
+    def _range_indexes(self, first: int, last: int, limit: int) -> range:
+        index = self._index
+        lo = index.bisect_left(first)
+        return range(lo, index.bisect_right(last, lo, min(lo + limit, len(index))))
+
     def _floor(self, position: int) -> tuple[int, bytes] | None:
-        i = self._index.bisect_right(position) - 1
+        i = self._floor_index(position)
         return None if i < 0 else self._entry(i)
+
+    def _floor_head(self, position: int) -> tuple[int, bytes, int] | None:
+        i = self._floor_index(position)
+        return None if i < 0 else self._entry_head(i)
 
     def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
         # Read eagerly: a later apply may unlink a segment.
-        index = self._index
-        lo = index.bisect_left(first)
-        hi = index.bisect_right(last, lo, min(lo + limit, len(index)))
-        return [self._entry(i) for i in range(lo, hi)]
+        return [self._entry(i) for i in self._range_indexes(first, last, limit)]
+
+    def _range_heads(self, first: int, last: int, limit: int) -> list[tuple[int, bytes, int]]:
+        return [self._entry_head(i) for i in self._range_indexes(first, last, limit)]
 
     def _last_record(self) -> tuple[int, bytes] | None:
         return self._entry(len(self._index) - 1) if len(self._index) else None
