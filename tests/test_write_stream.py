@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.write_stream import with_id, with_learned
+from rlog.runtime.write_stream import learned_field, with_id
 
 
 @pytest.mark.parametrize("request_id", [1, 127, 128, 300, 2**32 + 5, 2**64 - 1])
@@ -47,7 +47,7 @@ def test_learned_ranges_appended_to_the_encoding_decode_as_the_requests_learned(
         log_id="log",
         ranges=[pb.PositionRange(first=3 * i + 1, last=3 * i + 2) for i in range(ranges)],
     )
-    encoded = with_id(with_learned(request.SerializeToString(), learned), 5)
+    encoded = with_id(request.SerializeToString() + learned_field(learned), 5)
     decoded = pb.WriteRequest.FromString(encoded)
     expected = pb.WriteRequest()
     expected.CopyFrom(request)

@@ -59,11 +59,6 @@ def learned_field(learned: pb.LearnedRequest) -> bytes:
     return _LEARNED_TAG + varint(len(body)) + body
 
 
-def with_learned(encoded: bytes, learned: pb.LearnedRequest) -> bytes:
-    """The encoding of a WriteRequest (`encoded`, without `learned`) with `learned` set."""
-    return encoded + learned_field(learned)
-
-
 def answer_to(request: pb.WriteRequest, decided: pb.WriteResponse) -> pb.WriteResponse:
     """The response a stream or lane sends for `request`: the decision, with the request's
     id for the leader to match it."""
