@@ -13,6 +13,7 @@ import pytest
 
 from rlog.client.errors import RlogError
 from rlog.config import ConfigError, ReplicaConfig
+from rlog.framed import FrameBuffer
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.lane import FrameReader, LaneError, WriteLane, frame, lane_address
 from rlog.runtime.write_stream import StreamBroken
@@ -63,6 +64,104 @@ def test_a_frame_over_the_limit_is_refused_before_it_is_read():
     assert reader.feed(frame(b"x" * 100)) == [b"x" * 100]
     with pytest.raises(LaneError, match="101 bytes is over the limit of 100"):
         reader.feed(frame(b"x" * 101)[:4])
+
+
+def receive(frames: FrameBuffer, stream: bytes, reads: list[int]) -> list[bytes]:
+    """What the event loop does for a BufferedProtocol: each read fills at most the view
+    `buffer()` offers (and at most the next size of `reads`, cycled)."""
+    out: list[bytes] = []
+    at, turn = 0, 0
+    while at < len(stream):
+        view = frames.buffer()
+        assert len(view) > 0
+        n = min(len(view), reads[turn % len(reads)], len(stream) - at)
+        view[:n] = stream[at : at + n]
+        at, turn = at + n, turn + 1
+        out += [bytes(got) for got in frames.received(n)]
+    return out
+
+
+def test_buffered_frames_come_out_whole_however_the_stream_is_cut():
+    stream = b"".join(frame(m) for m in messages())
+    for cut in [1, 2, 3, 5, 4096, 65537, len(stream)]:
+        assert receive(FrameBuffer(1 << 20), stream, [cut]) == messages(), f"reads of {cut}"
+
+
+def test_buffered_frames_come_out_whole_at_random_cuts():
+    stream = b"".join(frame(m) for m in messages()) * 3
+    rng = random.Random(13)
+    for _ in range(50):
+        reads = [rng.choice([1, 2, 7, 100, 5000, 70000, 1 << 20]) for _ in range(20)]
+        assert receive(FrameBuffer(1 << 20), stream, reads) == messages() * 3
+
+
+def test_a_large_frame_is_read_into_place_and_handed_out_there():
+    data = os.urandom(3_000_000)
+    frames = FrameBuffer(len(data))
+    head = frames.buffer()
+    head[:4] = frame(data)[:4]
+    assert list(frames.received(4)) == []
+    # The length is known: the next read is offered room for the whole frame, in the
+    # buffer the frame is handed out from (no join, no move).
+    view = frames.buffer()
+    assert len(view) >= len(data)
+    view[: len(data)] = data
+    (got,) = frames.received(len(data))
+    assert got.obj is view.obj and got == data
+
+
+def test_a_frame_that_begins_late_in_the_buffer_is_moved_once():
+    first, second = os.urandom(40_000), os.urandom(200_000)
+    stream = frame(first) + frame(second)
+    frames = FrameBuffer(1 << 20)
+    # one read: the first frame and the start of the second
+    view = frames.buffer()
+    n = len(view)
+    view[:n] = stream[:n]
+    assert [bytes(f) for f in frames.received(n)] == [first]
+    rest = stream[n:]
+    assert receive(frames, rest, [len(rest)]) == [second]
+
+
+def test_a_buffered_frame_over_the_limit_is_refused_before_it_is_read():
+    frames = FrameBuffer(100)
+    assert receive(frames, frame(b"x" * 100), [1000]) == [b"x" * 100]
+    with pytest.raises(LaneError, match="101 bytes is over the limit of 100"):
+        receive(frames, frame(b"x" * 101)[:4], [1000])
+
+
+def test_a_new_limit_counts_for_the_next_frame_in_the_same_read():
+    # A hello (small) and a write (large) in one read: the limit is raised after the hello.
+    big = os.urandom(10_000)
+    stream = frame(b"hello") + frame(big)
+    frames = FrameBuffer(4096)
+    out = []
+    view = frames.buffer()
+    view[: len(stream)] = stream
+    for got in frames.received(len(stream)):
+        out.append(bytes(got))
+        frames.max_frame = 1 << 20
+    assert out == [b"hello", big]
+
+
+def test_frames_below_keep_reuse_one_buffer():
+    # Growing by doubling must stop at KEEP: a buffer grown past it would be let go at the
+    # next drain and grown again for every frame (a new zeroed buffer each time).
+    frames = FrameBuffer(FrameBuffer.KEEP)
+    buffers, last = 0, None
+    for share in (0.6, 0.7) * 10:  # each frame sent alone: its last read drains the buffer
+        data = bytes(int(FrameBuffer.KEEP * share))
+        if frames.buffer().obj is not last:
+            buffers, last = buffers + 1, frames.buffer().obj
+        assert receive(frames, frame(data), [262144]) == [data]
+    assert buffers <= 3  # ROOM, then grown, then doubled up to KEEP
+
+
+def test_a_buffer_grown_past_keep_is_let_go_once_drained():
+    data = os.urandom(FrameBuffer.KEEP + 1)
+    frames = FrameBuffer(len(data))
+    assert receive(frames, frame(data), [1 << 30]) == [data]
+    assert len(frames.buffer()) == FrameBuffer.ROOM
 
 
 def test_lane_address_is_the_port_plus_the_offset():

@@ -7,7 +7,11 @@ carries encoded protobuf messages, each as a frame (a 4-byte little-endian lengt
 the message), requests one way and responses the other, each response naming its
 request's id, so many requests are in flight at once.
 
-- `FrameReader` cuts frames out of the bytes as they arrive;
+- `FrameReader` cuts frames out of the bytes as they arrive (the calling side, whose
+  answers are small);
+- `FrameBuffer` has the bytes arrive in a buffer of its own and hands out each frame in
+  place (the serving side of a lane, where a leader's batches arrive: an
+  `asyncio.BufferedProtocol`);
 - `FramedCaller` is the calling side of one lane: it opens the connection in the
   background (a hello, then a welcome that may refuse), so no request ever waits for a
   connection (the caller uses its gRPC path until `usable()`), sends requests, matches
@@ -21,9 +25,11 @@ import itertools
 import socket
 import ssl
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, cast
+
+from google.protobuf.message import Message
 
 from rlog.proto import rlog_pb2 as pb
 
@@ -116,6 +122,86 @@ class FrameReader:
             out = b"".join(views)
         self._buffered -= n
         return out
+
+
+class FrameBuffer:
+    """Frames received into a buffer this connection owns, for an `asyncio.BufferedProtocol`:
+    the event loop reads from the socket straight into `buffer()`, and `received(n)` hands
+    out each frame that is complete as a view of that buffer, in place. With a plain
+    `Protocol` every received chunk is first a new bytes object (a copy) and a frame spread
+    over several chunks is joined (another copy): for a leader's batch of half a megabyte,
+    two copies on every follower before protobuf reads it.
+
+    A frame handed out is valid only until the next `buffer()`: parse it at once (protobuf
+    copies what it keeps). The buffer grows to hold the longest frame being read (at most
+    `max_frame`) and keeps up to `KEEP` bytes for the next ones; a frame begins at its
+    start whenever everything before it has been read, so a frame is moved (the bytes of it
+    already received) only when it began late in the buffer and does not fit after them."""
+
+    ROOM = 64 * 1024  # free bytes offered to each read, at least
+    KEEP = 4 * 1024 * 1024  # a buffer grown past this is let go once it is drained
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self._buffer = bytearray(self.ROOM)
+        self._start = 0  # the first byte not handed out yet
+        self._end = 0  # the end of the bytes received
+
+    def buffer(self) -> memoryview:
+        """Where the next bytes received go."""
+        start, end = self._start, self._end
+        if start == end:  # all read: the next frame begins at the start
+            start = end = self._start = self._end = 0
+            if len(self._buffer) > self.KEEP:
+                self._buffer = bytearray(self.ROOM)
+        unread = end - start
+        need = LENGTH.size
+        if unread >= LENGTH.size:  # the frame being read is this long (checked by received)
+            (length,) = LENGTH.unpack_from(self._buffer, start)
+            need += min(length, self.max_frame)
+        size = max(need, unread + self.ROOM)
+        if start + size > len(self._buffer):
+            self._make_room(size)
+        return memoryview(self._buffer)[self._end :]
+
+    def _make_room(self, size: int) -> None:
+        """Move the unread bytes to the start of a buffer of at least `size` bytes."""
+        start, end = self._start, self._end
+        if size <= len(self._buffer):
+            view = memoryview(self._buffer)
+            view[: end - start] = view[start:end]
+        else:
+            # doubled (but not past KEEP, or the next drain would let it go again)
+            grown = bytearray(max(size, min(2 * len(self._buffer), self.KEEP)))
+            memoryview(grown)[: end - start] = memoryview(self._buffer)[start:end]
+            self._buffer = grown
+        self._start, self._end = 0, end - start
+
+    def received(self, n: int) -> Iterator[memoryview]:
+        """The frames complete once `n` more bytes are in `buffer()`, one at a time (so a
+        change of `max_frame` after a frame counts for the next); raises FrameError for a
+        frame over the limit."""
+        self._end += n
+        buffer = self._buffer
+        while self._end - self._start >= LENGTH.size:
+            start = self._start
+            (length,) = LENGTH.unpack_from(buffer, start)
+            if length > self.max_frame:
+                raise FrameError(f"a frame of {length} bytes is over the limit of {self.max_frame}")
+            end = start + LENGTH.size + length
+            if end > self._end:
+                return
+            self._start = end
+            yield memoryview(buffer)[start + LENGTH.size : end]
+
+
+M = TypeVar("M", bound=Message)
+
+
+def parse(message_type: type[M], raw: bytes | memoryview) -> M:
+    """`raw` parsed as a `message_type` (protobuf's parser reads any buffer, in place, and
+    copies what the message keeps; its type stubs ask for bytes)."""
+    return message_type.FromString(cast(bytes, raw))
 
 
 def tune(transport: asyncio.BaseTransport) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from rlog.framed import parse
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime import appends
 
@@ -47,10 +48,11 @@ class AppendLaneHandler:
         self._pending: set[asyncio.Task[None]] = set()
         self._paused = False
 
-    def frame(self, raw: bytes) -> str:
-        """Take one frame; returns why the connection must close ("" to go on)."""
+    def frame(self, raw: bytes | memoryview) -> str:
+        """Take one frame (parsed at once: a view of the connection's buffer is valid only
+        during the call); returns why the connection must close ("" to go on)."""
         try:
-            request = pb.AppendRequest.FromString(raw)
+            request = parse(pb.AppendRequest, raw)
         except Exception as exc:
             return f"a frame does not parse as AppendRequest: {exc}"
         self._on_append()

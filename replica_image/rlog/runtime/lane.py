@@ -43,11 +43,13 @@ from rlog.framed import (
     MAX_SMALL,
     VERSION,
     Destination,
+    FrameBuffer,
     FramedCaller,
     FrameError,
     FrameReader,
     frame,
     lane_address,
+    parse,
     tune,
 )
 from rlog.proto import rlog_pb2 as pb
@@ -79,8 +81,10 @@ class _Replica(Appender, Protocol):
 Admission = Callable[[asyncio.Transport, str], str]
 
 
-class LaneServer(asyncio.Protocol):
-    """One connection to this replica's lane: a leader's writes or a client's appends."""
+class LaneServer(asyncio.BufferedProtocol):
+    """One connection to this replica's lane: a leader's writes or a client's appends. The
+    bytes arrive in the connection's own buffer (`FrameBuffer`) and each frame is parsed
+    where it lies."""
 
     def __init__(
         self,
@@ -96,7 +100,7 @@ class LaneServer(asyncio.Protocol):
         self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
-        self._reader = FrameReader(MAX_SMALL)
+        self._frames = FrameBuffer(MAX_SMALL)
         self._max_frame = max_frame
         self._on_write = on_write
         self._on_append = on_append
@@ -128,26 +132,27 @@ class LaneServer(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(frame(message))
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self._reader.feed(data)
+            for raw in self._frames.received(nbytes):
+                if self._transport is None:
+                    return
+                if not self._welcomed:
+                    self._hello(raw)
+                elif self._appends is not None:
+                    if why := self._appends.frame(raw):
+                        self._close(why)
+                else:
+                    self._write(raw)
         except FrameError as exc:
             self._close(str(exc))
-            return
-        for raw in frames:
-            if self._transport is None:
-                return
-            if not self._welcomed:
-                self._hello(raw)
-            elif self._appends is not None:
-                if why := self._appends.frame(raw):
-                    self._close(why)
-            else:
-                self._write(raw)
 
-    def _hello(self, raw: bytes) -> None:
+    def _hello(self, raw: memoryview) -> None:
         try:
-            hello = pb.LaneHello.FromString(raw)
+            hello = parse(pb.LaneHello, raw)
         except Exception as exc:
             self._close(f"the first frame is not a LaneHello: {exc}")
             return
@@ -171,15 +176,15 @@ class LaneServer(asyncio.Protocol):
             self._close(f"refused: {error}")
             return
         self._welcomed = True
-        self._reader.max_frame = self._max_frame
+        self._frames.max_frame = self._max_frame
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
                 self._node, self._transport, self._send, self._on_append
             )
 
-    def _write(self, raw: bytes) -> None:
+    def _write(self, raw: memoryview) -> None:
         try:
-            request = pb.WriteRequest.FromString(raw)
+            request = parse(pb.WriteRequest, raw)
         except Exception as exc:
             self._close(f"a frame does not parse as WriteRequest: {exc}")
             return
