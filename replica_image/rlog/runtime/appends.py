@@ -54,10 +54,11 @@ def conditions_of(request: pb.AppendRequest) -> Conditions:
 def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
     """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
     `values` packed. The offsets are checked by `Node.append`."""
-    if request.data or request.offsets:
+    data = request.data  # read once: each read of a bytes field copies the batch
+    if data or request.offsets:
         if request.values:
             raise RpcError(Reason.INVALID_ARGUMENT, "an append carries values or data, not both")
-        return request.data, request.offsets
+        return data, request.offsets
     try:
         return pack(request.values)
     except PackedError as exc:

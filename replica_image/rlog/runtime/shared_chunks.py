@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from rlog.packed import run_bytes
 from rlog.proto import rlog_pb2 as pb
 
 # What the chunks kept may hold in all (bytes of values): 64 Tail responses of 256 KiB.
@@ -33,7 +34,8 @@ class Chunk:
 
 
 def chunk_of(runs: list[pb.Run], last: int, end: int) -> Chunk:
-    return Chunk(runs, last, last < end, sum(len(run.data) for run in runs))
+    # (stored runs: their offsets were checked; reading `data` would copy each run)
+    return Chunk(runs, last, last < end, sum(run_bytes(run) for run in runs))
 
 
 class SharedChunks:
