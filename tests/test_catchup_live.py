@@ -1,7 +1,9 @@
 """Catch-up of an EMPTY (wiped) replica on real replica processes and disks: the pipelined
 copy (several Fetch calls in flight over both peers, applied in order, a durable write per
 span) under concurrent appends, and interrupted by SIGKILL of a peer serving it or of the
-replica itself. What it learns must be exactly what the log chose (docs/recovery.md)."""
+replica itself. What it learns must be exactly what the log chose (docs/recovery.md).
+Logs with lanes copy on the peers' fetch lanes (once open: the first spans go on Fetch
+calls), logs without on Fetch calls only."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import pytest
 from test_log_live import Writers, append_acked, check
 from test_recovery_live import names, wait_all_voting
+from test_write_stream_live import scrape
 
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
@@ -39,8 +42,15 @@ def copying(victim: int):  # type: ignore[no-untyped-def]
     return check
 
 
+def fetches(cluster: DevCluster, i: int, via: str) -> float:
+    """Spans replica i fetched in catch-ups since it started, on lanes or Fetch calls."""
+    return scrape(cluster, i).get(("rlog_catchup_fetches_total", (("via", via),)), 0.0)
+
+
 def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
-    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, write_lane_offset=1, metrics=True
+    ) as cluster:
         acknowledged = fill(cluster, 40, 256, "f")  # ~42 MB: several spans from both peers
         leader = cluster.wait_for_leader()
         victim = next(i for i in range(3) if i != leader)
@@ -65,14 +75,21 @@ def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
         assert writers.acknowledged, "appends went on during the catch-up"
         log = cluster.log_file(victim).read_text()
         assert "catching up" in log and "RECOVERING -> VOTING" in log
+        assert fetches(cluster, victim, "lane") > 0, "spans on the peers' fetch lanes"
         report = check(cluster, {**acknowledged, **writers.acknowledged})
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]
 
 
-@pytest.mark.parametrize("killed", ["a serving peer", "the catching-up replica"])
-def test_a_catch_up_interrupted_by_sigkill_resumes_and_ends_identical(tmp_path, killed):
-    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+@pytest.mark.parametrize(
+    ("killed", "lanes"), [("a serving peer", 1), ("the catching-up replica", 0)]
+)
+def test_a_catch_up_interrupted_by_sigkill_resumes_and_ends_identical(tmp_path, killed, lanes):
+    # A serving peer killed mid-span breaks its fetch lane (the copy goes on from the
+    # leader); the catching-up replica killed copies again on Fetch calls (no lanes).
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, write_lane_offset=lanes, metrics=True
+    ) as cluster:
         acknowledged = fill(cluster, 120, 256, "k")  # ~126 MB: still copying when killed
         leader = cluster.wait_for_leader()
         victim = next(i for i in range(3) if i != leader)
@@ -94,6 +111,8 @@ def test_a_catch_up_interrupted_by_sigkill_resumes_and_ends_identical(tmp_path, 
         if target == peer:
             log = cluster.log_file(victim).read_text()
             assert f"fetch from replica {peer} failed" in log
+        assert fetches(cluster, victim, "grpc") > 0
+        assert (fetches(cluster, victim, "lane") > 0) == bool(lanes)
         report = check(cluster, acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]

@@ -12,7 +12,7 @@ from test_run_rules import learn_range, run_of, write_run
 from rlog.packed import run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.replica import ReplicaCore, span
-from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers
+from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers, lane_answers
 from rlog.runtime.protowire import varint
 from rlog.storage import open_storage
 
@@ -116,3 +116,43 @@ def test_an_answer_stops_at_max_actions_at_the_range_and_at_the_first_unlearned(
     assert sorted(got) == list(range(1, 51))
     nothing = served(replica, 2 * PER_RUN + 11, 4 * PER_RUN, 4096)
     assert len(nothing) == 1 and not nothing[0].runs and not nothing[0].actions
+
+
+def lane_served(
+    core: ReplicaCore, first: int, to: int, max_actions: int, max_bytes: int, request_id: int = 7
+) -> pb.FetchAnswers:
+    request = pb.FetchRequest(to=to, max_actions=max_actions, id=request_id, max_bytes=max_bytes)
+    setattr(request, "from", first)
+    return pb.FetchAnswers.FromString(b"".join(lane_answers(core, request)))
+
+
+def test_a_lane_answer_holds_the_answers_a_fetch_call_streams(replica: ReplicaCore):
+    fill(replica, 12)
+    learn_range(replica, 1, 1, 12 * PER_RUN + 1)  # all but nothing: up to the end
+    last = 12 * PER_RUN
+    for first, to, max_actions in ((1, last, last), (100, last - 7, 2000), (1, 50, 4096)):
+        answers = lane_served(replica, first, to, max_actions, 1 << 40)
+        assert answers.id == 7 and not answers.cut
+        assert list(answers.answers) == served(replica, first, to, max_actions)
+    # nothing learned there: one empty answer, as a call gets
+    empty = lane_served(replica, last + 1, last + 50, 4096, 1 << 40)
+    assert list(empty.answers) == served(replica, last + 1, last + 50, 4096)
+    assert len(empty.answers) == 1 and not empty.answers[0].runs and not empty.cut
+
+
+def test_a_lane_answer_stops_at_max_bytes_and_says_it_was_cut(replica: ReplicaCore):
+    fill(replica, 12)  # 12 runs of 1 MiB: answers of FETCH_CHUNK_BYTES (4 runs) each
+    learn_range(replica, 1, 1, 12 * PER_RUN)
+    last = 12 * PER_RUN
+    whole = served(replica, 1, last, last)
+    assert len(whole) == 3
+    cut = lane_served(replica, 1, last, last, FETCH_CHUNK_BYTES + 1)
+    assert cut.cut and list(cut.answers) == whole[:2]  # the answer that passes the bound is in
+    exact = lane_served(replica, 1, last, last, FETCH_CHUNK_BYTES)
+    assert exact.cut and list(exact.answers) == whole[:1]
+    # reaching the bound with the request's last answer is not a cut
+    to_end = lane_served(replica, 1, last, last, 3 * FETCH_CHUNK_BYTES)
+    assert not to_end.cut and list(to_end.answers) == whole
+    # a bound the lane caps: at most LANE_MAX_BYTES past the first answer
+    capped = lane_served(replica, 1, last, last, 0)
+    assert list(capped.answers) == whole and not capped.cut

@@ -15,7 +15,7 @@ from rlog.client.errors import RlogError
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.framed import FrameBuffer
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import FrameReader, LaneError, WriteLane, frame, lane_address
+from rlog.runtime.lane import LaneError, WriteLane, frame, lane_address
 from rlog.runtime.write_stream import StreamBroken
 from rlog.tools.dev import DevCluster
 
@@ -24,46 +24,6 @@ def messages() -> list[bytes]:
     rng = random.Random(7)
     sizes = [0, 1, 3, 4, 5, 17, 1024, 65536, 300_000, 0, 2]
     return [rng.randbytes(n) for n in sizes]
-
-
-def test_frames_come_out_whole_however_the_stream_is_cut():
-    stream = b"".join(frame(m) for m in messages())
-    for cut in [1, 2, 3, 5, 4096, 65537, len(stream)]:
-        reader = FrameReader(1 << 20)
-        out: list[bytes] = []
-        for at in range(0, len(stream), cut):
-            out += reader.feed(stream[at : at + cut])
-        assert out == messages(), f"chunks of {cut} bytes"
-
-
-def test_frames_come_out_whole_at_random_cuts():
-    stream = b"".join(frame(m) for m in messages())
-    rng = random.Random(11)
-    for _ in range(50):
-        reader = FrameReader(1 << 20)
-        out: list[bytes] = []
-        at = 0
-        while at < len(stream):
-            step = rng.choice([1, 2, 7, 100, 5000, 70000])
-            out += reader.feed(stream[at : at + step])
-            at += step
-        assert out == messages()
-
-
-def test_a_frame_that_fills_its_chunk_exactly_is_not_copied():
-    data = os.urandom(1000)
-    header, body = frame(data)[:4], frame(data)[4:]
-    reader = FrameReader(4096)
-    assert reader.feed(header) == []
-    (got,) = reader.feed(body)
-    assert got is body
-
-
-def test_a_frame_over_the_limit_is_refused_before_it_is_read():
-    reader = FrameReader(100)
-    assert reader.feed(frame(b"x" * 100)) == [b"x" * 100]
-    with pytest.raises(LaneError, match="101 bytes is over the limit of 100"):
-        reader.feed(frame(b"x" * 101)[:4])
 
 
 def receive(frames: FrameBuffer, stream: bytes, reads: list[int]) -> list[bytes]:

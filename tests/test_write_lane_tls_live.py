@@ -15,13 +15,14 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from test_recovery_live import wait_all_voting
 from test_write_lane_live import closed, recv_exactly
 from test_write_stream_live import scrape, wait_until, write_requests
 
 from rlog.client import Client
 from rlog.client.errors import PermissionDenied
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import VERSION, frame, lane_address
+from rlog.runtime.lane import KINDS_VERSION, VERSION, frame, lane_address
 from rlog.tools import certs
 from rlog.tools.dev import DevCluster
 
@@ -161,6 +162,42 @@ def test_a_writer_appends_on_the_lane_over_mutual_tls_and_a_reader_may_not(clust
         lane = reader._async._lanes[0]
         assert not lane.is_open
         assert "Append needs a role allowing append calls" in lane.last_error, lane.last_error
+
+
+def test_a_wiped_follower_catches_up_on_fetch_lanes_over_mutual_tls(cluster):
+    """A catch-up's spans travel on the peers' fetch lanes over mutual TLS (once open: the
+    first spans go on Fetch calls); a certificate whose role may not call Fetch gets no
+    fetch lane."""
+    leader = cluster.wait_for_leader()
+    victim = next(i for i in range(3) if i != leader)
+    acknowledged: dict[int, bytes] = {}
+    with writer(cluster) as client:
+        for call in range(40):  # ~42 MB: more spans than the first ones on Fetch calls
+            values = [f"fl{call}-{k}:".encode().ljust(4096, b".") for k in range(256)]
+            acknowledged.update(zip(client.append(values), values, strict=True))
+    cluster.wipe(victim)
+    cluster.start_replica(victim)
+    wait_all_voting(cluster, timeout=120)
+    fetched = scrape(cluster, victim)
+    assert fetched.get(("rlog_catchup_fetches_total", (("via", "lane"),)), 0.0) > 0
+    assert fetched.get(("rlog_catchup_fetches_total", (("via", "grpc"),)), 0.0) > 0
+    sample = dict(list(acknowledged.items())[:: len(acknowledged) // 50])
+    with cluster.client(victim, credentials=cluster.credentials("reader"), timeout=10.0) as reader:
+        for position, value in sample.items():
+            (entry,) = reader.read(position, position, stale=True)
+            assert entry.value == value
+    # The admin role may not call Fetch: its fetch lane is refused at the hello.
+    host, port = lane_address(cluster.endpoints[victim], OFFSET)
+    raw = socket.create_connection((host, port), timeout=10)
+    sock = tls_context(cluster, "admin").wrap_socket(raw, server_hostname=host)
+    hello = pb.LaneHello(
+        version=KINDS_VERSION, log_id=cluster.log_id, replica_id=victim, kind=pb.LANE_FETCH
+    )
+    sock.sendall(frame(hello.SerializeToString()))
+    (length,) = struct.unpack("<I", recv_exactly(sock, 4))
+    welcome = pb.LaneWelcome.FromString(recv_exactly(sock, length))
+    assert "Fetch needs a role allowing peer calls" in welcome.error, welcome.error
+    assert closed(sock)
 
 
 def test_no_certificate_or_no_tls_gets_no_welcome(cluster):

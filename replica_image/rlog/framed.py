@@ -7,11 +7,9 @@ carries encoded protobuf messages, each as a frame (a 4-byte little-endian lengt
 the message), requests one way and responses the other, each response naming its
 request's id, so many requests are in flight at once.
 
-- `FrameReader` cuts frames out of the bytes as they arrive (the calling side, whose
-  answers are small);
 - `FrameBuffer` has the bytes arrive in a buffer of its own and hands out each frame in
-  place (the serving side of a lane, where a leader's batches arrive: an
-  `asyncio.BufferedProtocol`);
+  place, for the `asyncio.BufferedProtocol`s of both sides (a leader's batches arrive at a
+  follower, a fetch lane's answers at a catching-up replica);
 - `FramedCaller` is the calling side of one lane: it opens the connection in the
   background (a hello, then a welcome that may refuse), so no request ever waits for a
   connection (the caller uses its gRPC path until `usable()`), sends requests, matches
@@ -59,71 +57,6 @@ def frame(message: bytes) -> bytes:
     return LENGTH.pack(len(message)) + message
 
 
-class FrameReader:
-    """Frames out of a byte stream that arrives in chunks of any size. A frame that lies in
-    one chunk is sliced out of it; one spread over several is joined once."""
-
-    def __init__(self, max_frame: int) -> None:
-        self.max_frame = max_frame
-        self._chunks: list[bytes] = []
-        self._start = 0  # offset of the unread bytes in _chunks[0]
-        self._buffered = 0  # unread bytes in _chunks
-        self._need = -1  # length of the frame being read; -1: its length is next
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The frames `data` completes (raises FrameError for a frame over the limit)."""
-        if data:
-            self._chunks.append(data)
-            self._buffered += len(data)
-        frames: list[bytes] = []
-        while True:
-            if self._need < 0:
-                if self._buffered < LENGTH.size:
-                    return frames
-                (need,) = LENGTH.unpack(self._take(LENGTH.size))
-                if need > self.max_frame:
-                    raise FrameError(
-                        f"a frame of {need} bytes is over the limit of {self.max_frame}"
-                    )
-                self._need = need
-            if self._buffered < self._need:
-                return frames
-            frames.append(self._take(self._need))
-            self._need = -1
-
-    def _take(self, n: int) -> bytes:
-        if n == 0:  # an empty message (a welcome) is an empty frame
-            return b""
-        first, start = self._chunks[0], self._start
-        if start + n <= len(first):
-            out = first if start == 0 and n == len(first) else first[start : start + n]
-            self._start += n
-            if self._start == len(first):
-                self._chunks.pop(0)
-                self._start = 0
-        else:
-            views: list[memoryview] = [memoryview(first)[start:]]
-            got = len(first) - start
-            used = 1
-            while got < n:
-                chunk = self._chunks[used]
-                if got + len(chunk) <= n:
-                    views.append(memoryview(chunk))
-                    got += len(chunk)
-                    used += 1
-                else:
-                    views.append(memoryview(chunk)[: n - got])
-                    self._start = n - got
-                    got = n
-                    break
-            else:
-                self._start = 0
-            del self._chunks[:used]
-            out = b"".join(views)
-        self._buffered -= n
-        return out
-
-
 class FrameBuffer:
     """Frames received into a buffer this connection owns, for an `asyncio.BufferedProtocol`:
     the event loop reads from the socket straight into `buffer()`, and `received(n)` hands
@@ -141,8 +74,9 @@ class FrameBuffer:
     ROOM = 64 * 1024  # free bytes offered to each read, at least
     KEEP = 4 * 1024 * 1024  # a buffer grown past this is let go once it is drained
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, keep: int = KEEP) -> None:
         self.max_frame = max_frame
+        self.keep = keep  # a connection whose frames are larger keeps more (fetch lanes)
         self._buffer = bytearray(self.ROOM)
         self._start = 0  # the first byte not handed out yet
         self._end = 0  # the end of the bytes received
@@ -152,7 +86,7 @@ class FrameBuffer:
         start, end = self._start, self._end
         if start == end:  # all read: the next frame begins at the start
             start = end = self._start = self._end = 0
-            if len(self._buffer) > self.KEEP:
+            if len(self._buffer) > self.keep:
                 self._buffer = bytearray(self.ROOM)
         unread = end - start
         need = LENGTH.size
@@ -172,7 +106,7 @@ class FrameBuffer:
             view[: end - start] = view[start:end]
         else:
             # doubled (but not past KEEP, or the next drain would let it go again)
-            grown = bytearray(max(size, min(2 * len(self._buffer), self.KEEP)))
+            grown = bytearray(max(size, min(2 * len(self._buffer), self.keep)))
             memoryview(grown)[: end - start] = memoryview(self._buffer)[start:end]
             self._buffer = grown
         self._start, self._end = 0, end - start
@@ -242,10 +176,10 @@ class Destination:
     server_hostname: str | None = None  # the name the server's certificate must carry
 
 
-class _CallerProtocol(asyncio.Protocol, Generic[R]):
+class _CallerProtocol(asyncio.BufferedProtocol, Generic[R]):
     def __init__(self, caller: FramedCaller[R]) -> None:
         self._caller = caller
-        self._reader = FrameReader(MAX_SMALL)
+        self._frames = FrameBuffer(MAX_SMALL, caller.answer_keep)
         self.welcome: asyncio.Future[pb.LaneWelcome] = asyncio.get_running_loop().create_future()
         # retrieved here: a welcome that fails after `_open` stopped waiting is no news
         self.welcome.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -253,13 +187,15 @@ class _CallerProtocol(asyncio.Protocol, Generic[R]):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tune(transport)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self._reader.feed(data)
-            for raw in frames:
+            for raw in self._frames.received(nbytes):
                 if not self.welcome.done():
-                    self.welcome.set_result(pb.LaneWelcome.FromString(raw))
-                    self._reader.max_frame = self._caller.max_answer
+                    self.welcome.set_result(parse(pb.LaneWelcome, raw))
+                    self._frames.max_frame = self._caller.max_answer
                 else:
                     self._caller._answered(self._caller.parse(raw))
         except Exception as exc:
@@ -296,14 +232,16 @@ class FramedCaller(Generic[R]):
     def __init__(
         self,
         locate: Callable[[], Awaitable[Destination]],
-        parse: Callable[[bytes], R],
+        parse: Callable[[memoryview], R],
         connect_timeout: float,
         on_open: Callable[[Destination], None] = lambda _: None,
         max_unsent: int = MAX_UNSENT,
         broken: Callable[[str], Exception] = ConnectionBroken,
         max_answer: int = MAX_SMALL,
+        answer_keep: int = FrameBuffer.KEEP,
     ) -> None:
-        self.parse = parse
+        self.parse = parse  # called on a view of the connection's buffer: copies what it keeps
+        self.answer_keep = answer_keep
         self.broken = broken
         self.max_answer = max_answer
         self.max_unsent = max_unsent
@@ -444,3 +382,22 @@ class FramedCaller(Generic[R]):
             self._opening = None
         if self._protocol is not None:
             self._broken(self._protocol, self.broken("the lane was closed"))
+
+
+class CallingLane(Generic[R]):
+    """A replica's calling side of one lane kind (a write lane, a fetch lane), built on a
+    `FramedCaller`: whether it is open, why not, and closing it are the caller's."""
+
+    _caller: FramedCaller[R]
+
+    @property
+    def last_error(self) -> str:
+        """Why the last opening failed (for the caller's log)."""
+        return self._caller.last_error
+
+    def usable(self) -> bool:
+        """Open now; if not, start opening it in the background (when its back-off allows)."""
+        return self._caller.usable()
+
+    def close(self) -> None:
+        self._caller.close()

@@ -14,6 +14,7 @@ may append); a client that authenticates with a bearer token keeps to gRPC.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
 import tempfile
@@ -25,7 +26,14 @@ import grpc
 from rlog.client.errors import RlogError, code_from_int, error_for
 from rlog.client.security import Credentials
 from rlog.client.wire import ErrorDetails, parse_reason
-from rlog.framed import KINDS_VERSION, ConnectionBroken, Destination, FramedCaller, lane_address
+from rlog.framed import (
+    KINDS_VERSION,
+    ConnectionBroken,
+    Destination,
+    FramedCaller,
+    lane_address,
+    parse,
+)
 from rlog.proto import rlog_pb2 as pb
 
 
@@ -87,7 +95,7 @@ class AppendLane:
         self._tls: ssl.SSLContext | None = None
         self._caller: FramedCaller[pb.AppendResponse] = FramedCaller(
             self._locate,
-            pb.AppendResponse.FromString,
+            functools.partial(parse, pb.AppendResponse),
             connect_timeout,
             max_answer=max_answer,
         )

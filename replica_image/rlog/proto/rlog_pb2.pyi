@@ -99,6 +99,8 @@ class _LaneKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LaneKind.Val
     """a leader's WriteRequests -> WriteResponses (version 1 or 2)"""
     LANE_APPENDS: _LaneKind.ValueType  # 1
     """a client's AppendRequests -> AppendResponses (version 2 only)"""
+    LANE_FETCH: _LaneKind.ValueType  # 2
+    """a replica's FetchRequests -> FetchAnswers (version 2 only)"""
 
 class LaneKind(_LaneKind, metaclass=_LaneKindEnumTypeWrapper):
     """A lane (rlog/framed.py, rlog/runtime/lane.py): the first frame on a new connection
@@ -111,6 +113,8 @@ LANE_WRITES: LaneKind.ValueType  # 0
 """a leader's WriteRequests -> WriteResponses (version 1 or 2)"""
 LANE_APPENDS: LaneKind.ValueType  # 1
 """a client's AppendRequests -> AppendResponses (version 2 only)"""
+LANE_FETCH: LaneKind.ValueType  # 2
+"""a replica's FetchRequests -> FetchAnswers (version 2 only)"""
 Global___LaneKind: _TypeAlias = LaneKind  # noqa: Y015
 
 @_typing.final
@@ -666,22 +670,61 @@ class FetchRequest(_message.Message):
     FROM_FIELD_NUMBER: _builtins.int
     TO_FIELD_NUMBER: _builtins.int
     MAX_ACTIONS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
     to: _builtins.int
     """inclusive"""
     max_actions: _builtins.int
+    id: _builtins.int
+    """on a fetch lane: echoed in its FetchAnswers"""
+    max_bytes: _builtins.int
+    """on a fetch lane: stop once the answers hold this many bytes of"""
     def __init__(
         self,
         *,
         to: _builtins.int = ...,
         max_actions: _builtins.int = ...,
+        id: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "max_actions", b"max_actions", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
+
+@_typing.final
+class FetchAnswers(_message.Message):
+    """A fetch lane's answer to one FetchRequest (rlog/runtime/fetch_lane.py): the answers a
+    Fetch call would stream, in one frame.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    CUT_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    cut: _builtins.bool
+    """stopped at max_bytes before `to` or max_actions"""
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchResponse]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        answers: _abc.Iterable[Global___FetchResponse] | None = ...,
+        cut: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "cut", b"cut", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchAnswers: _TypeAlias = FetchAnswers  # noqa: Y015
 
 @_typing.final
 class FetchResponse(_message.Message):

@@ -29,12 +29,11 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from rlog.config import ReplicaConfig, unsafe_split_fill
-from rlog.packed import run_bytes
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import BatchKey, Elsewhere, FillRound, Outcome, batch_of
 from rlog.protocol.recover import Decision
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.peers import Peers
+from rlog.runtime.peers import FetchFailed, Peers, answer_bytes
 from rlog.storage.base import DiskFull
 
 log = logging.getLogger("rlog.catchup")
@@ -111,15 +110,20 @@ class CatchUp:
     async def run(self) -> None:
         d = self.decision
         log.info("catching up [%d, %d] from replicas %s", d.begin, d.end, list(d.sources))
-        for attempt in range(REFETCH_ROUNDS):
-            await self._copy()
-            self._progress()
-            if self.core.learned >= d.end and not any(
-                True for _ in self.core.unlearned(d.begin, d.end)
-            ):
-                break
-            if attempt < REFETCH_ROUNDS - 1:
-                await asyncio.sleep(self.config.heartbeat_interval * 2)
+        for source in d.sources:
+            self.peers.fetch_lane(source)  # opened in the background meanwhile
+        try:
+            for attempt in range(REFETCH_ROUNDS):
+                await self._copy()
+                self._progress()
+                if self.core.learned >= d.end and not any(
+                    True for _ in self.core.unlearned(d.begin, d.end)
+                ):
+                    break
+                if attempt < REFETCH_ROUNDS - 1:
+                    await asyncio.sleep(self.config.heartbeat_interval * 2)
+        finally:
+            self.peers.close_fetch_lanes()
         remaining = self.remaining
         if remaining:
             log.info(
@@ -266,6 +270,9 @@ class Copier:
                 except grpc.aio.AioRpcError as exc:
                     log.info("fetch from replica %d failed: %s", source, exc.code().name)
                     return source
+                except FetchFailed as exc:
+                    log.info("fetch from replica %d failed: %s", source, exc)
+                    return source
                 before = core.learned_next
                 self._apply(chunks)
                 await self._bound_unwritten(barriers)
@@ -292,17 +299,7 @@ class Copier:
         self, source: int, first: int, last: int
     ) -> tuple[list[pb.FetchResponse], bool]:
         """The span's answers, and whether they are all there (False: cut at SPAN_CAP)."""
-        request = pb.FetchRequest(**{"from": first, "to": last, "max_actions": last - first + 1})
-        call = self.peers[source].replica.Fetch(request, timeout=FETCH_TIMEOUT)
-        chunks, held = [], 0
-        async for chunk in call:
-            chunks.append(chunk)
-            held += sum(run_bytes(run) for run in chunk.runs)
-            held += sum(len(action.value) for action in chunk.actions)
-            if held >= SPAN_CAP:
-                call.cancel()
-                return chunks, False
-        return chunks, True
+        return await self.peers.fetch_span(source, first, last, SPAN_CAP, FETCH_TIMEOUT)
 
     def _apply(self, chunks: list[pb.FetchResponse]) -> None:
         catch_up, core = self.catch_up, self.core
@@ -310,8 +307,7 @@ class Copier:
             before = core.learned_next
             self.peers.learn_fetched(chunk)
             catch_up.copied_positions += max(0, core.learned_next - before)
-            catch_up.copied_bytes += sum(run_bytes(run) for run in chunk.runs)
-            catch_up.copied_bytes += sum(len(action.value) for action in chunk.actions)
+            catch_up.copied_bytes += answer_bytes(chunk)
             catch_up._progress()
 
     async def _bound_unwritten(self, barriers: deque[asyncio.Task[None]]) -> None:

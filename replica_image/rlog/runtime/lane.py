@@ -33,6 +33,7 @@ the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from collections.abc import Callable
@@ -40,13 +41,14 @@ from typing import Protocol, cast
 
 from rlog.framed import (
     KINDS_VERSION,
+    LENGTH,
     MAX_SMALL,
     VERSION,
+    CallingLane,
     Destination,
     FrameBuffer,
     FramedCaller,
     FrameError,
-    FrameReader,
     frame,
     lane_address,
     parse,
@@ -55,25 +57,31 @@ from rlog.framed import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.append_lane import APPEND_METHOD, AppendLaneHandler
 from rlog.runtime.appends import Appender
+from rlog.runtime.fetch import FETCH_METHOD
 from rlog.runtime.write_stream import WRITE_STREAM_METHOD, StreamBroken, answer_to, with_id
 from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
 
+FETCH_UNSENT = 48 * 1024 * 1024  # a fetch lane's answers waiting unsent, at most (about)
+
 LaneError = FrameError  # the name the write lane's callers know
 
-__all__ = ["KINDS_VERSION", "VERSION", "FrameReader", "LaneError", "frame", "lane_address"]
+__all__ = ["KINDS_VERSION", "VERSION", "LaneError", "frame", "lane_address"]
 
 
 # ---- the replica's side -----------------------------------------------------------------
 
 
 class _Replica(Appender, Protocol):
-    """What the lane needs of the replica (Node): its write handler and its appends."""
+    """What the lane needs of the replica (Node): its write handler, its appends and its
+    learned records (Fetch)."""
 
     def start_write(
         self, request: pb.WriteRequest
     ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]: ...
+
+    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]: ...
 
 
 # Why a welcomed caller is refused, given its connection and the RPC the lane stands in
@@ -106,6 +114,7 @@ class LaneServer(asyncio.BufferedProtocol):
         self._on_append = on_append
         self._welcomed = False
         self._appends: AppendLaneHandler | None = None  # a client's connection
+        self._fetches = False  # a replica's fetch lane (catch-up)
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,6 +129,7 @@ class LaneServer(asyncio.BufferedProtocol):
     def _close(self, why: str) -> None:
         if self._transport is not None:
             what = "append lane" if self._appends is not None else "write lane"
+            what = "fetch lane" if self._fetches else what
             log.warning("%s from %s closed: %s", what, self._peer(), why)
             self._transport.close()
             self._transport = None
@@ -145,6 +155,8 @@ class LaneServer(asyncio.BufferedProtocol):
                 elif self._appends is not None:
                     if why := self._appends.frame(raw):
                         self._close(why)
+                elif self._fetches:
+                    self._fetch(raw)
                 else:
                     self._write(raw)
         except FrameError as exc:
@@ -157,13 +169,15 @@ class LaneServer(asyncio.BufferedProtocol):
             self._close(f"the first frame is not a LaneHello: {exc}")
             return
         kind = hello.kind if hello.version == KINDS_VERSION else pb.LANE_WRITES
-        method = APPEND_METHOD if kind == pb.LANE_APPENDS else WRITE_STREAM_METHOD
+        method = {pb.LANE_APPENDS: APPEND_METHOD, pb.LANE_FETCH: FETCH_METHOD}.get(
+            kind, WRITE_STREAM_METHOD
+        )
         error = ""
         if hello.version not in (VERSION, KINDS_VERSION):
             error = f"lane version {hello.version} is not {VERSION} or {KINDS_VERSION}"
-        elif kind not in (pb.LANE_WRITES, pb.LANE_APPENDS):
+        elif kind not in (pb.LANE_WRITES, pb.LANE_APPENDS, pb.LANE_FETCH):
             error = f"lane kind {kind} is not served here"
-        elif kind == pb.LANE_WRITES and hello.replica_id != self._replica_id:
+        elif kind != pb.LANE_APPENDS and hello.replica_id != self._replica_id:
             # (a client's appends are the same at every replica: any replica of the log
             # takes them, e.g. one reached through a Service)
             error = f"this is replica {self._replica_id}, not {hello.replica_id}"
@@ -177,10 +191,41 @@ class LaneServer(asyncio.BufferedProtocol):
             return
         self._welcomed = True
         self._frames.max_frame = self._max_frame
+        if kind == pb.LANE_FETCH and self._transport is not None:
+            self._fetches = True
+            # Answers are frames of megabytes: one may wait unsent while the next is built;
+            # past that the connection is not read (`pause_writing`) until the peer took it.
+            self._transport.set_write_buffer_limits(high=FETCH_UNSENT)
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
                 self._node, self._transport, self._send, self._on_append
             )
+
+    def pause_writing(self) -> None:
+        if self._fetches and self._transport is not None:
+            self._transport.pause_reading()  # no more requests until the answers are taken
+
+    def resume_writing(self) -> None:
+        if self._fetches and self._transport is not None:
+            self._transport.resume_reading()
+
+    def _fetch(self, raw: memoryview) -> None:
+        """One FetchRequest, answered at once with one FetchAnswers frame (the connection
+        is not read meanwhile: the answer is built from storage on the event loop, as a
+        Fetch call's answers are)."""
+        try:
+            request = parse(pb.FetchRequest, raw)
+        except Exception as exc:
+            self._close(f"a frame does not parse as FetchRequest: {exc}")
+            return
+        try:
+            parts = self._node.lane_fetch(request)
+        except CorruptRecord as exc:
+            self._node.storage_fault_seen(exc)  # dropped and recovered, as for a Fetch call
+            self._close(f"corrupt record: {exc}")
+            return
+        if self._transport is not None:
+            self._transport.writelines([LENGTH.pack(sum(len(p) for p in parts)), *parts])
 
     def _write(self, raw: memoryview) -> None:
         try:
@@ -240,7 +285,7 @@ async def serve_lane(
 # ---- the leader's side ------------------------------------------------------------------
 
 
-class WriteLane:
+class WriteLane(CallingLane[pb.WriteResponse]):
     """The leader's write lane to one peer, with the `start`/`write`/`close` of a
     `WriteStream`. Writes go on it only while it is open (`usable()`); opening happens in
     the background (`FramedCaller`), so no write ever waits for a connection: until the
@@ -269,21 +314,12 @@ class WriteLane:
 
         self._caller: FramedCaller[pb.WriteResponse] = FramedCaller(
             locate,
-            pb.WriteResponse.FromString,
+            functools.partial(parse, pb.WriteResponse),
             connect_timeout,
             lambda _: on_open(),
             max_unsent,
             StreamBroken,
         )
-
-    @property
-    def last_error(self) -> str:
-        """Why the last opening failed (for the caller's log)."""
-        return self._caller.last_error
-
-    def usable(self) -> bool:
-        """Open now; if not, start opening it in the background (when its back-off allows)."""
-        return self._caller.usable()
 
     async def write(
         self, encoded: bytes, time_limit: float, suffix: bytes = b""
@@ -301,6 +337,3 @@ class WriteLane:
         request_id = self._caller.next_id()
         parts = [encoded, suffix + with_id(b"", request_id)]
         return self._caller.send(request_id, parts, time_limit)
-
-    def close(self) -> None:
-        self._caller.close()

@@ -106,6 +106,13 @@ class ReplicaMetrics:
             ["rpc"],
             registry=r,
         )
+        self.catchup_fetches = Counter(
+            "rlog_catchup_fetches",
+            "Spans a catching-up replica fetched from its peers, by how (lane: the peer's "
+            "fetch lane, grpc: a Fetch call)",
+            ["via"],
+            registry=r,
+        )
         self.write_lanes_opened = Counter(
             "rlog_write_lanes_opened",
             "Write lane connections this replica opened to a peer (again after each break)",

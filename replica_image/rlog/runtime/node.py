@@ -63,6 +63,7 @@ from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.errors import RpcError
+from rlog.runtime.fetch import lane_answers
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
 from rlog.runtime.learned_watch import LearnedWatch
@@ -509,6 +510,11 @@ class Node:
 
     def _slow_learned(self, request: pb.LearnedRequest) -> None:
         asyncio.get_running_loop().call_later(self._self_delay, self.handle_learned, request)
+
+    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]:
+        """A fetch lane's answer to `request`: the serialized FetchAnswers, in parts
+        (runtime/fetch.py); raises CorruptRecord as a Fetch call would."""
+        return lane_answers(self.core, request)
 
     def start_write(
         self, request: pb.WriteRequest

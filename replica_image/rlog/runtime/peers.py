@@ -31,12 +31,15 @@ import grpc
 
 from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
+from rlog.framed import ConnectionBroken
+from rlog.packed import run_bytes
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import fetch_answers
+from rlog.runtime.fetch_lane import FetchLane
 from rlog.runtime.lane import WriteLane, lane_address
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.write_stream import (
@@ -57,6 +60,18 @@ LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
 UNARY_FALLBACK = 60.0
 
 Message = pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+
+
+class FetchFailed(Exception):
+    """A span's fetch on a lane did not complete (the connection broke, or no answer in
+    time): as a failed Fetch call, the copy tries the other sources."""
+
+
+def answer_bytes(chunk: pb.FetchResponse) -> int:
+    """Bytes of values a Fetch answer holds."""
+    return sum(run_bytes(run) for run in chunk.runs) + sum(len(a.value) for a in chunk.actions)
+
+
 Response = pb.PromiseResponse | pb.WriteResponse
 
 
@@ -123,6 +138,7 @@ class Peers(Mapping[int, Peer]):
         self._streams: dict[int, WriteStream] = {}
         self._unary_until: dict[int, float] = {}  # peer -> when to try its stream again
         self._lanes: dict[int, WriteLane] = {}  # peer -> its write lane (when configured)
+        self._fetch_lanes: dict[int, FetchLane] = {}  # peer -> its fetch lane (catch-up)
         self._lane_said: dict[int, str] = {}  # peer -> what was last logged of its lane
         # The last write encoded: a broadcast sends the same message to every peer.
         self._encoded: tuple[pb.WriteRequest | None, bytes] = (None, b"")
@@ -226,6 +242,7 @@ class Peers(Mapping[int, Peer]):
             stream.close()
         for lane in self._lanes.values():
             lane.close()
+        self.close_fetch_lanes()
         for channel in self._channels.values():
             await channel.close(grace=None)
 
@@ -483,6 +500,60 @@ class Peers(Mapping[int, Peer]):
             if on_chunk is not None:
                 on_chunk()
         return progressed
+
+    async def fetch_span(
+        self, source: int, first: int, last: int, max_bytes: int, time_limit: float
+    ) -> tuple[list[pb.FetchResponse], bool]:
+        """Fetch [first, last] from peer `source` (a catch-up's span): its answers, and
+        whether they are all there (False: cut once they held `max_bytes` of values). On
+        the peer's fetch lane when the log has lanes and it is open, else a Fetch call (the
+        lane opens in the background meanwhile). Raises grpc.aio.AioRpcError, or
+        FetchFailed for a lane that broke or timed out."""
+        lane = self.fetch_lane(source)
+        if lane is not None:
+            self._metrics.catchup_fetches.labels("lane").inc()
+            try:
+                answers = await lane.fetch(first, last, last - first + 1, max_bytes, time_limit)
+            except (TimeoutError, ConnectionBroken) as exc:
+                raise FetchFailed(f"on its fetch lane: {exc or type(exc).__name__}") from None
+            return list(answers.answers), not answers.cut
+        self._metrics.catchup_fetches.labels("grpc").inc()
+        request = pb.FetchRequest(to=last, max_actions=last - first + 1)
+        setattr(request, "from", first)  # a Python keyword
+        call = self._peers[source].replica.Fetch(request, timeout=time_limit)
+        chunks, held = [], 0
+        async for chunk in call:
+            chunks.append(chunk)
+            held += answer_bytes(chunk)
+            if held >= max_bytes:
+                call.cancel()
+                return chunks, False
+        return chunks, True
+
+    def fetch_lane(self, peer_id: int) -> FetchLane | None:
+        """The peer's fetch lane if it is open now; if not, it starts opening in the
+        background (None without lanes)."""
+        if not self.config.write_lane_offset:
+            return None
+        lane = self._fetch_lanes.get(peer_id)
+        if lane is None:
+            host, port = lane_address(self.config.peers[peer_id], self.config.write_lane_offset)
+            lane = self._fetch_lanes[peer_id] = FetchLane(
+                host,
+                port,
+                self.config.log_id,
+                peer_id,
+                self.config.election_timeout,
+                tls=self._lane_context,
+            )
+        return lane if lane.usable() else None
+
+    def close_fetch_lanes(self) -> None:
+        """Close the fetch lanes (a catch-up is over; each holds a buffer of its last
+        answer's size)."""
+        lanes, self._fetch_lanes = self._fetch_lanes, {}
+        for lane in lanes.values():
+            lane.close()
 
     def learn_fetched(self, chunk: pb.FetchResponse) -> bool:
         """Learn what a Fetch answer holds (its records are learned at the peer, so chosen),
