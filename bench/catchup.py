@@ -2,8 +2,12 @@
 `--size`-byte entries; one follower loses its data dir and restarts; the time from its start
 until it is VOTING again gives MB/s.
 
-    .venv/bin/python bench/catchup.py [--megabytes 200] [--size 4096] [--dir DIR]
+    .venv/bin/python bench/catchup.py [--megabytes 200] [--size 4096] [--dir DIR] [--lane 1]
                                       [--profile OUT [--rate 200] [--native]]
+
+The replicas serve lanes at their port + `--lane` (1, as the operator and `make bench` run
+them; 0: none), so the copy fetches on the peers' fetch lanes once open (docs/data-path.md,
+"The fetch lane"); `fetches` in the result says how many spans went each way.
 
 Besides the end-to-end figure (process start to VOTING: `catchup_mb_per_s`) it splits the
 time with the replica's own log lines: `start_seconds` (process start until it listens:
@@ -26,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from machine import cpu_seconds, minor_faults
@@ -65,6 +70,14 @@ def start_spies(
     return spies
 
 
+def spans_fetched(cluster: DevCluster, i: int) -> dict[str, float]:
+    """Replica i's catch-up spans by how they came (`rlog_catchup_fetches_total{via}`)."""
+    url = f"http://{cluster.host_of(i)}:{cluster.metrics_ports[i]}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    found = re.findall(r'^rlog_catchup_fetches_total\{via="(\w+)"\} (\S+)$', text, re.M)
+    return {via: float(n) for via, n in found}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=200)
@@ -77,6 +90,9 @@ def main() -> None:
         help="the replicas' storage engine (default auto: the default engine, on fresh dirs)",
     )
     parser.add_argument("--dir", default=str(Path.home() / ".cache/rlog-bench/catchup"))
+    parser.add_argument(
+        "--lane", type=int, default=1, help="the replicas' lane offset (0: no lanes)"
+    )
     parser.add_argument("--profile", help="write py-spy profiles of the catch-up here")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument(
@@ -88,7 +104,14 @@ def main() -> None:
     entries = int(args.megabytes * 1e6 // args.size)
     value = b"c" * args.size
     cpu: dict[str, float] = {}
-    with DevCluster(3, root, election_timeout=1.0, storage_engine=args.engine) as cluster:
+    with DevCluster(
+        3,
+        root,
+        election_timeout=1.0,
+        storage_engine=args.engine,
+        write_lane_offset=args.lane,
+        metrics=True,
+    ) as cluster:
         leader = cluster.wait_for_leader()
         started = time.monotonic()
         with Client(cluster.endpoints[leader], append_timeout=120) as client:
@@ -133,6 +156,7 @@ def main() -> None:
         for spy in spies:
             spy.communicate(timeout=30)
         learned = cluster.status(victim).learned
+        fetches = spans_fetched(cluster, victim)
         log_file = cluster.log_file(victim)
         deadline = time.monotonic() + 5
         caught_up = None
@@ -152,6 +176,8 @@ def main() -> None:
         "catchup_mb_per_s": round(megabytes / seconds, 1),
         "catchup_entries_per_s": round(entries / seconds),
         "victim_learned": learned,
+        "lane": args.lane,
+        "fetches": fetches,
         "seen_recovering": seen_recovering,
         "cpu_seconds": {role: round(s, 2) for role, s in cpu.items()},
         "victim_minor_faults": faults,
