@@ -224,6 +224,9 @@ class LaneServer(asyncio.BufferedProtocol):
             self._node.storage_fault_seen(exc)  # dropped and recovered, as for a Fetch call
             self._close(f"corrupt record: {exc}")
             return
+        except Exception as exc:  # a storage error: the caller fetches elsewhere
+            self._close(f"fetch from {getattr(request, 'from')} failed: {exc}")
+            return
         if self._transport is not None:
             self._transport.writelines([LENGTH.pack(sum(len(p) for p in parts)), *parts])
 
