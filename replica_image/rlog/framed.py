@@ -67,9 +67,10 @@ class FrameBuffer:
 
     A frame handed out is valid only until the next `buffer()`: parse it at once (protobuf
     copies what it keeps). The buffer grows to hold the longest frame being read (at most
-    `max_frame`) and keeps up to `KEEP` bytes for the next ones; a frame begins at its
-    start whenever everything before it has been read, so a frame is moved (the bytes of it
-    already received) only when it began late in the buffer and does not fit after them."""
+    `max_frame`) and keeps up to `keep` bytes (`KEEP` unless told) for the next ones; a
+    frame begins at its start whenever everything before it has been read, so a frame is
+    moved (the bytes of it already received) only when it began late in the buffer and
+    does not fit after them."""
 
     ROOM = 64 * 1024  # free bytes offered to each read, at least
     KEEP = 4 * 1024 * 1024  # a buffer grown past this is let go once it is drained

@@ -33,7 +33,8 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import BatchKey, Elsewhere, FillRound, Outcome, batch_of
 from rlog.protocol.recover import Decision
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.peers import FetchFailed, Peers, answer_bytes
+from rlog.runtime.fetch import answer_bytes
+from rlog.runtime.peers import FetchFailed, Peers
 from rlog.storage.base import DiskFull
 
 log = logging.getLogger("rlog.catchup")

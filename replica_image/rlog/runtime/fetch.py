@@ -11,7 +11,8 @@ bytes answers through as they are (`runtime/server.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 
 from rlog.packed import run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb
@@ -45,9 +46,14 @@ def answer(begin: int, records: list[pb.Action | pb.Run]) -> bytes:
     return b"".join(answer_parts(begin, records))
 
 
-def value_bytes(records: list[pb.Action | pb.Run]) -> int:
+def value_bytes(records: Iterable[pb.Action | pb.Run]) -> int:
     """Bytes of values the records hold (what a copy bounds its spans by)."""
     return sum(run_bytes(r) if isinstance(r, pb.Run) else len(r.value) for r in records)
+
+
+def answer_bytes(chunk: pb.FetchResponse) -> int:
+    """Bytes of values a Fetch answer holds."""
+    return value_bytes(itertools.chain(chunk.runs, chunk.actions))
 
 
 def _answer_records(
@@ -100,18 +106,21 @@ def lane_answers(core: ReplicaCore, request: pb.FetchRequest) -> list[bytes]:
     parts for the connection to send as they are (no joined copy)."""
     bound = min(request.max_bytes or LANE_MAX_BYTES, LANE_MAX_BYTES)
     parts = [_ID_TAG, varint(request.id)] if request.id else []
+
+    def add(records: list[pb.Action | pb.Run]) -> None:  # one FetchAnswers.answers field
+        body = answer_parts(core.begin, records)
+        parts.extend((_ANSWERS_TAG, varint(sum(len(p) for p in body)), *body))
+
     held, sent, done = 0, False, True
     for records, final in _answer_records(core, request):
         done = final
-        body = answer_parts(core.begin, records)
-        parts += (_ANSWERS_TAG, varint(sum(len(p) for p in body)), *body)
+        add(records)
         held += value_bytes(records)
         sent = True
         if held >= bound:
             break
     if not sent:
-        body = answer_parts(core.begin, [])
-        parts += (_ANSWERS_TAG, varint(sum(len(p) for p in body)), *body)
+        add([])
     elif held >= bound and not done:
         parts.append(_CUT)
     return parts

@@ -32,13 +32,12 @@ import grpc
 from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
 from rlog.framed import ConnectionBroken
-from rlog.packed import run_bytes
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore, tombstone
 from rlog.runtime.errors import RpcError
-from rlog.runtime.fetch import fetch_answers
+from rlog.runtime.fetch import answer_bytes, fetch_answers
 from rlog.runtime.fetch_lane import FetchLane
 from rlog.runtime.lane import WriteLane, lane_address
 from rlog.runtime.metrics import ReplicaMetrics
@@ -60,19 +59,12 @@ LEARNED_LINGER = 0.005  # seconds a learned range waits for a write to ride on
 UNARY_FALLBACK = 60.0
 
 Message = pb.PromiseRequest | pb.WriteRequest | pb.LearnedRequest
+Response = pb.PromiseResponse | pb.WriteResponse
 
 
 class FetchFailed(Exception):
     """A span's fetch on a lane did not complete (the connection broke, or no answer in
     time): as a failed Fetch call, the copy tries the other sources."""
-
-
-def answer_bytes(chunk: pb.FetchResponse) -> int:
-    """Bytes of values a Fetch answer holds."""
-    return sum(run_bytes(run) for run in chunk.runs) + sum(len(a.value) for a in chunk.actions)
-
-
-Response = pb.PromiseResponse | pb.WriteResponse
 
 
 def _piggybackable(message: object) -> bool:
