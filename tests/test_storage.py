@@ -609,6 +609,35 @@ def test_segment_torn_tail_is_cut_and_corruption_is_refused(tmp_path: Path) -> N
         SegmentStorage(tmp_path / "data")
 
 
+def test_segment_damaged_frames_in_a_row_are_each_skipped(tmp_path: Path) -> None:
+    """A bad sector holds several small frames: damage to consecutive frames is skipped
+    frame by frame, as long as their length fields lead on to a good frame (found by a live
+    disk-fault test: a repaired replica then refused to restart)."""
+    from rlog.storage.segment_engine import SegmentStorage
+
+    store = SegmentStorage(tmp_path / "data")
+    for p in range(6):
+        store.apply(WriteBatch(actions=[action(p, b"VALUE-%d-0123456789" % p)]))
+    store.close()
+    (seg,) = (tmp_path / "data" / "segments").glob("*.seg")
+    blob = seg.read_bytes()
+    for p in (1, 2, 3):  # three frames in a row, each with one value byte flipped
+        flip(seg, blob.index(b"VALUE-%d-" % p) + 10, 0x01)
+    store = SegmentStorage(tmp_path / "data")
+    try:
+        assert len(store.damage()) == 3
+        assert all("fails its CRC" in d for d in store.damage())
+        assert positions(store) == [0, 4, 5]  # nothing damaged served, the rest kept
+    finally:
+        store.close()
+    # The same damage reaching the newest segment's last frame: the frames in a row lead to
+    # no good frame, so their extent cannot be trusted, and data follows the first: refused.
+    flip(seg, blob.index(b"VALUE-4-") + 10, 0x01)
+    flip(seg, blob.index(b"VALUE-5-") + 10, 0x01)
+    with pytest.raises(StorageError, match="a frame fails its CRC and data follows it"):
+        SegmentStorage(tmp_path / "data")
+
+
 # -- runs: one record per run (WriteBatch.runs, Storage.scan_records) --------------------------
 
 

@@ -174,17 +174,24 @@ def _frame_ok(data: bytes, off: int) -> bool:
 
 
 def _next_frame(data: bytes, bad: int, newest: bool) -> int | None:
-    """Where replay goes on after the damaged frame at `bad`, if its length field can be
-    trusted: a good frame starts where it says the frame ends, or (in a segment that is not
-    the newest, so never torn) the segment ends there. None: no such place."""
-    if bad + _HEADER.size > len(data):
-        return None
-    length = _header(data, bad)[0]
-    after = bad + _HEADER.size + length
-    if after < len(data) and _frame_ok(data, after):
-        return after
-    if after == len(data) and not newest:
-        return after
+    """Where replay goes on after the damaged frame at `bad`: where its length field says
+    it ends, if that can be trusted. It can when the frames from there on lead, each by its
+    own length field, to a good frame, or (in a segment that is not the newest, so never
+    torn) to the segment's end: several damaged frames in a row (a bad sector holds many
+    small frames) are each skipped in turn. None: no such place."""
+    first: int | None = None
+    at = bad
+    while at + _HEADER.size <= len(data):
+        after = at + _HEADER.size + _header(data, at)[0]
+        if first is None:
+            first = after
+        if after == len(data):
+            return None if newest else first
+        if after > len(data):
+            return None
+        if _frame_ok(data, after):
+            return first
+        at = after
     return None
 
 
