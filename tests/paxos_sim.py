@@ -371,11 +371,12 @@ class Sim:
         self._persist(replica, core.set_status(pb.RECOVERING))
         source = self.cores[decision.sources[0]]
         records = source.learned_records(decision.begin, decision.end, 1 << 30)
-        copied = pb.LearnedRequest(
+        copied = pb.FetchResponse(  # as catch-up learns them: a Fetch answer, given up
             actions=[r for r in records if isinstance(r, pb.Action)],
             runs=[r for r in records if isinstance(r, pb.Run)],
+            begin=source.begin,
         )
-        self._persist(replica, core.on_learned(copied))
+        self._persist(replica, core.on_fetched(copied))
         assert core.learned >= min(decision.end, source.learned)
         self._persist(replica, core.finish_recovery(decision.promised))
         self.check()

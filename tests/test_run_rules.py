@@ -213,6 +213,38 @@ def test_a_learned_run_copied_from_a_peer_is_held_as_one_record():
     assert [a.value for a in copy.learned_actions(1, 6, 100)] == values(6)
 
 
+def test_a_fetched_run_is_held_as_the_answer_holds_it_and_a_learned_one_is_copied():
+    """A Fetch answer is given up to the core (`on_fetched`): its run is held and stored
+    as it is, marked learned in place, no copy of its values; a Learned message's run is
+    the sender's, so the core keeps its own copy and the message stays as it was."""
+    fetched_into, learned_into = core(), core()
+    answer = pb.FetchResponse(runs=[run_of(0, values(5))])
+    batch = fetched_into.on_fetched(answer)
+    assert batch is not None and batch.runs[0] is answer.runs[0]
+    assert answer.runs[0].head.learned  # marked where it lies
+    apply(fetched_into, batch)
+    assert fetched_into.learned == 4 and stored_spans(fetched_into) == [("run", 0, 4)]
+    request = pb.LearnedRequest(runs=[run_of(0, values(5))])
+    batch = learned_into.on_learned(request)
+    assert batch is not None and batch.runs[0] is not request.runs[0]
+    assert batch.runs[0].head.learned and batch.runs[0].data == request.runs[0].data
+    assert not request.runs[0].head.learned  # the sender's message is not touched
+    apply(learned_into, batch)
+    assert [a.value for a in learned_into.learned_actions(0, 4, 10)] == values(5)
+    assert [a.value for a in fetched_into.learned_actions(0, 4, 10)] == values(5)
+
+
+def test_a_fetched_answer_past_our_begin_skips_the_truncated_prefix_and_bad_ones_are_refused():
+    r = core()
+    # The peer truncated below 10: a tombstone at 9 applies it in one step.
+    apply(r, r.on_fetched(pb.FetchResponse(begin=10, runs=[run_of(10, values(3))])))
+    assert r.begin == 10 and r.learned == 12
+    assert [a.value for a in r.learned_actions(10, 12, 10)] == values(3)
+    bad = run_of(13, values(2))
+    bad.offsets = bad.offsets[:-1]  # offsets that do not match its data
+    assert r.on_fetched(pb.FetchResponse(runs=[bad])) is None and r.learned == 12
+
+
 def test_a_learned_run_over_a_pending_position_goes_position_by_position():
     r = core()
     pending = r.on_promise(pb.PromiseRequest(proposal=3, positions=[2]))  # not yet on disk

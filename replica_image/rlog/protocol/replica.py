@@ -555,8 +555,6 @@ class ReplicaCore:
         if not well_formed([*request.actions, *request.runs]):
             return None  # never sent by a correct leader: take nothing of it
         before = self.learned_next
-        stored: list[pb.Action] = []
-        stored_runs: list[pb.Run] = []
         truncate_to = 0
         for learned_span in request.ranges:
             lo = max(learned_span.first, self.begin, self.learned_next)
@@ -573,19 +571,46 @@ class ReplicaCore:
                     continue  # missed this write: the value comes later by fill or fetch
                 self._learn_span(position, position)
                 truncate_to = max(truncate_to, self._truncation(found))
-        full: Sequence[Record] = request.actions
-        if request.runs:
-            full = sorted([*request.actions, *request.runs], key=_start)
+        return self._learn_records(request.actions, request.runs, False, before, truncate_to)
+
+    def on_fetched(self, answer: pb.FetchResponse) -> WriteBatch | None:
+        """Learn what a Fetch answer holds (its records are learned at the peer, so
+        chosen), in order after what this replica learned so far: a `begin` past our first
+        unlearned position says the peer truncated below it, which a tombstone below `begin`
+        applies in one step. The caller gives the answer up: its runs are held as they are,
+        not copied (a catch-up moves the whole log through here)."""
+        actions: Sequence[pb.Action] = answer.actions
+        if answer.begin > self.begin and answer.begin > self.learned_next:
+            actions = [tombstone(answer.begin - 1), *actions]
+        if not well_formed([*actions, *answer.runs]):
+            return None  # never sent by a correct peer: take nothing of it
+        return self._learn_records(actions, answer.runs, True, self.learned_next, 0)
+
+    def _learn_records(
+        self,
+        actions: Sequence[pb.Action],
+        runs: Sequence[pb.Run],
+        owned: bool,
+        before: int,
+        truncate_to: int,
+    ) -> WriteBatch | None:
+        """Learn chosen records (`owned`: the runs are the caller's to give, held without a
+        copy); the batch that stores them, or None if nothing changed since `before`."""
+        stored: list[pb.Action] = []
+        stored_runs: list[pb.Run] = []
+        full: Sequence[Record] = actions
+        if runs:
+            full = sorted([*actions, *runs], key=_start)
         for record in full:
             if isinstance(record, pb.Run):
-                held = self._learned_run(record)
+                held = self._learned_run(record, owned)
                 if held is not None:
                     stored_runs.extend(held)
                     continue
-                actions: Iterable[pb.Action] = expand(record)
+                expanded: Iterable[pb.Action] = expand(record)
             else:
-                actions = (record,)
-            for action in actions:
+                expanded = (record,)
+            for action in expanded:
                 position = action.position
                 if position < self.begin or self.is_learned(position):
                     continue
@@ -608,10 +633,10 @@ class ReplicaCore:
         batch.metadata = self._meta_copy()
         return batch
 
-    def _learned_run(self, run: pb.Run) -> list[pb.Run] | None:
+    def _learned_run(self, run: pb.Run, owned: bool) -> list[pb.Run] | None:
         """Hold a full learned run as one record if no position of it is learned or pending
         here: what to store (nothing if every position is learned already); None: the
-        caller takes it position by position."""
+        caller takes it position by position. `owned`: the run is ours to keep and mark."""
         first, last = max(run.first, self.begin, self.learned_next), run_last(run)
         if last < first:
             return []
@@ -619,11 +644,18 @@ class ReplicaCore:
             return None
         if self._pending_touches(first, last):
             return None
-        learned = _as_learned(clip(run, first, last))
-        assert isinstance(learned, pb.Run)
-        if learned is run:  # the request's own message: keep an independent copy
-            learned = pb.Run()
-            learned.CopyFrom(run)
+        clipped = clip(run, first, last)
+        learned: pb.Run
+        if owned and clipped is run:
+            run.head.learned = True  # given to us: marked in place, not copied
+            learned = run
+        else:
+            as_learned = _as_learned(clipped)
+            assert isinstance(as_learned, pb.Run)
+            learned = as_learned
+            if learned is run:  # the request's own message: keep an independent copy
+                learned = pb.Run()
+                learned.CopyFrom(run)
         self._hold_run(learned)
         self._learn_span(first, last)
         return [learned]

@@ -174,9 +174,13 @@ class Node:
                 SLOW_SELF_ENV,
                 self._self_delay,
             )
-            local = LocalReplica(self.handle_promise, self._slow_write, self._slow_learned)
+            local = LocalReplica(
+                self.handle_promise, self._slow_write, self._slow_learned, self._slow_fetched
+            )
         else:
-            local = LocalReplica(self.handle_promise, self.handle_write, self.handle_learned)
+            local = LocalReplica(
+                self.handle_promise, self.handle_write, self.handle_learned, self.handle_fetched
+            )
         self.peers = Peers(
             config,
             self.core,
@@ -511,6 +515,9 @@ class Node:
     def _slow_learned(self, request: pb.LearnedRequest) -> None:
         asyncio.get_running_loop().call_later(self._self_delay, self.handle_learned, request)
 
+    def _slow_fetched(self, answer: pb.FetchResponse) -> None:
+        asyncio.get_running_loop().call_later(self._self_delay, self.handle_fetched, answer)
+
     def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]:
         """A fetch lane's answer to `request`: the serialized FetchAnswers, in parts
         (runtime/fetch.py); raises CorruptRecord as a Fetch call would."""
@@ -553,6 +560,21 @@ class Node:
         except CorruptRecord as exc:
             self.storage_fault_seen(exc)
             raise
+        self._store_learned(batch)
+
+    def handle_fetched(self, answer: pb.FetchResponse) -> None:
+        """Learn a Fetch answer's records (a catch-up's span, a pull's chunk); the answer is
+        given up to the core, which keeps its runs without a copy."""
+        if self.journal.full is not None:
+            return  # no room to store values: fetched again once space returns
+        try:
+            batch = self.core.on_fetched(answer)
+        except CorruptRecord as exc:
+            self.storage_fault_seen(exc)
+            raise
+        self._store_learned(batch)
+
+    def _store_learned(self, batch: WriteBatch | None) -> None:
         if batch is not None:
             self.journal.persist_nowait(batch)
             self._learned_changed.set()

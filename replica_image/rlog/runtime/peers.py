@@ -35,7 +35,7 @@ from rlog.framed import ConnectionBroken
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
-from rlog.protocol.replica import ReplicaCore, tombstone
+from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import answer_bytes, fetch_answers
 from rlog.runtime.fetch_lane import FetchLane
@@ -94,6 +94,7 @@ class LocalReplica:
     promise: Callable[[pb.PromiseRequest], Awaitable[pb.PromiseResponse]]
     write: Callable[[pb.WriteRequest], Awaitable[pb.WriteResponse]]
     learned: Callable[[pb.LearnedRequest], None]
+    fetched: Callable[[pb.FetchResponse], None]  # a Fetch answer's records, given up
 
 
 class Peers(Mapping[int, Peer]):
@@ -548,22 +549,11 @@ class Peers(Mapping[int, Peer]):
             lane.close()
 
     def learn_fetched(self, chunk: pb.FetchResponse) -> bool:
-        """Learn what a Fetch answer holds (its records are learned at the peer, so chosen),
-        in order after what this replica learned so far: a `begin` past our first unlearned
-        position says the peer truncated below it, which a tombstone below `begin` applies in
-        one step. Returns whether the answer held anything."""
-        actions = list(chunk.actions)
-        if chunk.begin > self.core.begin and chunk.begin > self.core.learned_next:
-            actions.insert(0, tombstone(chunk.begin - 1))
-        if actions or chunk.runs:
-            request = pb.LearnedRequest(actions=actions)
-            for run in chunk.runs:
-                # One copy of its values: the constructor's `runs=` serializes and parses
-                # each run (three), and a catch-up moves the whole log through here.
-                request.runs.add().CopyFrom(run)
-            self._local_replica.learned(request)
-            return True
-        return False
+        """Learn what a Fetch answer holds (`ReplicaCore.on_fetched`); the answer is given
+        up. Returns whether the answer held anything."""
+        held = bool(chunk.actions or chunk.runs or chunk.begin > self.core.learned_next)
+        self._local_replica.fetched(chunk)
+        return held
 
     def fetch(self, request: pb.FetchRequest) -> Iterator[bytes]:
         """Serve a Fetch: serialized FetchResponse answers (`runtime/fetch.py`)."""
