@@ -12,7 +12,9 @@ them; 0: none), so the copy fetches on the peers' fetch lanes once open (docs/da
 Besides the end-to-end figure (process start to VOTING: `catchup_mb_per_s`) it splits the
 time with the replica's own log lines: `start_seconds` (process start until it listens:
 interpreter, imports, storage open), `copy_seconds` (the recover round decided, "catching
-up", until "caught up ... VOTING"), and `copy_mb_per_s` over the latter.
+up", until "caught up ... VOTING"), and `copy_mb_per_s` over the latter; and the catching-up
+replica's minor page faults and peak RSS (`victim_peak_rss_mb`, VmHWM): its working set is
+the spans in flight and the batches not yet written, each page of it faulted in once.
 With `--profile OUT`, py-spy (raw stacks, --nonblocking) samples the catching-up replica and
 both peers from the start to VOTING and `OUT/{victim,peer-N}.txt` + `top.md` are written
 (bench/pyspy_top.py), with each process's CPU seconds from /proc.
@@ -33,7 +35,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from machine import cpu_seconds, minor_faults
+from machine import cpu_seconds, minor_faults, peak_rss_mb
 
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb
@@ -148,6 +150,7 @@ def main() -> None:
         # Pages the victim's kernel had to map in and zero (its start included): fresh buffer
         # pages cost a few µs each on the VMs this runs on (rlog/allocator.py).
         faults = minor_faults(victim_pid)
+        peak_rss = peak_rss_mb(victim_pid)
         for role, pid in peers.items():
             if pid is not None:
                 cpu[role] += cpu_seconds(pid)
@@ -181,6 +184,7 @@ def main() -> None:
         "seen_recovering": seen_recovering,
         "cpu_seconds": {role: round(s, 2) for role, s in cpu.items()},
         "victim_minor_faults": faults,
+        "victim_peak_rss_mb": round(peak_rss, 1),
         "load1": round(os.getloadavg()[0], 2),
     }
     if listening is not None:

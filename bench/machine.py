@@ -47,6 +47,14 @@ def minor_faults(pid: int) -> int:
     return int(_stat_fields(pid)[7])  # field 10, minflt
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident set so far (VmHWM), in MB, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmHWM for process {pid}")
+
+
 def replica_minor_faults(cluster: Replicas) -> int:
     """Minor page faults of the replica processes so far."""
     pids = (cluster.pid(i) for i in range(cluster.replicas))
