@@ -92,7 +92,7 @@ def test_a_corrupt_record_in_storage_is_never_returned(engine: str, tmp_path: Pa
         good = encode(pb.Action(position=15, type=pb.APPEND, value=MARK))
         bad = bytearray(good)
         bad[-2] ^= 0xFF
-        store._write(Plan(deletes=[], puts=[(15, bytes(bad))]))
+        store._write(Plan(deletes=[], puts=[(15, (b"", bytes(bad)))]))
         for read in (
             lambda: store.get(15),
             lambda: list(store.scan(11, 20)),

@@ -104,8 +104,8 @@ class LevelDbStorage(RecordStorage):
                         deleted += 1
             for position in plan.deletes:
                 wb.delete(action_key(position))
-            for position, value in plan.puts:
-                wb.put(action_key(position), value)
+            for position, (head, body) in plan.puts:
+                wb.put(action_key(position), head + body)
             if plan.metadata is not None:
                 wb.put(META_KEY, plan.metadata)
             wb.write()

@@ -170,7 +170,7 @@ class LmdbStorage(RecordStorage):
             st = os.statvfs(self.path)
         except OSError:
             return False
-        needed = sum(len(raw) for _, raw in plan.puts) + _FULL_MARGIN
+        needed = sum(len(head) + len(body) for _, (head, body) in plan.puts) + _FULL_MARGIN
         return st.f_bavail * st.f_frsize < needed
 
     def _commit(self, plan: Plan) -> None:
@@ -187,8 +187,8 @@ class LmdbStorage(RecordStorage):
                             break
             for position in plan.deletes:
                 txn.delete(encode_position(position), db=self._actions)
-            for position, value in plan.puts:
-                txn.put(encode_position(position), value, db=self._actions)
+            for position, (head, body) in plan.puts:
+                txn.put(encode_position(position), head + body, db=self._actions)
             if plan.metadata is not None:
                 txn.put(_META_KEY, plan.metadata, db=self._meta)
 

@@ -95,8 +95,8 @@ class RocksDbStorage(RecordStorage):
             wb.delete_range(ACTION_PREFIX, action_key(cut) if cut <= MAX_POSITION else ACTION_END)
         for position in plan.deletes:
             wb.delete(action_key(position))
-        for position, value in plan.puts:
-            wb.put(action_key(position), value)
+        for position, (head, body) in plan.puts:
+            wb.put(action_key(position), head + body)
         if plan.metadata is not None:
             wb.put(META_KEY, plan.metadata)
         try:

@@ -58,7 +58,7 @@ import google_crc32c
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
-from rlog.storage.records import HEAD_BYTES, Plan, RecordStorage, decode_metadata
+from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
 from rlog.storage.segment_index import RecordIndex
 
 log = logging.getLogger("rlog.storage")
@@ -120,11 +120,12 @@ def write_calls(
 
 
 def _encode(
-    meta: bytes | None, cut: int | None, deletes: list[int], puts: list[tuple[int, bytes]]
+    meta: bytes | None, cut: int | None, deletes: list[int], puts: list[tuple[int, Encoded]]
 ) -> list[bytes]:
-    """One frame as a list of byte strings (header first). Large records stay the caller's
-    buffers and are never copied into a joined frame: with runs a frame is MiBs, and each
-    copy of a fresh MiB-sized buffer costs page faults as well as bandwidth."""
+    """One frame as a list of byte strings (header first). Large record bodies stay the
+    caller's buffers and are never copied into a joined frame or record: with runs a frame
+    is MiBs, and each copy of a fresh MiB-sized buffer costs page faults as well as
+    bandwidth."""
     flags = (_HAS_META if meta is not None else 0) | (_HAS_CUT if cut is not None else 0)
     small = bytearray([flags | (_HAS_DELETES if deletes else 0)])
     parts: list[bytes] = []
@@ -137,13 +138,14 @@ def _encode(
         for key in deletes:
             small += _U64.pack(key)
     small += _U32.pack(len(puts))
-    for position, raw in puts:
-        small += _ENTRY.pack(position, len(raw))
-        if len(raw) >= _BIG:
-            parts += [bytes(small), raw]
+    for position, (head, body) in puts:
+        small += _ENTRY.pack(position, len(head) + len(body))
+        small += head
+        if len(body) >= _BIG:
+            parts += [bytes(small), body]
             small.clear()
         else:
-            small += raw
+            small += body
     if small:
         parts.append(bytes(small))
     crc = 0
@@ -639,10 +641,11 @@ class SegmentStorage(RecordStorage):
         p += (9 if cut is not None else 0) + (4 + 8 * len(plan.deletes) if plan.deletes else 0)
         p += 4
         locs = []
-        for position, raw in plan.puts:
+        for position, (head, body) in plan.puts:
             p += _ENTRY.size
-            locs.append((position, (self._active, p, len(raw))))
-            p += len(raw)
+            length = len(head) + len(body)
+            locs.append((position, (self._active, p, length)))
+            p += length
         self._install(meta, cut, plan.deletes, locs)
         if plan.sync:
             try:
