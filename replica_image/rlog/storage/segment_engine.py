@@ -56,6 +56,7 @@ from pathlib import Path
 import google_crc32c
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.storage import page_cache
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
@@ -277,9 +278,16 @@ def decode_snapshot(data: bytes) -> tuple[int, bytes, int, RecordIndex]:
 
 class SegmentStorage(RecordStorage):
     def __init__(
-        self, path: Path, segment_bytes: int = SEGMENT_BYTES, snapshot_ratio: int = SNAPSHOT_RATIO
+        self,
+        path: Path,
+        segment_bytes: int = SEGMENT_BYTES,
+        snapshot_ratio: int = SNAPSHOT_RATIO,
+        cache_behind: int = page_cache.CACHE_BEHIND,
     ) -> None:
         self.path = Path(path)
+        # What is written stays in the page cache only this far behind the writes
+        # (rlog/storage/page_cache.py).
+        self._cached = page_cache.CacheWindow(cache_behind)
         self._snapshot_ratio = snapshot_ratio
         self._dir, self._lock = open_data_dir(self.path, "segments")
         self._segment_bytes = segment_bytes
@@ -560,6 +568,7 @@ class SegmentStorage(RecordStorage):
             os.unlink(self._dir / _seg_name(number))
             os.close(self._fds.pop(number))
             del self._live[number]
+            self._cached.forget(number)
         if dead:
             self._fsync_dir()
 
@@ -635,6 +644,11 @@ class SegmentStorage(RecordStorage):
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
         self._size = start + sum(map(len, frame))
         self._since_snapshot += self._size - start
+        self._cached.written(self._active, start, self._size)
+        if plan.sync:  # every byte written so far is on the disk: its pages are clean
+            for segment, offset, length in self._cached.to_drop():
+                if segment in self._fds:
+                    page_cache.drop(self._fds[segment], offset, length)
         # Locations of each record's bytes inside the frame just written.
         meta = plan.metadata
         p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
