@@ -6,7 +6,7 @@ make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this
 
     .venv/bin/python bench/disk_ceiling.py [--writers 3] [--size 262144] [--seconds 10]
                                            [--piece BYTES] [--rewrite BYTES] [--dir DIR]
-                                           [--json FILE]
+                                           [--drop-behind BYTES] [--json FILE]
 
 By default each file grows (to 1 GiB, then the writer wraps to offset 0), so the timed writes
 land on blocks the file system allocates afresh. `--rewrite BYTES` first writes BYTES to each
@@ -19,6 +19,11 @@ reuses its own.
 engine does, 1 MiB): on this VM's kernel a single call of 2 MiB or more gets large page-cache
 folios that fault in the host page by page, several times slower (bench/README.md, "Large
 writes").
+
+`--drop-behind BYTES` drops each file's synced pages more than BYTES behind its writes from
+the page cache, as the segment engine does (rlog/storage/page_cache.py): the next writes then
+reuse those pages instead of taking free pages the VM may have handed back to its host. Each
+writer's system time per MB written is reported either way.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from machine import load
 # A file grows to at most this, then the writer starts over at offset 0 (rewriting blocks
 # already allocated, as a log's storage engine reuses its pages).
 WRAP_BYTES = 1 << 30
+DROP_STEP = 4 << 20
+DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 
 
 def _writer(
@@ -46,6 +53,7 @@ def _writer(
     piece: int,
     seconds: float,
     rewrite: int,
+    drop_behind: int,
     ready: Any,  # a multiprocessing.Barrier: every writer starts its timed writes together
     out: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
@@ -59,18 +67,30 @@ def _writer(
             os.fdatasync(fd)
             wrap = max(rewrite, 2 * size)
         ready.wait()
-        offset, syncs, written = 0, 0, 0
+        offset, syncs, written, dropped = 0, 0, 0, 0
         began = time.monotonic()
+        system_before = os.times().system
         view = memoryview(block)
         while time.monotonic() - began < seconds:
             for start in range(0, size, piece):
                 os.pwrite(fd, view[start : start + piece], offset + start)
             os.fdatasync(fd)
+            if drop_behind and offset + size - drop_behind - dropped >= DROP_STEP:
+                # as the segment engine does (rlog/storage/page_cache.py)
+                os.posix_fadvise(fd, dropped, offset + size - drop_behind - dropped, DONTNEED)
+                dropped = offset + size - drop_behind
             offset = 0 if offset + 2 * size > wrap else offset + size
+            dropped = 0 if offset == 0 else dropped
             syncs += 1
             written += size
         elapsed = time.monotonic() - began
-        out.put({"syncs_per_s": syncs / elapsed, "mb_per_s": written / elapsed / 1e6})
+        out.put(
+            {
+                "syncs_per_s": syncs / elapsed,
+                "mb_per_s": written / elapsed / 1e6,
+                "system_ms_per_mb": (os.times().system - system_before) * 1e3 / (written / 1e6),
+            }
+        )
     finally:
         os.close(fd)
 
@@ -94,6 +114,14 @@ def main() -> None:
         metavar="BYTES",
         help="write each file to BYTES first and wrap there (timed writes on written blocks)",
     )
+    parser.add_argument(
+        "--drop-behind",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="drop each file's synced pages more than BYTES behind its writes from the page "
+        "cache (POSIX_FADV_DONTNEED), as the segment engine does; 0: keep them (default)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where (default: ~/.cache)")
     parser.add_argument("--json", type=Path, default=None, help="append the result here")
     args = parser.parse_args()
@@ -116,6 +144,7 @@ def main() -> None:
                     piece,
                     args.seconds,
                     args.rewrite,
+                    args.drop_behind,
                     ready,
                     out,
                 ),
@@ -136,9 +165,11 @@ def main() -> None:
         "piece": piece,
         "seconds": args.seconds,
         "rewrite": args.rewrite,
+        "drop_behind": args.drop_behind,
         "dir": str(base),
         "each_mb_per_s": [round(r["mb_per_s"], 1) for r in results],
         "each_syncs_per_s": [round(r["syncs_per_s"], 1) for r in results],
+        "each_system_ms_per_mb": [round(r["system_ms_per_mb"], 2) for r in results],
         "total_mb_per_s": round(total, 1),
         "per_writer_share_mb_per_s": round(total / args.writers, 1),
         "load_before": load_before,
