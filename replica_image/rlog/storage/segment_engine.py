@@ -56,9 +56,9 @@ from pathlib import Path
 import google_crc32c
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import page_cache
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
 from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
 from rlog.storage.segment_index import RecordIndex
 
@@ -282,12 +282,12 @@ class SegmentStorage(RecordStorage):
         path: Path,
         segment_bytes: int = SEGMENT_BYTES,
         snapshot_ratio: int = SNAPSHOT_RATIO,
-        cache_behind: int = page_cache.CACHE_BEHIND,
+        cache_behind: int = CACHE_BEHIND,
     ) -> None:
         self.path = Path(path)
         # What is written stays in the page cache only this far behind the writes
         # (rlog/storage/page_cache.py).
-        self._cached = page_cache.CacheWindow(cache_behind)
+        self._cached = CacheWindow(cache_behind)
         self._snapshot_ratio = snapshot_ratio
         self._dir, self._lock = open_data_dir(self.path, "segments")
         self._segment_bytes = segment_bytes
@@ -648,7 +648,7 @@ class SegmentStorage(RecordStorage):
         if plan.sync:  # every byte written so far is on the disk: its pages are clean
             for segment, offset, length in self._cached.to_drop():
                 if segment in self._fds:
-                    page_cache.drop(self._fds[segment], offset, length)
+                    drop(self._fds[segment], offset, length)
         # Locations of each record's bytes inside the frame just written.
         meta = plan.metadata
         p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
