@@ -25,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -89,6 +89,7 @@ from rlog.storage import Storage, WriteBatch
 from rlog.storage.base import CorruptRecord, DiskFull
 
 log = logging.getLogger("rlog.node")
+_M = TypeVar("_M", pb.LearnedRequest, pb.FetchResponse)  # what a learner rule takes
 
 # Corrupt records repaired at open before the replica gives up (a disk this broken is not
 # one to repair record by record).
@@ -555,26 +556,23 @@ class Node:
             del trimmed.runs[:]
             del trimmed.actions[:]
             request = trimmed
-        try:
-            batch = self.core.on_learned(request)
-        except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
-            raise
-        self._store_learned(batch)
+        self._learn(self.core.on_learned, request)
 
     def handle_fetched(self, answer: pb.FetchResponse) -> None:
         """Learn a Fetch answer's records (a catch-up's span, a pull's chunk); the answer is
         given up to the core, which keeps its runs without a copy."""
         if self.journal.full is not None:
             return  # no room to store values: fetched again once space returns
+        self._learn(self.core.on_fetched, answer)
+
+    def _learn(self, rule: Callable[[_M], WriteBatch | None], message: _M) -> None:
+        """Apply a learner rule of the core to `message` and store what it learned (a
+        corrupt record met on the way is reported as a storage fault and re-raised)."""
         try:
-            batch = self.core.on_fetched(answer)
+            batch = rule(message)
         except CorruptRecord as exc:
             self.storage_fault_seen(exc)
             raise
-        self._store_learned(batch)
-
-    def _store_learned(self, batch: WriteBatch | None) -> None:
         if batch is not None:
             self.journal.persist_nowait(batch)
             self._learned_changed.set()
