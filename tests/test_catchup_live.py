@@ -136,3 +136,49 @@ def test_large_values_cut_the_spans_and_the_copy_goes_on(tmp_path):
         report = check(cluster, acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]
+
+
+def pulls(cluster: DevCluster, i: int, via: str) -> float:
+    """Spans replica i fetched in pulls (while VOTING) since it started."""
+    return scrape(cluster, i).get(("rlog_pull_fetches_total", (("via", via),)), 0.0)
+
+
+@pytest.mark.parametrize("lanes", [1, 0])
+def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes):
+    # A follower stopped with its data (a pod restarted, a node rebooted) is VOTING again at
+    # once and pulls the positions it missed from the leader in spans, on the leader's fetch
+    # lane when the log has lanes, while appends go on and reach it as learned messages.
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, write_lane_offset=lanes, metrics=True
+    ) as cluster:
+        acknowledged = fill(cluster, 4, 256, "b")
+        leader = cluster.wait_for_leader()
+        victim = next(i for i in range(3) if i != leader)
+        cluster.stop_replica(victim)
+        acknowledged.update(fill(cluster, 40, 256, "m"))  # ~42 MB missed: several spans
+        missed_end = max(acknowledged)
+        writers = Writers([cluster.endpoints[leader]], 4, 20)
+
+        async def scenario() -> None:
+            task = asyncio.create_task(writers.run())
+            await asyncio.sleep(0.5)
+            cluster.start_replica(victim)
+            await asyncio.to_thread(
+                cluster.wait_for,
+                lambda found: found[victim] is not None and found[victim].learned >= missed_end,
+                120,
+                "the restarted follower learning what it missed",
+            )
+            writers.stop()
+            await task
+
+        asyncio.run(scenario())
+        assert writers.acknowledged, "appends went on during the pull"
+        log = cluster.log_file(victim).read_text()
+        assert "catching up" not in log.split("starting replica")[-1], "no recovery: VOTING"
+        spans = pulls(cluster, victim, "lane") + pulls(cluster, victim, "grpc")
+        assert spans > 1, "the missed positions came in several spans"
+        assert (pulls(cluster, victim, "lane") > 0) == bool(lanes)
+        report = check(cluster, {**acknowledged, **writers.acknowledged})
+        entries = [view.entries for view in report.replicas]
+        assert entries[victim] == entries[leader]

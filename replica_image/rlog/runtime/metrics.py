@@ -113,6 +113,14 @@ class ReplicaMetrics:
             ["via"],
             registry=r,
         )
+        self.pull_fetches = Counter(
+            "rlog_pull_fetches",
+            "Spans a VOTING replica fetched from its peers to learn positions it missed (back "
+            "from a restart or a partition; a leader whose own write failed), by how (lane: "
+            "the peer's fetch lane, grpc: a Fetch call)",
+            ["via"],
+            registry=r,
+        )
         self.write_lanes_opened = Counter(
             "rlog_write_lanes_opened",
             "Write lane connections this replica opened to a peer (again after each break)",

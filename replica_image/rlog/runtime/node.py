@@ -66,6 +66,7 @@ from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import lane_answers
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
+from rlog.runtime.learned_copy import pull
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
@@ -228,6 +229,7 @@ class Node:
                 UNSAFE_NO_DEDUPE_ENV,
             )
         self._prev_leader_learned = 0
+        self._pulling = False  # a pull of learned positions under way (one at a time)
         self._prev_acknowledged_end = 0
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
@@ -595,9 +597,8 @@ class Node:
         # A replica that is not VOTING learns by recovery's catch-up, which copies the same
         # records: a pull as well would fetch them twice.
         voting = self.core.status == pb.VOTING
-        if voting and self.core.learned < target and not self.peers.fetching:
-            self.peers.fetching = True
-            self.spawn(self.peers.pull_learned([request.leader], target))
+        if voting and self.core.learned < target and not self._pulling:
+            self._pull([request.leader], target)
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -772,15 +773,32 @@ class Node:
         learned here from the followers, once the disk takes writes again."""
         target = self._prev_acknowledged_end
         self._prev_acknowledged_end = self.coordinator.acknowledged_end
-        if self.journal.full is not None or self.peers.fetching or self.core.learned >= target:
+        if self.journal.full is not None or self._pulling or self.core.learned >= target:
             return
         log.info(
             "learned only up to %d of the %d acknowledged: pulling the rest from the followers",
             self.core.learned,
             target,
         )
-        self.peers.fetching = True
-        self.spawn(self.peers.pull_learned(list(self.peers.keys()), target))
+        self._pull(list(self.peers.keys()), target)
+
+    def _pull(self, sources: list[int], target: int) -> None:
+        """Copy the learned positions up to `target` this replica lacks from `sources` in
+        the background (`learned_copy.pull`), one pull at a time."""
+        self._pulling = True
+
+        async def pulling() -> None:
+            try:
+                await pull(self.core, self.peers, sources, target, self._stored)
+            finally:
+                self._pulling = False
+
+        self.spawn(pulling())
+
+    async def _stored(self) -> None:
+        """Return once everything learned so far is durable (a copy's bound on what waits
+        unwritten)."""
+        await self.journal.persist(WriteBatch())
 
     async def _send_heartbeats(self) -> None:
         heartbeat = pb.LearnedRequest(

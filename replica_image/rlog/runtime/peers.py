@@ -11,9 +11,10 @@ messages, and copying learned entries between replicas (`Fetch`).
   learned messages and heartbeats stay unary calls (docs/data-path.md says why);
 - learned piggy-backing: the leader's learned ranges for a peer wait briefly for the next
   write to that peer and ride on it (one RPC instead of two);
-- Fetch: a replica pulls the learned records it lacks from a peer (a follower behind the
-  leader, a recovering replica catching up), and serves the same to others; runs travel
-  as runs (FetchResponse.runs, LearnedRequest.runs).
+- Fetch: spans of the learned records a replica lacks, fetched from a peer for a copy
+  (`runtime/learned_copy.py`: a recovering replica catching up, a VOTING one pulling what
+  it missed) on the peer's fetch lane or as a Fetch call, and the same served to others;
+  runs travel as runs (FetchResponse.runs, LearnedRequest.runs).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,9 +142,6 @@ class Peers(Mapping[int, Peer]):
         self.credentials: Callable[[], grpc.ChannelCredentials] | None = None
         # TLS: the context of each new write lane connection (None: plaintext lanes).
         self.lane_tls: Callable[[], ssl.SSLContext] | None = None
-        # Whether a pull of learned entries is under way (one at a time): a follower pulls
-        # from the leader, a leader what its own failed writes missed from the followers.
-        self.fetching = False
 
     # ---- the peers and their channels --------------------------------------------------
 
@@ -458,59 +456,31 @@ class Peers(Mapping[int, Peer]):
 
     # ---- Fetch -------------------------------------------------------------------------
 
-    async def pull_learned(self, sources: Sequence[int], target: int) -> None:
-        """Copy what we lack of the learned entries up to `target` from the first of
-        `sources` (replica ids) that has them, trying the next while some are still missing;
-        clears `fetching`."""
-        try:
-            for source in sources:
-                peer = self._peers.get(source)
-                if peer is None or self.core.learned >= target:
-                    continue
-                try:
-                    await self.copy_learned(peer, target, 4096)
-                except grpc.aio.AioRpcError as exc:
-                    log.debug("pull of learned entries from %s failed: %s", source, exc.code())
-        finally:
-            self.fetching = False
-
-    async def copy_learned(
-        self, peer: Peer, last: int, chunk_size: int, on_chunk: Callable[[], None] | None = None
-    ) -> bool:
-        """Copy the learned actions a peer holds from our first unlearned position up to
-        `last` (safe: a learned action is chosen). A peer whose begin is past ours truncated
-        that prefix: a tombstone below its begin skips it in one step. Returns whether
-        anything was applied; gRPC errors propagate."""
-        progressed = False
-        stream = peer.replica.Fetch(
-            pb.FetchRequest(
-                **{"from": self.core.learned_next, "to": last, "max_actions": chunk_size}
-            ),
-            timeout=60,
-        )
-        async for chunk in stream:
-            progressed = self.learn_fetched(chunk) or progressed
-            if on_chunk is not None:
-                on_chunk()
-        return progressed
-
     async def fetch_span(
-        self, source: int, first: int, last: int, max_bytes: int, time_limit: float
+        self,
+        source: int,
+        first: int,
+        last: int,
+        max_bytes: int,
+        time_limit: float,
+        purpose: str = "catchup",
     ) -> tuple[list[pb.FetchResponse], bool]:
-        """Fetch [first, last] from peer `source` (a catch-up's span): its answers, and
-        whether they are all there (False: cut once they held `max_bytes` of values). On
-        the peer's fetch lane when the log has lanes and it is open, else a Fetch call (the
-        lane opens in the background meanwhile). Raises grpc.aio.AioRpcError, or
-        FetchFailed for a lane that broke or timed out."""
+        """Fetch [first, last] from peer `source` (a span of a catch-up's or a pull's copy,
+        `purpose`, counted in its metric): its answers, and whether they are all there
+        (False: cut once they held `max_bytes` of values). On the peer's fetch lane when the
+        log has lanes and it is open, else a Fetch call (the lane opens in the background
+        meanwhile). Raises grpc.aio.AioRpcError, or FetchFailed for a lane that broke or
+        timed out."""
+        spans = self._metrics.pull_fetches if purpose == "pull" else self._metrics.catchup_fetches
         lane = self.fetch_lane(source)
         if lane is not None:
-            self._metrics.catchup_fetches.labels("lane").inc()
+            spans.labels("lane").inc()
             try:
                 answers = await lane.fetch(first, last, last - first + 1, max_bytes, time_limit)
             except (TimeoutError, ConnectionBroken) as exc:
                 raise FetchFailed(f"on its fetch lane: {exc or type(exc).__name__}") from None
             return list(answers.answers), not answers.cut
-        self._metrics.catchup_fetches.labels("grpc").inc()
+        spans.labels("grpc").inc()
         request = pb.FetchRequest(to=last, max_actions=last - first + 1)
         setattr(request, "from", first)  # a Python keyword
         call = self._peers[source].replica.Fetch(request, timeout=time_limit)
@@ -542,18 +512,16 @@ class Peers(Mapping[int, Peer]):
         return lane if lane.usable() else None
 
     def close_fetch_lanes(self) -> None:
-        """Close the fetch lanes (a catch-up is over; each holds a buffer of its last
-        answer's size)."""
+        """Close the fetch lanes (a copy is over; each holds a buffer of its last answer's
+        size)."""
         lanes, self._fetch_lanes = self._fetch_lanes, {}
         for lane in lanes.values():
             lane.close()
 
-    def learn_fetched(self, chunk: pb.FetchResponse) -> bool:
+    def learn_fetched(self, chunk: pb.FetchResponse) -> None:
         """Learn what a Fetch answer holds (`ReplicaCore.on_fetched`); the answer is given
-        up. Returns whether the answer held anything."""
-        held = bool(chunk.actions or chunk.runs or chunk.begin > self.core.learned_next)
+        up."""
         self._local_replica.fetched(chunk)
-        return held
 
     def fetch(self, request: pb.FetchRequest) -> Iterator[bytes]:
         """Serve a Fetch: serialized FetchResponse answers (`runtime/fetch.py`)."""
