@@ -3,7 +3,13 @@
 until it is VOTING again gives MB/s.
 
     .venv/bin/python bench/catchup.py [--megabytes 200] [--size 4096] [--dir DIR] [--lane 1]
-                                      [--profile OUT [--rate 200] [--native]]
+                                      [--rejoin] [--profile OUT [--rate 200] [--native]]
+
+With `--rejoin` the follower keeps its data instead: it is stopped (SIGTERM) before the log is
+filled and restarted after, VOTING at once, and pulls what it missed from the leader
+(docs/recovery.md, the end of "Catch-up"); the time is from its start until it has learned
+the last position written (`catchup_mb_per_s` still, with `"rejoin": true`), and `fetches`
+counts the pull's spans.
 
 The replicas serve lanes at their port + `--lane` (1, as the operator and `make bench` run
 them; 0: none), so the copy fetches on the peers' fetch lanes once open (docs/data-path.md,
@@ -72,11 +78,12 @@ def start_spies(
     return spies
 
 
-def spans_fetched(cluster: DevCluster, i: int) -> dict[str, float]:
-    """Replica i's catch-up spans by how they came (`rlog_catchup_fetches_total{via}`)."""
+def spans_fetched(cluster: DevCluster, i: int, copy: str = "catchup") -> dict[str, float]:
+    """Replica i's spans of a catch-up (or of pulls: `copy` "pull") by how they came
+    (`rlog_catchup_fetches_total{via}`, `rlog_pull_fetches_total{via}`)."""
     url = f"http://{cluster.host_of(i)}:{cluster.metrics_ports[i]}/metrics"
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    found = re.findall(r'^rlog_catchup_fetches_total\{via="(\w+)"\} (\S+)$', text, re.M)
+    found = re.findall(rf'^rlog_{copy}_fetches_total\{{via="(\w+)"\}} (\S+)$', text, re.M)
     return {via: float(n) for via, n in found}
 
 
@@ -94,6 +101,11 @@ def main() -> None:
     parser.add_argument("--dir", default=str(Path.home() / ".cache/rlog-bench/catchup"))
     parser.add_argument(
         "--lane", type=int, default=1, help="the replicas' lane offset (0: no lanes)"
+    )
+    parser.add_argument(
+        "--rejoin",
+        action="store_true",
+        help="the follower keeps its data: stopped before the fill, restarted after, it pulls",
     )
     parser.add_argument("--profile", help="write py-spy profiles of the catch-up here")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
@@ -115,16 +127,20 @@ def main() -> None:
         metrics=True,
     ) as cluster:
         leader = cluster.wait_for_leader()
+        victim = next(i for i in range(3) if i != leader)
         started = time.monotonic()
         with Client(cluster.endpoints[leader], append_timeout=120) as client:
+            last = client.append([value])[-1]  # the victim holds something of the log
+            if args.rejoin:
+                cluster.stop_replica(victim)
             written = 0
             while written < entries:
                 n = min(args.per_call, entries - written)
-                client.append([value] * n)
+                last = client.append([value] * n)[-1]
                 written += n
         fill_seconds = time.monotonic() - started
-        victim = next(i for i in range(3) if i != leader)
-        cluster.wipe(victim)
+        if not args.rejoin:
+            cluster.wipe(victim)
         peers = {f"peer-{i}": cluster.pid(i) for i in range(3) if i != victim}
         cpu = {role: -cpu_seconds(pid) for role, pid in peers.items() if pid is not None}
         wall_started = time.time()
@@ -142,7 +158,7 @@ def main() -> None:
             status = cluster.statuses(timeout=2)[victim]
             if status is not None:
                 seen_recovering |= status.status == pb.RECOVERING
-                if status.status == pb.VOTING:
+                if status.status == pb.VOTING and (not args.rejoin or status.learned >= last):
                     break
             time.sleep(0.02)
         seconds = time.monotonic() - started
@@ -159,7 +175,7 @@ def main() -> None:
         for spy in spies:
             spy.communicate(timeout=30)
         learned = cluster.status(victim).learned
-        fetches = spans_fetched(cluster, victim)
+        fetches = spans_fetched(cluster, victim, "pull" if args.rejoin else "catchup")
         log_file = cluster.log_file(victim)
         deadline = time.monotonic() + 5
         caught_up = None
@@ -180,6 +196,7 @@ def main() -> None:
         "catchup_entries_per_s": round(entries / seconds),
         "victim_learned": learned,
         "lane": args.lane,
+        "rejoin": args.rejoin,
         "fetches": fetches,
         "seen_recovering": seen_recovering,
         "cpu_seconds": {role: round(s, 2) for role, s in cpu.items()},
