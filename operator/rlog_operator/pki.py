@@ -68,13 +68,19 @@ def replica_common_name(body: Body) -> str:
 
 def server_names(body: Body, config: OperatorConfig) -> list[str]:
     """The names the replicas' certificate carries: every pod's peer name (as the replicas
-    dial it, and its `.svc` form, which clients may use either way), the client Service's
-    names, and loopback (the probes and `kubectl exec ... rlog status`)."""
+    dial it, and its shorter forms, which clients in the cluster may use as they may for any
+    Service: `<pod>.<headless>.<ns>.svc`, `<pod>.<headless>.<ns>`, `<pod>.<headless>` from
+    the log's own namespace), the client Service's names, and loopback (the probes and
+    `kubectl exec ... rlog status`)."""
     ns = specs.namespace_of(body)
     service = specs.client_service_name(body)
+    headless = specs.headless_service_name(body)
     replicas = range(specs.replicas_of(body))
     names = [specs.peer_host(body, i, config) for i in replicas]
     names += [specs.peer_host(body, i, replace(config, cluster_domain="")) for i in replicas]
+    for i in replicas:
+        pod = specs.pod_name(body, i)
+        names += [f"{pod}.{headless}.{ns}", f"{pod}.{headless}"]
     names += [service, f"{service}.{ns}", f"{service}.{ns}.svc"]
     if config.cluster_domain:
         names.append(f"{service}.{ns}.svc.{config.cluster_domain}")

@@ -71,6 +71,10 @@ def test_server_names():
     for i in range(3):
         assert f"orders-{i}.orders-headless.shop.svc.cluster.local" in domain
         assert f"orders-{i}.orders-headless.shop.svc" in domain
+        # From the log's namespace a pod answers to its short names too, as a Service does
+        # (`rlog status --endpoint orders-0.orders-headless:7000` in the cluster demo).
+        assert f"orders-{i}.orders-headless.shop" in domain
+        assert f"orders-{i}.orders-headless" in domain
 
 
 def test_needs_renewal(now):
