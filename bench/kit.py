@@ -33,7 +33,8 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    rlog log with `--write-lane-offset 1` as the operator does (docs/data-path.md);
 4. rlog, 5 replicas: serial, the stream client at the largest writer count;
 5. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
-   (bench/catchup.py);
+   (bench/catchup.py), then the same size missed by a follower that kept its data and pulls
+   it (`bench/catchup.py --rejoin`);
 6. Spark (when pyspark is installed, not in --quick): the batch source into noop next to
    Spark's JVM-only baseline, and the sink (bench/spark_source.py).
 Then the figures (ratio = rlog / baseline, targets from bench/targets.json) and a markdown
@@ -350,6 +351,14 @@ def catchup_step(run: Run, args: argparse.Namespace) -> None:
     r = json.loads(out.splitlines()[-1])
     shown = shlex.join(["python", "bench/catchup.py", "--megabytes", str(args.catchup_mb)])
     run.add({"kind": "catchup", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
+    # The same log size missed by a follower that kept its data: its pull (no target).
+    note(f"a stopped follower's pull of what it missed ({args.catchup_mb} MB of 4 KiB entries)")
+    out = subprocess.run([*cmd, "--rejoin"], check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.splitlines()[-1])
+    shown = shlex.join(
+        ["python", "bench/catchup.py", "--rejoin", "--megabytes", str(args.catchup_mb)]
+    )
+    run.add({"kind": "rejoin", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
 
 
 SPARK_LINE = re.compile(r"^(?P<what>.+?)\s+(?P<rows>\d+) rows\s+(?P<s>[\d.]+) s\s+(?P<rate>[\d,]+)")
@@ -570,6 +579,22 @@ def figures(run: Run, args: argparse.Namespace) -> None:
                     targets=targets,
                 )
             )
+    rejoin = next((r for r in run.records if r["kind"] == "rejoin"), None)
+    if rejoin is not None:
+        run.add(
+            figure(
+                "rejoin_mb",
+                f"a follower stopped while {rejoin['megabytes']} MB were appended, restarted "
+                "with its data: its pull until it has learned them",
+                "MB/s",
+                rejoin["catchup_mb_per_s"],
+                None,
+                None,
+                "higher",
+                rejoin["command"],
+                targets=targets,
+            )
+        )
     spark = next((r for r in run.records if r["kind"] == "spark"), None)
     if spark is not None:
         rates = spark["rates"]

@@ -37,6 +37,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "replicas_5_vs_3_stream",
     "catchup_mb",
     "catchup_copy_mb",
+    "rejoin_mb",
     "spark_source_noop",
     "spark_source_noop_warm",
     "spark_sink",
