@@ -74,6 +74,11 @@ class Journal:
         """Return once `batch` is durable."""
         await self.submit(batch)
 
+    async def durable(self) -> None:
+        """Return once every batch queued so far is durable (an empty batch written after
+        them: a copy's bound on what waits unwritten)."""
+        await self.submit(WriteBatch())
+
     def submit(self, batch: WriteBatch) -> asyncio.Future[None]:
         """Queue `batch` to be written now; the future is done once it is durable. Raises
         at once if the disk is full or broken (a full disk keeps the batch for later)."""

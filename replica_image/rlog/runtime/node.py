@@ -789,16 +789,11 @@ class Node:
 
         async def pulling() -> None:
             try:
-                await pull(self.core, self.peers, sources, target, self._stored)
+                await pull(self.core, self.peers, sources, target, self.journal.durable)
             finally:
                 self._pulling = False
 
         self.spawn(pulling())
-
-    async def _stored(self) -> None:
-        """Return once everything learned so far is durable (a copy's bound on what waits
-        unwritten)."""
-        await self.journal.persist(WriteBatch())
 
     async def _send_heartbeats(self) -> None:
         heartbeat = pb.LearnedRequest(

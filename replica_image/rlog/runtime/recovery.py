@@ -27,7 +27,6 @@ from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.catchup import catch_up
 from rlog.runtime.journal import Journal
 from rlog.runtime.peers import Peer, Peers
-from rlog.storage import WriteBatch
 
 log = logging.getLogger("rlog.node")
 
@@ -106,9 +105,7 @@ async def _catch_up(
         await journal.persist(core.set_status(pb.RECOVERING))
     report.reason(f"catching up [{decision.begin}, {decision.end}]")
     report.changed()
-    await catch_up(
-        core, peers, config, decision, report.progress, lambda: journal.persist(WriteBatch())
-    )
+    await catch_up(core, peers, config, decision, report.progress, journal.durable)
     await journal.persist(core.finish_recovery(decision.promised))
     log.info("caught up to %d: RECOVERING -> VOTING (promised %d)", decision.end, core.promised)
 
