@@ -344,21 +344,22 @@ def rlog_bench(
 
 
 def catchup_step(run: Run, args: argparse.Namespace) -> None:
-    note(f"catch-up of a wiped follower ({args.catchup_mb} MB of 4 KiB entries)")
-    cmd = [args.python, str(BENCH / "catchup.py"), "--megabytes", str(args.catchup_mb)]
-    cmd += ["--dir", str(Path(args.work) / "catchup")]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.splitlines()[-1])
-    shown = shlex.join(["python", "bench/catchup.py", "--megabytes", str(args.catchup_mb)])
-    run.add({"kind": "catchup", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
-    # The same log size missed by a follower that kept its data: its pull (no target).
-    note(f"a stopped follower's pull of what it missed ({args.catchup_mb} MB of 4 KiB entries)")
-    out = subprocess.run([*cmd, "--rejoin"], check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.splitlines()[-1])
-    shown = shlex.join(
-        ["python", "bench/catchup.py", "--rejoin", "--megabytes", str(args.catchup_mb)]
-    )
-    run.add({"kind": "rejoin", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
+    # A wiped follower's catch-up, then the same log size missed by a follower that kept its
+    # data: its pull (no target).
+    steps = [
+        ("catchup", [], "catch-up of a wiped follower"),
+        ("rejoin", ["--rejoin"], "a stopped follower's pull of what it missed"),
+    ]
+    for kind, flags, what in steps:
+        note(f"{what} ({args.catchup_mb} MB of 4 KiB entries)")
+        cmd = [args.python, str(BENCH / "catchup.py"), *flags, "--megabytes", str(args.catchup_mb)]
+        cmd += ["--dir", str(Path(args.work) / "catchup")]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.splitlines()[-1])
+        shown = shlex.join(
+            ["python", "bench/catchup.py", *flags, "--megabytes", str(args.catchup_mb)]
+        )
+        run.add({"kind": kind, **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
 
 
 SPARK_LINE = re.compile(r"^(?P<what>.+?)\s+(?P<rows>\d+) rows\s+(?P<s>[\d.]+) s\s+(?P<rate>[\d,]+)")

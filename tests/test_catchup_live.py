@@ -42,9 +42,10 @@ def copying(victim: int):  # type: ignore[no-untyped-def]
     return check
 
 
-def fetches(cluster: DevCluster, i: int, via: str) -> float:
-    """Spans replica i fetched in catch-ups since it started, on lanes or Fetch calls."""
-    return scrape(cluster, i).get(("rlog_catchup_fetches_total", (("via", via),)), 0.0)
+def fetches(cluster: DevCluster, i: int, via: str, copy: str = "catchup") -> float:
+    """Spans replica i fetched since it started in catch-ups (or in pulls: `copy` "pull"),
+    on lanes or Fetch calls."""
+    return scrape(cluster, i).get((f"rlog_{copy}_fetches_total", (("via", via),)), 0.0)
 
 
 def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
@@ -138,11 +139,6 @@ def test_large_values_cut_the_spans_and_the_copy_goes_on(tmp_path):
         assert entries[victim] == entries[leader]
 
 
-def pulls(cluster: DevCluster, i: int, via: str) -> float:
-    """Spans replica i fetched in pulls (while VOTING) since it started."""
-    return scrape(cluster, i).get(("rlog_pull_fetches_total", (("via", via),)), 0.0)
-
-
 @pytest.mark.parametrize("lanes", [1, 0])
 def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes):
     # A follower stopped with its data (a pod restarted, a node rebooted) is VOTING again at
@@ -176,9 +172,9 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
         assert writers.acknowledged, "appends went on during the pull"
         log = cluster.log_file(victim).read_text()
         assert "catching up" not in log.split("starting replica")[-1], "no recovery: VOTING"
-        spans = pulls(cluster, victim, "lane") + pulls(cluster, victim, "grpc")
+        spans = fetches(cluster, victim, "lane", "pull") + fetches(cluster, victim, "grpc", "pull")
         assert spans > 1, "the missed positions came in several spans"
-        assert (pulls(cluster, victim, "lane") > 0) == bool(lanes)
+        assert (fetches(cluster, victim, "lane", "pull") > 0) == bool(lanes)
         report = check(cluster, {**acknowledged, **writers.acknowledged})
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]
