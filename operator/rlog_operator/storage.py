@@ -25,55 +25,18 @@ so an operator restart resumes where it was; `migration_status` is `status.migra
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from rlog_operator import constants as c
 from rlog_operator import specs
 from rlog_operator.observed import PodInfo, PvcInfo, StatefulSetRecord
+from rlog_operator.quantities import quantity
 
 StepKind = Literal[
     "none", "refuse", "create-statefulset", "recreate-statefulset", "expand", "migrate", "wait"
 ]
-
-_SUFFIXES: dict[str, Decimal | int] = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))((?:[KMGTPE]i)|[numkMGTPE]|[eE][+-]?\d+)?$")
-
-
-def quantity(value: object) -> Decimal:
-    """A Kubernetes quantity ("1Gi", "500M", "1e9", 1073741824) as a number of bytes."""
-    text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a quantity")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        base = Decimal(number)
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not a quantity") from None
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return base * (Decimal(10) ** int(suffix[1:]))
-    return base * Decimal(_SUFFIXES[suffix])
 
 
 @dataclass(frozen=True)

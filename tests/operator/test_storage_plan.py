@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from rlog_operator import storage as sg
+from rlog_operator.quantities import quantity
 from rlog_operator.storage import Claim, Storage
 
 PODS = ["log-0", "log-1", "log-2"]
@@ -32,13 +33,13 @@ def voting(*not_voting: str) -> dict[str, str]:
      (1073741824, 2**30), ("1.5Gi", 3 * 2**29), ("100m", Decimal("0.1")), ("2Ti", 2 * 2**40)],
 )  # fmt: skip
 def test_quantities(text, value):
-    assert sg.quantity(text) == value
+    assert quantity(text) == value
 
 
 @pytest.mark.parametrize("bad", ["", "Gi", "1GB", "1 Gi", "-", "1.2.3Gi"])
 def test_bad_quantities(bad):
     with pytest.raises(ValueError):
-        sg.quantity(bad)
+        quantity(bad)
 
 
 def test_shrinking_is_refused_and_growing_is_not():
