@@ -124,6 +124,8 @@ def test_bad_numbers():
     )
     assert_one_line_error(rlog("truncate", "-e", "127.0.0.1:1"), 2, "--to")
     assert_one_line_error(rlog("bench", "-e", "127.0.0.1:1", "--size", "0"), 2, "--size")
+    replica = ("replica", "--id", "0", "--peers", "127.0.0.1:1", "--data-dir", "/nonexistent")
+    assert_one_line_error(rlog(*replica, "--catchup-rate", "-1"), 2, "--catchup-rate")
 
 
 def test_append_needs_values():

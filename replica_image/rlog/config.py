@@ -186,6 +186,9 @@ class ReplicaConfig:
     # TLS when the replica has TLS) at the gRPC port + this offset, and writes to each peer at
     # its port + the same offset; 0: the gRPC stream only.
     write_lane_offset: int = 0
+    # Catch-up and pulls copy at most this many bytes per second from the peers (the peers'
+    # disks and network stay the clients'); 0: as fast as they go.
+    catchup_rate: int = 0
 
     def __post_init__(self) -> None:
         check_replica_count(len(self.peers))
@@ -222,6 +225,8 @@ class ReplicaConfig:
             raise ConfigError("--stream-window must be 0 (gRPC's own) or positive")
         if self.drain_timeout < 0:
             raise ConfigError("--drain-timeout must not be negative")
+        if self.catchup_rate < 0:
+            raise ConfigError("--catchup-rate must be 0 (no limit) or positive")
         self._check_security_files()
         self._check_write_lane()
 

@@ -71,7 +71,9 @@ class CatchUp:
         self.decision = decision
         self.report = progress
         self.highest_seen = decision.promised
-        self.copy = LearnedCopy(core, peers, decision.end, durable, self._progress)
+        self.copy = LearnedCopy(
+            core, peers, decision.end, durable, self._progress, rate=config.catchup_rate
+        )
 
     @property
     def remaining(self) -> int:

@@ -8,7 +8,8 @@ write of a chosen batch failed, copies them from a peer that has them: `pull`). 
 action is chosen, so copying one is always safe; an answer whose begin is past our position
 says the prefix was truncated, and the core skips it in one step (`ReplicaCore.on_fetched`).
 Spans travel on the peers' fetch lanes when the log has lanes, else as Fetch calls
-(`Peers.fetch_span`).
+(`Peers.fetch_span`). `rlog replica --catchup-rate` caps the bytes a copy takes per second
+(`Pace`), so a replica coming back does not take the peers' disks and network from clients.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -51,22 +53,53 @@ AGAIN = -1  # what `Copier.run` returns when a span was cut at SPAN_CAP (replica
 
 
 async def pull(
-    core: ReplicaCore, peers: Peers, sources: Sequence[int], target: int, durable: Durable
+    core: ReplicaCore,
+    peers: Peers,
+    sources: Sequence[int],
+    target: int,
+    durable: Durable,
+    rate: int = 0,
 ) -> None:
     """Copy what this VOTING replica lacks of the learned positions up to `target` from
-    `sources` (replica ids), opening their fetch lanes for it and closing them after."""
+    `sources` (replica ids), opening their fetch lanes for it and closing them after; at
+    most `rate` bytes per second (0: no limit)."""
     sources = [s for s in sources if s in peers]
     for source in sources:
         peers.fetch_lane(source)  # opened in the background; the first spans may go on gRPC
     try:
-        await LearnedCopy(core, peers, target, durable, purpose="pull").run(sources)
+        copy = LearnedCopy(core, peers, target, durable, purpose="pull", rate=rate)
+        await copy.run(sources)
     finally:
         peers.close_fetch_lanes()
 
 
+class Pace:
+    """At most `rate` bytes per second, on average since the first bytes (0: no limit): how
+    long to wait after taking `size` more bytes. Spans already in flight arrive meanwhile, so
+    the copy can run ahead of the rate by at most its window (FETCH_WINDOW spans)."""
+
+    def __init__(self, rate: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate < 0:
+            raise ValueError(f"a copy rate must be 0 (no limit) or positive, not {rate}")
+        self.rate = rate
+        self.clock = clock
+        self.began: float | None = None
+        self.taken = 0
+
+    def delay(self, size: int) -> float:
+        if not self.rate:
+            return 0.0
+        now = self.clock()
+        if self.began is None:
+            self.began = now
+        self.taken += size
+        return max(0.0, self.began + self.taken / self.rate - now)
+
+
 class LearnedCopy:
     """The copy of [core.learned_next, end] from `sources` (`run`, once or again), keeping
-    the bytes per position seen so far to size its spans."""
+    the bytes per position seen so far to size its spans, at most `rate` bytes per second
+    (0: no limit)."""
 
     def __init__(
         self,
@@ -76,6 +109,7 @@ class LearnedCopy:
         durable: Durable | None,
         on_applied: Callable[[], None] = lambda: None,
         purpose: str = "catchup",
+        rate: int = 0,
     ) -> None:
         self.core = core
         self.peers = peers
@@ -85,6 +119,7 @@ class LearnedCopy:
         self.purpose = purpose  # which metric counts the spans: "catchup" or "pull"
         self.copied_positions = 0
         self.copied_bytes = 0
+        self.pace = Pace(rate)
 
     async def run(self, sources: Sequence[int]) -> None:
         """Copy from the sources in rounds of `Copier`; a source that fails or has nothing
@@ -108,15 +143,19 @@ class LearnedCopy:
         per_position = max(1, self.copied_bytes // self.copied_positions)
         return max(SPAN_MIN, min(SPAN_MAX, SPAN_BYTES // per_position))
 
-    def apply(self, chunks: list[pb.FetchResponse]) -> None:
+    def apply(self, chunks: list[pb.FetchResponse]) -> int:
+        """Learn the answers; their bytes."""
         core = self.core
+        applied = 0
         for chunk in chunks:
             before = core.learned_next
             size = answer_bytes(chunk)  # before the answer is given up
             self.peers.learn_fetched(chunk)
             self.copied_positions += max(0, core.learned_next - before)
             self.copied_bytes += size
+            applied += size
             self.on_applied()
+        return applied
 
 
 class Copier:
@@ -164,8 +203,10 @@ class Copier:
                     log.info("fetch from replica %d failed: %s", source, exc)
                     return source
                 before = core.learned_next
-                self.copy.apply(chunks)
+                size = self.copy.apply(chunks)
                 await self._bound_unwritten(barriers)
+                if wait := self.copy.pace.delay(size):
+                    await asyncio.sleep(wait)
                 if core.learned_next <= min(last, self.end):
                     if not whole and core.learned_next > before:
                         log.info(

@@ -789,7 +789,14 @@ class Node:
 
         async def pulling() -> None:
             try:
-                await pull(self.core, self.peers, sources, target, self.journal.durable)
+                await pull(
+                    self.core,
+                    self.peers,
+                    sources,
+                    target,
+                    self.journal.durable,
+                    self.config.catchup_rate,
+                )
             finally:
                 self._pulling = False
 

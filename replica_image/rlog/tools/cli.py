@@ -140,6 +140,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         tail_response_bytes=args.tail_response_bytes,
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
+        catchup_rate=args.catchup_rate,
         tls_cert=_path(args.tls_cert),
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
@@ -473,6 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_STREAM_WINDOW,
         metavar="BYTES",
         help="HTTP/2 flow-control window per call (default 0: gRPC's own, sized by BDP)",
+    )
+    limits.add_argument(
+        "--catchup-rate",
+        type=nonnegative,
+        default=0,
+        metavar="BYTES",
+        help="a catching-up replica (and a follower pulling what it missed) copies at most "
+        "this many bytes per second from its peers (default 0: no limit)",
     )
     security = p.add_argument_group(
         "security (docs/security.md; without --tls-cert the replica serves PLAINTEXT)"
