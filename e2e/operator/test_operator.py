@@ -19,7 +19,10 @@ from oplib import PORT, Log, delete_logs, exists, manifest, pod_ready
 
 NAME = "e2e-log"
 REPLICAS = 3
-MANIFEST = manifest(NAME, REPLICAS)
+# With a catch-up cap: the lost volume's catch-up below runs paced (its data is small: the
+# cap costs no time here).
+CATCH_UP_RATE = 64 * 2**20
+MANIFEST = manifest(NAME, REPLICAS) + "  catchUpRate: 64Mi\n"
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +174,10 @@ def test_lost_volume_comes_back_empty_then_voting(k: Kubectl) -> None:
 
     wait_until(f"{victim} back VOTING on a new volume", back_voting, 300, 1)
     assert k.json("get", "pvc", pvc)["metadata"]["uid"] != old_pvc_uid
+    (ctr,) = [
+        c for c in k.json("get", "pod", victim)["spec"]["containers"] if c["name"] == "replica"
+    ]
+    assert ctr["args"][ctr["args"].index("--catchup-rate") + 1] == str(CATCH_UP_RATE), ctr["args"]
     # it started on the new, EMPTY volume and recovered (EMPTY -> RECOVERING -> VOTING)
     logs = k("logs", victim, "-c", "replica")
     assert "RECOVERING -> VOTING" in logs, logs[-3000:]
@@ -190,6 +197,16 @@ def test_replicas_is_immutable(k: Kubectl) -> None:
     assert p.returncode != 0, p.stdout
     assert "reconfiguration is not supported" in p.stderr, p.stderr
     assert k.json("get", "replicatedlog", NAME)["spec"]["replicas"] == REPLICAS
+
+
+def test_a_bad_catch_up_rate_is_refused(k: Kubectl) -> None:
+    for rate, says in (("-5", "must not be negative"), ('"5 MB"', "should match")):
+        p = k.run(
+            "patch", "replicatedlog", NAME, "--type=merge", "-p",
+            f'{{"spec":{{"catchUpRate":{rate}}}}}', check=False,
+        )  # fmt: skip
+        assert p.returncode != 0 and says in p.stderr, (rate, p.stderr)
+    assert k.json("get", "replicatedlog", NAME)["spec"]["catchUpRate"] == "64Mi"
 
 
 CRD = "replicatedlogs.rlog.io"

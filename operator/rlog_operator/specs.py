@@ -37,12 +37,14 @@ Design choices (see also the module docs of status.py and rolling.py):
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
+from rlog_operator.quantities import quantity
 
 Manifest = dict[str, Any]
 Body = Mapping[str, Any]
@@ -303,8 +305,18 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         str(config.drain_seconds),
         "--write-lane-offset",
         str(c.WRITE_LANE_OFFSET),
+        *catchup_args(body),
         *security_args(body),
     ]
+
+
+def catchup_args(body: Body) -> list[str]:
+    """`--catchup-rate` from spec.catchUpRate, a quantity of bytes per second (the CRD
+    admits no negative one), rounded up; nothing when unset or 0 (no cap)."""
+    rate = (body.get("spec") or {}).get("catchUpRate")
+    if rate is None or (value := quantity(rate)) <= 0:
+        return []
+    return ["--catchup-rate", str(math.ceil(value))]
 
 
 def readiness_command(config: OperatorConfig) -> list[str]:

@@ -135,6 +135,7 @@ def test_cel_rules(schema):
     )
     # spec.storage may change: no immutability rule (a shrink is refused by the operator)
     assert rules(props["storage"]) == {}
+    assert "type(self) == string || self >= 0" in rules(props["catchUpRate"])
     spec_rules = rules(schema["properties"]["spec"])
     assert "has(self.replicas) == has(oldSelf.replicas)" in spec_rules
     root = rules(schema)

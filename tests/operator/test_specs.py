@@ -128,6 +128,20 @@ def test_replica_command_line():
     assert arg(ctr, "--write-lane-offset") == "1"
 
 
+@pytest.mark.parametrize(
+    ("rate", "flag"),
+    [("100Mi", str(100 * 2**20)), (50_000_000, "50000000"), ("1.5k", "1500"), ("0.5", "1"),
+     ("0", None), (0, None), (None, None)],
+)  # fmt: skip
+def test_the_catch_up_rate_from_spec(rate, flag):
+    spec = {} if rate is None else {"catchUpRate": rate}
+    ctr = container(specs.statefulset(body(**spec), CONFIG))
+    if flag is None:
+        assert "--catchup-rate" not in ctr["args"]  # no cap
+    else:
+        assert arg(ctr, "--catchup-rate") == flag
+
+
 def test_image_override_and_default():
     assert container(specs.statefulset(body(), CONFIG))["image"] == CONFIG.replica_image
     sts = specs.statefulset(body(image="reg/rlog:2"), CONFIG)
