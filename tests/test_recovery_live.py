@@ -157,11 +157,13 @@ def test_catch_up_across_a_truncation_keeps_begin_after_restart(tmp_path):
 
 
 def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
-    with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
+    # The copy is capped at 16 MiB/s (~41 MB: over 2 s), so the kill lands mid-copy on any host.
+    rate = ["--catchup-rate", str(16 * 1024 * 1024)]
+    with DevCluster(3, tmp_path, election_timeout=0.5, replica_args=rate) as cluster:
         acknowledged = {}
         value = b"x" * 2048
         with Client(cluster.endpoints) as client:
-            for _ in range(60):
+            for _ in range(20):
                 positions = append_acked(client, [value] * 1000)
                 acknowledged.update(dict.fromkeys(positions, value))
         leader = cluster.wait_for_leader()
@@ -169,16 +171,22 @@ def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
         cluster.wipe(victim)
         cluster.start_replica(victim)
 
-        def catching_up(found: list[pb.StatusResponse | None]) -> bool:
+        def copying_first_half(found: list[pb.StatusResponse | None]) -> bool:
             status = found[victim]
-            return status is not None and status.status == pb.RECOVERING and status.catchup_done > 0
+            if status is None or status.status != pb.RECOVERING:
+                return False
+            size = status.catchup_end - status.catchup_begin + 1
+            return 0 < status.catchup_done < size // 2
 
-        cluster.wait_for(catching_up, 60, "catch-up progress in status")
-        progress = cluster.status(victim)
-        assert progress.catchup_end >= max(acknowledged)
+        cluster.wait_for(copying_first_half, 60, "catch-up progress in status")
         cluster.kill(victim, signal.SIGKILL)
+        log = cluster.log_file(victim).read_text()
+        assert log.count("catching up") == 1 and "RECOVERING -> VOTING" not in log, log
         cluster.start_replica(victim)
         wait_all_voting(cluster, timeout=120)
+        log = cluster.log_file(victim).read_text()
+        assert log.count("catching up") == 2, log  # it resumed: a second catch-up
+        assert log.index("catching up [") < log.rindex("RECOVERING -> VOTING")
         check(cluster, acknowledged)
 
 
