@@ -57,13 +57,21 @@ def fetches(cluster: DevCluster, i: int, via: str, copy: str = "catchup") -> flo
 
 
 def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
+    # Capped at 16 MiB/s, the ~42 MB copy lasts over 2 s on any host: the fetch lanes open
+    # meanwhile and carry spans, and appends are answered while it runs.
     with DevCluster(
-        3, tmp_path, election_timeout=0.5, write_lane_offset=1, metrics=True
+        3,
+        tmp_path,
+        election_timeout=0.5,
+        write_lane_offset=1,
+        metrics=True,
+        replica_args=["--catchup-rate", str(16 * MiB)],
     ) as cluster:
         acknowledged = fill(cluster, 40, 256, "f")  # ~42 MB: several spans from both peers
         leader = cluster.wait_for_leader()
         victim = next(i for i in range(3) if i != leader)
         writers = Writers([cluster.endpoints[i] for i in range(3) if i != victim], 4, 20)
+        answered: dict[str, int] = {}
 
         async def scenario() -> None:
             task = asyncio.create_task(writers.run())
@@ -71,17 +79,22 @@ def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
             cluster.wipe(victim)
             cluster.start_replica(victim)
             await asyncio.to_thread(
+                cluster.wait_for, copying(victim), 120, "catch-up progress in status"
+            )
+            answered["copying"] = len(writers.acknowledged)
+            await asyncio.to_thread(
                 cluster.wait_for,
                 lambda found: names(found)[victim] == "VOTING",
                 120,
                 "the wiped replica VOTING again",
             )
+            answered["voting"] = len(writers.acknowledged)
             await asyncio.sleep(1)
             writers.stop()
             await task
 
         asyncio.run(scenario())
-        assert writers.acknowledged, "appends went on during the catch-up"
+        assert answered["voting"] > answered["copying"], f"appends during the copy: {answered}"
         log = cluster.log_file(victim).read_text()
         assert "catching up" in log and "RECOVERING -> VOTING" in log
         assert fetches(cluster, victim, "lane") > 0, "spans on the peers' fetch lanes"
@@ -184,8 +197,14 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
     # A follower stopped with its data (a pod restarted, a node rebooted) is VOTING again at
     # once and pulls the positions it missed from the leader in spans, on the leader's fetch
     # lane when the log has lanes, while appends go on and reach it as learned messages.
+    # Capped at 16 MiB/s, the ~42 MB pull lasts over 2 s on any host: the lane opens in time.
     with DevCluster(
-        3, tmp_path, election_timeout=0.5, write_lane_offset=lanes, metrics=True
+        3,
+        tmp_path,
+        election_timeout=0.5,
+        write_lane_offset=lanes,
+        metrics=True,
+        replica_args=["--catchup-rate", str(16 * MiB)],
     ) as cluster:
         acknowledged = fill(cluster, 4, 256, "b")
         leader = cluster.wait_for_leader()
@@ -194,6 +213,7 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
         acknowledged.update(fill(cluster, 40, 256, "m"))  # ~42 MB missed: several spans
         missed_end = max(acknowledged)
         writers = Writers([cluster.endpoints[leader]], 4, 20)
+        answered: dict[str, int] = {}
 
         async def scenario() -> None:
             task = asyncio.create_task(writers.run())
@@ -201,15 +221,23 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
             cluster.start_replica(victim)
             await asyncio.to_thread(
                 cluster.wait_for,
+                lambda found: found[victim] is not None,
+                60,
+                "the restarted follower answering",
+            )
+            answered["back"] = len(writers.acknowledged)
+            await asyncio.to_thread(
+                cluster.wait_for,
                 lambda found: found[victim] is not None and found[victim].learned >= missed_end,
                 120,
                 "the restarted follower learning what it missed",
             )
+            answered["learned"] = len(writers.acknowledged)
             writers.stop()
             await task
 
         asyncio.run(scenario())
-        assert writers.acknowledged, "appends went on during the pull"
+        assert answered["learned"] > answered["back"], f"appends during the pull: {answered}"
         log = cluster.log_file(victim).read_text()
         assert "catching up" not in log.split("starting replica")[-1], "no recovery: VOTING"
         spans = fetches(cluster, victim, "lane", "pull") + fetches(cluster, victim, "grpc", "pull")

@@ -122,8 +122,13 @@ def test_appends_travel_on_one_stream_per_follower(tmp_path):
         assert cluster.leader() == leader, "the leader changed: the counts below mean nothing"
         for i in followers:
             # Every append is one write to every follower (an append retried after an
-            # unknown outcome, more), all on the stream, none unary.
-            assert write_requests(cluster, i, "stream") - before[i] >= 100
+            # unknown outcome, more), all on the stream, none unary. An append is answered
+            # once one follower has it: the other may count its last write a moment later.
+            wait_until(
+                lambda i=i: write_requests(cluster, i, "stream") - before[i] >= 100,
+                30,
+                f"follower {i} counting the 100 writes",
+            )
             assert write_requests(cluster, i, "unary") == 0
             # One stream per follower, opened by the first write, carried them all.
             assert opened[i] >= 1
