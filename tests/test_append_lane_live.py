@@ -230,11 +230,11 @@ def test_leader_killed_under_lane_writers_loses_and_duplicates_nothing(tmp_path)
         leader = cluster.wait_for_leader()
         acknowledged: dict[int, bytes] = {}
         sent: set[bytes] = set()
-        stop = time.monotonic() + 6.0
+        stop = [time.monotonic() + 120.0]  # moved to 2 s after the next leader is elected
 
         async def writer(client: AsyncClient, w: int) -> None:
             k = 0
-            while time.monotonic() < stop:
+            while time.monotonic() < stop[0]:
                 value = f"w{w}-{k}".encode()
                 k += 1
                 sent.add(value)
@@ -250,9 +250,19 @@ def test_leader_killed_under_lane_writers_loses_and_duplicates_nothing(tmp_path)
             ]
             async with AsyncClient(endpoints, lane=True, append_timeout=30.0) as client:
                 tasks = [asyncio.create_task(writer(client, w)) for w in range(8)]
-                await asyncio.sleep(1.5)
+                # Killed once the writers are on the lane (not after a fixed time, which a
+                # slow host may spend opening it), and writing on for 2 s after the next
+                # leader is elected (so the re-sent appends meet it, whatever the host).
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: append_requests(cluster, leader, "lane") > 50,
+                    30,
+                    "50 appends on the leader's lane",
+                )
                 lanes = append_requests(cluster, leader, "lane")
                 cluster.kill(leader, signal.SIGKILL)
+                await asyncio.to_thread(cluster.wait_for_leader, 30, [leader])
+                stop[0] = time.monotonic() + 2.0
                 await asyncio.gather(*tasks)
                 return lanes
 

@@ -232,11 +232,20 @@ def test_rotated_certificates_are_taken_while_appending(cluster):
         while [served_certificate(cluster, i) for i in range(cluster.replicas)] != rotated:
             assert time.monotonic() < deadline, "the replicas kept the old certificate"
             time.sleep(0.2)
-        # Past the peers' certificate check (5 s): the replicas reconnect to each other
-        # with the new certificate, and appends keep being chosen.
+        # At the peers' certificate check (every 5 s) the replicas reconnect to each other
+        # with the new certificate, and appends keep being chosen after that.
+        deadline = time.monotonic() + 30
+        while not all(
+            "reconnecting to the peers" in cluster.log_file(i).read_text()
+            for i in range(cluster.replicas)
+        ):
+            assert time.monotonic() < deadline, "the replicas did not reconnect to their peers"
+            time.sleep(0.2)
         count = len(appended)
-        time.sleep(7)
-        assert len(appended) > count
+        deadline = time.monotonic() + 30
+        while len(appended) <= count:
+            assert time.monotonic() < deadline, "no append chosen after the reconnection"
+            time.sleep(0.1)
     finally:
         stop.set()
         writer.join(timeout=60)
