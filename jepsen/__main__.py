@@ -101,6 +101,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "default: one gRPC call each)",
     )
     p.add_argument(
+        "--catchup-rate",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="cap the replicas' catch-ups and pulls at BYTES per second (rlog replica "
+        "--catchup-rate; default 0: no cap), so that a wiped or lagging replica copies for "
+        "seconds while other faults come",
+    )
+    p.add_argument(
         "--unsafe-no-read-index",
         action="store_true",
         help="TEST ONLY: replicas serve non-stale reads without confirming leadership and "
@@ -129,6 +138,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.client_lane and not args.write_lane_offset:
         p.error("--client-lane needs --write-lane-offset N (the replicas' lane)")
+    if args.catchup_rate < 0:
+        p.error("--catchup-rate must be 0 (no cap) or positive")
     return args
 
 
@@ -250,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             election_timeout=args.election_timeout,
             write_lane_offset=args.write_lane_offset,
             client_lane=args.client_lane,
+            catchup_rate=args.catchup_rate,
             read_timeout=args.read_timeout,
             hold=args.hold,
             interval=args.interval,

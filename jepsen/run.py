@@ -87,6 +87,7 @@ class RunConfig:
     election_timeout: float | None = None
     write_lane_offset: int = 0  # the leader's writes on the write lane (0: the gRPC stream)
     client_lane: bool = False  # clients append on the replicas' lane (with write_lane_offset)
+    catchup_rate: int = 0  # rlog replica --catchup-rate: catch-ups and pulls capped (0: not)
     read_timeout: float = 3.0  # a read stuck at a paused or cut-off replica gives up
     append_timeout: float = 4.0
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts
@@ -343,6 +344,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         election_timeout=config.election_timeout,
         python=(str(network.python_wrapper(out, sys.executable)) if network else sys.executable),
         write_lane_offset=config.write_lane_offset,
+        replica_args=["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else (),
     )
     if network is not None:
         network.heal()
