@@ -152,7 +152,11 @@ def test_a_capped_copy_keeps_to_its_rate(tmp_path):
     applied to VOTING (uncapped, a tenth of that), and the copy still ends identical."""
     rate = 8 * MiB
     with DevCluster(
-        3, tmp_path, election_timeout=0.5, replica_args=["--catchup-rate", str(rate)]
+        3,
+        tmp_path,
+        election_timeout=0.5,
+        metrics=True,
+        replica_args=["--catchup-rate", str(rate)],
     ) as cluster:
         acknowledged = fill(cluster, 24, 256, "r")
         leader = cluster.wait_for_leader()
@@ -167,6 +171,10 @@ def test_a_capped_copy_keeps_to_its_rate(tmp_path):
         # The pace holds everything from the first span on to the rate; status is polled
         # every 50 ms, so the first sighting may come that much after the pace began.
         assert took >= copied / rate - 0.5, f"{copied} bytes in {took:.2f} s at {rate} B/s"
+        paced = scrape(cluster, victim).get(
+            ("rlog_copy_paced_seconds_total", (("copy", "catchup"),))
+        )
+        assert paced is not None and paced > 1.0, f"waits for the cap counted: {paced}"
         report = check(cluster, acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]

@@ -223,7 +223,15 @@ def backup_outcome(log: Mapping[str, Any], request: str) -> str | None:
 
 
 # Copied from the source log to the restored one: its shape, not its identity or history.
-RESTORE_COPIED = ("replicas", "storage", "image", "imagePullPolicy", "resources", "autoInitialize")
+RESTORE_COPIED = (
+    "replicas",
+    "storage",
+    "image",
+    "imagePullPolicy",
+    "resources",
+    "autoInitialize",
+    "catchUpRate",
+)
 
 
 def restore_manifest(

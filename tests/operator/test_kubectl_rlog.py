@@ -171,7 +171,9 @@ def source(**spec):
 
 
 def test_restore_writes_a_new_log_bootstrapped_from_the_archive():
-    manifest = kr.restore_manifest(source(backup=BACKUP, tls={"mode": "disabled"}), "orders2", 1234)
+    manifest = kr.restore_manifest(
+        source(backup=BACKUP, tls={"mode": "disabled"}, catchUpRate="100Mi"), "orders2", 1234
+    )
     assert manifest["metadata"] == {"name": "orders2", "namespace": "shop"}
     spec = manifest["spec"]
     assert spec["bootstrap"]["fromArchive"] == {
@@ -184,6 +186,7 @@ def test_restore_writes_a_new_log_bootstrapped_from_the_archive():
     # the source's shape, not its archive (it would write into the source's prefix) nor
     # its TLS mode (a new log gets the default)
     assert (spec["replicas"], spec["storage"], spec["autoInitialize"]) == (5, {"size": "2Gi"}, True)
+    assert spec["catchUpRate"] == "100Mi"
     assert "backup" not in spec and "tls" not in spec
     whole = kr.restore_manifest(source(backup={**BACKUP, "prefix": "p/x"}), "orders2", None)
     assert whole["spec"]["bootstrap"]["fromArchive"]["prefix"] == "p/x"

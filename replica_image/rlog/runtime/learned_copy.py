@@ -206,6 +206,7 @@ class Copier:
                 size = self.copy.apply(chunks)
                 await self._bound_unwritten(barriers)
                 if wait := self.copy.pace.delay(size):
+                    self.copy.peers.paced(self.copy.purpose, wait)
                     await asyncio.sleep(wait)
                 if core.learned_next <= min(last, self.end):
                     if not whole and core.learned_next > before:

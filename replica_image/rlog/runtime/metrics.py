@@ -121,6 +121,13 @@ class ReplicaMetrics:
             ["via"],
             registry=r,
         )
+        self.copy_paced = Counter(
+            "rlog_copy_paced_seconds",
+            "Seconds catch-ups (copy=catchup) and pulls (copy=pull) waited to keep to "
+            "--catchup-rate",
+            ["copy"],
+            registry=r,
+        )
         self.write_lanes_opened = Counter(
             "rlog_write_lanes_opened",
             "Write lane connections this replica opened to a peer (again after each break)",

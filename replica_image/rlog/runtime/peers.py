@@ -456,6 +456,11 @@ class Peers(Mapping[int, Peer]):
 
     # ---- Fetch -------------------------------------------------------------------------
 
+    def paced(self, purpose: str, seconds: float) -> None:
+        """A catch-up's or a pull's copy (`purpose`) waits `seconds` to keep to
+        --catchup-rate: counted, so a dashboard shows when the cap is what holds it."""
+        self._metrics.copy_paced.labels(purpose).inc(seconds)
+
     async def fetch_span(
         self,
         source: int,
