@@ -248,6 +248,9 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
         assert answered["learned"] > answered["back"], f"appends during the pull: {answered}"
         log = cluster.log_file(victim).read_text()
         assert "catching up" not in log.split("starting replica")[-1], "no recovery: VOTING"
+        # It asked its peers how far they learned and pulled at once, not waiting for the
+        # leader's heartbeats to find it behind.
+        assert "pulling the rest from replicas" in log.split("starting replica")[-1], log
         spans = fetches(cluster, victim, "lane", "pull") + fetches(cluster, victim, "grpc", "pull")
         assert spans > 1, "the missed positions came in several spans"
         assert (fetches(cluster, victim, "lane", "pull") > 0) == bool(lanes)

@@ -418,6 +418,8 @@ class Node:
         self.admission.start()
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
+        elif self.peers:
+            self.spawn(self._pull_after_restart())
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
@@ -781,6 +783,31 @@ class Node:
             target,
         )
         self._pull(list(self.peers.keys()), target)
+
+    async def _pull_after_restart(self) -> None:
+        """A VOTING replica back from a stop (a restarted pod, a rebooted node) asks its
+        peers how far they learned and pulls what it lacks at once. Its own channels are
+        new; the leader's heartbeats, by which a follower otherwise finds it is behind, come
+        only once the leader's channel to it is back from its reconnect back-off (up to a
+        second), and the pull they start waits for a second one."""
+        statuses = await self._peer_statuses()
+        ahead = {
+            status.id: status.learned
+            for status in statuses
+            if status is not None and status.learned > self.core.learned
+        }
+        if not ahead or self.core.status != pb.VOTING or self._pulling:
+            return
+        if self.journal.full is not None:
+            return  # nowhere to store it: the heartbeats' pulls come back to it
+        target = max(ahead.values())
+        log.info(
+            "back with learned up to %d, peers up to %d: pulling the rest from replicas %s",
+            self.core.learned,
+            target,
+            sorted(ahead),
+        )
+        self._pull(sorted(ahead), target)
 
     def _pull(self, sources: list[int], target: int) -> None:
         """Copy the learned positions up to `target` this replica lacks from `sources` in
