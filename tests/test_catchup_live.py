@@ -14,11 +14,10 @@ import time
 
 import pytest
 from test_log_live import Writers, append_acked, check
-from test_recovery_live import names, wait_all_voting
+from test_recovery_live import CAPPED, copying, names, wait_all_voting
 from test_write_stream_live import scrape
 
 from rlog.client import Client
-from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
@@ -37,19 +36,6 @@ def fill(cluster: DevCluster, calls: int, per_call: int, tag: str) -> dict[int, 
     return acknowledged
 
 
-def copying(victim: int, before: float = 1.0):  # type: ignore[no-untyped-def]
-    """The victim has copied something, and less than the fraction `before` of its range."""
-
-    def check(found: list[pb.StatusResponse | None]) -> bool:
-        status = found[victim]
-        if status is None or status.status != pb.RECOVERING:
-            return False
-        size = status.catchup_end - status.catchup_begin + 1
-        return 0 < status.catchup_done < before * size
-
-    return check
-
-
 def fetches(cluster: DevCluster, i: int, via: str, copy: str = "catchup") -> float:
     """Spans replica i fetched since it started in catch-ups (or in pulls: `copy` "pull"),
     on lanes or Fetch calls."""
@@ -65,7 +51,7 @@ def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
         election_timeout=0.5,
         write_lane_offset=1,
         metrics=True,
-        replica_args=["--catchup-rate", str(16 * MiB)],
+        replica_args=CAPPED,
     ) as cluster:
         acknowledged = fill(cluster, 40, 256, "f")  # ~42 MB: several spans from both peers
         leader = cluster.wait_for_leader()
@@ -116,7 +102,7 @@ def test_a_catch_up_interrupted_by_sigkill_resumes_and_ends_identical(tmp_path, 
         election_timeout=0.5,
         write_lane_offset=lanes,
         metrics=True,
-        replica_args=["--catchup-rate", str(16 * MiB)],
+        replica_args=CAPPED,
     ) as cluster:
         acknowledged = fill(cluster, 40, 256, "k")
         leader = cluster.wait_for_leader()
@@ -212,7 +198,7 @@ def test_a_voting_follower_back_from_a_stop_pulls_what_it_missed(tmp_path, lanes
         election_timeout=0.5,
         write_lane_offset=lanes,
         metrics=True,
-        replica_args=["--catchup-rate", str(16 * MiB)],
+        replica_args=CAPPED,
     ) as cluster:
         acknowledged = fill(cluster, 4, 256, "b")
         leader = cluster.wait_for_leader()

@@ -44,6 +44,24 @@ def wait_all_voting(cluster: DevCluster, timeout: float = 60) -> None:
     )
 
 
+# Replicas whose catch-ups and pulls copy at 16 MiB/s (`rlog replica --catchup-rate`): a copy
+# of tens of MB lasts seconds on any host, so a fault or a check can land while it runs.
+CAPPED = ["--catchup-rate", str(16 * 1024 * 1024)]
+
+
+def copying(victim: int, before: float = 1.0):  # type: ignore[no-untyped-def]
+    """The victim has copied something, and less than the fraction `before` of its range."""
+
+    def check(found: list[pb.StatusResponse | None]) -> bool:
+        status = found[victim]
+        if status is None or status.status != pb.RECOVERING:
+            return False
+        size = status.catchup_end - status.catchup_begin + 1
+        return 0 < status.catchup_done < int(before * size)
+
+    return check
+
+
 @pytest.mark.parametrize("replicas", [3, 5])
 def test_auto_initialization_with_replicas_started_up_to_5s_apart(tmp_path, replicas):
     cluster = DevCluster(
@@ -158,8 +176,7 @@ def test_catch_up_across_a_truncation_keeps_begin_after_restart(tmp_path):
 
 def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
     # The copy is capped at 16 MiB/s (~41 MB: over 2 s), so the kill lands mid-copy on any host.
-    rate = ["--catchup-rate", str(16 * 1024 * 1024)]
-    with DevCluster(3, tmp_path, election_timeout=0.5, replica_args=rate) as cluster:
+    with DevCluster(3, tmp_path, election_timeout=0.5, replica_args=CAPPED) as cluster:
         acknowledged = {}
         value = b"x" * 2048
         with Client(cluster.endpoints) as client:
@@ -170,15 +187,7 @@ def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
         victim = next(i for i in range(3) if i != leader)
         cluster.wipe(victim)
         cluster.start_replica(victim)
-
-        def copying_first_half(found: list[pb.StatusResponse | None]) -> bool:
-            status = found[victim]
-            if status is None or status.status != pb.RECOVERING:
-                return False
-            size = status.catchup_end - status.catchup_begin + 1
-            return 0 < status.catchup_done < size // 2
-
-        cluster.wait_for(copying_first_half, 60, "catch-up progress in status")
+        cluster.wait_for(copying(victim, before=0.5), 60, "catch-up progress in status")
         cluster.kill(victim, signal.SIGKILL)
         log = cluster.log_file(victim).read_text()
         assert log.count("catching up") == 1 and "RECOVERING -> VOTING" not in log, log

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from test_recovery_live import wait_all_voting
+from test_recovery_live import CAPPED, wait_all_voting
 from test_write_lane_live import closed, recv_exactly
 from test_write_stream_live import scrape, wait_until, write_requests
 
@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
         write_lane_offset=OFFSET,
         # The wiped follower's ~42 MB copy lasts over 2 s whatever the host: long enough for
         # its fetch lanes to open over TLS and carry spans.
-        replica_args=["--catchup-rate", str(16 * 1024 * 1024)],
+        replica_args=CAPPED,
     ) as c:
         yield c
 
