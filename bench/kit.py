@@ -16,7 +16,8 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    later steps run after minutes of continuous disk and CPU load. The value-size sweep of
    step 3 runs on the log every earlier measurement wrote to, gigabytes long by then, and
    how long depends on how fast those went; on this VM the first write to a block of file
-   space costs several times a rewrite (bench/README.md, "Freshly freed file space"), so a
+   space costs several times a rewrite (docs/performance.md, "What the host does to disk-bound
+   figures"), so a
    figure measured there says as much about the steps before it as about the batched path.
    Its 1 KiB and 4 KiB points stay beside the fresh ones as figures without a target;
 2. + 3. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the
