@@ -1,5 +1,5 @@
 """The benchmark kit's driver (`make bench`, bench/run.sh): rlog next to etcd 3.4 in one run on
-one machine, every figure of issue 12's targets table, one JSON-lines results file.
+one machine, every figure with a target in bench/targets.json, one JSON-lines results file.
 
     python bench/kit.py [--quick] [--seconds S] [--writers 1,4,16,64] [--sizes 128,1024,4096,16384]
                         [--no-etcd] [--spark | --no-spark] [--out FILE] [--work DIR]
