@@ -103,10 +103,10 @@ demo: $(STAMP) cluster-up
 demo-local: $(STAMP)
 	examples/local_demo.sh $(VENV)/bin/rlog
 
-# The benchmark kit (bench/README.md lists every variable; not in `test`): rlog next to etcd
+# The benchmark kit (docs/performance.md lists every variable; not in `test`): rlog next to etcd
 # 3.4 in one go (about 10 min on 2 cores, BENCH_QUICK=1 about 3): concurrency and value-size
 # sweeps, 3 vs 5 replicas, catch-up, Spark, latency CDFs -> bench/results/bench-<date>.jsonl
-# (every figure of issue 12's targets table with its ratio, target and command), a markdown
+# (every figure of bench/targets.json with its ratio, target and command), a markdown
 # summary next to it, and the plots redrawn into bench/plots/.
 bench: $(STAMP)
 	BENCH_PYTHON=$(PY) bench/run.sh

@@ -1,4 +1,4 @@
-"""Catch-up speed of a wiped replica (issue 4): a 3-replica log holding `--megabytes` of
+"""Catch-up speed of a wiped replica (`catchup_mb`): a 3-replica log holding `--megabytes` of
 `--size`-byte entries; one follower loses its data dir and restarts; the time from its start
 until it is VOTING again gives MB/s.
 

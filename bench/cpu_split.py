@@ -9,9 +9,9 @@ utime and stime from /proc before and after, the client's from getrusage(RUSAGE_
 (its interpreter start included). `--lane` runs the shape `make bench` measures: the
 replicas' write lanes and the client's append lane. The sum over the processes against the
 machine's cores says whether a figure is CPU-bound here; system time against user time says
-whether the kernel's write path or rlog's Python is the larger part (bench/README.md,
-"Freshly freed file space"). The log is fresh: its writes land on whatever file space the
-file system hands out, see the same section before comparing runs.
+whether the kernel's write path or rlog's Python is the larger part (docs/performance.md,
+"What the host does to disk-bound figures"). The log is fresh: its writes land on whatever
+file space the file system hands out, see the same section before comparing runs.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this
 By default each file grows (to 1 GiB, then the writer wraps to offset 0), so the timed writes
 land on blocks the file system allocates afresh. `--rewrite BYTES` first writes BYTES to each
 file (untimed, one sync) and wraps there, so every timed write lands on blocks written
-before. On this VM the two differ by up to 10x (bench/README.md, "New file space and
-rewritten file space"): a log that keeps growing writes new space, one that is truncated
+before. On this VM the two differ by up to 10x (docs/performance.md, "What the host does to
+disk-bound figures"): a log that keeps growing writes new space, one that is truncated
 reuses its own.
 
 `--piece BYTES` issues each synced write as write calls of at most BYTES (as the segment
 engine does, 1 MiB): on this VM's kernel a single call of 2 MiB or more gets large page-cache
-folios that fault in the host page by page, several times slower (bench/README.md, "Large
-writes").
+folios that fault in the host page by page, several times slower (docs/performance.md,
+"What the host does to disk-bound figures").
 
 `--drop-behind BYTES` drops each file's synced pages more than BYTES behind its writes from
 the page cache, as the segment engine does (rlog/storage/page_cache.py): the next writes then

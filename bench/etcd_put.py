@@ -1,4 +1,4 @@
-"""etcd v3 Put benchmark: the etcd baseline for the rlog comparison (issue 2).
+"""etcd v3 Put benchmark: the etcd baseline of the kit's figures (docs/performance.md).
 
 Two modes, both against a running etcd cluster (see bench/etcd_cluster.sh):
 

@@ -1,5 +1,5 @@
 """The benchmark kit's driver (`make bench`, bench/run.sh): rlog next to etcd 3.4 in one run on
-one machine, every figure of issue 12's targets table, one JSON-lines results file.
+one machine, every figure with a target in bench/targets.json, one JSON-lines results file.
 
     python bench/kit.py [--quick] [--seconds S] [--writers 1,4,16,64] [--sizes 128,1024,4096,16384]
                         [--no-etcd] [--spark | --no-spark] [--out FILE] [--work DIR]
@@ -16,7 +16,8 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    later steps run after minutes of continuous disk and CPU load. The value-size sweep of
    step 3 runs on the log every earlier measurement wrote to, gigabytes long by then, and
    how long depends on how fast those went; on this VM the first write to a block of file
-   space costs several times a rewrite (bench/README.md, "Freshly freed file space"), so a
+   space costs several times a rewrite (docs/performance.md, "What the host does to disk-bound
+   figures"), so a
    figure measured there says as much about the steps before it as about the batched path.
    Its 1 KiB and 4 KiB points stay beside the fresh ones as figures without a target;
 2. + 3. side by side: etcd 3.4 (bench/etcd_cluster.sh, 3 members, bench/etcd_put.py to the

@@ -5,7 +5,7 @@ A results file is JSON lines, one record each, told apart by "kind":
 - "meta": the run (time, host, cpus, load average, commit, variables);
 - "point": one measurement (system, series, replicas, writers, batch, size, rates, latency);
 - "cdf": latency quantiles of one measurement, for the CDF plots;
-- "figure": one figure of issue 12's targets table: rlog's value, the baseline's (etcd, or
+- "figure": one figure of the kit (docs/performance.md): rlog's value, the baseline's (etcd, or
   Spark's JVM path, or rlog with 3 replicas) where one exists, ratio = rlog / baseline, target,
   and the exact commands that produced both.
 """
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-# The figures of issue 12's targets table (bench/targets.json has one target slot for each).
+# The kit's figures (bench/targets.json has one target slot for each; docs/performance.md).
 FIGURE_NAMES: tuple[str, ...] = (
     "unary_writers",
     "stream_writers",

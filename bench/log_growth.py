@@ -11,7 +11,7 @@ engine's files are unlinked and new ones made). One JSON line per run: entries/s
 replica's CPU per entry (user + system, /proc) and the leader's data dir size.
 
 On this VM a growing log gets slower and a truncated one fast again, with the same code
-and the same engine (bench/README.md, "New file space and rewritten file space").
+and the same engine (docs/performance.md, "What the host does to disk-bound figures").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ append at a time (`--batch` values per append) and prints, per replica, the coun
 append of the window, the largest first, and the unary calls each replica served and made
 per append. A loop turn and a task cost CPU on every append; a count that grows with the
 appends where none is expected is a place to look (it is how a linger timer that sent
-learned ranges on their own was found, bench/README.md).
+learned ranges on their own was found, docs/performance.md, "What each change bought").
 
 The counting costs CPU of its own: time nothing with it.
 """

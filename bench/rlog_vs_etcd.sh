@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rlog next to etcd, same machine, same run (issue 2): 3 members/replicas on loopback, data
+# rlog next to etcd, same machine, same run (before the kit): 3 members/replicas on loopback, data
 # on the real disk, 1 KiB entries, Python gRPC clients on both sides.
 #   serial:     one writer, one append/put at a time -> p50/p99 latency
 #   concurrent: 64 writers, one single-entry append/put in flight each -> acknowledged/s

@@ -10,7 +10,7 @@ batched run on a fresh 3-replica `rlog dev` log with the write lane and the clie
 its entries, `rlog_append_latency_seconds` a leader batch from admission to done and
 `rlog_write_batch_entries` its entries. The round a writer sees is its entries in flight
 over the rate; what the leader's batch does not account for is the client's side and the
-lane (bench/README.md, "Where a batched round's time goes").
+lane (docs/performance.md, "What bounds each figure now").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: rlog next to etcd 3.4 in one go (bench/kit.py), one results file
-# bench/results/bench-<date>.jsonl with every figure of issue 12's targets table, a summary
+# bench/results/bench-<date>.jsonl with every figure of bench/targets.json, a summary
 # bench/results/bench-<date>.md, and the plots redrawn into bench/plots/ (bench/plots.py).
-# About 10 minutes on a 2-core machine; BENCH_QUICK=1 about 3. Variables (bench/README.md):
+# About 10 minutes on a 2-core machine; BENCH_QUICK=1 about 3. Variables (docs/performance.md):
 #   BENCH_QUICK=1          3 s runs, 300 serial appends, 20 MB catch-up, no Spark
 #   BENCH_SECONDS          each timed run (default 8, quick 3)
 #   BENCH_SERIAL           serial appends/puts (default 1000, quick 300)

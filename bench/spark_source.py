@@ -7,7 +7,7 @@ column, into the same sinks); and the sink (df.write.format("rlog")).
     .venv/bin/python bench/spark_source.py [--entries 1000000] [--repeat 2] [--sink-rows 200000]
                                            [--engine auto|lmdb|segment]
 
-Prints one line per measurement and a Markdown table (bench/README.md, "Spark source").
+Prints one line per measurement and a Markdown table (docs/performance.md).
 """
 
 from __future__ import annotations

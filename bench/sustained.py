@@ -2,7 +2,7 @@
 `rlog bench` with 8 writers x 64 values per call on the client's append lane for `--seconds`,
 and for each second the entries acknowledged, the replicas' user and system CPU, the host's
 idle share and the disk's write rate. A kit run is 8 seconds; this shows what changes within
-and after them (bench/README.md, "The page cache behind the writes").
+and after them (docs/storage-engines.md, "The page cache behind the writes").
 
     .venv/bin/python bench/sustained.py [--size 4096] [--seconds 16]
 """

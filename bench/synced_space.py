@@ -6,7 +6,7 @@
 
 Each of `--writers` processes (one per replica) writes `--size` bytes and fdatasyncs, over
 and over for `--seconds`, into its own file; one line per mode and round with each writer's
-MB/s and syncs/s (bench/README.md, "Freshly freed file space": why the segment engine does
+MB/s and syncs/s (docs/performance.md, "Tried and not taken": why the segment engine does
 not zero-fill ahead although the zeroed rows are the fastest).
 """
 

@@ -1,9 +1,8 @@
-"""What Tail readers that never read cost a replica (issue 14's hostile input): a 3-replica log;
-`--readers` Tail calls from position 1 on replica 0 that are never read (their client's gRPC
-receives until its flow-control window is full, the application takes nothing); then 32 MiB
-are appended (32 calls of 4 x 256 KiB). Prints replica 0's RSS before and after, the RSS per
-reader, and how long the appends took (the readers compete with them for the replica's
-event loop).
+"""What Tail readers that never read cost a replica (a hostile client, docs/faults.md): a 3-replica
+log; `--readers` Tail calls from position 1 on replica 0 that are never read (their client's gRPC
+receives until its flow-control window is full, the application takes nothing); then 32 MiB are
+appended (32 calls of 4 x 256 KiB). Prints replica 0's RSS before and after, the RSS per reader, and
+how long the appends took (the readers compete with them for the replica's event loop).
 
     .venv/bin/python bench/tail_readers.py [--readers 64] [--tail-response-bytes N]
 

@@ -6,7 +6,7 @@ The linger's timer must belong to the range it was set for. It used to outlive i
 that rode on a write left its timer running, and when it fired it sent whatever range was
 held by then, one the next append had held only a moment before. Serial appends a few
 milliseconds apart sent over half their learned ranges as separate Learned calls (counted
-on a 3-replica log: 1.13 unary calls from the leader per serial append, bench/README.md).
+on a 3-replica log: 1.13 unary calls from the leader per serial append, docs/performance.md).
 """
 
 from __future__ import annotations

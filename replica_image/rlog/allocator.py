@@ -8,8 +8,8 @@ free; either way the next buffer starts on pages the kernel must fault in and ze
 Under a batched write load that was 1.6 minor page faults per 1 KiB entry over the three
 replicas (6 KiB of fresh pages per KiB appended, at about 3.5 µs a page on the VMs this is
 built on); raising the two thresholds keeps those pages in the heap for the next buffer,
-and took a quarter off the replicas' CPU per entry (bench/README.md, "Page faults on the
-data path").
+and took a quarter off the replicas' CPU per entry (docs/performance.md, "What each
+change bought").
 
 The cost is memory held after a burst: up to `TRIM_THRESHOLD` bytes free at the top of each
 heap before glibc gives it back. A replica's RSS stays bounded (bench/soak.py reports it).

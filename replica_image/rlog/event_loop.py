@@ -2,8 +2,8 @@
 
 A serial append crosses the event loops of the client, the leader and a follower several
 times; each crossing is an epoll wake-up and a few callbacks, which uvloop (libuv, in C)
-does in less CPU than asyncio's loop written in Python (bench/README.md, "Serial append
-latency budget"). gRPC's asyncio stack runs on any asyncio loop.
+does in less CPU than asyncio's loop written in Python (docs/performance.md, "What each
+change bought"). gRPC's asyncio stack runs on any asyncio loop.
 
 `RLOG_EVENT_LOOP=asyncio` chooses asyncio's loop (to compare, or to rule the loop out);
 `uvloop` (the default) falls back to asyncio's when uvloop cannot be imported.

@@ -7,7 +7,7 @@ before its batch is durable awaits `persist`; learned state (re-derivable) uses
 the disk; a durable batch is handed to that thread at the end of the loop turn that queued
 it (with every batch queued in the same turn), and the thread hands the result back with
 one call on the loop that answers the waiters (no journal task wakes in between:
-bench/README.md, "Serial append latency").
+docs/performance.md, "What each change bought").
 
 Storage faults (docs/faults.md):
 - a full disk (`DiskFull`): the batches stay queued and are written again every

@@ -4,7 +4,7 @@ and the caller's side are rlog/framed.py).
 
 A message on a gRPC stream costs each side a few hundred microseconds of Python and of
 gRPC's own machinery; the same bytes on an asyncio connection cost a tenth of that
-(bench/README.md, "The write lane"). A write lane carries exactly what the WriteStream
+(docs/performance.md, "The write lane"). A write lane carries exactly what the WriteStream
 carries, the same encoded `WriteRequest`s (with their ids) one way and `WriteResponse`s
 the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
 (`append_lane`). The hello says which (`LaneHello.kind`).

@@ -18,7 +18,7 @@ from rlog.config import ConfigError
 
 DEFAULT_BATCH_SIZE = 8192
 DEFAULT_DEDUPE_WINDOW = 1_000_000
-# Measured (bench/README.md, "Spark source and sink, 2026-11-23"): since the replicas store a
+# Measured (docs/performance.md, "What each change bought"): since the replicas store a
 # call as one run, a call's time is mostly waiting (syncs, round trips), and 2 in flight per
 # task wrote 1.2-1.5x the rows/s of 1; 4 were no faster than 2.
 DEFAULT_APPENDS_IN_FLIGHT = 2

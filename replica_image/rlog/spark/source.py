@@ -56,8 +56,8 @@ ARROW_SCHEMA = pa.schema(
     [pa.field("position", pa.int64(), nullable=False), pa.field("value", pa.binary(), False)]
 )
 # Positions asked per Read response (one Arrow batch each): 0, the server's own bounds (4 MiB
-# of values, 1024 stored runs), so a run is never cut for the batch (bench/README.md, "Spark
-# source: Read's max_batch").
+# of values, 1024 stored runs), so a run is never cut for the batch (docs/data-path.md,
+# "Reads and Tail").
 READ_MAX_BATCH = 0
 _EMPTY = pa.RecordBatch.from_arrays(
     [pa.array([], pa.int64()), pa.array([], pa.binary())], schema=ARROW_SCHEMA
@@ -199,8 +199,8 @@ def run_positions(first: int, count: int) -> pa.Array:
 @dataclass(frozen=True)
 class PackedRun:
     """A run's fields, each read from the message once: reading a bytes field of a protobuf
-    message copies it, and a run's data is up to megabytes (bench/README.md, "Spark source:
-    the first run and the warm run")."""
+    message copies it, and a run's data is up to megabytes (docs/spark.md,
+    "Performance notes")."""
 
     first: int
     data: bytes

@@ -91,8 +91,8 @@ _IOV_MAX = 512  # parts per writev (Linux allows 1024)
 # folios allocates them in high orders, and in a VM that hands free memory back to its host
 # each of those pages faults in the host again: on the Firecracker VMs rlog is benchmarked
 # on (Linux 6.18), 2 MiB and 8 MiB writes of new file data ran at 250-300 MB/s and the same
-# bytes in 1 MiB writes at about 1,070 MB/s, fdatasync included (bench/README.md, "Large
-# writes"). Smaller calls cost a syscall per MiB, nothing measurable.
+# bytes in 1 MiB writes at about 1,070 MB/s, fdatasync included (docs/performance.md, "What
+# the host does to disk-bound figures"). Smaller calls cost a syscall per MiB, nothing measurable.
 WRITE_PIECE = 1 << 20
 
 

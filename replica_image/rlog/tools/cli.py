@@ -636,8 +636,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     die_with_parent_if_asked()
     # Every rlog process, the clients too: `rlog bench` and `rlog append` build and copy
-    # batch-sized buffers as the replicas do (bench/README.md, "Page faults on the data
-    # path"). The client library leaves the allocator of the program it runs in alone.
+    # batch-sized buffers as the replicas do (docs/performance.md, "What each change
+    # bought"). The client library leaves the allocator of the program it runs in alone.
     allocator.keep_large_buffers()
     parser = build_parser()
     try:
