@@ -33,13 +33,10 @@ import copy
 import datetime as dt
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from rlog_operator import (
@@ -108,75 +105,19 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
     for group, plural in children.WATCHED.values():
         key = (group, plural) if group else plural
         settings.watching.label_selectors[key] = OWNED_SELECTOR
-    load_kube_config()
+    kube.load_kube_config()
     port = int(os.environ.get("RLOG_OPERATOR_METRICS_PORT", "8080"))
     if port:
         metrics.serve(port)
         logger.info("operator metrics on :%d/metrics", port)
 
 
-def load_kube_config() -> None:
-    try:
-        k8s_config.load_incluster_config()
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config()
-
-
 # ---- applying the desired objects -----------------------------------------------------------
-
-
-def _api_for(kind: str) -> tuple[Any, str]:
-    """(the API object, the method suffix) of a kind `desired_objects` builds."""
-    if kind == "StatefulSet":
-        return kube.apps(), "namespaced_stateful_set"
-    if kind == "Deployment":  # the archiver of spec.backup
-        return kube.apps(), "namespaced_deployment"
-    if kind == "Service":
-        return kube.core(), "namespaced_service"
-    if kind == "PodDisruptionBudget":
-        return kube.policy(), "namespaced_pod_disruption_budget"
-    if kind == "NetworkPolicy":
-        return kube.networking(), "namespaced_network_policy"
-    raise kopf.PermanentError(f"the operator cannot apply a {kind}")
 
 
 def _desired(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every object the log owns, in the order to create it (the policy first)."""
     return [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
-
-
-def _apply_one(obj: Mapping[str, Any]) -> str:
-    """Create `obj`, or patch it if it exists; returns "created" or "patched"."""
-    api, suffix = _api_for(obj["kind"])
-    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-    try:
-        getattr(api, f"create_{suffix}")(namespace, obj)
-        return "created"
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    getattr(api, f"patch_{suffix}")(name, namespace, obj)
-    return "patched"
-
-
-def _read_or_none(read: Callable[[], Any]) -> dict[str, Any] | None:
-    """What `read()` returns, as plain data; None if it does not exist (404)."""
-    try:
-        found = read()
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    result: dict[str, Any] = kube.api_client().sanitize_for_serialization(found)
-    return result
-
-
-def _read_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
-    return _read_or_none(lambda: kube.apps().read_namespaced_stateful_set(name, namespace))
-
-
-def _read_secret(name: str, namespace: str) -> dict[str, Any] | None:
-    return _read_or_none(lambda: kube.core().read_namespaced_secret(name, namespace))
 
 
 class SecretRaced(Exception):
@@ -216,12 +157,12 @@ def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, byte
     ]
     if (body.get("spec") or {}).get("backup"):
         names.append(specs.archiver_secret_name(body))
-    existing = {name: _read_secret(name, namespace) for name in names}
+    existing = {name: kube.read_secret(name, namespace) for name in names}
     tokens: dict[str, bytes] = {}
     for rule in ((body.get("spec") or {}).get("auth") or {}).get("tokens") or []:
         ref = rule["secretRef"]
         key = ref.get("key", "token")
-        value = pki.secret_bytes(_read_secret(ref["name"], namespace), key)
+        value = pki.secret_bytes(kube.read_secret(ref["name"], namespace), key)
         if value is not None:
             tokens[f"{ref['name']}/{key}"] = value
     return existing, tokens
@@ -309,7 +250,7 @@ async def reconcile(
     sts_name = specs.statefulset_name(body)
     namespace = specs.namespace_of(body)
     try:
-        existing = await asyncio.to_thread(_read_statefulset, sts_name, namespace)
+        existing = await asyncio.to_thread(kube.read_statefulset, sts_name, namespace)
     except ApiException as e:
         metrics.ERRORS.labels(handler="apply").inc()
         raise _temporary(e, f"reading StatefulSet {sts_name}") from e
@@ -349,7 +290,7 @@ async def reconcile(
     for obj in objects:
         kopf.adopt(obj, owner=body, strict=True)
         try:
-            what = await asyncio.to_thread(_apply_one, obj)
+            what = await asyncio.to_thread(kube.apply_one, obj)
         except ApiException as e:
             metrics.ERRORS.labels(handler="apply").inc()
             if e.status in (400, 403, 422):
@@ -537,26 +478,6 @@ async def _replica_call(
 
 
 # ---- acting ---------------------------------------------------------------------------------
-
-
-def _delete_pod(name: str, namespace: str, uid: str) -> None:
-    try:
-        kube.core().delete_namespaced_pod(
-            name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
-        )
-    except ApiException as e:
-        if e.status not in (404, 409):  # gone already / another pod by that name now
-            raise
-
-
-def _delete_pvc(name: str, namespace: str, uid: str) -> None:
-    try:
-        kube.core().delete_namespaced_persistent_volume_claim(
-            name, namespace, body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
-        )
-    except ApiException as e:
-        if e.status not in (404, 409):
-            raise
 
 
 def _fetch_text(url: str) -> str:
@@ -786,7 +707,7 @@ async def _mend_children(
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
             # created; or patched if it exists without our label (which the patch restores)
-            what = await asyncio.to_thread(_apply_one, obj)
+            what = await asyncio.to_thread(kube.apply_one, obj)
         except ApiException as e:  # the next tick tries again
             metrics.ERRORS.labels(handler="children").inc()
             logger.warning("creating %s %s again: HTTP %s %s", kind, name, e.status, e.reason)
@@ -800,7 +721,7 @@ async def _mend_children(
         logger.info(message)
     for child in decision.remove:
         try:
-            await asyncio.to_thread(_delete_child, child, key[0])
+            await asyncio.to_thread(kube.delete_child, child, key[0])
         except ApiException as e:
             metrics.ERRORS.labels(handler="children").inc()
             logger.warning("deleting %s %s: HTTP %s %s", child.kind, child.name, e.status, e.reason)
@@ -809,16 +730,6 @@ async def _mend_children(
         message = f"{child.kind} {child.name} is no longer in the spec: deleted it"
         kopf.info(body, reason="DeletedChild", message=message)
         logger.info(message)
-
-
-def _delete_child(child: children.Child, namespace: str) -> None:
-    api, suffix = _api_for(child.kind)
-    options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=child.uid))
-    try:
-        getattr(api, f"delete_{suffix}")(child.name, namespace, body=options)
-    except ApiException as e:
-        if e.status not in (404, 409):  # gone already / another object by that name now
-            raise
 
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
@@ -839,11 +750,11 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
             )
             kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
         elif action.kind == "delete-pod":
-            await asyncio.to_thread(_delete_pod, action.pod, namespace, action.uid)
+            await asyncio.to_thread(kube.delete_pod, action.pod, namespace, action.uid)
             kopf.info(body, reason="ReplacingPod", message=f"deleted {action.pod}: {action.reason}")
         elif action.kind == "delete-pvc-and-pod":
-            await asyncio.to_thread(_delete_pvc, action.pvc, namespace, action.pvc_uid)
-            await asyncio.to_thread(_delete_pod, action.pod, namespace, action.uid)
+            await asyncio.to_thread(kube.delete_pvc, action.pvc, namespace, action.pvc_uid)
+            await asyncio.to_thread(kube.delete_pod, action.pod, namespace, action.uid)
             kopf.warn(
                 body,
                 reason="ReplacingVolume",
@@ -860,22 +771,6 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
 
 # ---- storage expansion and migration (storage.py decides) -------------------------------------
 
-# StorageClass name -> allowVolumeExpansion, looked up once per operator run
-_EXPANDABLE: dict[str, bool] = {}
-
-
-def _class_expandable(name: str) -> bool | None:
-    if name in _EXPANDABLE:
-        return _EXPANDABLE[name]
-    try:
-        found = kube.storage().read_storage_class(name)
-    except ApiException as e:
-        if e.status == 404:
-            return False  # no such class: it cannot expand anything
-        return None
-    _EXPANDABLE[name] = bool(found.allow_volume_expansion)
-    return _EXPANDABLE[name]
-
 
 async def _storage_step(
     body: kopf.Body,
@@ -890,7 +785,7 @@ async def _storage_step(
     claims = sg.claims_of(body, pvcs)
     # the class that decides expansion: the spec's, else the one the claims got by default
     cls = wanted.storage_class or next((cl.storage.storage_class for cl in claims), "")
-    expandable = await asyncio.to_thread(_class_expandable, cls) if cls else False
+    expandable = await asyncio.to_thread(kube.class_expandable, cls) if cls else False
     return sg.next_step(
         wanted,
         sg.built_of(sts),
@@ -902,47 +797,11 @@ async def _storage_step(
     )
 
 
-def _create_statefulset(body: kopf.Body) -> None:
+def _statefulset(body: kopf.Body) -> dict[str, Any]:
+    """The StatefulSet the spec describes, owned by the log."""
     desired = specs.statefulset(body, CONFIG)
     kopf.adopt(desired, owner=body, strict=True)
-    _apply_one(desired)  # created (it is gone); a patch only if it came back meanwhile
-
-
-def _recreate_statefulset(body: kopf.Body, uid: str) -> None:
-    """Delete the StatefulSet leaving its pods and claims (Orphan), wait until it is gone,
-    and create it from the spec: it adopts the same pods without restarting them."""
-    name, namespace = specs.statefulset_name(body), specs.namespace_of(body)
-    api = kube.apps()
-    try:
-        api.delete_namespaced_stateful_set(
-            name,
-            namespace,
-            body=k8s.V1DeleteOptions(
-                propagation_policy="Orphan", preconditions=k8s.V1Preconditions(uid=uid)
-            ),
-        )
-    except ApiException as e:
-        if e.status not in (404, 409):
-            raise
-    for _ in range(40):
-        if _read_statefulset(name, namespace) is None:
-            break
-        time.sleep(0.25)
-    else:
-        return  # still going: the next tick creates it (storage: create-statefulset)
-    _create_statefulset(body)
-
-
-def _expand_claim(name: str, namespace: str, size: str) -> None:
-    kube.core().patch_namespaced_persistent_volume_claim(
-        name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
-    )
-
-
-def _ask_new_volume(pod: str, namespace: str) -> None:
-    kube.core().patch_namespaced_pod(
-        pod, namespace, {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: "storage"}}}
-    )
+    return desired
 
 
 async def _storage_act(
@@ -954,16 +813,18 @@ async def _storage_act(
 ) -> None:
     try:
         if step.kind == "create-statefulset":
-            await asyncio.to_thread(_create_statefulset, body)
+            # created (it is gone); a patch only if it came back meanwhile
+            await asyncio.to_thread(kube.apply_one, _statefulset(body))
             kopf.info(body, reason="StorageTemplate", message=step.reason)
         elif step.kind == "recreate-statefulset" and sts is not None:
-            await asyncio.to_thread(_recreate_statefulset, body, str(sts.get("uid") or ""))
+            uid = str(sts.get("uid") or "")
+            await asyncio.to_thread(kube.recreate_statefulset, _statefulset(body), uid)
             kopf.info(body, reason="StorageTemplate", message=step.reason)
         elif step.kind == "expand":
-            await asyncio.to_thread(_expand_claim, step.claim, namespace, step.size)
+            await asyncio.to_thread(kube.expand_claim, step.claim, namespace, step.size)
             kopf.info(body, reason="ExpandingVolume", message=step.reason)
         elif step.kind == "migrate":
-            await asyncio.to_thread(_ask_new_volume, step.pod, namespace)
+            await asyncio.to_thread(kube.ask_new_volume, step.pod, namespace)
             kopf.info(body, reason="MigratingVolume", message=step.reason)
     except ApiException as e:
         metrics.ERRORS.labels(handler="storage").inc()
