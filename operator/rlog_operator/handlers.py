@@ -48,6 +48,7 @@ from rlog_operator import (
     netpol,
     observed,
     pki,
+    replica_calls,
     rolling,
     specs,
 )
@@ -55,8 +56,6 @@ from rlog_operator import constants as c
 from rlog_operator import status as st
 from rlog_operator import storage as sg
 
-STATUS_TIMEOUT = 2.0  # seconds per replica Status call
-ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
 # Fresh status: `status.replicas` follows a replica's state and positions within about a
 # second. A tick asks each replica Status over a kept channel (cheap for the replica: a
 # local read) and writes only the status fields that changed (`status.status_patch`): an
@@ -412,71 +411,6 @@ def _observe(
     return pods, claims, sts
 
 
-def _endpoint(body: Mapping[str, Any], pod: str) -> str:
-    ordinal = specs.ordinal_of(pod)
-    return f"{specs.peer_host(body, ordinal or 0, CONFIG)}:{CONFIG.grpc_port}"
-
-
-# One client (one gRPC channel) per replica endpoint and credentials, kept between ticks:
-# asking Status every second must not cost a DNS lookup, a new connection and a TLS
-# handshake every second. A client that failed is dropped and made again on the next tick
-# (the pod may have a new address); renewed credentials make a new one (the old is closed).
-_STATUS_CLIENTS: dict[str, tuple[Any, Any]] = {}  # endpoint -> (credentials, client)
-
-
-async def _status_client(endpoint: str, credentials: Any) -> Any:
-    from rlog.client import AsyncClient
-
-    kept = _STATUS_CLIENTS.get(endpoint)
-    if kept is not None and kept[0] == credentials:
-        return kept[1]
-    if kept is not None:
-        await kept[1].close()
-    # A probe reports what it sees now (the next tick asks again): no waiting for a
-    # replica that cannot be connected to.
-    client = AsyncClient(endpoint, timeout=STATUS_TIMEOUT, credentials=credentials, connect_wait=0)
-    _STATUS_CLIENTS[endpoint] = (credentials, client)
-    return client
-
-
-async def _replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
-    from rlog.client import status_to_dict
-
-    client = await _status_client(endpoint, credentials)
-    try:
-        response = await asyncio.wait_for(client.status(endpoint), STATUS_TIMEOUT + 1)
-        return status_to_dict(response)
-    except Exception:  # unreachable, refusing, timing out: all mean "no answer"
-        _STATUS_CLIENTS.pop(endpoint, None)
-        await client.close()
-        return None
-
-
-async def _forget_status_clients(endpoints: list[str]) -> None:
-    """Close the kept clients of a deleted log."""
-    for endpoint in endpoints:
-        kept = _STATUS_CLIENTS.pop(endpoint, None)
-        if kept is not None:
-            await kept[1].close()
-
-
-async def _replica_call(
-    endpoint: str, what: str, log_id: str = "", credentials: Any = None
-) -> None:
-    from rlog.client import AsyncClient
-
-    client = AsyncClient(endpoint, timeout=ACTION_TIMEOUT, credentials=credentials)
-    try:
-        if what == "grant":
-            await client.grant_permit(log_id, endpoint=endpoint)
-        elif what == "revoke":
-            await client.revoke_permit(log_id, endpoint=endpoint)
-        else:
-            await client.step_down(endpoint=endpoint)
-    finally:
-        await client.close()
-
-
 # ---- acting ---------------------------------------------------------------------------------
 
 
@@ -588,7 +522,10 @@ async def observe(
     credentials = _credentials(body)
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
     answers = await asyncio.gather(
-        *(_replica_status(_endpoint(body, n), credentials) for n in names)
+        *(
+            replica_calls.replica_status(replica_calls.endpoint(body, n, CONFIG), credentials)
+            for n in names
+        )
     )
     statuses: dict[str, observed.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
 
@@ -656,7 +593,11 @@ async def observe(
     asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
     if asked:
         try:
-            await _replica_call(_endpoint(body, asked), "step-down", credentials=_credentials(body))
+            await replica_calls.replica_call(
+                replica_calls.endpoint(body, asked, CONFIG),
+                "step-down",
+                credentials=_credentials(body),
+            )
         except Exception as e:  # the next tick retries
             logger.warning("step-down of %s failed: %s", asked, e)
         else:
@@ -683,7 +624,9 @@ async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
     body = snapshot(body)
     metrics.forget(specs.namespace_of(body), specs.name_of(body))
     names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
-    await _forget_status_clients([_endpoint(body, n) for n in names])
+    await replica_calls.forget_status_clients(
+        [replica_calls.endpoint(body, n, CONFIG) for n in names]
+    )
 
 
 async def _mend_children(
@@ -734,7 +677,9 @@ async def _mend_children(
 
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
     try:
-        await _replica_call(_endpoint(body, pod), what, uid, _credentials(body))
+        await replica_calls.replica_call(
+            replica_calls.endpoint(body, pod, CONFIG), what, uid, _credentials(body)
+        )
         logger.info("%s initialization permit: %s", what, pod)
     except Exception as e:  # the next tick retries
         metrics.ERRORS.labels(handler=f"permit-{what}").inc()
@@ -745,8 +690,10 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
     metrics.ROLLING_ACTIONS.labels(action=action.kind).inc()
     try:
         if action.kind == "step-down":
-            await _replica_call(
-                _endpoint(body, action.pod), "step-down", credentials=_credentials(body)
+            await replica_calls.replica_call(
+                replica_calls.endpoint(body, action.pod, CONFIG),
+                "step-down",
+                credentials=_credentials(body),
             )
             kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
         elif action.kind == "delete-pod":
