@@ -47,6 +47,7 @@ from rlog_operator import (
     netpol,
     observed,
     pki,
+    pki_secrets,
     replica_calls,
     rolling,
     specs,
@@ -118,110 +119,6 @@ def _desired(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
 
 
-class SecretRaced(Exception):
-    """A Secret planned as new was created meanwhile (another handler or operator pod):
-    what was planned with it (certificates of a CA) is not written; plan again."""
-
-
-def _write_secret(obj: Mapping[str, Any], new: bool) -> None:
-    """Create the Secret (`new`: it was absent when planned), or replace its data."""
-    api = kube.core()
-    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-    if not new:
-        api.patch_namespaced_secret(name, namespace, {"data": obj["data"]})
-        return
-    try:
-        api.create_namespaced_secret(namespace, dict(obj))  # type: ignore[arg-type]
-    except ApiException as e:
-        if e.status == 409:
-            raise SecretRaced(name) from None
-        raise
-
-
-# The operator's client credentials per log (namespace, name), from its `-tls-operator`
-# Secret; None: the log is plaintext.
-_CREDENTIALS: dict[tuple[str, str], Any] = {}
-_PKI_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
-
-
-def _secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The log's PKI Secrets by name (None: absent) and its tokens (`name/key` -> token)."""
-    namespace = specs.namespace_of(body)
-    names = [
-        pki.ca_secret_name(body),
-        specs.server_secret_name(body),
-        pki.operator_secret_name(body),
-        specs.auth_secret_name(body),
-    ]
-    if (body.get("spec") or {}).get("backup"):
-        names.append(specs.archiver_secret_name(body))
-    existing = {name: kube.read_secret(name, namespace) for name in names}
-    tokens: dict[str, bytes] = {}
-    for rule in ((body.get("spec") or {}).get("auth") or {}).get("tokens") or []:
-        ref = rule["secretRef"]
-        key = ref.get("key", "token")
-        value = pki.secret_bytes(kube.read_secret(ref["name"], namespace), key)
-        if value is not None:
-            tokens[f"{ref['name']}/{key}"] = value
-    return existing, tokens
-
-
-def _apply_certificate(obj: Mapping[str, Any]) -> None:
-    """Create or patch a cert-manager Certificate (mode certManager)."""
-    api = kube.custom_objects()
-    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-    try:
-        api.create_namespaced_custom_object(
-            "cert-manager.io", "v1", namespace, "certificates", dict(obj)
-        )
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        api.patch_namespaced_custom_object(
-            "cert-manager.io", "v1", namespace, "certificates", name, dict(obj)
-        )
-
-
-async def _ensure_pki(body: kopf.Body, logger: Logger) -> None:
-    """Create or renew the log's certificates and roles (pki.plan_secrets), and keep the
-    operator's client credentials for it. Raises SecretRaced if a Secret planned as new
-    appeared meanwhile (nothing planned after it is written)."""
-    from rlog.client import Credentials
-
-    key = (specs.namespace_of(body), specs.name_of(body))
-    mode = specs.mode_of(body)
-    if mode == specs.MODE_DISABLED:
-        _CREDENTIALS[key] = None
-        return
-    if mode == specs.MODE_CERT_MANAGER:
-        for request in pki.certificate_requests(body, CONFIG):
-            kopf.adopt(request, owner=body, strict=True)
-            await asyncio.to_thread(_apply_certificate, request)
-    # One plan at a time per log: two at once (the create handler and the observe timer
-    # on a new log) would each make a CA, and one log's Secrets would mix them.
-    async with _PKI_LOCKS.setdefault(key, asyncio.Lock()):
-        existing, tokens = await asyncio.to_thread(_secrets_of, body)
-        now = dt.datetime.now(dt.UTC)
-        for secret in pki.plan_secrets(body, CONFIG, existing, now, tokens):
-            name = secret["metadata"]["name"]
-            kopf.adopt(secret, owner=body, strict=True)
-            await asyncio.to_thread(_write_secret, secret, existing.get(name) is None)
-            existing[name] = secret
-            logger.info("wrote Secret %s", name)
-    mine = existing.get(pki.operator_secret_name(body))
-    cert = pki.secret_bytes(mine, specs.CERT_KEY)
-    if cert is None:  # certManager: cert-manager has not written the operator's Secret yet
-        _CREDENTIALS[key] = None
-        return
-    _CREDENTIALS[key] = Credentials(
-        pki.secret_bytes(mine, specs.CA_KEY), cert, pki.secret_bytes(mine, specs.KEY_KEY)
-    )
-
-
-def _credentials(body: Mapping[str, Any]) -> Any:
-    return _CREDENTIALS.get((specs.namespace_of(body), specs.name_of(body)))
-
-
 def _temporary(e: ApiException, what: str) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"{what}: HTTP {e.status} {e.reason}", delay=10)
 
@@ -278,11 +175,11 @@ async def reconcile(
             if obj["kind"] == "StatefulSet" and built_claims:
                 obj["spec"]["volumeClaimTemplates"] = built_claims
     try:  # the Secrets first: the pods mount them
-        await _ensure_pki(body, logger)
+        await pki_secrets.ensure_pki(body, CONFIG, logger)
     except ApiException as e:
         metrics.ERRORS.labels(handler="apply").inc()
         raise _temporary(e, "writing the log's certificates") from e
-    except SecretRaced as raced:
+    except pki_secrets.SecretRaced as raced:
         # Another operator pod wrote it (an HA hand-over): the next pass plans with it.
         raise kopf.TemporaryError(f"Secret {raced} was created meanwhile", delay=2) from None
     for obj in objects:
@@ -449,13 +346,13 @@ async def observe(
     view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
 
     try:  # renewals; and the operator's own credentials after a restart
-        await _ensure_pki(body, logger)
+        await pki_secrets.ensure_pki(body, CONFIG, logger)
     except ApiException as e:
         metrics.ERRORS.labels(handler="pki").inc()
         logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
-    except SecretRaced as raced:
+    except pki_secrets.SecretRaced as raced:
         logger.info("Secret %s was created meanwhile: planned again next tick", raced)
-    credentials = _credentials(body)
+    credentials = pki_secrets.credentials(body)
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
     answers = await asyncio.gather(
         *(
@@ -534,7 +431,7 @@ async def observe(
             await replica_calls.replica_call(
                 replica_calls.endpoint(body, asked, CONFIG),
                 "step-down",
-                credentials=_credentials(body),
+                credentials=pki_secrets.credentials(body),
             )
         except Exception as e:  # the next tick retries
             logger.warning("step-down of %s failed: %s", asked, e)
@@ -616,7 +513,7 @@ async def _mend_children(
 async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
     try:
         await replica_calls.replica_call(
-            replica_calls.endpoint(body, pod, CONFIG), what, uid, _credentials(body)
+            replica_calls.endpoint(body, pod, CONFIG), what, uid, pki_secrets.credentials(body)
         )
         logger.info("%s initialization permit: %s", what, pod)
     except Exception as e:  # the next tick retries
@@ -631,7 +528,7 @@ async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger:
             await replica_calls.replica_call(
                 replica_calls.endpoint(body, action.pod, CONFIG),
                 "step-down",
-                credentials=_credentials(body),
+                credentials=pki_secrets.credentials(body),
             )
             kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
         elif action.kind == "delete-pod":

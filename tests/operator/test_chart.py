@@ -14,7 +14,8 @@ from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 ROOT = Path(__file__).resolve().parents[2]
 # the modules that call the Kubernetes API through the kubernetes client
 CALLERS = [
-    ROOT / "operator" / "rlog_operator" / name for name in ("handlers.py", "kube.py", "lease.py")
+    ROOT / "operator" / "rlog_operator" / name
+    for name in ("handlers.py", "kube.py", "lease.py", "pki_secrets.py")
 ]
 
 
