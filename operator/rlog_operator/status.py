@@ -88,9 +88,11 @@ class Event:
 @dataclass
 class StatusResult:
     """What one observation yields: the status to store, the Events to post, the permit
-    decision to carry out and the annotations to remove."""
+    decision to carry out and the annotations to remove; and the facts they came from (what
+    plan.decide reads)."""
 
     status: dict[str, Any]
+    facts: Facts
     events: list[Event] = field(default_factory=list)
     permit: PermitDecision = field(default_factory=lambda: PermitDecision(False, ""))
     remove_annotations: list[str] = field(default_factory=list)  # on the ReplicatedLog
@@ -458,11 +460,13 @@ def compute_status(
     if paused:
         return StatusResult(
             status=status,
+            facts=facts,
             events=events(previous, facts),
             permit=PermitDecision(False, "reconciliation is paused (rlog.io/paused)"),
         )
     return StatusResult(
         status=status,
+        facts=facts,
         events=events(previous, facts),
         permit=permits.decide(facts),
         remove_annotations=annotations_to_remove(facts),
