@@ -1,19 +1,19 @@
-"""kopf handlers of the rlog operator: thin I/O around the pure modules.
+"""kopf registrations of the rlog operator: each handler gathers and delegates.
 
-* create/update/resume: apply `specs.desired_objects` (create, or patch what exists), each
-  object adopted by the ReplicatedLog (`kopf.adopt(..., strict=True)`), refusing a change of
-  `spec.replicas` that slipped past the CRD's CEL rule (condition + PermanentError).
+* startup (`configure`): kopf's settings, the kube config, the metrics endpoint.
+* create/update/resume (`reconcile`): apply.py applies the desired objects, refusing a change
+  of `spec.replicas` that slipped past the CRD's CEL rule.
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
-  label selector) and of existing PersistentVolume names: no list calls in the loop.
-* a 1 s timer per ReplicatedLog: read the log's pods and claims from the indexes, ask every
-  replica its Status through the headless Service's DNS names (short timeouts,
-  concurrently, over one kept channel per replica), then `rolling.next_step` and
-  `status.compute_status` (the facts of the observation, the status, its Events and the
-  `permits.decide` decision); patch the status fields that changed, emit Events,
-  grant/revoke initialization permits (the CR's uid is the log id) and perform the one
-  rolling action (deletes with UID preconditions; step-down of the leader); mend the
-  owned objects (children.py: create again what was deleted, delete what the spec dropped)
-  from kopf indexes of the operator's labelled Services, budgets, policies and Deployments.
+  label selector), of existing PersistentVolume names, and of the operator's labelled
+  Services, budgets, policies and Deployments (children.py): no list calls in the loop.
+* a 1 s timer per ReplicatedLog (`observe`): read the log's pods and claims from the
+  indexes, ask every replica its Status (replica_calls.py: through the headless Service's
+  DNS names, short timeouts, concurrently, over one kept channel per replica), decide with
+  the pure modules (`rolling.next_step`, `status.compute_status`: the facts of the
+  observation, the status, its Events and the `permits.decide` decision; `storage.next_step`)
+  and `plan.decide` what the tick does; actions.py reports the status and carries the plan
+  out (permits, mending the owned objects, then the one action).
+* delete: forget the log's metrics and kept channels.
 
 Operator settings (startup): one acting operator. The chart runs two pods; only the holder of
 a Lease runs kopf (rlog_operator.election, lease.py; main.py stands by before kopf starts)
@@ -22,7 +22,7 @@ off from the API server for longer than its renew deadline is already exiting), 
 destructive action is a delete with a UID precondition decided from current observations and
 `rolling.next_step` never takes a log below quorum, so a stale twin cannot do harm.
 
-The Kubernetes client is the synchronous `kubernetes` package, run in threads
+The Kubernetes client is the synchronous `kubernetes` package (kube.py), run in threads
 (`asyncio.to_thread`) so kopf's event loop never blocks.
 """
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import logging
 import os
 from collections.abc import Mapping
@@ -40,14 +39,16 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from rlog_operator import (
+    actions,
+    apply,
     archive_http,
     children,
     kube,
     metrics,
-    netpol,
     observed,
     pki,
     pki_secrets,
+    plan,
     replica_calls,
     rolling,
     specs,
@@ -66,8 +67,6 @@ TIMER_INTERVAL = 1.0
 OWNED_LABELS = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 OWNED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
 
-Logger = logging.Logger | logging.LoggerAdapter[Any]
-
 CONFIG = specs.OperatorConfig.from_env(os.environ)
 
 
@@ -75,7 +74,7 @@ CONFIG = specs.OperatorConfig.from_env(os.environ)
 
 
 @kopf.on.startup()
-def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> None:
+def configure(*, settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
     # Watches: the server ends a watch after server_timeout (kopf re-lists and re-watches), the
     # client gives up a bit later, so a silently dead connection is noticed within ~1.5 min.
     settings.watching.server_timeout = 60
@@ -114,15 +113,6 @@ def configure(*, settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> N
 # ---- applying the desired objects -----------------------------------------------------------
 
 
-def _desired(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every object the log owns, in the order to create it (the policy first)."""
-    return [*netpol.for_log(body, CONFIG), *specs.desired_objects(body, CONFIG)]
-
-
-def _temporary(e: ApiException, what: str) -> kopf.TemporaryError:
-    return kopf.TemporaryError(f"{what}: HTTP {e.status} {e.reason}", delay=10)
-
-
 @kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL)
 @kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
@@ -130,84 +120,12 @@ async def reconcile(
     *,
     body: kopf.Body,
     patch: kopf.Patch,
-    logger: Logger,
+    logger: kopf.Logger,
     **_: Any,
 ) -> None:
     body = snapshot(body)  # see snapshot(): a handler's body is live while timers run
     metrics.RECONCILES.labels(handler="apply").inc()
-    if specs.paused(body):
-        # Nothing is applied while paused; removing the annotation is an update, which
-        # applies everything changed meanwhile.
-        patch.status["paused"] = True
-        kopf.info(body, reason="Paused", message=f"{c.ANNOTATION_PAUSED}: nothing applied")
-        return
-    objects = _desired(body)
-    sts_name = specs.statefulset_name(body)
-    namespace = specs.namespace_of(body)
-    try:
-        existing = await asyncio.to_thread(kube.read_statefulset, sts_name, namespace)
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="apply").inc()
-        raise _temporary(e, f"reading StatefulSet {sts_name}") from e
-    wanted = specs.replicas_of(body)
-    if existing is not None:
-        have = int((existing.get("spec") or {}).get("replicas") or 0)
-        message = observed.replicas_changed(have, wanted)
-        if message:
-            now = _now()
-            previous = list((body.get("status") or {}).get("conditions") or [])
-            patch.status["conditions"] = _with_condition(
-                previous,
-                st.condition(
-                    "Ready", False, "ReplicasChanged", message, previous, now, _generation(body)
-                ),
-            )
-            patch.status["phase"] = "Failed"
-            patch.status["message"] = message
-            kopf.warn(body, reason="ReplicasChanged", message=message)
-            metrics.ERRORS.labels(handler="apply").inc()
-            raise kopf.PermanentError(message)
-    if existing is not None:
-        # volumeClaimTemplates are immutable: keep the built one (the observe timer replaces
-        # the StatefulSet when spec.storage changed, see storage.py)
-        built_claims = (existing.get("spec") or {}).get("volumeClaimTemplates")
-        for obj in objects:
-            if obj["kind"] == "StatefulSet" and built_claims:
-                obj["spec"]["volumeClaimTemplates"] = built_claims
-    try:  # the Secrets first: the pods mount them
-        await pki_secrets.ensure_pki(body, CONFIG, logger)
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="apply").inc()
-        raise _temporary(e, "writing the log's certificates") from e
-    except pki_secrets.SecretRaced as raced:
-        # Another operator pod wrote it (an HA hand-over): the next pass plans with it.
-        raise kopf.TemporaryError(f"Secret {raced} was created meanwhile", delay=2) from None
-    for obj in objects:
-        kopf.adopt(obj, owner=body, strict=True)
-        try:
-            what = await asyncio.to_thread(kube.apply_one, obj)
-        except ApiException as e:
-            metrics.ERRORS.labels(handler="apply").inc()
-            if e.status in (400, 403, 422):
-                message = f"{obj['kind']} {obj['metadata']['name']}: {e.reason}: {e.body}"
-                kopf.warn(body, reason="ApplyFailed", message=message[:1000])
-                raise kopf.PermanentError(message) from e
-            raise _temporary(e, f"applying {obj['kind']} {obj['metadata']['name']}") from e
-        logger.info("%s %s %s", what, obj["kind"], obj["metadata"]["name"])
-
-
-def _with_condition(
-    previous: list[Mapping[str, Any]], new: Mapping[str, Any]
-) -> list[Mapping[str, Any]]:
-    return [cond for cond in previous if cond.get("type") != new.get("type")] + [new]
-
-
-def _generation(body: Mapping[str, Any]) -> int:
-    return int((body.get("metadata") or {}).get("generation") or 0)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await apply.apply_objects(body, patch, CONFIG, logger)
 
 
 # ---- observing: indexes kept current by watch streams ---------------------------------------
@@ -282,10 +200,125 @@ _OWNED_INDEXES = (
 )
 
 
+def _owned_children(indexes: Mapping[str, Any], key: observed.LogKey) -> set[children.Child]:
+    """The log's owned objects that exist now, from the indexes of their kinds."""
+    return {child for name in _OWNED_INDEXES for child in indexes[name].get(key, [])}
+
+
 @kopf.index("persistentvolumes")
 def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
     """Names of existing volumes: a Bound claim whose volume is missing has lost it."""
     return {name: True} if name else {}
+
+
+def snapshot(body: kopf.Body) -> kopf.Body:
+    """A copy of `body` that later watch events do not change.
+
+    While a timer runs for an object, kopf hands every handler of that object the live body,
+    replaced in place by each watch event. A handler must decide from one version of the
+    object: a spec change landing during an await once made one observe tick list five
+    replicas (the new spec) next to the refusal of that change (the old one)."""
+    return kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(body))))
+
+
+# ---- the observe timer ------------------------------------------------------------------------
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=TIMER_INTERVAL, initial_delay=2.0)
+async def observe(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **indexes: Any,  # kopf passes every index by its name
+) -> None:
+    body = snapshot(body)
+    metrics.RECONCILES.labels(handler="observe").inc()
+    key = (specs.namespace_of(body), specs.name_of(body))
+    pods, pvcs, sts = _observe(
+        body,
+        indexes["replica_pods"],
+        indexes["replica_claims"],
+        indexes["replica_statefulsets"],
+        indexes["persistent_volumes"],
+    )
+    update_revision = sts["updateRevision"] if sts else ""
+    # A replicas change that got past the CRD (no CEL) is refused by `reconcile`; until it is
+    # undone, observe the log as built, report the refusal, and take no action on it.
+    refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
+    view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
+
+    try:  # renewals; and the operator's own credentials after a restart
+        await pki_secrets.ensure_pki(body, CONFIG, logger)
+    except ApiException as e:
+        metrics.ERRORS.labels(handler="pki").inc()
+        logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
+    except pki_secrets.SecretRaced as raced:
+        logger.info("Secret %s was created meanwhile: planned again next tick", raced)
+    names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
+    statuses = await replica_calls.ask_statuses(body, names, pki_secrets.credentials(body), CONFIG)
+
+    previous = dict(body.get("status") or {})
+    tls = pki.tls_status(body)
+    if previous.get("tls") != tls:
+        patch.status["tls"] = tls
+    queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
+    now = st.now()
+    paused = specs.paused(body)
+    if paused:  # observe only: the stored rolling queue stays as it is
+        message = str((previous.get("rollingUpdate") or {}).get("message") or "")
+        rolling_step = rolling.Action("none", queue=queue, reason=message)
+    else:
+        rolling_step = rolling.next_step(
+            view, pods, statuses, update_revision, queue, pvcs, now=now
+        )
+    result = st.compute_status(
+        view,
+        pods,
+        statuses,
+        update_revision,
+        previous,
+        now,
+        rolling_update=rolling_step.as_status(),
+        refused=refused,
+        paused=paused,
+    )
+    storage_step = sg.Step("none")
+    if not (paused or refused):
+        storage_step = await _storage_step(body, pods, pvcs, sts, statuses, result.status, queue)
+        result.status["migration"] = sg.migration_status(
+            sg.Storage.of_spec(body), sg.claims_of(body, pvcs), storage_step
+        )
+        if (
+            storage_step.kind == "refuse"
+            and (previous.get("migration") or {}).get("phase") != "Refused"
+        ):
+            kopf.warn(body, reason="StorageShrinkRefused", message=storage_step.reason)
+
+    actions.report(body, patch, previous, result)
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if (body.get("spec") or {}).get("backup") or annotations.get(c.ANNOTATION_BACKUP):
+        await archive_http.observe_archive(
+            body, previous, statuses, result.status, now, patch, logger
+        )
+
+    chosen = plan.decide(
+        result.facts,
+        paused=paused,
+        permit=result.permit,
+        rolling_step=rolling_step,
+        stored_queue=queue,
+        storage_step=storage_step,
+    )
+    await actions.carry_out(
+        chosen,
+        body,
+        patch,
+        CONFIG,
+        sts=sts,
+        owned=lambda: _owned_children(indexes, key),
+        logger=logger,
+    )
 
 
 def _observe(
@@ -307,253 +340,6 @@ def _observe(
     return pods, claims, sts
 
 
-# ---- acting ---------------------------------------------------------------------------------
-
-
-def snapshot(body: kopf.Body) -> kopf.Body:
-    """A copy of `body` that later watch events do not change.
-
-    While a timer runs for an object, kopf hands every handler of that object the live body,
-    replaced in place by each watch event. A handler must decide from one version of the
-    object: a spec change landing during an await once made one observe tick list five
-    replicas (the new spec) next to the refusal of that change (the old one)."""
-    return kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(body))))
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=TIMER_INTERVAL, initial_delay=2.0)
-async def observe(
-    *,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    logger: Logger,
-    **indexes: Any,  # kopf passes every index by its name
-) -> None:
-    body = snapshot(body)
-    metrics.RECONCILES.labels(handler="observe").inc()
-    namespace = specs.namespace_of(body)
-    uid = specs.uid_of(body)
-    pods, pvcs, sts = _observe(
-        body,
-        indexes["replica_pods"],
-        indexes["replica_claims"],
-        indexes["replica_statefulsets"],
-        indexes["persistent_volumes"],
-    )
-    update_revision = sts["updateRevision"] if sts else ""
-    # A replicas change that got past the CRD (no CEL) is refused by `reconcile`; until it is
-    # undone, observe the log as built, report the refusal, and take no action on it.
-    refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
-    view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
-
-    try:  # renewals; and the operator's own credentials after a restart
-        await pki_secrets.ensure_pki(body, CONFIG, logger)
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="pki").inc()
-        logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
-    except pki_secrets.SecretRaced as raced:
-        logger.info("Secret %s was created meanwhile: planned again next tick", raced)
-    credentials = pki_secrets.credentials(body)
-    names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
-    answers = await asyncio.gather(
-        *(
-            replica_calls.replica_status(replica_calls.endpoint(body, n, CONFIG), credentials)
-            for n in names
-        )
-    )
-    statuses: dict[str, observed.ReplicaStatus | None] = dict(zip(names, answers, strict=True))
-
-    previous = dict(body.get("status") or {})
-    tls = pki.tls_status(body)
-    if previous.get("tls") != tls:
-        patch.status["tls"] = tls
-    queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
-    now = _now()
-    paused = specs.paused(body)
-    if paused:  # observe only: the stored rolling queue stays as it is
-        message = str((previous.get("rollingUpdate") or {}).get("message") or "")
-        action = rolling.Action("none", queue=queue, reason=message)
-    else:
-        action = rolling.next_step(view, pods, statuses, update_revision, queue, pvcs, now=now)
-    result = st.compute_status(
-        view,
-        pods,
-        statuses,
-        update_revision,
-        previous,
-        now,
-        rolling_update=action.as_status(),
-        refused=refused,
-        paused=paused,
-    )
-
-    storage_step = sg.Step("none")
-    if not (paused or refused):
-        storage_step = await _storage_step(body, pods, pvcs, sts, statuses, result.status, queue)
-        result.status["migration"] = sg.migration_status(
-            sg.Storage.of_spec(body), sg.claims_of(body, pvcs), storage_step
-        )
-        if (
-            storage_step.kind == "refuse"
-            and (previous.get("migration") or {}).get("phase") != "Refused"
-        ):
-            kopf.warn(body, reason="StorageShrinkRefused", message=storage_step.reason)
-
-    # Persist the status (and the rolling queue) before acting: a restart resumes from it.
-    # Only what changed is written (an unchanged tick writes nothing).
-    for key, value in st.status_patch(previous, result.status).items():
-        patch.status[key] = value
-    for key in result.remove_annotations:
-        patch.metadata.annotations[key] = None
-    for event in result.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    metrics.observe_status(namespace, specs.name_of(body), result.status)
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    if (body.get("spec") or {}).get("backup") or annotations.get(c.ANNOTATION_BACKUP):
-        await archive_http.observe_archive(
-            body, previous, statuses, result.status, now, patch, logger
-        )
-
-    # permits.decide: grants are withheld while a replicas change is refused
-    permit = result.permit
-    for name in permit.grant:
-        await _act(body, "grant", name, uid, logger)
-    for name in permit.revoke:
-        await _act(body, "revoke", name, uid, logger)
-    if not (permit.grant or permit.revoke):
-        logger.debug("initialization permits: nothing to do: %s", permit.reason())
-    if refused or paused:
-        return
-    await _mend_children(body, sts is not None, indexes, logger)
-
-    asked = observed.step_down_requested(annotations, str(result.status.get("leader") or ""))
-    if asked:
-        try:
-            await replica_calls.replica_call(
-                replica_calls.endpoint(body, asked, CONFIG),
-                "step-down",
-                credentials=pki_secrets.credentials(body),
-            )
-        except Exception as e:  # the next tick retries
-            logger.warning("step-down of %s failed: %s", asked, e)
-        else:
-            patch.metadata.annotations[c.ANNOTATION_STEP_DOWN] = None
-            kopf.info(body, reason="StepDown", message=f"asked {asked} to step down (requested)")
-            return
-
-    if action.kind in ("none", "wait"):
-        if action.kind == "none" and storage_step.kind not in ("none", "wait"):
-            await _storage_act(body, storage_step, sts, namespace, logger)
-        return
-    if action.queue != queue:
-        # The queue must be stored before the delete; kopf patches after the handler, so
-        # write it now and act on the next tick.
-        patch.status["rollingUpdate"] = action.as_status()
-        return
-    await _roll(body, action, namespace, logger)
-
-
-@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
-async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
-    """A deleted log leaves no series and no kept channel behind (its owned objects go by
-    owner references)."""
-    body = snapshot(body)
-    metrics.forget(specs.namespace_of(body), specs.name_of(body))
-    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
-    await replica_calls.forget_status_clients(
-        [replica_calls.endpoint(body, n, CONFIG) for n in names]
-    )
-
-
-async def _mend_children(
-    body: kopf.Body, built: bool, indexes: Mapping[str, Any], logger: Any
-) -> None:
-    """Create again the owned objects someone deleted, and delete those the spec no longer
-    asks for (children.py); each with an Event."""
-    key = (specs.namespace_of(body), specs.name_of(body))
-    present = {child for name in _OWNED_INDEXES for child in indexes[name].get(key, [])}
-    decision = children.decide(
-        _desired(body),
-        present,
-        specs.uid_of(body),
-        built=built,
-        paused=specs.paused(body),
-        deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
-    )
-    for wanted in decision.recreate:
-        obj = dict(wanted)
-        kopf.adopt(obj, owner=body, strict=True)
-        kind, name = obj["kind"], obj["metadata"]["name"]
-        try:
-            # created; or patched if it exists without our label (which the patch restores)
-            what = await asyncio.to_thread(kube.apply_one, obj)
-        except ApiException as e:  # the next tick tries again
-            metrics.ERRORS.labels(handler="children").inc()
-            logger.warning("creating %s %s again: HTTP %s %s", kind, name, e.status, e.reason)
-            continue
-        metrics.CHILDREN_MENDED.labels(kind=kind, action="recreate").inc()
-        if what == "created":
-            message = f"{kind} {name} was deleted: created it again"
-        else:
-            message = f"{kind} {name} had lost the operator's labels: restored them"
-        kopf.warn(body, reason="RecreatedChild", message=message)
-        logger.info(message)
-    for child in decision.remove:
-        try:
-            await asyncio.to_thread(kube.delete_child, child, key[0])
-        except ApiException as e:
-            metrics.ERRORS.labels(handler="children").inc()
-            logger.warning("deleting %s %s: HTTP %s %s", child.kind, child.name, e.status, e.reason)
-            continue
-        metrics.CHILDREN_MENDED.labels(kind=child.kind, action="delete").inc()
-        message = f"{child.kind} {child.name} is no longer in the spec: deleted it"
-        kopf.info(body, reason="DeletedChild", message=message)
-        logger.info(message)
-
-
-async def _act(body: kopf.Body, what: str, pod: str, uid: str, logger: Any) -> None:
-    try:
-        await replica_calls.replica_call(
-            replica_calls.endpoint(body, pod, CONFIG), what, uid, pki_secrets.credentials(body)
-        )
-        logger.info("%s initialization permit: %s", what, pod)
-    except Exception as e:  # the next tick retries
-        metrics.ERRORS.labels(handler=f"permit-{what}").inc()
-        logger.warning("%s permit of %s failed: %s", what, pod, e)
-
-
-async def _roll(body: kopf.Body, action: rolling.Action, namespace: str, logger: Any) -> None:
-    metrics.ROLLING_ACTIONS.labels(action=action.kind).inc()
-    try:
-        if action.kind == "step-down":
-            await replica_calls.replica_call(
-                replica_calls.endpoint(body, action.pod, CONFIG),
-                "step-down",
-                credentials=pki_secrets.credentials(body),
-            )
-            kopf.info(body, reason="StepDown", message=f"asked {action.pod} to step down")
-        elif action.kind == "delete-pod":
-            await asyncio.to_thread(kube.delete_pod, action.pod, namespace, action.uid)
-            kopf.info(body, reason="ReplacingPod", message=f"deleted {action.pod}: {action.reason}")
-        elif action.kind == "delete-pvc-and-pod":
-            await asyncio.to_thread(kube.delete_pvc, action.pvc, namespace, action.pvc_uid)
-            await asyncio.to_thread(kube.delete_pod, action.pod, namespace, action.uid)
-            kopf.warn(
-                body,
-                reason="ReplacingVolume",
-                message=f"deleted claim {action.pvc} and pod {action.pod}: {action.reason}",
-            )
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="rolling").inc()
-        raise _temporary(e, f"{action.kind} {action.pod}") from e
-    except Exception as e:
-        metrics.ERRORS.labels(handler="rolling").inc()
-        raise kopf.TemporaryError(f"{action.kind} {action.pod}: {e}", delay=5) from e
-    logger.info("rolling: %s %s (%s)", action.kind, action.pod, action.reason)
-
-
-# ---- storage expansion and migration (storage.py decides) -------------------------------------
-
-
 async def _storage_step(
     body: kopf.Body,
     pods: list[observed.PodInfo],
@@ -563,6 +349,7 @@ async def _storage_step(
     status: Mapping[str, Any],
     queue: list[Any],
 ) -> sg.Step:
+    """The storage step (storage.next_step), with whether the deciding class can expand."""
     wanted = sg.Storage.of_spec(body)
     claims = sg.claims_of(body, pvcs)
     # the class that decides expansion: the spec's, else the one the claims got by default
@@ -579,36 +366,16 @@ async def _storage_step(
     )
 
 
-def _statefulset(body: kopf.Body) -> dict[str, Any]:
-    """The StatefulSet the spec describes, owned by the log."""
-    desired = specs.statefulset(body, CONFIG)
-    kopf.adopt(desired, owner=body, strict=True)
-    return desired
+# ---- delete -----------------------------------------------------------------------------------
 
 
-async def _storage_act(
-    body: kopf.Body,
-    step: sg.Step,
-    sts: observed.StatefulSetRecord | None,
-    namespace: str,
-    logger: Any,
-) -> None:
-    try:
-        if step.kind == "create-statefulset":
-            # created (it is gone); a patch only if it came back meanwhile
-            await asyncio.to_thread(kube.apply_one, _statefulset(body))
-            kopf.info(body, reason="StorageTemplate", message=step.reason)
-        elif step.kind == "recreate-statefulset" and sts is not None:
-            uid = str(sts.get("uid") or "")
-            await asyncio.to_thread(kube.recreate_statefulset, _statefulset(body), uid)
-            kopf.info(body, reason="StorageTemplate", message=step.reason)
-        elif step.kind == "expand":
-            await asyncio.to_thread(kube.expand_claim, step.claim, namespace, step.size)
-            kopf.info(body, reason="ExpandingVolume", message=step.reason)
-        elif step.kind == "migrate":
-            await asyncio.to_thread(kube.ask_new_volume, step.pod, namespace)
-            kopf.info(body, reason="MigratingVolume", message=step.reason)
-    except ApiException as e:
-        metrics.ERRORS.labels(handler="storage").inc()
-        raise _temporary(e, f"storage {step.kind} {step.pod or step.claim}") from e
-    logger.info("storage: %s (%s)", step.kind, step.reason)
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
+async def forget_metrics(*, body: kopf.Body, **_: Any) -> None:
+    """A deleted log leaves no series and no kept channel behind (its owned objects go by
+    owner references)."""
+    body = snapshot(body)
+    metrics.forget(specs.namespace_of(body), specs.name_of(body))
+    names = [specs.pod_name(body, i) for i in range(specs.replicas_of(body))]
+    await replica_calls.forget_status_clients(
+        [replica_calls.endpoint(body, n, CONFIG) for n in names]
+    )

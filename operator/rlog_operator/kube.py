@@ -97,6 +97,11 @@ def coordination() -> k8s.CoordinationV1Api:
     return k8s.CoordinationV1Api(api_client())
 
 
+def temporary(e: ApiException, what: str) -> kopf.TemporaryError:
+    """A failed call as the handler's error: kopf retries it after a while."""
+    return kopf.TemporaryError(f"{what}: HTTP {e.status} {e.reason}", delay=10)
+
+
 def load_kube_config() -> None:
     try:
         k8s_config.load_incluster_config()

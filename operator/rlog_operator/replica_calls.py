@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlog_operator import specs
+from rlog_operator.observed import ReplicaStatus
 
 STATUS_TIMEOUT = 2.0  # seconds per replica Status call
 ACTION_TIMEOUT = 5.0  # seconds for a permit or step-down call
@@ -55,6 +56,16 @@ async def replica_status(endpoint: str, credentials: Any = None) -> dict[str, An
         _STATUS_CLIENTS.pop(endpoint, None)
         await client.close()
         return None
+
+
+async def ask_statuses(
+    body: Mapping[str, Any], names: list[str], credentials: Any, config: specs.OperatorConfig
+) -> dict[str, ReplicaStatus | None]:
+    """Every replica's Status by pod name, asked concurrently (None: no answer)."""
+    answers = await asyncio.gather(
+        *(replica_status(endpoint(body, n, config), credentials) for n in names)
+    )
+    return dict(zip(names, answers, strict=True))
 
 
 async def forget_status_clients(endpoints: list[str]) -> None:

@@ -28,6 +28,7 @@ describes the Events.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,6 +226,12 @@ CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     rolling_update_condition,
     data_loss_condition,
 )
+
+
+def now() -> str:
+    """The time now as the status writes it (RFC 3339, to the second): the `now` of
+    `compute_status` and `condition`."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(
