@@ -71,11 +71,11 @@ async def carry_out(
     if not (permit.grant or permit.revoke):
         logger.debug("initialization permits: nothing to do: %s", permit.reason())
     if chosen.mend:
-        await mend_children(body, config, sts is not None, owned(), logger)
-    await take(chosen.action, body, patch, config, sts, logger)
+        await _mend_children(body, config, sts is not None, owned(), logger)
+    await _take(chosen.action, body, patch, config, sts, logger)
 
 
-async def take(
+async def _take(
     action: plan.Action,
     body: kopf.Body,
     patch: kopf.Patch,
@@ -112,7 +112,7 @@ async def _permit(
         logger.warning("%s permit of %s failed: %s", what, pod, e)
 
 
-async def mend_children(
+async def _mend_children(
     body: kopf.Body,
     config: specs.OperatorConfig,
     built: bool,

@@ -211,6 +211,9 @@ def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
     return {name: True} if name else {}
 
 
+# ---- one version of the log per handler ------------------------------------------------------
+
+
 def snapshot(body: kopf.Body) -> kopf.Body:
     """A copy of `body` that later watch events do not change.
 
@@ -232,6 +235,9 @@ async def observe(
     logger: kopf.Logger,
     **indexes: Any,  # kopf passes every index by its name
 ) -> None:
+    """One tick: gather (the indexes, the PKI, every replica's Status), decide (rolling,
+    status, storage, then `plan.decide`), report the status (actions.report), observe the
+    archive, and carry the plan out (actions.carry_out)."""
     body = snapshot(body)
     metrics.RECONCILES.labels(handler="observe").inc()
     key = (specs.namespace_of(body), specs.name_of(body))
