@@ -20,6 +20,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlog_operator import netpol, specs
+
 # kind -> (API group, plural) of the objects watched here; the StatefulSet is storage.py's
 WATCHED: Mapping[str, tuple[str, str]] = {
     "Service": ("", "services"),
@@ -30,6 +32,12 @@ WATCHED: Mapping[str, tuple[str, str]] = {
 # Kinds a spec change can make unwanted: the NetworkPolicy (spec.networkPolicy removed), the
 # archiver's Service and Deployment (spec.backup removed). A log always has its budget.
 REMOVABLE = frozenset({"NetworkPolicy", "Service", "Deployment"})
+
+
+def desired(body: Mapping[str, Any], config: specs.OperatorConfig) -> list[dict[str, Any]]:
+    """Every object the log owns, in the order to create it (the policy first): what the
+    create/update handler applies, and what `decide` looks for."""
+    return [*netpol.for_log(body, config), *specs.desired_objects(body, config)]
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def _hold_lease(name: str) -> Any:
     import logging
     import socket
 
-    from rlog_operator.handlers import load_kube_config
+    from rlog_operator.kube import load_kube_config
     from rlog_operator.lease import LeaseElector
 
     load_kube_config()

@@ -28,6 +28,7 @@ describes the Events.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,9 +89,11 @@ class Event:
 @dataclass
 class StatusResult:
     """What one observation yields: the status to store, the Events to post, the permit
-    decision to carry out and the annotations to remove."""
+    decision to carry out and the annotations to remove; and the facts they came from (what
+    plan.decide reads)."""
 
     status: dict[str, Any]
+    facts: Facts
     events: list[Event] = field(default_factory=list)
     permit: PermitDecision = field(default_factory=lambda: PermitDecision(False, ""))
     remove_annotations: list[str] = field(default_factory=list)  # on the ReplicatedLog
@@ -223,6 +226,12 @@ CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     rolling_update_condition,
     data_loss_condition,
 )
+
+
+def now() -> str:
+    """The time now as the status writes it (RFC 3339, to the second): the `now` of
+    `compute_status` and `condition`."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(
@@ -458,11 +467,13 @@ def compute_status(
     if paused:
         return StatusResult(
             status=status,
+            facts=facts,
             events=events(previous, facts),
             permit=PermitDecision(False, "reconciliation is paused (rlog.io/paused)"),
         )
     return StatusResult(
         status=status,
+        facts=facts,
         events=events(previous, facts),
         permit=permits.decide(facts),
         remove_annotations=annotations_to_remove(facts),

@@ -12,8 +12,13 @@ import pytest
 from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 
 ROOT = Path(__file__).resolve().parents[2]
-# the modules that call the Kubernetes API through the kubernetes client
-CALLERS = [ROOT / "operator" / "rlog_operator" / name for name in ("handlers.py", "lease.py")]
+# the operator's modules, whose kubernetes-client calls the chart must grant (not the CLI
+# plugin, kubectl_rlog, which runs with the user's own credentials)
+CALLERS = [
+    path
+    for path in sorted((ROOT / "operator" / "rlog_operator").glob("*.py"))
+    if path.name != "kubectl_rlog.py"
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +53,7 @@ KOPF_CR_CALLS = [
     ("", "events", "create"),
 ]
 CLUSTER_SCOPED = {"persistentvolumes", "storageclasses"}
-# _apply_one creates or patches every kind desired_objects builds
+# kube.apply_one creates or patches every kind desired_objects builds
 APPLIED = ["stateful_set", "deployment", "service", "pod_disruption_budget", "network_policy"]
 
 
@@ -141,7 +146,7 @@ def _handler_calls() -> set[tuple[str, str, str]]:
     for stem in APPLIED:
         group, resource = RESOURCES[stem]
         needed |= {(group, resource, "create"), (group, resource, "patch")}
-    # handlers._delete_child deletes an owned object of a kind children.REMOVABLE names
+    # kube.delete_child deletes an owned object of a kind children.REMOVABLE names
     from rlog_operator import children
 
     needed |= {(*children.WATCHED[kind], "delete") for kind in children.REMOVABLE}
