@@ -2,7 +2,7 @@
 
 Every error carries the server's one-line message (`str(error)`), the gRPC code, and the
 endpoint that answered. An rlog server sends a machine-readable `Reason` with each error
-(`rlog.client.wire`); the class follows from it, never from the message text:
+(`rlog.wire`); the class follows from it, never from the message text:
 
 | reason                     | gRPC code           | error                         |
 | -------------------------- | ------------------- | ----------------------------- |
@@ -49,7 +49,7 @@ from typing import Any
 
 import grpc
 
-from rlog.client.wire import ErrorDetails, Reason
+from rlog.wire import ErrorDetails, Reason
 
 
 class RlogError(Exception):

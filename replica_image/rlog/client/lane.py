@@ -25,7 +25,6 @@ import grpc
 
 from rlog.client.errors import RlogError, code_from_int, error_for
 from rlog.client.security import Credentials
-from rlog.client.wire import ErrorDetails, parse_reason
 from rlog.framed import (
     KINDS_VERSION,
     ConnectionBroken,
@@ -35,6 +34,7 @@ from rlog.framed import (
     parse,
 )
 from rlog.proto import rlog_pb2 as pb
+from rlog.wire import ErrorDetails, parse_reason
 
 
 def answer_error(response: pb.AppendResponse, endpoint: str) -> tuple[RlogError, bool]:

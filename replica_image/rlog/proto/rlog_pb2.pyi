@@ -856,7 +856,7 @@ class AppendResponse(_message.Message):
     error: _builtins.str
     """AppendStream: the error message when code != 0"""
     reason: _builtins.str
-    """AppendStream: the error's reason (rlog.client.wire.Reason)"""
+    """AppendStream: the error's reason (rlog.wire.Reason)"""
     next_position: _builtins.int
     """AppendStream, CONDITION_FAILED: the log's next position and writer epoch at the refusal."""
     epoch: _builtins.int

@@ -30,7 +30,6 @@ from typing import Any
 
 import grpc
 
-from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
 from rlog.framed import ConnectionBroken
 from rlog.proto import rlog_pb2 as pb
@@ -49,6 +48,7 @@ from rlog.runtime.write_stream import (
     learned_field,
 )
 from rlog.storage.base import StorageError
+from rlog.wire import PEER_CHANNEL_OPTIONS
 
 log = logging.getLogger("rlog.node")
 

@@ -13,7 +13,6 @@ from typing import Any
 import grpc
 
 from rlog import allocator, event_loop
-from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -29,6 +28,7 @@ from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
+from rlog.wire import FORWARDED, SERVER_OPTIONS, Reason
 
 log = logging.getLogger("rlog.server")
 
