@@ -18,12 +18,12 @@ import pytest
 
 from rlog.client import AsyncClient
 from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
+from rlog.lane.append import AppendLaneHandler
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime import appends
-from rlog.runtime.append_lane import AppendLaneHandler
 from rlog.runtime.errors import RpcError
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService

@@ -21,8 +21,8 @@ from test_write_stream_live import scrape, wait_until, write_requests
 
 from rlog.client import Client
 from rlog.client.errors import PermissionDenied
+from rlog.lane.framed import KINDS_VERSION, VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import KINDS_VERSION, VERSION, frame, lane_address
 from rlog.tools import certs
 from rlog.tools.dev import DevCluster
 

@@ -60,11 +60,11 @@ from rlog.client.errors import (
     Timeout,
     Unavailable,
     UnknownSession,
+    answer_error,
     code_from_int,
     from_rpc_error,
     is_connect_failure,
 )
-from rlog.client.lane import AppendLane, ConnectionBroken, answer_error
 from rlog.client.packing import (
     Payload,
     answered_positions,
@@ -75,6 +75,7 @@ from rlog.client.packing import (
 )
 from rlog.client.security import Credentials, secure_channel
 from rlog.config import ConfigError, parse_address
+from rlog.lane.client import AppendLane, ConnectionBroken
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted

@@ -14,14 +14,15 @@ import grpc
 
 from rlog import allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
+from rlog.lane.framed import lane_address
+from rlog.lane.server import Admission, serve_lane
+from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
-from rlog.runtime.lane import Admission, lane_address, serve_lane
-from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recovery import recover_info
