@@ -32,14 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlog.arg_types import add_storage_engine_argument
 from rlog.client import Client
 from rlog.client.errors import RlogError
 from rlog.client.security import Credentials
 from rlog.config import ConfigError, check_replica_count
+from rlog.initialize import initialize, is_fresh
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import AUTO
-from rlog.tools.arg_types import add_storage_engine_argument
-from rlog.tools.initialize import initialize, is_fresh
 
 STOP_GRACE = 5.0
 
@@ -148,7 +148,7 @@ class DevCluster:
     - `die_with_parent`: replicas are SIGKILLed if the process that started them dies
       (PR_SET_PDEATHSIG; tied to the starting *thread*).
     - `tls`: mutual TLS and roles, with a throwaway CA and certificates in `<dir>/tls`
-      (rlog.tools.certs.make_dev_pki); `client()` then connects as "admin" unless given
+      (rlog.certs.make_dev_pki); `client()` then connects as "admin" unless given
       other `credentials` (see `credentials(name)`).
     """
 
@@ -228,7 +228,7 @@ class DevCluster:
     def credentials(self, name: str = "admin", token: bool = False) -> Credentials:
         """A client's credentials in a TLS cluster: the certificate of `name` (one of
         certs.DEV_CLIENTS), and with `token` the dev token too."""
-        from rlog.tools.certs import DevPki
+        from rlog.certs import DevPki
 
         pki = DevPki(self.tls_dir)
         return Credentials.from_files(
@@ -305,7 +305,7 @@ class DevCluster:
             self.replica_dir(i).mkdir(parents=True, exist_ok=True)
         self._choose_addresses()
         if self.tls:
-            from rlog.tools.certs import make_dev_pki
+            from rlog.certs import make_dev_pki
 
             make_dev_pki(self.tls_dir, [self.host_of(i) for i in range(self.replicas)])
         if self.initialize and all(is_fresh(d, self.storage_engine) for d in self.data_dirs):
@@ -353,7 +353,7 @@ class DevCluster:
         if port is not None:
             cmd += ["--metrics-port", str(port)]
         if self.tls:
-            from rlog.tools.certs import DevPki
+            from rlog.certs import DevPki
 
             pki = DevPki(self.tls_dir)
             name = pki.replica(i)
