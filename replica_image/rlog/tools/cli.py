@@ -348,9 +348,9 @@ def cmd_initialize(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from rlog.tools import dev
+    from rlog.tools import dev_cli
 
-    return dev.run(args)
+    return dev_cli.run(args)
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -524,10 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_replica)
 
-    from rlog.tools import dev
+    from rlog.tools import dev_cli
 
     p = sub.add_parser("dev", help="run a local N-replica log as processes")
-    dev.add_arguments(p)
+    dev_cli.add_arguments(p)
     p.set_defaults(func=cmd_dev)
 
     p = sub.add_parser("append", help="append values; prints their positions")
