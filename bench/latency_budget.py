@@ -129,10 +129,10 @@ def install_probes() -> None:
     # The same stages on the lanes (`--lanes`): a client's append on the append lane, the
     # leader's write to a peer on its write lane (named as the gRPC ones: the same places on
     # the path).
-    from rlog.runtime import append_lane, lane
+    from rlog.lane import append, write
 
-    _wrap_async(append_lane.AppendLaneHandler, "_one", "append")
-    _wrap_sync(lane.WriteLane, "start", "grpc_write")
+    _wrap_async(append.AppendLaneHandler, "_one", "append")
+    _wrap_sync(write.WriteLane, "start", "grpc_write")
     _wrap_async(grpc_call.StreamStreamCall, "read", "grpc_read")  # follower's answer read
     original_reply = node.Node._on_reply
 
@@ -180,7 +180,7 @@ async def drive(
     import grpc.aio._call as grpc_call
 
     from rlog.client import AsyncClient
-    from rlog.client import lane as client_lane
+    from rlog.lane import client as client_lane
     from rlog.proto import rlog_pb2 as pb
 
     _wrap_async(grpc_call.UnaryUnaryCall, "_invoke", "call")  # the client's unary call

@@ -21,9 +21,9 @@ from pathlib import Path
 import grpc
 
 from rlog.client import Client
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 
 def rss_bytes(pid: int) -> int:

@@ -28,10 +28,10 @@ from rlog.client.errors import (
     from_rpc_error,
 )
 from rlog.client.packing import answered_positions
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 pytestmark = pytest.mark.slow
 

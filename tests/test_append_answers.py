@@ -18,17 +18,17 @@ import pytest
 
 from rlog.client import AsyncClient
 from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
-from rlog.client.wire import Reason
+from rlog.lane.append import AppendLaneHandler
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime import appends
-from rlog.runtime.append_lane import AppendLaneHandler
 from rlog.runtime.errors import RpcError
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService
 from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.wire import Reason
 
 ENOSPC = "data dir /data: no space left on the device (segment write: No space left on device)"
 

@@ -28,9 +28,9 @@ from rlog.client.errors import (
     Unavailable,
 )
 from rlog.client.security import Credentials
+from rlog.lane.framed import KINDS_VERSION, frame, lane_address
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import KINDS_VERSION, frame, lane_address
 from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow

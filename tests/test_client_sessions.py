@@ -22,12 +22,12 @@ from rlog.client.errors import (
     Timeout,
     Unavailable,
 )
-from rlog.client.wire import Reason
 from rlog.packed import count_of
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
 from rlog.tools.dev import DevCluster
+from rlog.wire import Reason
 
 
 class _ScriptedNode:

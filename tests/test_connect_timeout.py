@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from rlog.client import Client
-from rlog.client.wire import CONNECT_TIMEOUT_MS
 from rlog.tools.dev import DevCluster
+from rlog.wire import CONNECT_TIMEOUT_MS
 
 
 class Relay:

@@ -11,7 +11,8 @@ from test_run_rules import learn_range, run_of, write_run
 
 from rlog.packed import run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.replica import ReplicaCore, span
+from rlog.protocol.records import span
+from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.fetch import FETCH_CHUNK_BYTES, answer, fetch_answers, lane_answers
 from rlog.runtime.protowire import varint
 from rlog.storage import open_storage

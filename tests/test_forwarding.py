@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 import pytest
 
-from rlog.client.wire import NOT_ATTEMPTED, ErrorDetails, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -21,6 +20,7 @@ from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.peers import Peer
 from rlog.storage.memory import MemoryStorage
 from rlog.tools.dev import free_port
+from rlog.wire import NOT_ATTEMPTED, ErrorDetails, Reason
 
 PEERS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.replica import MAX_POSITION, ReplicaCore
+from rlog.protocol.records import MAX_POSITION
+from rlog.protocol.replica import ReplicaCore
 from rlog.storage.base import WriteBatch
 from rlog.storage.memory import MemoryStorage
 

@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 from test_log_live import check
 
 from rlog.client import Client
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 pytestmark = pytest.mark.slow
 

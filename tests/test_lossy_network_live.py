@@ -12,9 +12,9 @@ from faultproxy import FaultProxy, free_port
 from test_log_live import append_acked
 
 from rlog.client import Client
+from rlog.initialize import initialize
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools import consistency
-from rlog.tools.initialize import initialize
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ import grpc
 import pytest
 from faultproxy import FaultProxy
 
+from rlog.certs import DevPki
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.peers import Peers
-from rlog.tools.certs import DevPki
 from rlog.tools.dev import DevCluster
 
 HOLD = 1.5  # seconds each new connection waits in the proxy: over a heartbeat's 1 s limit, under

@@ -13,9 +13,9 @@ from test_log_live import Writers, append_acked, check
 
 from rlog.client import Client
 from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
+from rlog.initialize import initialize
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster, free_port
-from rlog.tools.initialize import initialize
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,8 @@ from rlog.packed import expand, make_run, pack, run_last, values_of
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import AdmissionState, Conditions
 from rlog.protocol.coordinator import Coordinator, CoordinatorConfig, Done, Leading, Send
-from rlog.protocol.replica import ReplicaCore, span
+from rlog.protocol.records import span
+from rlog.protocol.replica import ReplicaCore
 from rlog.storage import WriteBatch
 from rlog.storage.memory import MemoryStorage
 

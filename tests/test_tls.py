@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from rlog import certs
 from rlog.client.errors import PermissionDenied, Unauthenticated, error_for, short_details
 from rlog.client.security import Credentials, CredentialsError
 from rlog.config import ConfigError, ReplicaConfig
 from rlog.runtime.tls import ReloadingCertificates
-from rlog.tools import certs
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Mutual TLS and roles on a real 3-replica log (`DevCluster(tls=True)`: `rlog replica`
-processes with certificates made here, rlog.tools.certs): who can connect, who can call
+processes with certificates made here, rlog.certs): who can connect, who can call
 what, that a refused call changes nothing, and that a rotated certificate is taken without
 a restart while a client keeps appending."""
 
@@ -19,11 +19,11 @@ pytest.importorskip("cryptography")
 
 from test_cli import rlog
 
+from rlog import certs
 from rlog.client import Client, Credentials
 from rlog.client.errors import PermissionDenied, RlogError, Unauthenticated, Unavailable
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.tools import certs
 from rlog.tools.dev import DevCluster
 
 

@@ -40,7 +40,12 @@ from rlog.client.errors import (
     error_for,
     from_rpc_error,
 )
-from rlog.client.wire import (
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.runtime.errors import RpcError
+from rlog.runtime.metrics import ReplicaMetrics
+from rlog.runtime.server import LogService
+from rlog.wire import (
     BEGIN,
     CLIENT_CHANNEL_OPTIONS,
     END,
@@ -50,11 +55,6 @@ from rlog.client.wire import (
     Reason,
     not_attempted,
 )
-from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.errors import RpcError
-from rlog.runtime.metrics import ReplicaMetrics
-from rlog.runtime.server import LogService
 
 # The contract, written out: reason -> (class for a read, class for an append).
 EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {

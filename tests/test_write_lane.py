@@ -1,4 +1,4 @@
-"""The write lane's framing and settings (rlog.runtime.lane): frames come out whole however
+"""The write lane's framing and settings (rlog.lane): frames come out whole however
 the bytes are cut, an oversized frame is refused, and the lane is refused where it cannot
 be safe (TLS, authorization) or cannot exist (a port past 65535, lanes on other replicas'
 ports)."""
@@ -13,9 +13,9 @@ import pytest
 
 from rlog.client.errors import RlogError
 from rlog.config import ConfigError, ReplicaConfig
-from rlog.framed import FrameBuffer
+from rlog.lane.framed import FrameBuffer, FrameError, frame, lane_address
+from rlog.lane.write import WriteLane
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import LaneError, WriteLane, frame, lane_address
 from rlog.runtime.write_stream import StreamBroken
 from rlog.tools.dev import DevCluster
 
@@ -86,7 +86,7 @@ def test_a_frame_that_begins_late_in_the_buffer_is_moved_once():
 def test_a_buffered_frame_over_the_limit_is_refused_before_it_is_read():
     frames = FrameBuffer(100)
     assert receive(frames, frame(b"x" * 100), [1000]) == [b"x" * 100]
-    with pytest.raises(LaneError, match="101 bytes is over the limit of 100"):
+    with pytest.raises(FrameError, match="101 bytes is over the limit of 100"):
         receive(frames, frame(b"x" * 101)[:4], [1000])
 
 

@@ -22,8 +22,8 @@ from test_write_stream_live import (
     write_requests,
 )
 
+from rlog.lane.framed import VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.lane import VERSION, frame, lane_address
 from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow

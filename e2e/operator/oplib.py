@@ -312,7 +312,7 @@ WRITER_SCRIPT = r"""
 import json, os, ssl, sys, threading, time, urllib.request
 import grpc
 from rlog.client import Client, Credentials, status_name
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb, rlog_pb2_grpc as pbg
 # The operator's certificate, mounted from its Secret when the log is mutual TLS.
 creds = Credentials.from_env() if os.path.exists(os.environ.get("RLOG_CA", "")) else None

@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 
-from rlog.tools.certs import Pem, issue
+from rlog.certs import Pem, issue
 
 
 def kubectl(namespace: str, *args: str, stdin: str | None = None) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlog.tools.arg_types import nonnegative, positive_float
+from rlog.arg_types import nonnegative, positive_float
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
 

@@ -272,7 +272,7 @@ def plan_secrets(
     when absent, expiring, or (replicas) lacking a name; always rewrites the roles file
     when it differs. Mode certManager leaves the replicas' certificate to cert-manager;
     mode disabled writes nothing."""
-    from rlog.tools import certs
+    from rlog import certs
 
     mode = mode_of(body)
     if mode == MODE_DISABLED:

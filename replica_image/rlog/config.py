@@ -182,7 +182,7 @@ class ReplicaConfig:
     # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
     # the next leader) until another replica leads, at most this long; 0 = stop at once.
     drain_timeout: float = 0.0
-    # The write lane (rlog.runtime.lane): >0 serves the leader's writes on plain TCP (mutual
+    # The write lane (rlog.lane): >0 serves the leader's writes on plain TCP (mutual
     # TLS when the replica has TLS) at the gRPC port + this offset, and writes to each peer at
     # its port + the same offset; 0: the gRPC stream only.
     write_lane_offset: int = 0

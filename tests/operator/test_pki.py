@@ -11,8 +11,8 @@ pytest.importorskip("cryptography")
 
 from cryptography import x509
 
+from rlog import certs
 from rlog.runtime.authz import parse_policy
-from rlog.tools import certs
 from rlog_operator import pki, specs
 from rlog_operator.specs import OperatorConfig
 

@@ -23,10 +23,10 @@ from rlog.archive.format import (
     decode_segment,
 )
 from rlog.archive.store import ObjectStore
+from rlog.initialize import is_fresh
 from rlog.packed import clip, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import AUTO, Storage, WriteBatch, open_storage
-from rlog.tools.initialize import is_fresh
 
 
 @dataclass

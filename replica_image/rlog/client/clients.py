@@ -60,11 +60,11 @@ from rlog.client.errors import (
     Timeout,
     Unavailable,
     UnknownSession,
+    answer_error,
     code_from_int,
     from_rpc_error,
     is_connect_failure,
 )
-from rlog.client.lane import AppendLane, ConnectionBroken, answer_error
 from rlog.client.packing import (
     Payload,
     answered_positions,
@@ -74,10 +74,11 @@ from rlog.client.packing import (
     runs_of,
 )
 from rlog.client.security import Credentials, secure_channel
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted
 from rlog.config import ConfigError, parse_address
+from rlog.lane.client import AppendLane, ConnectionBroken
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ DEFAULT_TIMEOUT = 30.0
 # (DEADLINE_EXCEEDED with its message, or ABORTED) normally arrives first.
 DEFAULT_APPEND_TIMEOUT = 60.0
 # How long a call waits for some endpoint to accept a connection when none could be
-# connected to: twice gRPC's longest reconnect back-off here (rlog.client.wire).
+# connected to: twice gRPC's longest reconnect back-off here (rlog.wire).
 DEFAULT_CONNECT_WAIT = 2.0
 # The largest answer an append lane takes (an answer is a few dozen bytes; one listing
 # positions one by one, from a server that predates ranges, can be larger).

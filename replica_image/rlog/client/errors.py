@@ -2,7 +2,7 @@
 
 Every error carries the server's one-line message (`str(error)`), the gRPC code, and the
 endpoint that answered. An rlog server sends a machine-readable `Reason` with each error
-(`rlog.client.wire`); the class follows from it, never from the message text:
+(`rlog.wire`); the class follows from it, never from the message text:
 
 | reason                     | gRPC code           | error                         |
 | -------------------------- | ------------------- | ----------------------------- |
@@ -49,7 +49,8 @@ from typing import Any
 
 import grpc
 
-from rlog.client.wire import ErrorDetails, Reason
+from rlog.proto import rlog_pb2 as pb
+from rlog.wire import ErrorDetails, Reason, parse_reason
 
 
 class RlogError(Exception):
@@ -313,6 +314,25 @@ def error_for(
     if why is not None:
         return _for_reason(why, code, details, endpoint, mutating)
     return _for_code(code, details, endpoint, mutating)
+
+
+def answer_error(response: pb.AppendResponse, endpoint: str) -> tuple[RlogError, bool]:
+    """The error an append's answer on a stream or a lane carries (its code is not 0), and
+    whether the server said it changed nothing (so the append may go elsewhere)."""
+    reason = parse_reason(response.reason)
+    why = (
+        ErrorDetails(
+            reason,
+            response.begin if response.HasField("begin") else None,
+            None,
+            response.next_position,
+            response.epoch,
+        )
+        if reason is not None
+        else None
+    )
+    error = error_for(code_from_int(response.code), response.error, endpoint, True, why)
+    return error, reason is not None and reason.not_attempted
 
 
 def _for_reason(

@@ -103,7 +103,7 @@ class _LaneKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LaneKind.Val
     """a replica's FetchRequests -> FetchAnswers (version 2 only)"""
 
 class LaneKind(_LaneKind, metaclass=_LaneKindEnumTypeWrapper):
-    """A lane (rlog/framed.py, rlog/runtime/lane.py): the first frame on a new connection
+    """A lane (rlog/lane/): the first frame on a new connection
     names the replica and the log the caller means to reach, and what the connection
     carries; the replica answers with a LaneWelcome whose `error` is empty when it is that
     replica of that log and serves that kind of lane.
@@ -697,7 +697,7 @@ Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
 @_typing.final
 class FetchAnswers(_message.Message):
-    """A fetch lane's answer to one FetchRequest (rlog/runtime/fetch_lane.py): the answers a
+    """A fetch lane's answer to one FetchRequest (rlog/lane/fetch.py): the answers a
     Fetch call would stream, in one frame.
     """
 
@@ -856,7 +856,7 @@ class AppendResponse(_message.Message):
     error: _builtins.str
     """AppendStream: the error message when code != 0"""
     reason: _builtins.str
-    """AppendStream: the error's reason (rlog.client.wire.Reason)"""
+    """AppendStream: the error's reason (rlog.wire.Reason)"""
     next_position: _builtins.int
     """AppendStream, CONDITION_FAILED: the log's next position and writer epoch at the refusal."""
     epoch: _builtins.int

@@ -2,6 +2,8 @@
 
 - `replica`: the acceptor/learner (`ReplicaCore`), each rule returning its reply and what
   must be durable before the reply leaves;
+- `records`: the records those rules take and hold (actions and runs: their spans, their
+  checks, the pending ones layered over the stored);
 - `consensus`: one Paxos round over a range of positions (promise tally, fill);
 - `coordinator`: the proposer as a state machine that talks only through typed outputs;
 - `recover`: the recover round that decides how an EMPTY or RECOVERING replica rejoins;

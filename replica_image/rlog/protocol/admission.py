@@ -62,7 +62,7 @@ NO_CONDITIONS = Conditions()
 
 
 class Refusal(enum.Enum):
-    """Why an append was refused (the values are `rlog.client.wire.Reason` names)."""
+    """Why an append was refused (the values are `rlog.wire.Reason` names)."""
 
     CONDITION_FAILED = "CONDITION_FAILED"
     EPOCH_FROM_FUTURE = "EPOCH_FROM_FUTURE"

@@ -5,7 +5,8 @@ disk before the response leaves (etcd-raft style: no I/O here). It reads stored 
 through the `Storage` interface, and keeps what it has decided but not yet seen persisted in
 an overlay, so that requests handled while a group commit is in flight see their
 predecessors' effects. The server applies the batches (one fsync for many) and only then
-sends the responses.
+sends the responses. The pure operations on records (spans, checks, the pending records
+layered over the stored) are `records`.
 
 Rules (the Mesos log's acceptor with rlog's tightenings, docs/protocol.md):
 - not VOTING: promises and writes get IGNORED; learned messages are always applied;
@@ -29,137 +30,28 @@ and what it stores inside a run replaces those positions only.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
-from rlog.packed import (
-    PackedError,
-    action_at,
-    clip,
-    expand,
-    offsets_of,
-    run_bytes,
-    run_count,
-    run_last,
-)
+from rlog.packed import action_at, clip, expand, offsets_of, run_bytes, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import entry_of
+from rlog.protocol.records import (
+    Head,
+    R,
+    Record,
+    any_within,
+    as_learned,
+    cut,
+    first_of,
+    layer,
+    same_value,
+    span,
+    tombstone,
+    well_formed,
+)
 from rlog.storage import Storage, WriteBatch
-from rlog.storage.base import RunHead, clip_head, head_of
-
-
-def same_value(a: pb.Action, b: pb.Action) -> bool:
-    """Whether two actions propose the same log entry (ignoring Paxos bookkeeping): the same
-    content from the same write (`origin_*`). Identical content appended by two requests is
-    two different entries."""
-    return (
-        a.type == b.type
-        and a.value == b.value
-        and a.truncate_to == b.truncate_to
-        and a.tombstone == b.tombstone
-        and a.origin_proposal == b.origin_proposal
-        and a.origin_leader == b.origin_leader
-        and a.batch_first == b.batch_first
-        and a.batch_last == b.batch_last
-        and a.session == b.session
-        and a.sequence == b.sequence
-        and a.epoch == b.epoch
-    )
-
-
-def tombstone(position: int) -> pb.Action:
-    return pb.Action(position=position, type=pb.NOP, tombstone=True, learned=True)
-
-
-Record = pb.Action | pb.Run
-Head = pb.Action | RunHead  # a record as bookkeeping reads it: a run without its values
-R = TypeVar("R", pb.Action | pb.Run, pb.Action | RunHead)
-
-# The highest position a record may hold: one below uint64's maximum, so that the begin a
-# learned tombstone implies (its position + 1) still fits the uint64 fields it is stored in.
-MAX_POSITION = 2**64 - 2
-
-
-def well_formed(records: Iterable[Record]) -> bool:
-    """Whether a peer's records can be held: every run's offsets check out and no position
-    passes MAX_POSITION. A correct leader never sends anything else; a message that does not
-    pass is taken as a whole or not at all (not at all), never stored to break later reads."""
-    for record in records:
-        if isinstance(record, pb.Run):
-            try:
-                offsets_of(record.data, record.offsets)
-            except PackedError:
-                return False
-            if run_last(record) > MAX_POSITION:
-                return False
-        elif record.position > MAX_POSITION:
-            return False
-    return True
-
-
-def span(record: Record | RunHead) -> tuple[int, int]:
-    """The first and last position a record holds."""
-    if isinstance(record, pb.Run):
-        return record.first, record.first + run_count(record) - 1
-    if isinstance(record, RunHead):
-        return record.first, record.last
-    return record.position, record.position
-
-
-def _start(record: Record | RunHead) -> int:
-    return record.position if isinstance(record, pb.Action) else record.first
-
-
-def _cut(record: R, first: int, last: int) -> R:
-    """A run (or run head) clipped to [first, last]; an action as it is."""
-    if isinstance(record, pb.Run):
-        return clip(record, first, last)
-    if isinstance(record, RunHead):
-        return clip_head(record, first, last)
-    return record
-
-
-def _layer(lower: Iterable[R], upper: Sequence[R]) -> Iterator[R]:
-    """The records of `lower` with those of `upper` put over them (both in position order,
-    each without overlaps): an upper record replaces what lower holds at its positions."""
-    index, count = 0, len(upper)
-    covered = -1  # positions up to here are held by an upper record already emitted
-    for record in lower:
-        lo, hi = span(record)
-        position = max(lo, covered + 1)
-        while position <= hi:
-            if index < count and _start(upper[index]) <= hi:
-                over = upper[index]
-                over_lo, over_hi = span(over)
-                if over_lo > position:
-                    assert not isinstance(record, pb.Action)  # an action is one position
-                    yield _cut(record, position, over_lo - 1)
-                yield over
-                index += 1
-                covered = max(covered, over_hi)
-                position = max(position, over_hi + 1)
-            else:
-                yield _cut(record, position, hi)
-                position = hi + 1
-    yield from upper[index:]
-
-
-def _as_learned(record: Record) -> Record:
-    """The record with its learned flag set (a copy if it was not set)."""
-    if isinstance(record, pb.Run):
-        if record.head.learned:
-            return record
-        run = pb.Run()
-        run.CopyFrom(record)  # one copy of the values (a constructor from .data makes two)
-        run.head.learned = True
-        return run
-    if record.learned:
-        return record
-    copy = pb.Action()
-    copy.CopyFrom(record)
-    copy.learned = True
-    return copy
+from rlog.storage.base import RunHead, head_of
 
 
 @dataclass
@@ -264,7 +156,7 @@ class ReplicaCore:
         positions only, and a batch's values would otherwise be read back from the disk
         for them, once each, after every group commit)."""
         runs: list[Head] = [
-            _cut(head_of(run), first, last) for run in self._pending_runs(first, last)
+            cut(head_of(run), first, last) for run in self._pending_runs(first, last)
         ]
         return self._over(self.storage.scan_heads(first, last), runs, first, last)
 
@@ -274,11 +166,11 @@ class ReplicaCore:
     def _over(self, stored: Iterator[R], runs: list[R], first: int, last: int) -> Iterator[R]:
         """`stored` with the pending runs (clipped to [first, last]) and then the overlay's
         actions there put over it."""
-        merged = _layer(stored, runs) if runs else stored
+        merged = layer(stored, runs) if runs else stored
         if self._overlay:
             actions = [self._overlay[p] for p in sorted(self._overlay) if first <= p <= last]
             if actions:
-                return _layer(merged, actions)
+                return layer(merged, actions)
         return merged
 
     def _pending_touches(self, lo: int, hi: int) -> bool:
@@ -288,7 +180,7 @@ class ReplicaCore:
         write is durable, tens of thousands for a log of small appends, and a scan per run
         made a catch-up quadratic (a replica on a fresh volume spent minutes at full CPU with
         its event loop blocked, answering nothing)."""
-        if self._overlay and _any_within(self._overlay, lo, hi):
+        if self._overlay and any_within(self._overlay, lo, hi):
             return True
         # The held runs are in position order and never overlap, so the one starting last
         # at or before `hi` is the only one that can reach `lo`.
@@ -355,7 +247,7 @@ class ReplicaCore:
                 size += run_bytes(record)
             else:
                 size += len(record.value)
-            out.append(_as_learned(record))
+            out.append(as_learned(record))
             count += through - lo + 1
             position = through + 1
             if through < hi or count >= limit or size >= max_bytes:
@@ -380,7 +272,7 @@ class ReplicaCore:
             through = min(self._learned_through(lo, hi), lo + limit - count - 1)
             if through < lo:
                 break
-            out.append(_cut(record, lo, through))
+            out.append(cut(record, lo, through))
             count += through - lo + 1
             position = through + 1
             if through < hi or count >= limit:
@@ -490,7 +382,7 @@ class ReplicaCore:
         proposal = request.proposal
         incoming_records: Sequence[Record] = request.actions
         if request.runs:
-            incoming_records = sorted([*request.actions, *request.runs], key=_start)
+            incoming_records = sorted([*request.actions, *request.runs], key=first_of)
         accepted: list[pb.Action] = []
         accepted_runs: list[pb.Run] = []
         if not well_formed(incoming_records):
@@ -600,7 +492,7 @@ class ReplicaCore:
         stored_runs: list[pb.Run] = []
         full: Sequence[Record] = actions
         if runs:
-            full = sorted([*actions, *runs], key=_start)
+            full = sorted([*actions, *runs], key=first_of)
         for record in full:
             if isinstance(record, pb.Run):
                 held = self._learned_run(record, owned)
@@ -640,7 +532,7 @@ class ReplicaCore:
         first, last = max(run.first, self.begin, self.learned_next), run_last(run)
         if last < first:
             return []
-        if self.learned_above and _any_within(self.learned_above, first, last):
+        if self.learned_above and any_within(self.learned_above, first, last):
             return None
         if self._pending_touches(first, last):
             return None
@@ -650,9 +542,9 @@ class ReplicaCore:
             run.head.learned = True  # given to us: marked in place, not copied
             learned = run
         else:
-            as_learned = _as_learned(clipped)
-            assert isinstance(as_learned, pb.Run)
-            learned = as_learned
+            marked = as_learned(clipped)
+            assert isinstance(marked, pb.Run)
+            learned = marked
             if learned is run:  # the request's own message: keep an independent copy
                 learned = pb.Run()
                 learned.CopyFrom(run)
@@ -757,11 +649,3 @@ class ReplicaCore:
         meta = pb.Metadata()
         meta.CopyFrom(self.meta)
         return meta
-
-
-def _any_within(positions: Collection[int], lo: int, hi: int) -> bool:
-    """Whether a position of `positions` (a set or dict) lies in [lo, hi]: by scanning the
-    smaller of the two, so a check per run against a large set stays cheap."""
-    if len(positions) <= hi - lo + 1:
-        return any(lo <= p <= hi for p in positions)
-    return any(p in positions for p in range(lo, hi + 1))

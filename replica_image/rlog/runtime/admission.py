@@ -24,7 +24,8 @@ from typing import Any
 from rlog.config import ReplicaConfig
 from rlog.protocol.admission import AdmissionState, carries_epoch
 from rlog.protocol.coordinator import Coordinator
-from rlog.protocol.replica import ReplicaCore, span
+from rlog.protocol.records import span
+from rlog.protocol.replica import ReplicaCore
 from rlog.storage.base import RunHead
 
 log = logging.getLogger("rlog.node")

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rlog.client.wire import Reason
 from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import error_of
 from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.wire import Reason
 
 
 def answered(positions: list[int], request_id: int = 0) -> pb.AppendResponse:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import grpc
 
 from rlog.client.errors import is_connect_failure
-from rlog.client.wire import ErrorDetails, Reason, not_attempted
+from rlog.wire import ErrorDetails, Reason, not_attempted
 
 
 class RpcError(Exception):
     """An error for the client: its `Reason` (which fixes the gRPC status code, see
-    `rlog.client.wire`), a one-line message for people, and the structured fields the
+    `rlog.wire`), a one-line message for people, and the structured fields the
     reason carries (`begin` for TRUNCATED, `end` for PAST_END, `next_position` and `epoch`
     for CONDITION_FAILED). `code` is only for
     `Reason.INTERNAL`, which keeps the code of the error it wraps."""

@@ -18,9 +18,9 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from rlog.client.wire import Reason
 from rlog.runtime.errors import RpcError
 from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.wire import Reason
 
 
 class Malformed:

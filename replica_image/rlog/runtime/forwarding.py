@@ -20,13 +20,13 @@ import grpc
 
 from rlog.client.errors import is_connect_failure
 from rlog.client.packing import answered_positions
-from rlog.client.wire import FORWARDED, ErrorDetails, Reason
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import NO_CONDITIONS, Conditions
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.peers import Peer
+from rlog.wire import FORWARDED, ErrorDetails, Reason
 
 T = TypeVar("T")
 

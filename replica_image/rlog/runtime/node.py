@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import grpc
 
 from rlog.client.packing import last_position, runs_of
-from rlog.client.wire import Reason
 from rlog.config import (
     SLOW_SELF_ENV,
     UNSAFE_NO_DEDUPE_ENV,
@@ -88,6 +87,7 @@ from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
 from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.wire import Reason
 
 log = logging.getLogger("rlog.node")
 _M = TypeVar("_M", pb.LearnedRequest, pb.FetchResponse)  # what a learner rule takes

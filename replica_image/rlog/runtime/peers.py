@@ -30,17 +30,16 @@ from typing import Any
 
 import grpc
 
-from rlog.client.wire import PEER_CHANNEL_OPTIONS
 from rlog.config import ReplicaConfig
-from rlog.framed import ConnectionBroken
+from rlog.lane.fetch import FetchLane
+from rlog.lane.framed import ConnectionBroken, lane_address
+from rlog.lane.write import WriteLane
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import answer_bytes, fetch_answers
-from rlog.runtime.fetch_lane import FetchLane
-from rlog.runtime.lane import WriteLane, lane_address
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.write_stream import (
     StreamBroken,
@@ -49,6 +48,7 @@ from rlog.runtime.write_stream import (
     learned_field,
 )
 from rlog.storage.base import StorageError
+from rlog.wire import PEER_CHANNEL_OPTIONS
 
 log = logging.getLogger("rlog.node")
 

@@ -13,22 +13,23 @@ from typing import Any
 import grpc
 
 from rlog import allocator, event_loop
-from rlog.client.wire import FORWARDED, SERVER_OPTIONS, Reason
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
+from rlog.lane.framed import lane_address
+from rlog.lane.server import Admission, serve_lane
+from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
-from rlog.runtime.lane import Admission, lane_address, serve_lane
-from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recovery import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
+from rlog.wire import FORWARDED, SERVER_OPTIONS, Reason
 
 log = logging.getLogger("rlog.server")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlog.tools.arg_types import add_storage_engine_argument, nonnegative, positive_float
+from rlog.arg_types import add_storage_engine_argument, nonnegative, positive_float
 from rlog.tools.client_args import add_security_arguments, credentials_of
 
 if TYPE_CHECKING:  # the archive's modules (and the S3 SDK) load only when a command runs
@@ -268,7 +268,7 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
             raise usage("the following arguments are required: --data-dir (or --verify-only)")
         dirs = [Path(d) for d in args.data_dir]
         if args.if_fresh:
-            from rlog.tools.initialize import is_fresh
+            from rlog.initialize import is_fresh
 
             if not all(is_fresh(d, args.storage_engine) for d in dirs):
                 _print(args, {"restored": False}, "the data dir is not fresh: nothing restored")
@@ -290,7 +290,7 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
                 store, dirs, args.to_position, args.storage_engine, status=status
             )
         except ArchiveError as exc:
-            from rlog.tools.initialize import is_fresh
+            from rlog.initialize import is_fresh
 
             if not all(is_fresh(d, args.storage_engine) for d in dirs):
                 raise ArchiveError(

@@ -25,6 +25,12 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
     os.environ["GRPC_VERBOSITY"] = "NONE"
     os.environ["RLOG_QUIETED_GRPC"] = "1"
 
+from rlog.arg_types import (
+    add_storage_engine_argument,
+    nonnegative,
+    nonnegative_float,
+    positive_float,
+)
 from rlog.client.errors import RlogError
 from rlog.config import (
     DEFAULT_MAX_CONCURRENT_RPCS,
@@ -39,15 +45,9 @@ from rlog.config import (
     ReplicaConfig,
     parse_peers,
 )
+from rlog.initialize import initialize
 from rlog.storage import StorageError
-from rlog.tools.arg_types import (
-    add_storage_engine_argument,
-    nonnegative,
-    nonnegative_float,
-    positive_float,
-)
 from rlog.tools.client_args import add_security_arguments, credentials_of
-from rlog.tools.initialize import initialize
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -348,9 +348,9 @@ def cmd_initialize(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from rlog.tools import dev
+    from rlog.tools import dev_cli
 
-    return dev.run(args)
+    return dev_cli.run(args)
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -524,10 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_replica)
 
-    from rlog.tools import dev
+    from rlog.tools import dev_cli
 
     p = sub.add_parser("dev", help="run a local N-replica log as processes")
-    dev.add_arguments(p)
+    dev_cli.add_arguments(p)
     p.set_defaults(func=cmd_dev)
 
     p = sub.add_parser("append", help="append values; prints their positions")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from rlog.client.packing import pairs_of
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 
 @dataclass

@@ -1,31 +1,28 @@
-"""The lane: a replica's second port, where leaders write to it and clients append without
-gRPC (docs/data-path.md, "The write lane" and "The client's append lane"; the framing
-and the caller's side are rlog/framed.py).
+"""The lane's serving side: a replica's second port, where leaders write to it and clients
+append without gRPC (docs/data-path.md, "The write lane" and "The client's append lane";
+the framing and the caller's side are `framed`, the leader's write lane `write`).
 
 A message on a gRPC stream costs each side a few hundred microseconds of Python and of
 gRPC's own machinery; the same bytes on an asyncio connection cost a tenth of that
 (docs/performance.md, "The write lane"). A write lane carries exactly what the WriteStream
 carries, the same encoded `WriteRequest`s (with their ids) one way and `WriteResponse`s
 the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
-(`append_lane`). The hello says which (`LaneHello.kind`).
+(`append`). The hello says which (`LaneHello.kind`).
 
 - The first frame of a connection is the leader's `LaneHello` (the framing's version, the
   log id, the replica id it means to reach); the follower answers a `LaneWelcome`, whose
   `error` says why it refuses (another replica, another log, another version). A lane
   reached at the wrong address is refused before any write travels, so an answer is never
   counted for the wrong replica.
-- The leader opens a lane in the background and writes on it only once it is open; until
-  then, and whenever it is down (the peer is down, serves no lane, refuses, or a network
-  policy drops the port), the writes go on the gRPC stream, and the lane is tried again
-  after a back-off. No write ever waits for a lane to open. A connection that breaks fails
-  the writes sent on it with `StreamBroken`, as a broken stream does.
+- The leader opens a lane in the background and writes on it only once it is open
+  (`write`).
 - The follower decides each write as it arrives (`Node.start_write`, in order) and answers
   when its batch is durable; a write it cannot take (a full disk, a corrupt record, a frame
   that does not parse) closes the connection, and the leader counts every write pending on
   it as failed, as it does when a stream ends with an error.
 - Security as on the gRPC port: a replica with TLS serves its lane only over mutual TLS,
   with its own certificate, and a leader presents its certificate and verifies the
-  follower's (`lane_tls`); with a roles file, the caller's certificate must have a role
+  follower's (`tls`); with a roles file, the caller's certificate must have a role
   that may call `WriteStream` (`admit`, the same rules). A replica with TLS but no client
   CA (peers known by bearer tokens) cannot serve a lane (`ReplicaConfig` refuses it).
 """
@@ -33,44 +30,32 @@ the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import ssl
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from rlog.framed import (
+from rlog.lane.append import APPEND_METHOD, AppendLaneHandler
+from rlog.lane.framed import (
     KINDS_VERSION,
     LENGTH,
     MAX_SMALL,
     VERSION,
-    CallingLane,
-    Destination,
     FrameBuffer,
-    FramedCaller,
     FrameError,
     frame,
-    lane_address,
     parse,
     tune,
 )
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.append_lane import APPEND_METHOD, AppendLaneHandler
 from rlog.runtime.appends import Appender
 from rlog.runtime.fetch import FETCH_METHOD
-from rlog.runtime.write_stream import WRITE_STREAM_METHOD, StreamBroken, answer_to, with_id
+from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
 from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.lane")
 
 FETCH_UNSENT = 48 * 1024 * 1024  # a fetch lane's answers waiting unsent, at most (about)
-
-LaneError = FrameError  # the name the write lane's callers know
-
-__all__ = ["KINDS_VERSION", "VERSION", "LaneError", "frame", "lane_address"]
-
-
-# ---- the replica's side -----------------------------------------------------------------
 
 
 class _Replica(Appender, Protocol):
@@ -283,60 +268,3 @@ async def serve_lane(
         port,
         ssl=tls,
     )
-
-
-# ---- the leader's side ------------------------------------------------------------------
-
-
-class WriteLane(CallingLane[pb.WriteResponse]):
-    """The leader's write lane to one peer, with the `start`/`write`/`close` of a
-    `WriteStream`. Writes go on it only while it is open (`usable()`); opening happens in
-    the background (`FramedCaller`), so no write ever waits for a connection: until the
-    lane is open (and while it is down) the caller uses the gRPC stream."""
-
-    RETRY_FIRST = FramedCaller.RETRY_FIRST
-    RETRY_MAX = FramedCaller.RETRY_MAX
-    MAX_UNSENT = FramedCaller.MAX_UNSENT
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        log_id: str,
-        replica_id: int,
-        connect_timeout: float,
-        on_open: Callable[[], None],
-        max_unsent: int = MAX_UNSENT,
-        tls: Callable[[], ssl.SSLContext | None] = lambda: None,
-    ) -> None:
-        self.host, self.port = host, port
-        hello = pb.LaneHello(version=VERSION, log_id=log_id, replica_id=replica_id)
-
-        async def locate() -> Destination:
-            return Destination(host, port, hello, tls())  # a fresh TLS context each time
-
-        self._caller: FramedCaller[pb.WriteResponse] = FramedCaller(
-            locate,
-            functools.partial(parse, pb.WriteResponse),
-            connect_timeout,
-            lambda _: on_open(),
-            max_unsent,
-            StreamBroken,
-        )
-
-    async def write(
-        self, encoded: bytes, time_limit: float, suffix: bytes = b""
-    ) -> pb.WriteResponse:
-        """Send one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) and
-        wait for its response. Raises TimeoutError or StreamBroken. Only while `usable()`."""
-        return await self.start(encoded, time_limit, suffix)
-
-    def start(
-        self, encoded: bytes, time_limit: float, suffix: bytes = b""
-    ) -> asyncio.Future[pb.WriteResponse]:
-        """Send one encoded WriteRequest (no id; `suffix`: more of its fields, encoded) now;
-        its response, or the error `write` would raise, in the future returned. Only while
-        `usable()`. The parts go to the connection as they are (no joined copy)."""
-        request_id = self._caller.next_id()
-        parts = [encoded, suffix + with_id(b"", request_id)]
-        return self._caller.send(request_id, parts, time_limit)

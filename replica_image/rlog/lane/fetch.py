@@ -14,7 +14,7 @@ the gRPC call until then, and whenever the lane is down or refused: a replica wi
 lanes refuses the kind); TLS and the roles as on the gRPC port (`Fetch` needs the peer
 role). The serving replica builds an answer whole on its event loop, as it streams a Fetch
 call's, and reads no further request from that connection while answers of more than
-`lane.FETCH_UNSENT` bytes wait unsent.
+`server.FETCH_UNSENT` bytes wait unsent.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import functools
 import ssl
 from collections.abc import Callable
 
-from rlog.framed import KINDS_VERSION, CallingLane, Destination, FramedCaller, parse
+from rlog.lane.framed import KINDS_VERSION, CallingLane, Destination, FramedCaller, parse
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.fetch import LANE_MAX_BYTES
 

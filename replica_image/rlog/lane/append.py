@@ -1,5 +1,5 @@
 """The client's append lane, the replica's side (docs/data-path.md, "The client's append
-lane"): a client's `AppendRequest`s on a lane connection (rlog/framed.py), each answered
+lane"): a client's `AppendRequest`s on a lane connection (`framed`), each answered
 with the `AppendResponse` the `AppendStream` would send (its id, its positions or its
 error's code, message and reason), in the order they finish.
 
@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from rlog.framed import parse
+from rlog.lane.framed import parse
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime import appends
 

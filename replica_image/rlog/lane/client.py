@@ -9,6 +9,9 @@ its lane, connects and says hello, and until the lane is open (or while it is do
 the replica serves none) appends go on gRPC as before. Over TLS the lane is mutual TLS
 only: the client presents its certificate (the roles of the gRPC port decide whether it
 may append); a client that authenticates with a bearer token keeps to gRPC.
+
+The error an answer carries is the client's to choose (`rlog.client.errors.answer_error`):
+this module imports nothing of `rlog.client`, which imports it.
 """
 
 from __future__ import annotations
@@ -20,13 +23,11 @@ import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
-from rlog.client.errors import RlogError, code_from_int, error_for
-from rlog.client.security import Credentials
-from rlog.client.wire import ErrorDetails, parse_reason
-from rlog.framed import (
+from rlog.lane.framed import (
     KINDS_VERSION,
     ConnectionBroken,
     Destination,
@@ -37,26 +38,25 @@ from rlog.framed import (
 from rlog.proto import rlog_pb2 as pb
 
 
-def answer_error(response: pb.AppendResponse, endpoint: str) -> tuple[RlogError, bool]:
-    """The error an append's answer on a stream or a lane carries (its code is not 0), and
-    whether the server said it changed nothing (so the append may go elsewhere)."""
-    reason = parse_reason(response.reason)
-    why = (
-        ErrorDetails(
-            reason,
-            response.begin if response.HasField("begin") else None,
-            None,
-            response.next_position,
-            response.epoch,
-        )
-        if reason is not None
-        else None
-    )
-    error = error_for(code_from_int(response.code), response.error, endpoint, True, why)
-    return error, reason is not None and reason.not_attempted
+class TlsCredentials(Protocol):
+    """What the lane reads of the client's credentials (`rlog.client.Credentials`): PEM
+    bytes of the CA, the client certificate and its key, and the name to check the
+    replica's certificate for."""
+
+    @property
+    def ca(self) -> bytes | None: ...
+
+    @property
+    def cert(self) -> bytes | None: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def server_name(self) -> str | None: ...
 
 
-def tls_context(credentials: Credentials) -> ssl.SSLContext:
+def tls_context(credentials: TlsCredentials) -> ssl.SSLContext:
     """A client TLS context from PEM bytes: the CA (or the system's roots) verifies the
     replica, the client certificate is presented. Blocking (the standard library loads a
     certificate chain only from files: written to a private temporary directory, read,
@@ -85,7 +85,7 @@ class AppendLane:
         self,
         address: str,
         status: Callable[[], Awaitable[pb.StatusResponse]],
-        credentials: Credentials | None,
+        credentials: TlsCredentials | None,
         connect_timeout: float,
         max_answer: int,
     ) -> None:
@@ -154,4 +154,4 @@ class AppendLane:
         self._caller.close()
 
 
-__all__ = ["AppendLane", "ConnectionBroken", "answer_error", "tls_context"]
+__all__ = ["AppendLane", "ConnectionBroken", "TlsCredentials", "tls_context"]
