@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
+.PHONY: help venv proto design-map lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
@@ -58,6 +58,11 @@ prometheus-background:
 dashboard-png: $(STAMP)
 	RLOG_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png RLOG_DASHBOARD_WARMUP=60 \
 		$(VENV)/bin/pytest -q tests/monitoring/test_live.py
+
+# docs/design.md's layer map, redrawn from the modules' docstrings and tests/layering.py's
+# layers (tests/test_layers.py fails while it is stale).
+design-map: $(STAMP)
+	$(PY) tests/layering.py --write
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests

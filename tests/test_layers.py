@@ -1,0 +1,38 @@
+"""Dependencies go one way: no module imports one of a higher layer (tests/layering.py
+names the layers), and docs/design.md's layer map is the one the code draws."""
+
+from __future__ import annotations
+
+from layering import DESIGN, LAYERS, drawn, layer_of, modules, render, upward_imports
+from test_import_cycles import import_graph
+
+
+def test_every_module_is_in_a_layer() -> None:
+    outside = [name for name in modules() if layer_of(name) is None]
+    assert not outside, f"modules in no layer of tests/layering.py: {outside}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    found = upward_imports(import_graph())
+    assert not found, "upward imports:\n" + "\n".join(found)
+
+
+def test_an_upward_import_is_caught() -> None:
+    # The check itself, on a planted edge: the protocol importing the runtime.
+    planted = {"rlog.protocol.replica": {"rlog.runtime.node", "rlog.storage.base"}}
+    assert upward_imports(planted) == [
+        "rlog.protocol.replica (protocol) imports rlog.runtime.node (runtime)"
+    ]
+
+
+def test_the_longest_prefix_places_a_module() -> None:
+    names = [layer.name for layer in LAYERS]
+    assert names[layer_of("rlog.lane.framed") or 0] == "transport"
+    assert names[layer_of("rlog.lane.server") or 0] == "runtime"
+    assert names[layer_of("rlog.runtime.node") or 0] == "runtime"
+
+
+def test_the_design_map_is_drawn_from_the_code() -> None:
+    assert drawn(DESIGN.read_text()) == render(), (
+        "docs/design.md's layer map is stale: run `.venv/bin/python tests/layering.py --write`"
+    )
