@@ -498,7 +498,7 @@ async def _status_client(endpoint: str, credentials: Any) -> Any:
     return client
 
 
-async def _replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
+async def _replica_status(endpoint: str, credentials: Any = None) -> observed.ReplicaStatus | None:
     from rlog.client import status_to_dict
 
     client = await _status_client(endpoint, credentials)

@@ -4,20 +4,10 @@ errors they raise in `errors`.
     from rlog.client import Client
 """
 
-from rlog.client.clients import (
-    DEFAULT_APPEND_TIMEOUT,
-    DEFAULT_TIMEOUT,
-    AsyncClient,
-    Client,
-    Entry,
-    Value,
-    batched,
-    encode_value,
-    parse_endpoints,
-    status_name,
-    status_to_dict,
-)
+from rlog.client.clients import DEFAULT_APPEND_TIMEOUT, DEFAULT_TIMEOUT, AsyncClient, Client
 from rlog.client.security import Credentials, CredentialsError
+from rlog.client.status import status_name, status_to_dict
+from rlog.client.values import Entry, Value, batched, encode_value, parse_endpoints
 
 __all__ = [
     "DEFAULT_APPEND_TIMEOUT",

@@ -74,8 +74,9 @@ from rlog.client.packing import (
     runs_of,
 )
 from rlog.client.security import Credentials, secure_channel
+from rlog.client.values import Entry, Value, encode_value, parse_endpoints
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted
-from rlog.config import ConfigError, parse_address
+from rlog.config import parse_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 
@@ -91,90 +92,6 @@ DEFAULT_CONNECT_WAIT = 2.0
 # The largest answer an append lane takes (an answer is a few dozen bytes; one listing
 # positions one by one, from a server that predates ranges, can be larger).
 LANE_MAX_ANSWER = 64 * 1024 * 1024
-
-Value = bytes | bytearray | memoryview | str
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One APPEND entry of the log."""
-
-    position: int
-    value: bytes
-
-    @property
-    def text(self) -> str:
-        """The value decoded as UTF-8 (undecodable bytes as backslash escapes)."""
-        return self.value.decode("utf-8", errors="backslashreplace")
-
-
-def parse_endpoints(endpoints: str | Iterable[str]) -> list[str]:
-    """`H:P`, `H:P,H:P`, or a list of those -> validated `H:P` strings (ConfigError if bad)."""
-    items = [endpoints] if isinstance(endpoints, str) else list(endpoints)
-    result: list[str] = []
-    for item in items:
-        for part in item.split(","):
-            if part.strip():
-                address = parse_address(part, "endpoint")
-                if address not in result:
-                    result.append(address)
-    if not result:
-        raise ConfigError("no endpoint given: expected HOST:PORT[,HOST:PORT...]")
-    return result
-
-
-def encode_value(value: Value) -> bytes:
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"a value is bytes or str, not {type(value).__name__}")
-
-
-def batched(values: Iterable[bytes], max_values: int, max_bytes: int) -> Iterator[list[bytes]]:
-    """`values` cut, in order, into batches of at most `max_values` values and `max_bytes`
-    bytes (a single larger value gets a batch of its own): one append call each.
-    Deterministic: the same input is always cut the same way."""
-    batch: list[bytes] = []
-    size = 0
-    for value in values:
-        if batch and (len(batch) >= max_values or size + len(value) > max_bytes):
-            yield batch
-            batch, size = [], 0
-        batch.append(value)
-        size += len(value)
-    if batch:
-        yield batch
-
-
-def status_name(status: int) -> str:
-    return pb.Status.Name(status)  # type: ignore[arg-type]
-
-
-def status_to_dict(status: pb.StatusResponse) -> dict[str, Any]:
-    """A StatusResponse as the JSON object `rlog status --json` prints."""
-    return {
-        "id": status.id,
-        "status": status_name(status.status),
-        "role": status.role or "follower",
-        "leader": status.leader or None,
-        "begin": status.begin,
-        "end": status.end,
-        "learned": status.learned,
-        "promised": status.promised,
-        "proposal": status.proposal,
-        "log_id": status.log_id,
-        "replicas": status.replicas,
-        "address": status.address,
-        "permit": status.permit,
-        "reason": status.reason,
-        "catchup_begin": status.catchup_begin,
-        "catchup_end": status.catchup_end,
-        "catchup_done": status.catchup_done,
-        "leader_confirmed": status.leader_confirmed,
-        "transport": status.transport or "plaintext",
-        "authorization": status.authorization or "off",
-    }
 
 
 class _Endpoint:
@@ -1588,10 +1505,4 @@ class Client:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-__all__ = [
-    "AsyncClient",
-    "Client",
-    "Entry",
-    "parse_endpoints",
-    "status_to_dict",
-]
+__all__ = ["AsyncClient", "Client"]
