@@ -35,7 +35,6 @@ import contextlib
 import threading
 from collections.abc import (
     AsyncGenerator,
-    Awaitable,
     Callable,
     Coroutine,
     Generator,
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 import grpc
 
 from rlog import event_loop
+from rlog.client.endpoints import Endpoint, Endpoints, all_failed
 from rlog.client.errors import (
     InvalidArgument,
     OutcomeUnknown,
@@ -69,16 +69,13 @@ from rlog.client.packing import (
     Payload,
     answered_positions,
     joined,
-    last_position,
     pairs_of,
     runs_of,
 )
-from rlog.client.security import Credentials, secure_channel
+from rlog.client.security import Credentials
 from rlog.client.values import Entry, Value, encode_value, parse_endpoints
-from rlog.client.wire import CLIENT_CHANNEL_OPTIONS, ErrorDetails, not_attempted
-from rlog.config import parse_address
+from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
 
 T = TypeVar("T")
 
@@ -92,16 +89,6 @@ DEFAULT_CONNECT_WAIT = 2.0
 # The largest answer an append lane takes (an answer is a few dozen bytes; one listing
 # positions one by one, from a server that predates ranges, can be larger).
 LANE_MAX_ANSWER = 64 * 1024 * 1024
-
-
-class _Endpoint:
-    def __init__(
-        self, address: str, options: list[tuple[str, Any]], credentials: Credentials | None
-    ) -> None:
-        self.address = address
-        self.channel = secure_channel(address, credentials, options)
-        self.log = pbg.LogStub(self.channel)
-        self.admin = pbg.AdminStub(self.channel)
 
 
 class _NotSent(Exception):
@@ -127,7 +114,7 @@ class _AppendStream:
     MAX_COALESCED_VALUES = 4096
     MAX_COALESCED_BYTES = 4 * 1024 * 1024
 
-    def __init__(self, endpoint: _Endpoint, on_request: Callable[[], None]) -> None:
+    def __init__(self, endpoint: Endpoint, on_request: Callable[[], None]) -> None:
         self.address = endpoint.address
         self._on_request = on_request  # counts each request sent
         # (append id, values, alone, fields): `alone` appends are never coalesced (a re-send,
@@ -278,33 +265,6 @@ class _AppendStream:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader
-
-
-def _never_connected(exc: grpc.aio.AioRpcError) -> bool:
-    """Did this call fail because gRPC could make no connection (so no server saw it)?"""
-    return (
-        exc.code() == grpc.StatusCode.UNAVAILABLE
-        and ErrorDetails.from_metadata(exc.trailing_metadata()) is None
-        and is_connect_failure(exc.details() or "")
-    )
-
-
-def _safe_to_move_on(exc: grpc.aio.AioRpcError, mutating: bool) -> bool:
-    """May this failed call be sent to another endpoint?"""
-    code = exc.code()
-    trailers = exc.trailing_metadata()
-    why = ErrorDetails.from_metadata(trailers)
-    if why is not None and why.reason.not_attempted:
-        return True  # the server said exactly that it changed nothing
-    if code == grpc.StatusCode.UNAVAILABLE:
-        if why is None and is_connect_failure(exc.details() or ""):
-            return True  # gRPC made no connection: the request reached no server
-        if why is None and not_attempted(trailers):
-            return True  # a server that predates reasons said it changed nothing
-        return not mutating
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return not mutating
-    return False
 
 
 @dataclass(slots=True)
@@ -523,7 +483,7 @@ class AsyncClient:
         connect_wait: float = DEFAULT_CONNECT_WAIT,
         lane: bool = False,
     ) -> None:
-        self._addresses = parse_endpoints(endpoints)
+        addresses = parse_endpoints(endpoints)
         self.credentials = credentials
         self.stream = stream
         if lane and stream:
@@ -546,104 +506,28 @@ class AsyncClient:
         self.timeout = timeout
         self.append_timeout = append_timeout
         self.read_timeout = read_timeout
-        self.connect_wait = connect_wait
         extra = list(channel_options)
         keys = {key for key, _ in extra}
-        self._options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
-        self._endpoints: list[_Endpoint | None] = [None] * len(self._addresses)
-        self._current = 0
-        self._closed = False
+        options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
+        self._endpoints = Endpoints(addresses, options, credentials, connect_wait)
         self.last_appended = 0
 
     @property
     def endpoints(self) -> list[str]:
-        return list(self._addresses)
+        return self._endpoints.addresses
 
     @property
     def current_endpoint(self) -> str:
         """The endpoint the next request goes to first."""
-        return self._addresses[self._current]
+        return self._endpoints.current_address
 
-    def _endpoint(self, index: int) -> _Endpoint:
-        if self._closed:
-            raise RlogError("the client is closed")
-        endpoint = self._endpoints[index]
-        if endpoint is None:
-            endpoint = _Endpoint(self._addresses[index], self._options, self.credentials)
-            self._endpoints[index] = endpoint
-        return endpoint
+    @property
+    def connect_wait(self) -> float:
+        return self._endpoints.connect_wait
 
-    def _order(self) -> list[int]:
-        n = len(self._addresses)
-        return [(self._current + i) % n for i in range(n)]
-
-    async def _call(
-        self,
-        invoke: Callable[[_Endpoint], Awaitable[T]],
-        *,
-        mutating: bool,
-        endpoint: str | None = None,
-    ) -> T:
-        """Run a unary call, moving to the next endpoint only when that is safe; if no
-        endpoint could even be connected to, wait (up to `connect_wait`) for one to accept a
-        connection and go round once more."""
-        order = self._order() if endpoint is None else [self._index_of(endpoint)]
-        give_up_at: float | None = None
-        while True:
-            errors: list[RlogError] = []
-            unreached = True  # every endpoint failed before a connection was made
-            for index in order:
-                target = self._endpoint(index)
-                try:
-                    result = await invoke(target)
-                except grpc.aio.AioRpcError as exc:
-                    error = from_rpc_error(exc, target.address, mutating)
-                    if _safe_to_move_on(exc, mutating):
-                        errors.append(error)
-                        unreached = unreached and _never_connected(exc)
-                        continue
-                    raise error from None
-                self._current = index
-                return result
-            give_up_at = await self._wait_for_a_connection(order, unreached, give_up_at)
-            if give_up_at is None:
-                raise _all_failed(errors)
-
-    async def _wait_for_a_connection(
-        self, order: list[int], unreached: bool, give_up_at: float | None
-    ) -> float | None:
-        """After a round in which no endpoint could be connected to: wait until one of them
-        is connected, but not past `give_up_at` (set now to `connect_wait` from the first
-        such round). Returns the time to give up at, or None if the caller should fail now.
-
-        A replica that is up can still refuse for a moment: after a connection drops, gRPC
-        waits (up to the reconnect back-off, 1 s) before dialling again, and a call in that
-        window fails at once without trying. Failing the call then would make a client
-        whose every connection was just cut fail though every replica is up."""
-        if not unreached or self.connect_wait <= 0:
-            return None
-        loop = asyncio.get_running_loop()
-        if give_up_at is None:
-            give_up_at = loop.time() + self.connect_wait
-        left = give_up_at - loop.time()
-        if left <= 0:
-            return None
-        waits = [
-            asyncio.ensure_future(self._endpoint(index).channel.channel_ready()) for index in order
-        ]
-        try:
-            done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-        return give_up_at if done else None
-
-    def _index_of(self, endpoint: str) -> int:
-        address = parse_address(endpoint, "endpoint")
-        if address not in self._addresses:
-            self._addresses.append(address)
-            self._endpoints.append(None)
-        return self._addresses.index(address)
+    @connect_wait.setter
+    def connect_wait(self, seconds: float) -> None:
+        self._endpoints.connect_wait = seconds
 
     # ---- the log -----------------------------------------------------------------------
 
@@ -805,12 +689,12 @@ class AsyncClient:
         request.data, request.offsets = values.data, values.offsets
         self._count_request()
         if self.lane:
-            lane = self._lane(self._current)
+            lane = self._lane(self._endpoints.current)
             if lane.usable():
                 answer = await self._lane_append(lane, request, deadline_s)
                 if answer is not None:
                     return answer
-        response = await self._call(
+        response = await self._endpoints.call(
             lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
         )
         return answered_positions(response)
@@ -818,7 +702,7 @@ class AsyncClient:
     def _lane(self, index: int) -> AppendLane:
         lane = self._lanes.get(index)
         if lane is None:
-            endpoint = self._endpoint(index)
+            endpoint = self._endpoints.endpoint(index)
             lane = AppendLane(
                 endpoint.address,
                 lambda: endpoint.log.Status(pb.StatusRequest(local=True), timeout=self.timeout),
@@ -861,7 +745,7 @@ class AsyncClient:
     async def open_session(self) -> tuple[int, int]:
         """Open a new session in the log: (session id, window in positions). The client's
         own appends use one it opens itself; this is for callers that manage sessions."""
-        response = await self._call(
+        response = await self._endpoints.call(
             lambda e: e.log.OpenSession(pb.OpenSessionRequest(), timeout=self.append_timeout),
             mutating=True,
         )
@@ -870,26 +754,26 @@ class AsyncClient:
     async def _stream_append(
         self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
     ) -> Sequence[int]:
-        order = self._order()
+        order = self._endpoints.order()
         give_up_at: float | None = None
         while True:
             errors: list[RlogError] = []
             for index in order:
                 stream = self._streams.get(index)
                 if stream is None or stream.broken:
-                    stream = _AppendStream(self._endpoint(index), self._count_request)
+                    stream = _AppendStream(self._endpoints.endpoint(index), self._count_request)
                     self._streams[index] = stream
                 try:
                     positions = await stream.append(values, deadline_s, fields)
                 except _NotSent as not_sent:
                     errors.append(not_sent.error)
                     continue
-                self._current = index
+                self._endpoints.current = index
                 return positions
-            # Every stream failed to connect (nothing was sent): as in `_call`.
-            give_up_at = await self._wait_for_a_connection(order, True, give_up_at)
+            # Every stream failed to connect (nothing was sent): as in `Endpoints.call`.
+            give_up_at = await self._endpoints.wait_for_a_connection(order, True, give_up_at)
             if give_up_at is None:
-                raise _all_failed(errors)
+                raise all_failed(errors)
 
     async def append_one(self, value: Value) -> int:
         """Append one value; returns its position."""
@@ -900,7 +784,7 @@ class AsyncClient:
         """Take a new writer epoch (the log's highest + 1): from now on every append with a
         lower `epoch=` fails with `ConditionFailed`. Raises `OutcomeUnknown` if the EPOCH
         entry may or may not be in the log."""
-        response = await self._call(
+        response = await self._endpoints.call(
             lambda e: e.log.TakeEpoch(pb.TakeEpochRequest(), timeout=self.append_timeout),
             mutating=True,
         )
@@ -909,7 +793,7 @@ class AsyncClient:
     async def truncate(self, to: int) -> int:
         """Truncate every position below `to`; returns the position of the TRUNCATE entry."""
         request = pb.TruncateRequest(to=to)
-        response = await self._call(
+        response = await self._endpoints.call(
             lambda e: e.log.Truncate(request, timeout=self.append_timeout), mutating=True
         )
         return int(response.position)
@@ -917,7 +801,7 @@ class AsyncClient:
     async def status(self, endpoint: str | None = None) -> pb.StatusResponse:
         """The status of a replica: the current endpoint's (moving on if it is down), or
         exactly `endpoint`'s if given."""
-        return await self._call(
+        return await self._endpoints.call(
             lambda e: e.log.Status(pb.StatusRequest(), timeout=self.timeout),
             mutating=False,
             endpoint=endpoint,
@@ -932,69 +816,9 @@ class AsyncClient:
             except RlogError as error:
                 return error
 
-        results = await asyncio.gather(*(one(a) for a in self._addresses))
-        return dict(zip(self._addresses, results, strict=True))
-
-    async def _resumable(
-        self,
-        open_call: Callable[[_Endpoint, int | None], Any],
-        from_: int | None,
-        done: Callable[[int | None], bool],
-        ended: Callable[[str], RlogError | None],
-        endpoint: str | None = None,
-    ) -> AsyncGenerator[pb.ReadResponse, None]:
-        """Stream the non-empty responses of the endpoints in turn: a stream broken where
-        moving on is safe resumes on the next endpoint after the last entry it yielded.
-        `done(next)` says the wanted range is complete; `ended(address)` is raised when a
-        stream ends normally (None: a normal end is the end). `endpoint`: that endpoint only,
-        its error raised as it is."""
-        next_from = from_
-        order = self._order() if endpoint is None else [self._index_of(endpoint)]
-        attempt = 0
-        errors: list[RlogError] = []
-        unreached = True  # every failure since the last response made no connection
-        give_up_at: float | None = None
-        while True:
-            if done(next_from):
-                return
-            index = order[attempt % len(order)]
-            target = self._endpoint(index)
-            call = open_call(target, next_from)
-            try:
-                async for response in call:
-                    last = last_position(response)
-                    if last is None:
-                        continue
-                    self._current = index
-                    errors.clear()
-                    unreached, give_up_at = True, None
-                    next_from = last + 1
-                    yield response
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc, target.address)
-                attempt += 1
-                safe = _safe_to_move_on(exc, mutating=False)
-                unreached = unreached and _never_connected(exc)
-                if safe and len(errors) + 1 < len(order):
-                    errors.append(error)
-                    continue
-                if safe and unreached:
-                    # A whole round reached no server: wait for a connection, as `_call`.
-                    give_up_at = await self._wait_for_a_connection(order, True, give_up_at)
-                    if give_up_at is not None:
-                        errors.clear()
-                        continue
-                if errors:
-                    errors.append(error)
-                    raise _all_failed(errors) from None
-                raise error from None
-            finally:
-                call.cancel()
-            self._current = index
-            end_error = ended(target.address)
-            if end_error is not None:
-                raise end_error
-            return
+        addresses = self._endpoints.addresses
+        results = await asyncio.gather(*(one(a) for a in addresses))
+        return dict(zip(addresses, results, strict=True))
 
     def _read_responses(
         self,
@@ -1010,7 +834,7 @@ class AsyncClient:
         if min_position is not None and timeout is None:
             timeout = self.timeout
 
-        def open_read(target: _Endpoint, next_from: int | None) -> Any:
+        def open_read(target: Endpoint, next_from: int | None) -> Any:
             request = pb.ReadRequest(stale=stale, max_batch=max_batch)
             if next_from is not None:
                 setattr(request, "from", next_from)
@@ -1026,7 +850,7 @@ class AsyncClient:
                 to is not None and next_from is not None and next_from > to and (next_from != from_)
             )
 
-        return self._resumable(open_read, from_, done, lambda _: None, endpoint)
+        return self._endpoints.resumable(open_read, from_, done, lambda _: None, endpoint)
 
     async def read_batches(
         self,
@@ -1099,7 +923,7 @@ class AsyncClient:
     ) -> AsyncGenerator[list[Entry], None]:
         """Like `tail`, in the batches the server sends."""
 
-        def open_tail(target: _Endpoint, next_from: int | None) -> Any:
+        def open_tail(target: Endpoint, next_from: int | None) -> Any:
             request = pb.TailRequest(stale=stale)
             setattr(request, "from", next_from or 0)
             return target.log.Tail(request)
@@ -1107,7 +931,7 @@ class AsyncClient:
         def ended(address: str) -> RlogError:
             return Unavailable(f"the tail from {address} ended", endpoint=address)
 
-        responses = self._resumable(open_tail, from_, lambda _: False, ended)
+        responses = self._endpoints.resumable(open_tail, from_, lambda _: False, ended)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 yield [Entry(p, v) for p, v in pairs_of(response)]
@@ -1132,7 +956,7 @@ class AsyncClient:
     ) -> pb.StatusResponse:
         """Grant the initialization permit (to `endpoint`, or the current endpoint)."""
         request = pb.PermitRequest(log_id=log_id)
-        return await self._call(
+        return await self._endpoints.call(
             lambda e: e.admin.GrantPermit(request, timeout=self.timeout),
             mutating=False,
             endpoint=endpoint,
@@ -1143,7 +967,7 @@ class AsyncClient:
     ) -> pb.StatusResponse:
         """Revoke the initialization permit (of `endpoint`, or the current endpoint)."""
         request = pb.PermitRequest(log_id=log_id)
-        return await self._call(
+        return await self._endpoints.call(
             lambda e: e.admin.RevokePermit(request, timeout=self.timeout),
             mutating=False,
             endpoint=endpoint,
@@ -1151,7 +975,7 @@ class AsyncClient:
 
     async def step_down(self, endpoint: str | None = None) -> pb.StatusResponse:
         """Ask a replica (`endpoint`, or the current endpoint) to stop leading."""
-        return await self._call(
+        return await self._endpoints.call(
             lambda e: e.admin.StepDown(pb.StepDownRequest(), timeout=self.timeout),
             mutating=False,
             endpoint=endpoint,
@@ -1160,7 +984,7 @@ class AsyncClient:
     # ---- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        self._closed = True
+        self._endpoints.closed = True
         await self._groups.close()
         streams, self._streams = self._streams, {}
         for stream in streams.values():
@@ -1168,10 +992,7 @@ class AsyncClient:
         lanes, self._lanes = self._lanes, {}
         for lane in lanes.values():
             lane.close()
-        endpoints, self._endpoints = self._endpoints, [None] * len(self._addresses)
-        for endpoint in endpoints:
-            if endpoint is not None:
-                await endpoint.channel.close(grace=None)
+        await self._endpoints.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -1284,14 +1105,6 @@ class _Session:
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
         self._current = _OpenSession(session_id, window)
         return self._current
-
-
-def _all_failed(errors: list[RlogError]) -> RlogError:
-    if len(errors) == 1:
-        return errors[0]
-    if all(isinstance(e, Timeout) for e in errors):
-        return Timeout("every endpoint timed out: " + "; ".join(str(e) for e in errors))
-    return Unavailable("no endpoint could serve the request: " + "; ".join(str(e) for e in errors))
 
 
 async def _next(batches: AsyncGenerator[T, None]) -> T:
