@@ -48,15 +48,10 @@ from rlog import event_loop
 from rlog.client.append_stream import AppendStreams
 from rlog.client.endpoints import Endpoint, Endpoints
 from rlog.client.errors import (
-    OutcomeUnknown,
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
     RlogError,
-    SessionExpired,
-    SessionExpiredOutcomeUnknown,
-    Timeout,
     Unavailable,
-    UnknownSession,
 )
 from rlog.client.grouping import AppendGroups
 from rlog.client.lane import AppendLane, ConnectionBroken, answer_error
@@ -67,6 +62,7 @@ from rlog.client.packing import (
     runs_of,
 )
 from rlog.client.security import Credentials
+from rlog.client.sessions import ExactlyOnce
 from rlog.client.values import Entry, Value, encode_value, parse_endpoints
 from rlog.client.wire import CLIENT_CHANNEL_OPTIONS
 from rlog.proto import rlog_pb2 as pb
@@ -130,12 +126,12 @@ class AsyncClient:
         self.lane = lane
         self._lanes: dict[int, AppendLane] = {}
         self.exactly_once = exactly_once
-        self._session = _Session()
         # Appends re-sent because their outcome was unknown (exactly-once mode).
         self.retried_appends = 0
         # AppendRequests sent (each try, each coalesced request, counts once).
         self.append_requests = 0
-        self._groups = AppendGroups(self._exactly_once_append)
+        self._exactly_once = ExactlyOnce(self, self._one_append, self._count_unknown_outcome)
+        self._groups = AppendGroups(self._exactly_once.append)
         self.timeout = timeout
         self.append_timeout = append_timeout
         self.read_timeout = read_timeout
@@ -203,7 +199,7 @@ class AsyncClient:
             return []
         # Opening (or renewing) a session appends a SESSION entry, which would move the next
         # position under an `if_next`: such an append uses a session only if one is open.
-        exactly_once = self.exactly_once and (if_next is None or self._session.is_open)
+        exactly_once = self.exactly_once and (if_next is None or self._exactly_once.session.is_open)
         fields = None
         if if_next is not None or epoch or exactly_once:
             fields = request
@@ -211,7 +207,7 @@ class AsyncClient:
             positions = await self._groups.append(payload, self._append_deadline())
         elif exactly_once:
             assert fields is not None
-            positions = await self._exactly_once_append(
+            positions = await self._exactly_once.append(
                 payload, fields, self._append_deadline(), renew=if_next is None
             )
         else:
@@ -233,84 +229,8 @@ class AsyncClient:
     def _count_request(self) -> None:
         self.append_requests += 1
 
-    async def _exactly_once_append(
-        self,
-        values: Payload,
-        fields: pb.AppendRequest,
-        deadline: float | None,
-        renew: bool = True,
-    ) -> Sequence[int]:
-        """Append in the client's session; re-send (same session and sequence) while the
-        outcome is unknown or no leader answers, until `deadline` (event-loop time)."""
-        loop = asyncio.get_running_loop()
-        session = await self._session.current(self, deadline, renew)
-        sequence = session.take_sequence()
-        attempt = 0
-        uncertain = False  # an earlier try may have been applied
-        renewed = False  # the session was replaced after a first try found it expired
-        first_error: RlogError | None = None  # what the first unknown outcome said
-        try:
-            while True:
-                attempt += 1
-                fields.session = session.id
-                fields.sequence = sequence
-                fields.acked_below = session.acked_below()
-                remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
-                try:
-                    positions = await self._one_append(values, fields, remaining)
-                except (UnknownSession, SessionExpired) as error:
-                    if renewed and not uncertain:
-                        raise  # a session opened just now: not a question of age
-                    if uncertain:
-                        raise SessionExpiredOutcomeUnknown(
-                            f"{error}; an earlier try of this append may be in the log: "
-                            "outcome unknown",
-                            error.code,
-                            error.endpoint,
-                        ) from None
-                    # Nothing of this append was sent before: a new session is safe.
-                    session.pending.discard(sequence)
-                    session = await self._session.renew(self, session, deadline)
-                    sequence = session.take_sequence()
-                    renewed = True
-                    continue
-                except (OutcomeUnknown, Unavailable) as error:
-                    # A first try that certainly did nothing (no leader, no endpoint
-                    # reachable) fails at once, as without sessions; once a try may have
-                    # gone through, re-send until the deadline (a retry finding no leader
-                    # during the election says nothing of the earlier try).
-                    if isinstance(error, OutcomeUnknown):
-                        uncertain = True
-                        self.retried_appends += 1
-                    out_of_time = (deadline is not None and loop.time() >= deadline) or (
-                        isinstance(error, Timeout) and remaining is not None and remaining < 1
-                    )
-                    if not uncertain:
-                        raise
-                    if out_of_time:
-                        if isinstance(error, Timeout) and first_error is not None:
-                            # The deadline cut the last try: say what the replicas said.
-                            raise OutcomeUnknownTimeout(
-                                f"not acknowledged within the append deadline after {attempt} "
-                                f"tries; the first ended with: {first_error}",
-                                error.code,
-                                error.endpoint,
-                            ) from None
-                        if isinstance(error, OutcomeUnknown):
-                            raise
-                        raise OutcomeUnknownUnavailable(
-                            f"{error}; an earlier try of this append may be in the log: "
-                            "outcome unknown",
-                            error.code,
-                            error.endpoint,
-                        ) from None
-                    first_error = first_error or error
-                    await asyncio.sleep(min(0.05 * attempt, 0.5))
-                    continue
-                session.answered(positions)
-                return positions
-        finally:
-            session.pending.discard(sequence)
+    def _count_unknown_outcome(self) -> None:
+        self.retried_appends += 1
 
     async def _one_append(
         self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
@@ -607,112 +527,6 @@ class AsyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-class _OpenSession:
-    """One session of a client: its id, next sequence, and the sequences in flight."""
-
-    def __init__(self, session_id: int, window: int) -> None:
-        self.id = session_id
-        self.window = window
-        self.next_sequence = 1
-        self.pending: set[int] = set()
-        self.highest_position = session_id
-
-    def take_sequence(self) -> int:
-        sequence = self.next_sequence
-        self.next_sequence += 1
-        self.pending.add(sequence)
-        return sequence
-
-    def acked_below(self) -> int:
-        """Every sequence below this one has its answer (the log may forget them)."""
-        return min(self.pending, default=self.next_sequence)
-
-    def answered(self, positions: Sequence[int]) -> None:
-        if positions:
-            self.highest_position = max(self.highest_position, positions[-1])
-
-    @property
-    def aging(self) -> bool:
-        """Half the window is used: new appends go to a fresh session, so that retries
-        rarely outlive theirs."""
-        return self.highest_position - self.id > self.window // 2
-
-
-class _Session:
-    """The client's current session, opened lazily and renewed when it ages or expires."""
-
-    def __init__(self) -> None:
-        self._current: _OpenSession | None = None
-        self._lock: asyncio.Lock | None = None
-        self._renewing = 0  # callers in `_take`, waiting for the lock or holding it
-
-    @property
-    def is_open(self) -> bool:
-        return self._current is not None
-
-    async def current(
-        self, client: AsyncClient, deadline: float | None, renew: bool = True
-    ) -> _OpenSession:
-        """The session to use (`renew=False`: an aging one too).
-
-        Callers get it in the order they ask, which is the order their requests are sent
-        in (a caller sends, without waiting again, as soon as it has its session): while
-        anyone is in `renew`, a caller queues behind them even if the session is usable
-        now. Taking it at once then let an append formed after a renewal overtake those
-        still waking from the lock, and a stream client's appends, sent in order, landed
-        out of order (a Spark sink test saw a task's chunks reordered)."""
-        session = self._current
-        usable = session is not None and (not session.aging or not renew)
-        if session is not None and usable and not self._renewing:
-            return session
-        return await self._take(client, session, deadline, replace=not usable)
-
-    async def renew(
-        self, client: AsyncClient, old: _OpenSession | None, deadline: float | None
-    ) -> _OpenSession:
-        """A session other than `old` (expired, unknown or aging), opened unless another
-        caller opened one meanwhile."""
-        return await self._take(client, old, deadline, replace=True)
-
-    async def _take(
-        self,
-        client: AsyncClient,
-        old: _OpenSession | None,
-        deadline: float | None,
-        replace: bool,
-    ) -> _OpenSession:
-        """In turn behind every caller before (the lock is fair): the session `old` if it is
-        still current and need not be replaced, else a new one."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        self._renewing += 1
-        try:
-            async with self._lock:
-                if self._current is not old and self._current is not None:
-                    return self._current  # another append renewed it meanwhile
-                if not replace and old is not None:
-                    return old
-                return await self._open(client, deadline)
-        finally:
-            self._renewing -= 1
-
-    async def _open(self, client: AsyncClient, deadline: float | None) -> _OpenSession:
-        loop = asyncio.get_running_loop()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                session_id, window = await client.open_session()
-                break
-            except OutcomeUnknown:
-                # A SESSION entry nobody uses is harmless: open another.
-                if deadline is not None and loop.time() >= deadline:
-                    raise
-                await asyncio.sleep(min(0.05 * attempt, 0.5))
-        self._current = _OpenSession(session_id, window)
-        return self._current
 
 
 async def _next(batches: AsyncGenerator[T, None]) -> T:
