@@ -46,6 +46,14 @@ import grpc
 
 from rlog import event_loop
 from rlog.client.append_stream import AppendStreams
+from rlog.client.carrier import (
+    AppendFacts,
+    Carrier,
+    CarrierFacts,
+    Route,
+    choose_carrier,
+    choose_route,
+)
 from rlog.client.endpoints import Endpoint, Endpoints
 from rlog.client.errors import (
     OutcomeUnknownTimeout,
@@ -130,7 +138,7 @@ class AsyncClient:
         self.retried_appends = 0
         # AppendRequests sent (each try, each coalesced request, counts once).
         self.append_requests = 0
-        self._exactly_once = ExactlyOnce(self, self._one_append, self._count_unknown_outcome)
+        self._exactly_once = ExactlyOnce(self, self._send_once, self._count_unknown_outcome)
         self._groups = AppendGroups(self._exactly_once.append)
         self.timeout = timeout
         self.append_timeout = append_timeout
@@ -197,21 +205,22 @@ class AsyncClient:
             request.if_next = if_next
         if not payload.count and not payload.data:
             return []
-        # Opening (or renewing) a session appends a SESSION entry, which would move the next
-        # position under an `if_next`: such an append uses a session only if one is open.
-        exactly_once = self.exactly_once and (if_next is None or self._exactly_once.session.is_open)
-        fields = None
-        if if_next is not None or epoch or exactly_once:
-            fields = request
-        if exactly_once and if_next is None and not epoch:
+        facts = AppendFacts(
+            exactly_once=self.exactly_once,
+            if_next=if_next is not None,
+            epoch=bool(epoch),
+            session_open=self._exactly_once.session.is_open,
+        )
+        choice = choose_route(facts)
+        if choice.route is Route.GROUP:
             positions = await self._groups.append(payload, self._append_deadline())
-        elif exactly_once:
-            assert fields is not None
+        elif choice.route is Route.SESSION:
             positions = await self._exactly_once.append(
-                payload, fields, self._append_deadline(), renew=if_next is None
+                payload, request, self._append_deadline(), renew=choice.renew
             )
         else:
-            positions = await self._one_append(payload, fields, self.append_timeout)
+            fields = request if facts.if_next or facts.epoch else None
+            positions = await self._send_once(payload, fields, self.append_timeout)
         if len(positions) != payload.count:
             raise RlogError(
                 f"the server returned {len(positions)} positions for {payload.count} values"
@@ -232,22 +241,26 @@ class AsyncClient:
     def _count_unknown_outcome(self) -> None:
         self.retried_appends += 1
 
-    async def _one_append(
+    async def _send_once(
         self, values: Payload, fields: pb.AppendRequest | None, deadline_s: float | None
     ) -> Sequence[int]:
-        if self.stream:
+        """One try of an append, on the carrier `choose_carrier` picks for it."""
+        lane = self._lane(self._endpoints.current) if self.lane else None
+        # `usable()` also starts opening a lane that is not open (in the background).
+        facts = CarrierFacts(self.stream, lane is not None, lane is not None and lane.usable())
+        carrier = choose_carrier(facts).carrier
+        if carrier is Carrier.STREAM:
             return await self._streams.append(values, fields, deadline_s)
         request = pb.AppendRequest()
         if fields is not None:
             request.CopyFrom(fields)
         request.data, request.offsets = values.data, values.offsets
         self._count_request()
-        if self.lane:
-            lane = self._lane(self._endpoints.current)
-            if lane.usable():
-                answer = await self._lane_append(lane, request, deadline_s)
-                if answer is not None:
-                    return answer
+        if carrier is Carrier.LANE:
+            assert lane is not None
+            answer = await self._lane_append(lane, request, deadline_s)
+            if answer is not None:
+                return answer
         response = await self._endpoints.call(
             lambda e: e.log.Append(request, timeout=deadline_s), mutating=True
         )
