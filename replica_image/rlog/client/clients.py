@@ -54,12 +54,11 @@ from rlog.client.carrier import (
     choose_carrier,
     choose_route,
 )
-from rlog.client.endpoints import Endpoint, Endpoints
+from rlog.client.endpoints import Endpoints
 from rlog.client.errors import (
     OutcomeUnknownTimeout,
     OutcomeUnknownUnavailable,
     RlogError,
-    Unavailable,
 )
 from rlog.client.grouping import AppendGroups
 from rlog.client.lane import AppendLane, ConnectionBroken, answer_error
@@ -69,6 +68,7 @@ from rlog.client.packing import (
     pairs_of,
     runs_of,
 )
+from rlog.client.reads import read_responses, tail_responses
 from rlog.client.security import Credentials
 from rlog.client.sessions import ExactlyOnce
 from rlog.client.values import Entry, Value, encode_value, parse_endpoints
@@ -376,24 +376,9 @@ class AsyncClient:
         timeout = self.read_timeout
         if min_position is not None and timeout is None:
             timeout = self.timeout
-
-        def open_read(target: Endpoint, next_from: int | None) -> Any:
-            request = pb.ReadRequest(stale=stale, max_batch=max_batch)
-            if next_from is not None:
-                setattr(request, "from", next_from)
-            if to is not None:
-                request.to = to
-            if min_position is not None:
-                request.min_position = min_position
-            return target.log.Read(request, timeout=timeout)
-
-        def done(next_from: int | None) -> bool:
-            # Resumed after the last entry of the range (not: an empty range asked for).
-            return (
-                to is not None and next_from is not None and next_from > to and (next_from != from_)
-            )
-
-        return self._endpoints.resumable(open_read, from_, done, lambda _: None, endpoint)
+        return read_responses(
+            self._endpoints, from_, to, stale, max_batch, endpoint, min_position, timeout
+        )
 
     async def read_batches(
         self,
@@ -465,16 +450,7 @@ class AsyncClient:
         self, from_: int = 0, stale: bool = False
     ) -> AsyncGenerator[list[Entry], None]:
         """Like `tail`, in the batches the server sends."""
-
-        def open_tail(target: Endpoint, next_from: int | None) -> Any:
-            request = pb.TailRequest(stale=stale)
-            setattr(request, "from", next_from or 0)
-            return target.log.Tail(request)
-
-        def ended(address: str) -> RlogError:
-            return Unavailable(f"the tail from {address} ended", endpoint=address)
-
-        responses = self._endpoints.resumable(open_tail, from_, lambda _: False, ended)
+        responses = tail_responses(self._endpoints, from_, stale)
         async with contextlib.aclosing(responses):
             async for response in responses:
                 yield [Entry(p, v) for p, v in pairs_of(response)]
