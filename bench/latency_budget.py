@@ -194,7 +194,7 @@ async def drive(
             t0 = time.monotonic_ns()
             await client.append(values)
             windows.append((t0, time.monotonic_ns()))
-        stub = client._endpoint(0).log  # the floor: a unary call with no protocol work
+        stub = client._endpoints.endpoint(0).log  # the floor: a unary call with no protocol work
         status: list[int] = []
         for _ in range(count):
             t0 = time.monotonic_ns()

@@ -53,7 +53,7 @@ def wait_for_lane(client: Client) -> None:
     deadline = time.monotonic() + 20
     while True:
         client.append([b"opening"])
-        lane = client._async._lanes.get(client._async._current)
+        lane = client._async._lanes.get(client._async._endpoints.current)
         if lane is not None and lane.is_open:
             return
         assert time.monotonic() < deadline, f"the lane never opened: {lane and lane.last_error}"
@@ -206,7 +206,7 @@ def test_a_replica_without_a_lane_keeps_the_client_on_grpc(tmp_path):
         with lane_client(cluster, leader) as client:
             for k in range(30):
                 client.append([f"grpc{k}".encode()])
-            lane = client._async._lanes[client._async._current]
+            lane = client._async._lanes[client._async._endpoints.current]
             assert not lane.is_open
             assert "serves no lane" in lane.last_error
         assert append_requests(cluster, leader, "unary") >= 30

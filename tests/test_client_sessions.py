@@ -345,7 +345,7 @@ async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal(
     follow the order of asking. The fourth used to take the new session at once, ahead of
     the third still waking from the lock: sent out of order. The server's OpenSession is
     held by a gate here, the one way to place the fourth exactly there."""
-    from rlog.client.clients import _OpenSession, _Session
+    from rlog.client.sessions import OpenSession, Session
 
     gate = asyncio.Event()
 
@@ -354,8 +354,8 @@ async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal(
             await gate.wait()
             return 1_000, 100
 
-    sessions = _Session()
-    aging = _OpenSession(1, 10)
+    sessions = Session()
+    aging = OpenSession(1, 10)
     aging.highest_position = 100
     assert aging.aging
     sessions._current = aging
@@ -387,7 +387,7 @@ async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal(
 async def test_an_expired_session_is_replaced_even_while_others_wait_for_it():
     """`renew` of a session that is not aging (the server said it expired) opens a new one;
     a caller queued only because a renewal was under way keeps the current one."""
-    from rlog.client.clients import _OpenSession, _Session
+    from rlog.client.sessions import OpenSession, Session
 
     opened: list[int] = []
 
@@ -397,8 +397,8 @@ async def test_an_expired_session_is_replaced_even_while_others_wait_for_it():
             await asyncio.sleep(0.01)
             return 2_000 + len(opened), 100
 
-    sessions = _Session()
-    expired = _OpenSession(5, 100)
+    sessions = Session()
+    expired = OpenSession(5, 100)
     sessions._current = expired
     renewed = await sessions.renew(Opener(), expired, None)  # type: ignore[arg-type]
     assert renewed is not expired and renewed.id == 2_001 and opened == [0]

@@ -45,7 +45,7 @@ async def status_client(endpoint: str, credentials: Any) -> Any:
     return client
 
 
-async def replica_status(endpoint: str, credentials: Any = None) -> dict[str, Any] | None:
+async def replica_status(endpoint: str, credentials: Any = None) -> ReplicaStatus | None:
     from rlog.client import status_to_dict
 
     client = await status_client(endpoint, credentials)

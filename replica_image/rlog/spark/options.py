@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlog.client.clients import parse_endpoints
 from rlog.client.errors import InvalidArgument
 from rlog.client.security import Credentials, CredentialsError
+from rlog.client.values import parse_endpoints
 from rlog.config import ConfigError
 
 DEFAULT_BATCH_SIZE = 8192

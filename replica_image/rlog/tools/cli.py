@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -282,7 +282,7 @@ def _flushing(entries: Iterator[Any]) -> Iterator[Any]:
         sys.stdout.flush()
 
 
-def print_status(status: dict[str, Any]) -> None:
+def print_status(status: Mapping[str, Any]) -> None:
     width = max(len(key) for key in status) + 2
     for key, value in status.items():
         if value is None:
