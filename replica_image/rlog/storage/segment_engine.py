@@ -55,6 +55,7 @@ from pathlib import Path
 
 import google_crc32c
 
+from rlog.config import UNSAFE_NO_SYNC_ENV, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import open_data_dir
 from rlog.storage.base import DiskFull, StorageError
@@ -305,6 +306,13 @@ class SegmentStorage(RecordStorage):
         # The newest snapshot's segment: only segments before it are ever reclaimed (see
         # `_reclaimable`); None: no snapshot yet.
         self._snapshot_at: int | None = None
+        # TEST ONLY (RLOG_UNSAFE_NO_SYNC=1, rlog/config.py): batches are not fdatasync'ed.
+        self._unsafe_no_sync = unsafe_no_sync()
+        if self._unsafe_no_sync:
+            log.warning(
+                "%s=1: batches are not synced, a power cut loses acknowledged writes (test only)",
+                UNSAFE_NO_SYNC_ENV,
+            )
         try:
             self._dir.mkdir(exist_ok=True)
             self._recover()
@@ -630,7 +638,7 @@ class SegmentStorage(RecordStorage):
             try:
                 os.lseek(self._wfd, start, os.SEEK_SET)
                 self._write_all(self._wfd, frame)
-                if plan.sync:
+                if plan.sync and not self._unsafe_no_sync:
                     os.fdatasync(self._wfd)
             except OSError:
                 os.ftruncate(self._wfd, start)  # never leave a half frame behind
