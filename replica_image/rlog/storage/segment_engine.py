@@ -57,7 +57,7 @@ import google_crc32c
 
 from rlog.config import UNSAFE_NO_SYNC_ENV, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage._common import open_data_dir
+from rlog.storage._common import fsync_dir, open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
 from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
@@ -314,7 +314,6 @@ class SegmentStorage(RecordStorage):
                 UNSAFE_NO_SYNC_ENV,
             )
         try:
-            self._dir.mkdir(exist_ok=True)
             self._recover()
         except OSError as exc:
             self._close_fds()
@@ -500,13 +499,6 @@ class SegmentStorage(RecordStorage):
                 while view:
                     view = view[os.write(fd, view) :]
 
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
     def _snapshot_due(self) -> bool:
         size = _SNAPSHOT_ENTRY_BYTES * len(self._index) + len(self._meta) + 64
         return self._since_snapshot >= self._snapshot_ratio * size
@@ -527,7 +519,7 @@ class SegmentStorage(RecordStorage):
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        self._fsync_dir()
+        fsync_dir(self._dir)
         for older in self._dir.glob("*.idx"):
             if older != path:
                 older.unlink()
@@ -556,7 +548,7 @@ class SegmentStorage(RecordStorage):
         finally:
             os.close(fd)
         os.rename(tmp, self._dir / _seg_name(number))
-        self._fsync_dir()
+        fsync_dir(self._dir)
         self._active = number
         self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
         self._size = sum(map(len, frame))
@@ -578,7 +570,7 @@ class SegmentStorage(RecordStorage):
             del self._live[number]
             self._cached.forget(number)
         if dead:
-            self._fsync_dir()
+            fsync_dir(self._dir)
 
     # -- the interface -----------------------------------------------------------------------
 
