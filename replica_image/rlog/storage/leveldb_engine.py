@@ -6,7 +6,8 @@ serialized Metadata.
 
 Durability: one `WriteBatch` per `apply`, written with `sync=batch.sync` (sync=True makes
 LevelDB fdatasync its write-ahead log before returning; sync=False skips it, so a machine
-crash may lose that batch, a process crash does not).
+crash may lose that batch, a process crash does not). After a synced batch the directory is
+synced too when a file appeared in it (a new write-ahead log: `_sync_names`).
 
 Deletion below a position: LevelDB has no range delete, so the batch carries one delete per
 stored key of the prefix (read with a key-only iterator), then, as Mesos does after a
@@ -16,6 +17,7 @@ first_position() do not wade through tombstones.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import plyvel
@@ -28,6 +30,7 @@ from rlog.storage._common import (
     META_KEY,
     action_key,
     decode_position,
+    fsync_dir,
     open_data_dir,
 )
 from rlog.storage.base import StorageError
@@ -50,7 +53,31 @@ class LevelDbStorage(RecordStorage):
         except plyvel.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LevelDB: {exc}") from None
+        self._dir = engine_dir
+        self._synced_names: dict[str, int] = {}  # the directory's entries as last synced
+        try:
+            # LevelDB 1.22 renames CURRENT into place without syncing the directory, and a
+            # new database's first MANIFEST, which CURRENT names until then, is never
+            # synced: a power cut after the first open leaves CURRENT naming an empty
+            # MANIFEST ("Corruption: no meta-nextfile entry").
+            self._sync_names()
+        except OSError as exc:
+            self._db.close()
+            self._lock.release()
+            raise StorageError(f"data dir {self.path}: cannot sync leveldb/: {exc}") from None
         self._closed = False
+
+    def _sync_names(self) -> None:
+        """fsync the LevelDB directory if it holds a name (or a name for another file) that
+        was not there at its last fsync. LevelDB syncs its directory only when it syncs a
+        MANIFEST: the write-ahead log it starts when a memtable fills is written and
+        fdatasync'ed by every synced batch from then on, while its name is synced only when
+        the background flush of the old memtable commits, later (or never, if the power
+        goes first). Names that went away need no sync: LevelDB ignores what it deleted."""
+        names = {entry.name: entry.inode() for entry in os.scandir(self._dir)}
+        if any(self._synced_names.get(name) != inode for name, inode in names.items()):
+            fsync_dir(self._dir)
+        self._synced_names = names
 
     def metadata(self) -> pb.Metadata:
         raw = self._db.get(META_KEY)
@@ -109,8 +136,12 @@ class LevelDbStorage(RecordStorage):
             if plan.metadata is not None:
                 wb.put(META_KEY, plan.metadata)
             wb.write()
+            if plan.sync:
+                self._sync_names()
         except plyvel.Error as exc:
             raise StorageError(f"data dir {self.path}: LevelDB write failed: {exc}") from exc
+        except OSError as exc:
+            raise StorageError(f"data dir {self.path}: syncing leveldb/ failed: {exc}") from exc
         if deleted >= COMPACT_AFTER_DELETES and cut is not None:
             self._db.compact_range(start=ACTION_PREFIX, stop=action_key(min(cut, MAX_POSITION)))
 
