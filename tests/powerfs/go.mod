@@ -1,8 +1,8 @@
 module rlog/powerfs
 
-go 1.26.0
+go 1.22
 
 require (
 	github.com/hanwen/go-fuse/v2 v2.12.1
-	golang.org/x/sys v0.50.0
+	golang.org/x/sys v0.28.0
 )
