@@ -140,15 +140,16 @@ def test_segment_rolls_snapshots_and_reclaims_keep_every_synced_batch(mount: Pow
         store.close()
 
 
-# LevelDB with synced batches of one 100 KB record until its memtable (4 MiB) fills and it
-# starts a new write-ahead log, then one batch more; prints the last position and waits.
+# LevelDB with batches of one 100 KB record until its memtable (4 MiB) fills and it starts
+# a new write-ahead log, then one batch more, synced; the batches before it synced too, or
+# (argv[2] == "unsynced") not; prints the last position and waits.
 LOG_SWITCH_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from rlog.proto import rlog_pb2 as pb
     from rlog.storage import WriteBatch, open_storage
 
-    path = sys.argv[1]
+    path, synced = sys.argv[1], sys.argv[2] == "synced"
     store = open_storage(path, "leveldb")
 
     def newest_log():
@@ -161,22 +162,27 @@ LOG_SWITCH_WRITER = textwrap.dedent(
         position += 1
         action = pb.Action(position=position, type=pb.APPEND, value=b"x" * 100_000)
         meta = pb.Metadata(status=pb.VOTING, learned_below=position + 1)
-        store.apply(WriteBatch(metadata=meta, actions=[action], sync=True))
+        store.apply(WriteBatch(metadata=meta, actions=[action], sync=synced or switched))
     print(position, flush=True)
     time.sleep(600)
     """
 )
 
 
+@pytest.mark.parametrize("before", ["synced", "unsynced"])
 @pytest.mark.parametrize("engine", [e for e in DISK if "leveldb" in str(e.values)])
 def test_leveldb_batches_in_a_new_write_ahead_log_survive_a_power_cut(
-    mount: PowerFS, engine: str
+    mount: PowerFS, engine: str, before: str
 ) -> None:
     # The new log's name must be synced before the batches in it are acknowledged, not
-    # when LevelDB's background flush of the full memtable gets to it.
+    # when LevelDB's background flush of the full memtable gets to it. And a synced batch
+    # leaves every batch before it durable (as it does within one log: the engines'
+    # contract), those left unsynced in the old log too.
     path = mount.mountpoint / "data"
     writer = subprocess.Popen(
-        [sys.executable, "-c", LOG_SWITCH_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", LOG_SWITCH_WRITER, str(path), before],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert writer.stdout is not None

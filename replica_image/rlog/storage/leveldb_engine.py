@@ -7,7 +7,8 @@ serialized Metadata.
 Durability: one `WriteBatch` per `apply`, written with `sync=batch.sync` (sync=True makes
 LevelDB fdatasync its write-ahead log before returning; sync=False skips it, so a machine
 crash may lose that batch, a process crash does not). After a synced batch the directory is
-synced too when a file appeared in it (a new write-ahead log: `_sync_names`).
+synced too when a file appeared in it, and the write-ahead logs before that (a new log
+started when the memtable filled: `_sync_names`).
 
 Deletion below a position: LevelDB has no range delete, so the batch carries one delete per
 stored key of the prefix (read with a key-only iterator), then, as Mesos does after a
@@ -69,14 +70,30 @@ class LevelDbStorage(RecordStorage):
 
     def _sync_names(self) -> None:
         """fsync the LevelDB directory if it holds a name (or a name for another file) that
-        was not there at its last fsync. LevelDB syncs its directory only when it syncs a
-        MANIFEST: the write-ahead log it starts when a memtable fills is written and
-        fdatasync'ed by every synced batch from then on, while its name is synced only when
-        the background flush of the old memtable commits, later (or never, if the power
-        goes first). Names that went away need no sync: LevelDB ignores what it deleted."""
+        was not there at its last fsync, and the write-ahead logs' data before it.
+
+        LevelDB syncs its directory only when it syncs a MANIFEST: the write-ahead log it
+        starts when a memtable fills is written and fdatasync'ed by every synced batch from
+        then on, while its name is synced only when the background flush of the old
+        memtable commits, later (or never, if the power goes first). And it closes the old
+        log without syncing it: batches written to it without sync would be lost while a
+        later synced batch, in the new log, survives, where in one log a synced batch makes
+        every batch before it durable (the contract of `Storage.apply`). Names that went
+        away need no sync: LevelDB ignores what it deleted."""
         names = {entry.name: entry.inode() for entry in os.scandir(self._dir)}
-        if any(self._synced_names.get(name) != inode for name, inode in names.items()):
-            fsync_dir(self._dir)
+        if all(self._synced_names.get(name) == inode for name, inode in names.items()):
+            return
+        for name in names:
+            if name.endswith(".log"):
+                try:
+                    fd = os.open(self._dir / name, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue  # flushed and deleted meanwhile: its batches are in a table
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(self._dir)
         self._synced_names = names
 
     def metadata(self) -> pb.Metadata:
