@@ -6,7 +6,9 @@ run shows a violation (with `--unsafe-no-read-index`, the replicas serve reads t
 did before the read index, and `partition-leader` must catch it; with `--unsafe-split-fill`,
 they settle batches position by position in a fill, and `split-batch` must catch a torn
 batch; with `--unsafe-no-dedupe`, leaders append a retried session append again, and the
-leader faults must catch a value appended twice; see docs/jepsen.md).
+leader faults must catch a value appended twice; with `--unsafe-no-sync`, the replicas skip
+each batch's fdatasync, and `power-loss-all` must catch an acknowledged append lost; see
+docs/jepsen.md).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jepsen import linearizability, network
-from jepsen.nemesis import KINDS, PARTITIONS, expand
+from jepsen import linearizability, network, powerfs
+from jepsen.nemesis import KINDS, PARTITIONS, POWER, expand
 from jepsen.run import MIXES, UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
 from rlog.config import UNSAFE_NO_DEDUPE_ENV, UNSAFE_NO_READ_INDEX_ENV
 
@@ -61,8 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--nemesis",
         default=DEFAULT_NEMESIS,
-        help=f"comma-separated kinds, 'mix' (every kind but split-batch; the partitions "
-        f"only with root), or 'none' (kinds: {', '.join(KINDS)})",
+        help=f"comma-separated kinds, 'mix' (every kind but split-batch and the power cuts; "
+        f"the partitions only with root), or 'none' (kinds: {', '.join(KINDS)})",
     )
     p.add_argument(
         "--hold",
@@ -127,6 +129,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="TEST ONLY: leaders append a retried session append again instead of answering "
         "it with its positions (RLOG_UNSAFE_NO_DEDUPE=1), so a retry can duplicate a value",
+    )
+    p.add_argument(
+        "--unsafe-no-sync",
+        action="store_true",
+        help="TEST ONLY: replicas skip the fdatasync of each batch (RLOG_UNSAFE_NO_SYNC=1), "
+        "so a power cut (power-loss-*) loses what they acknowledged",
     )
     p.add_argument(
         "--expect-violation",
@@ -201,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kinds = expand(kinds, partitions=args.inside is not None or network.available())
     needs_netns = bool(PARTITIONS & set(kinds))
+    if POWER & set(kinds):
+        why = powerfs.unavailable()
+        if why is not None:
+            print(f"power cuts need powerfs (FUSE): {why}", file=sys.stderr)
+            return 2
+        powerfs.build()  # before entering a namespace (the module proxy is outside)
     out = args.out or Path.home() / ".cache" / "rlog-jepsen" / "runs" / time.strftime(
         "%Y%m%d-%H%M%S"
     )
@@ -266,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             hold=args.hold,
             interval=args.interval,
             mix=MIXES[args.mix],
+            unsafe_no_sync=args.unsafe_no_sync,
         )
         result = run_once(config)
         verdict = result.verdict.verdict if result.verdict else "not checked"

@@ -14,6 +14,11 @@ Kinds (`--nemesis` takes a comma-separated list, or `mix`; each fault picks one 
 - `partition-leader`: the leader cut off from every other replica; `partition-random`: a
   random minority cut off from the majority (needs network namespaces, see network.py).
   Clients still reach every replica;
+- `power-loss-one` (a random replica), `power-loss-all` (every replica at once): a power
+  cut. SIGKILL, then the replica's powerfs mount drops everything it had not synced
+  (jepsen/powerfs.py; the data dirs are powerfs mounts when a power-loss kind is asked
+  for), restarted on what is left after the hold: a replica must never have acknowledged,
+  accepted or promised what it had not synced;
 - `split-batch`: the leader cut off alone while its clients keep sending batches (which
   only it accepts: minority-accepted batches); once the others elected a new leader and it
   wrote its first entries (over the head of that range, at a higher proposal), that one cut
@@ -42,6 +47,7 @@ from typing import Any
 
 from jepsen.history import History, now
 from jepsen.network import Netns
+from jepsen.powerfs import PowerFS, power_cut
 from rlog.client.errors import RlogError
 from rlog.config import quorum
 from rlog.proto import rlog_pb2 as pb
@@ -57,11 +63,15 @@ KINDS = (
     "partition-leader",
     "partition-random",
     "split-batch",
+    "power-loss-one",
+    "power-loss-all",
 )
 PARTITIONS = {"partition-leader", "partition-random", "split-batch"}
+# Kinds that need the data dirs on powerfs (FUSE; jepsen/powerfs.py).
+POWER = {"power-loss-one", "power-loss-all"}
 # What `mix` means: every kind that needs no extra setup (split-batch is the scenario for
-# one proof, asked for by name).
-MIX = tuple(k for k in KINDS if k != "split-batch")
+# one proof, asked for by name; the power cuts need FUSE mounts, asked for by name).
+MIX = tuple(k for k in KINDS if k != "split-batch" and k not in POWER)
 
 
 def expand(kinds: Sequence[str], partitions: bool) -> list[str]:
@@ -128,6 +138,7 @@ class Nemesis:
     seed: float
     history: History
     network: Netns | None = None
+    mounts: list[PowerFS] | None = None  # each replica's data dir on powerfs (power-loss)
     interval: tuple[float, float] = (1.0, 3.0)  # healthy time before a fault
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts (elections take ~2 s)
     quorum_wait: float = 30.0  # how long a wipe waits for the others to be a VOTING quorum
@@ -144,6 +155,8 @@ class Nemesis:
             raise ValueError(f"unknown nemesis {sorted(unknown)}; choose from {', '.join(KINDS)}")
         if PARTITIONS & set(self.kinds) and self.network is None:
             raise ValueError("partitions need network namespaces (root and `ip netns`)")
+        if POWER & set(self.kinds) and self.mounts is None:
+            raise ValueError("power cuts need the data dirs on powerfs (jepsen/powerfs.py)")
 
     # ---- observing ------------------------------------------------------------------------
 
@@ -193,6 +206,8 @@ class Nemesis:
             return [int(step.pick * n)], False
         if step.kind == "partition-random":
             return sorted(pick.sample(range(n), (n - 1) // 2)), True
+        if step.kind == "power-loss-all":
+            return list(range(n)), True
         return [int(step.pick * n)], True
 
     # ---- faults ---------------------------------------------------------------------------
@@ -224,6 +239,11 @@ class Nemesis:
                 self.cluster.wipe(i)  # SIGKILL, then the data dir emptied
                 self._killed.add(i)
                 self.wiped.add(i)
+        elif kind in POWER:
+            assert self.mounts is not None
+            # All killed first, then what each had not synced dropped: restarted at heal.
+            fault.detail["dropped"] = power_cut(self.cluster, self.mounts, targets)
+            self._killed.update(targets)
         else:
             assert self.network is not None
             rest = [i for i in range(self.cluster.replicas) if i not in targets]

@@ -12,6 +12,7 @@ own replica, bound by the client's last acknowledged position). See docs/jepsen.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import threading
@@ -38,10 +39,12 @@ from jepsen.history import (
     Op,
     now,
 )
-from jepsen.nemesis import Nemesis
+from jepsen.nemesis import POWER, Nemesis
 from jepsen.network import Netns
+from jepsen.powerfs import PowerFS, mount_data_dirs, unmount_all
 from rlog.client import Client
 from rlog.client.errors import ConditionFailed, OutcomeUnknown, RlogError, from_rpc_error
+from rlog.config import UNSAFE_NO_SYNC_ENV
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
@@ -94,6 +97,9 @@ class RunConfig:
     interval: tuple[float, float] = (1.0, 3.0)  # healthy time between faults
     recovery_timeout: float = 60.0  # after healing: every replica VOTING and caught up
     mix: Mix = field(default_factory=lambda: ALL_KINDS)  # the writers' operation kinds
+    # Test-only: the replicas skip each batch's fdatasync (RLOG_UNSAFE_NO_SYNC=1, theirs
+    # alone: the suite's own `initialize` of the data dirs still syncs).
+    unsafe_no_sync: bool = False
 
 
 @dataclass
@@ -345,7 +351,10 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         python=(str(network.python_wrapper(out, sys.executable)) if network else sys.executable),
         write_lane_offset=config.write_lane_offset,
         replica_args=["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else (),
+        env={**os.environ, UNSAFE_NO_SYNC_ENV: "1"} if config.unsafe_no_sync else None,
     )
+    # Power cuts need every data dir on powerfs, from before the cluster initializes them.
+    mounts: list[PowerFS] | None = mount_data_dirs(cluster) if POWER & set(config.nemesis) else None
     if network is not None:
         network.heal()
         cluster.addresses = network.endpoints()
@@ -356,6 +365,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         rng.random(),
         history,
         network,
+        mounts,
         interval=config.interval,
         hold=config.hold,
     )
@@ -432,6 +442,8 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         nemesis.stop()
         nemesis.heal()
         cluster.stop()
+        if mounts is not None:
+            unmount_all(mounts)
 
     ops = history.snapshot()
     history.write(out / "history.jsonl")

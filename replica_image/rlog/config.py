@@ -50,6 +50,13 @@ UNSAFE_SPLIT_FILL_ENV = "RLOG_UNSAFE_SPLIT_FILL"
 # (`python -m jepsen --unsafe-no-dedupe`, docs/jepsen.md) to show that it catches that.
 UNSAFE_NO_DEDUPE_ENV = "RLOG_UNSAFE_NO_DEDUPE"
 
+# TEST ONLY, never in production: with this environment variable set to 1, the segment
+# engine skips the fdatasync of every batch (a segment roll still syncs), so what a replica
+# acknowledged is in the page cache only. A SIGKILL keeps it; a power cut loses it. The
+# power-loss tests (tests/test_powerfs_live.py, `python -m jepsen --unsafe-no-sync`,
+# docs/faults.md "Power loss") set it to show that they catch a missing sync.
+UNSAFE_NO_SYNC_ENV = "RLOG_UNSAFE_NO_SYNC"
+
 
 # TEST ONLY: a replica started with this environment variable set to 1 serves no
 # `WriteStream` (the RPC is left unregistered, as in a build that predates it), so a leader
@@ -83,6 +90,12 @@ def no_write_stream() -> bool:
 def unsafe_no_dedupe() -> bool:
     """Whether the test-only dedupe switch is off (`RLOG_UNSAFE_NO_DEDUPE=1`)."""
     return os.environ.get(UNSAFE_NO_DEDUPE_ENV) == "1"
+
+
+def unsafe_no_sync() -> bool:
+    """Whether the test-only switch skipping the batches' fdatasync is on
+    (`RLOG_UNSAFE_NO_SYNC=1`)."""
+    return os.environ.get(UNSAFE_NO_SYNC_ENV) == "1"
 
 
 def unsafe_split_fill() -> bool:

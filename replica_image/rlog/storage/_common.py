@@ -110,6 +110,28 @@ def format_version(path: Path) -> int | None:
     return version
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries durable: a file or directory created in it, a rename, an
+    unlink. A file's own fsync does not: after a power cut its name may be gone, whatever
+    its data (docs/faults.md, "Power loss")."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dir(path: Path) -> bool:
+    """Create a directory and make its entry durable (an fsync of its parent); whether it
+    was created (False: something is there already, a directory or not)."""
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
 def _write_format(path: Path, version: int) -> None:
     tmp = path / f"{FORMAT_NAME}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -119,11 +141,7 @@ def _write_format(path: Path, version: int) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path / FORMAT_NAME)
-    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(path)
 
 
 def engine_of(path: Path) -> str | None:
@@ -149,7 +167,8 @@ def engine_of(path: Path) -> str | None:
 
 
 def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
-    """Create (if needed) and lock the data dir; return the engine's sub-directory.
+    """Create (if needed) and lock the data dir; create (if needed) and return the engine's
+    sub-directory. Each directory created has its entry synced.
 
     Raises StorageError with a one-line reason when the dir cannot be used: its parent is
     missing, it is not a directory, it is not writable, it is locked by another live process,
@@ -164,9 +183,7 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     if not path.parent.is_dir():
         raise StorageError(f"data dir {path}: parent directory {path.parent} does not exist")
     try:
-        path.mkdir(exist_ok=True)
-    except FileExistsError:
-        raise StorageError(f"data dir {path} exists and is not a directory") from None
+        make_dir(path)  # its entry synced: a power cut must not take a new data dir away
     except OSError as exc:
         raise StorageError(f"data dir {path} is not writable: {_why(exc)}") from None
     if not path.is_dir():
@@ -222,6 +239,13 @@ def open_data_dir(path: Path, engine: str) -> tuple[Path, DirLock]:
     except OSError as exc:
         lock.release()
         raise StorageError(f"data dir {path}: cannot write {FORMAT_NAME}: {_why(exc)}") from None
+    try:
+        # Created here, its entry synced, not left to the engine: none of them syncs the
+        # data dir, and a power cut would take the whole store away (docs/faults.md).
+        make_dir(path / engine)
+    except OSError as exc:
+        lock.release()
+        raise StorageError(f"data dir {path}: cannot create {engine}/: {_why(exc)}") from None
     return path / engine, lock
 
 

@@ -140,7 +140,9 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def apply(self, batch: WriteBatch) -> None:
-        """Apply the batch atomically; durable before returning when `batch.sync`."""
+        """Apply the batch atomically; durable before returning when `batch.sync`, and
+        with it every batch applied before it (a synced batch may depend on earlier ones
+        that were not synced)."""
 
     def damage(self) -> list[str]:
         """Damage found and skipped when the storage was opened (what it held there is lost

@@ -6,7 +6,9 @@ serialized Metadata.
 
 Durability: one `WriteBatch` per `apply`, written with `sync=batch.sync` (sync=True makes
 LevelDB fdatasync its write-ahead log before returning; sync=False skips it, so a machine
-crash may lose that batch, a process crash does not).
+crash may lose that batch, a process crash does not). After a synced batch the directory is
+synced too when a file appeared in it, and the write-ahead logs before that (a new log
+started when the memtable filled: `_sync_names`).
 
 Deletion below a position: LevelDB has no range delete, so the batch carries one delete per
 stored key of the prefix (read with a key-only iterator), then, as Mesos does after a
@@ -16,6 +18,7 @@ first_position() do not wade through tombstones.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import plyvel
@@ -28,6 +31,7 @@ from rlog.storage._common import (
     META_KEY,
     action_key,
     decode_position,
+    fsync_dir,
     open_data_dir,
 )
 from rlog.storage.base import StorageError
@@ -50,7 +54,47 @@ class LevelDbStorage(RecordStorage):
         except plyvel.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LevelDB: {exc}") from None
+        self._dir = engine_dir
+        self._synced_names: dict[str, int] = {}  # the directory's entries as last synced
+        try:
+            # LevelDB 1.22 renames CURRENT into place without syncing the directory, and a
+            # new database's first MANIFEST, which CURRENT names until then, is never
+            # synced: a power cut after the first open leaves CURRENT naming an empty
+            # MANIFEST ("Corruption: no meta-nextfile entry").
+            self._sync_names()
+        except OSError as exc:
+            self._db.close()
+            self._lock.release()
+            raise StorageError(f"data dir {self.path}: cannot sync leveldb/: {exc}") from None
         self._closed = False
+
+    def _sync_names(self) -> None:
+        """fsync the LevelDB directory if it holds a name (or a name for another file) that
+        was not there at its last fsync, and the write-ahead logs' data before it.
+
+        LevelDB syncs its directory only when it syncs a MANIFEST: the write-ahead log it
+        starts when a memtable fills is written and fdatasync'ed by every synced batch from
+        then on, while its name is synced only when the background flush of the old
+        memtable commits, later (or never, if the power goes first). And it closes the old
+        log without syncing it: batches written to it without sync would be lost while a
+        later synced batch, in the new log, survives, where in one log a synced batch makes
+        every batch before it durable (the contract of `Storage.apply`). Names that went
+        away need no sync: LevelDB ignores what it deleted."""
+        names = {entry.name: entry.inode() for entry in os.scandir(self._dir)}
+        if all(self._synced_names.get(name) == inode for name, inode in names.items()):
+            return
+        for name in names:
+            if name.endswith(".log"):
+                try:
+                    fd = os.open(self._dir / name, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue  # flushed and deleted meanwhile: its batches are in a table
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(self._dir)
+        self._synced_names = names
 
     def metadata(self) -> pb.Metadata:
         raw = self._db.get(META_KEY)
@@ -109,8 +153,12 @@ class LevelDbStorage(RecordStorage):
             if plan.metadata is not None:
                 wb.put(META_KEY, plan.metadata)
             wb.write()
+            if plan.sync:
+                self._sync_names()
         except plyvel.Error as exc:
             raise StorageError(f"data dir {self.path}: LevelDB write failed: {exc}") from exc
+        except OSError as exc:
+            raise StorageError(f"data dir {self.path}: syncing leveldb/ failed: {exc}") from exc
         if deleted >= COMPACT_AFTER_DELETES and cut is not None:
             self._db.compact_range(start=ACTION_PREFIX, stop=action_key(min(cut, MAX_POSITION)))
 

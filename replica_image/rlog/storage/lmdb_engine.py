@@ -29,7 +29,7 @@ from pathlib import Path
 import lmdb
 
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage._common import decode_position, encode_position, open_data_dir
+from rlog.storage._common import decode_position, encode_position, fsync_dir, open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
@@ -70,6 +70,9 @@ class LmdbStorage(RecordStorage):
             self._check_size(engine_dir / "data.mdb")
             self._actions = self._env.open_db(b"actions")
             self._meta = self._env.open_db(b"meta")
+            # LMDB syncs its files' data, never their names: data.mdb, created by the first
+            # open, would vanish in a power cut with every commit in it (docs/faults.md).
+            fsync_dir(engine_dir)
         except lmdb.Error as exc:
             self._lock.release()
             raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
@@ -77,6 +80,10 @@ class LmdbStorage(RecordStorage):
             self._env.close()
             self._lock.release()
             raise
+        except OSError as exc:
+            self._env.close()
+            self._lock.release()
+            raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
         self._closed = False
 
     def _check_size(self, data_file: Path) -> None:

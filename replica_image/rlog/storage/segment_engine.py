@@ -55,8 +55,9 @@ from pathlib import Path
 
 import google_crc32c
 
+from rlog.config import UNSAFE_NO_SYNC_ENV, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage._common import open_data_dir
+from rlog.storage._common import fsync_dir, open_data_dir
 from rlog.storage.base import DiskFull, StorageError
 from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
 from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
@@ -305,8 +306,14 @@ class SegmentStorage(RecordStorage):
         # The newest snapshot's segment: only segments before it are ever reclaimed (see
         # `_reclaimable`); None: no snapshot yet.
         self._snapshot_at: int | None = None
+        # TEST ONLY (RLOG_UNSAFE_NO_SYNC=1, rlog/config.py): batches are not fdatasync'ed.
+        self._unsafe_no_sync = unsafe_no_sync()
+        if self._unsafe_no_sync:
+            log.warning(
+                "%s=1: batches are not synced, a power cut loses acknowledged writes (test only)",
+                UNSAFE_NO_SYNC_ENV,
+            )
         try:
-            self._dir.mkdir(exist_ok=True)
             self._recover()
         except OSError as exc:
             self._close_fds()
@@ -492,13 +499,6 @@ class SegmentStorage(RecordStorage):
                 while view:
                     view = view[os.write(fd, view) :]
 
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
     def _snapshot_due(self) -> bool:
         size = _SNAPSHOT_ENTRY_BYTES * len(self._index) + len(self._meta) + 64
         return self._since_snapshot >= self._snapshot_ratio * size
@@ -519,7 +519,7 @@ class SegmentStorage(RecordStorage):
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        self._fsync_dir()
+        fsync_dir(self._dir)
         for older in self._dir.glob("*.idx"):
             if older != path:
                 older.unlink()
@@ -548,7 +548,7 @@ class SegmentStorage(RecordStorage):
         finally:
             os.close(fd)
         os.rename(tmp, self._dir / _seg_name(number))
-        self._fsync_dir()
+        fsync_dir(self._dir)
         self._active = number
         self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
         self._size = sum(map(len, frame))
@@ -570,7 +570,7 @@ class SegmentStorage(RecordStorage):
             del self._live[number]
             self._cached.forget(number)
         if dead:
-            self._fsync_dir()
+            fsync_dir(self._dir)
 
     # -- the interface -----------------------------------------------------------------------
 
@@ -630,7 +630,7 @@ class SegmentStorage(RecordStorage):
             try:
                 os.lseek(self._wfd, start, os.SEEK_SET)
                 self._write_all(self._wfd, frame)
-                if plan.sync:
+                if plan.sync and not self._unsafe_no_sync:
                     os.fdatasync(self._wfd)
             except OSError:
                 os.ftruncate(self._wfd, start)  # never leave a half frame behind
