@@ -4,7 +4,7 @@
   acceptor/learner handlers, the coordinator's outputs, the election, the client API);
 - `peers`: the other replicas' channels, sending them protocol messages, learned
   piggy-backing, and copying learned entries (`Fetch`);
-- `recovery`: recover rounds until a replica that is not VOTING may vote;
+- `recover`: recover rounds until a replica that is not VOTING may vote;
 - `catchup`: copying and filling a recovering replica's missing positions;
 - `forwarding`: passing a follower's appends, truncations and reads to the leader;
 - `journal`: group commit of durable batches;

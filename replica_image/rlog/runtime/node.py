@@ -8,7 +8,7 @@
   refuse), runs the pre-vote's Status calls it asks for and stands when it says;
 - followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
   VOTING replica ends up holding every chosen entry;
-- a replica that is not VOTING recovers first (`recovery`, `catchup`);
+- a replica that is not VOTING recovers first (`recover`, `catchup`);
 - check-quorum: a leader that has not heard from a quorum within two election timeouts
   steps down (the rule: election.py);
 - client API: appends, truncations and reads, which a follower passes to the leader
@@ -83,7 +83,7 @@ from rlog.runtime.read_runs import (
     read_runs,
     response_of,
 )
-from rlog.runtime.recovery import Report, recover
+from rlog.runtime.recover import Report, recover
 from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
@@ -605,7 +605,7 @@ class Node:
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover (`recovery.recover`); then listen for a leader."""
+        """While not VOTING: recover (`recover.recover`); then listen for a leader."""
         await recover(
             self.core,
             self.journal,

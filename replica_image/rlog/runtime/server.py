@@ -25,7 +25,7 @@ from rlog.runtime.lane import Admission, lane_address, serve_lane
 from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
-from rlog.runtime.recovery import recover_info
+from rlog.runtime.recover import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
