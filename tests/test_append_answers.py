@@ -41,6 +41,7 @@ class Replica:
         self.next = 1
         self.faults_seen: list[CorruptRecord] = []
         self.metrics = ReplicaMetrics(0)
+        self.appender = self  # the node's appender (runtime/appends.py)
 
     async def append(
         self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions

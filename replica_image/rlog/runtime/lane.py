@@ -19,7 +19,7 @@ the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
   policy drops the port), the writes go on the gRPC stream, and the lane is tried again
   after a back-off. No write ever waits for a lane to open. A connection that breaks fails
   the writes sent on it with `StreamBroken`, as a broken stream does.
-- The follower decides each write as it arrives (`Node.start_write`, in order) and answers
+- The follower decides each write as it arrives (`ReplicaDriver.start_write`, in order) and answers
   when its batch is durable; a write it cannot take (a full disk, a corrupt record, a frame
   that does not parse) closes the connection, and the leader counts every write pending on
   it as failed, as it does when a stream ends with an error.
@@ -37,7 +37,8 @@ import functools
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Protocol, cast
+from dataclasses import dataclass
+from typing import cast
 
 from rlog.framed import (
     KINDS_VERSION,
@@ -73,15 +74,14 @@ __all__ = ["KINDS_VERSION", "VERSION", "LaneError", "frame", "lane_address"]
 # ---- the replica's side -----------------------------------------------------------------
 
 
-class _Replica(Appender, Protocol):
-    """What the lane needs of the replica (Node): its write handler, its appends and its
-    learned records (Fetch)."""
+@dataclass(frozen=True)
+class LaneReplica:
+    """What the lane needs of the replica: its write handler and its learned records (Fetch)
+    (runtime/replica.py), and its appends (`Appender`)."""
 
-    def start_write(
-        self, request: pb.WriteRequest
-    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]: ...
-
-    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]: ...
+    start_write: Callable[[pb.WriteRequest], tuple[pb.WriteResponse, asyncio.Future[None] | None]]
+    lane_fetch: Callable[[pb.FetchRequest], list[bytes]]
+    appender: Appender
 
 
 # Why a welcomed caller is refused, given its connection and the RPC the lane stands in
@@ -96,7 +96,7 @@ class LaneServer(asyncio.BufferedProtocol):
 
     def __init__(
         self,
-        node: _Replica,
+        replica: LaneReplica,
         log_id: str,
         replica_id: int,
         max_frame: int,
@@ -104,7 +104,7 @@ class LaneServer(asyncio.BufferedProtocol):
         on_append: Callable[[], None],
         admit: Admission | None = None,
     ) -> None:
-        self._node = node
+        self._replica = replica
         self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
@@ -198,7 +198,7 @@ class LaneServer(asyncio.BufferedProtocol):
             self._transport.set_write_buffer_limits(high=FETCH_UNSENT)
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
-                self._node, self._transport, self._send, self._on_append
+                self._replica.appender, self._transport, self._send, self._on_append
             )
 
     def pause_writing(self) -> None:
@@ -219,9 +219,11 @@ class LaneServer(asyncio.BufferedProtocol):
             self._close(f"a frame does not parse as FetchRequest: {exc}")
             return
         try:
-            parts = self._node.lane_fetch(request)
+            parts = self._replica.lane_fetch(request)
         except CorruptRecord as exc:
-            self._node.storage_fault_seen(exc)  # dropped and recovered, as for a Fetch call
+            self._replica.appender.storage_fault_seen(
+                exc
+            )  # dropped and recovered, as for a Fetch call
             self._close(f"corrupt record: {exc}")
             return
         except Exception as exc:  # a storage error: the caller fetches elsewhere
@@ -238,7 +240,7 @@ class LaneServer(asyncio.BufferedProtocol):
             return
         self._on_write()
         try:
-            decided, durable = self._node.start_write(request)
+            decided, durable = self._replica.start_write(request)
         except CorruptRecord as exc:  # start_write has reported it (repair follows)
             self._close(f"corrupt record: {exc}")
             return
@@ -262,7 +264,7 @@ class LaneServer(asyncio.BufferedProtocol):
 
 
 async def serve_lane(
-    node: _Replica,
+    replica: LaneReplica,
     host: str,
     port: int,
     log_id: str,
@@ -278,7 +280,7 @@ async def serve_lane(
     (authorization), "" to let it in."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write, on_append, admit),
+        lambda: LaneServer(replica, log_id, replica_id, max_frame, on_write, on_append, admit),
         host or None,
         port,
         ssl=tls,

@@ -60,8 +60,8 @@ from rlog.protocol.coordinator import (
 )
 from rlog.protocol.election import Election, StandDown
 from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
-from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.admission import AdmissionDriver
+from rlog.runtime.appends import ReplicaAppender
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import lane_answers
 from rlog.runtime.forwarding import Forwarding, KnownLeader
@@ -84,17 +84,14 @@ from rlog.runtime.read_runs import (
     response_of,
 )
 from rlog.runtime.recover import Report, recover
+from rlog.runtime.repair import Repair, StorageFaults, open_core
 from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage, WriteBatch
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.node")
 _M = TypeVar("_M", pb.LearnedRequest, pb.FetchResponse)  # what a learner rule takes
-
-# Corrupt records repaired at open before the replica gives up (a disk this broken is not
-# one to repair record by record).
-MAX_REPAIRS_AT_OPEN = 1000
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
 CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
@@ -140,18 +137,18 @@ class Node:
         self.tail_chunks = SharedChunks()
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
-        # A storage fault, for Status and the log: the last corrupt record found, or why the
-        # disk cannot be written (docs/faults.md).
-        self.storage_fault = ""
-        self.corrupt_records = 0
-        self._repairing: set[int] = set()
         self._recovery_task: asyncio.Task[None] | None = None
-        self._free_checked: tuple[float, int] = (0.0, -1)  # (when, bytes free) of the data dir
-        self.core = self._open_core(storage)
+        # Storage faults: a corrupt record is dropped and recovered, a full disk refuses
+        # appends (repair.py, docs/faults.md).
+        self.faults = StorageFaults(self.metrics)
+        self.core = open_core(storage, self.faults)
         self.journal = Journal(storage, self.core, self.metrics)
-        self.journal.on_corrupt = self._repair_batch
-        self.journal.on_full_changed = self._on_disk_full_changed
-        self.metrics.disk_full.set_function(lambda: 1.0 if self.disk_low() else 0.0)
+        self.repair = Repair(
+            self.core, self.journal, config, self.faults, self._restart_recovery, self.spawn
+        )
+        self.journal.on_corrupt = self.repair.repair_batch
+        self.journal.on_full_changed = self.repair.on_disk_full_changed
+        self.metrics.disk_full.set_function(lambda: 1.0 if self.repair.disk_low() else 0.0)
         self.coordinator = Coordinator(
             config.id,
             len(config.peers),
@@ -241,6 +238,8 @@ class Node:
         self.admission = AdmissionDriver(
             self.core, self.coordinator, config, self._learned_changed, self.spawn, self._dispatch
         )
+        # What the AppendStream and the append lane ask of the replica (runtime/appends.py).
+        self.appender = ReplicaAppender(self.append, self.repair.storage_fault_seen)
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -251,78 +250,6 @@ class Node:
         self.certificates: ReloadingCertificates | None = None
         self._check_identity()
 
-    # ---- storage faults (docs/faults.md) -------------------------------------------------
-
-    def _open_core(self, storage: Storage) -> ReplicaCore:
-        """The replica's core over its storage. Opening reads every record not yet learned;
-        a corrupt one is dropped and the replica turned RECOVERING before it serves anything,
-        then the core is opened again. Damage the engine skipped at open (a segment frame)
-        may have held any position: the replica re-learns them all from its peers."""
-        damage = storage.damage()
-        if damage:
-            self.corrupt_records += len(damage)
-            self.metrics.corrupt_records.inc(len(damage))
-            self.storage_fault = (
-                f"damaged data skipped at open ({'; '.join(damage)[:300]}): recovering every "
-                "position from the peers"
-            )
-            log.error("%s", self.storage_fault)
-            meta = storage.metadata()
-            if meta.status == pb.VOTING:
-                meta.status = pb.RECOVERING
-            meta.learned_below = meta.begin
-            storage.apply(WriteBatch(metadata=meta))
-        for _ in range(MAX_REPAIRS_AT_OPEN):
-            try:
-                return ReplicaCore(storage)
-            except CorruptRecord as exc:
-                self._report_corrupt(exc)
-                meta = storage.metadata()
-                if meta.status == pb.VOTING:
-                    meta.status = pb.RECOVERING
-                floor = max(exc.key, meta.begin)
-                meta.learned_below = min(meta.learned_below, floor)
-                storage.apply(WriteBatch(drop_records=[exc.key], metadata=meta))
-        raise CorruptRecord(0, f"more than {MAX_REPAIRS_AT_OPEN} corrupt records at open")
-
-    def _report_corrupt(self, exc: CorruptRecord) -> None:
-        self.corrupt_records += 1
-        self.metrics.corrupt_records.inc()
-        self.storage_fault = (
-            f"corrupt record at position {exc.key} ({exc.why}): dropped, not served; "
-            "recovering it from the peers"
-        )
-        log.error("%s: %s", exc, "dropping it and recovering from the peers")
-
-    def _repair_batch(self, exc: CorruptRecord) -> WriteBatch:
-        """The journal met a corrupt record while writing: the batch that repairs it."""
-        self._report_corrupt(exc)
-        asyncio.get_running_loop().call_soon(self._restart_recovery)
-        return self.core.forget_corrupt(exc.key)
-
-    def storage_fault_seen(self, exc: CorruptRecord) -> None:
-        """A read met a corrupt record: drop it, stop voting and recover (docs/faults.md).
-        Reads never serve it: they fail with CORRUPT_RECORD, and once it is dropped this
-        replica no longer counts its positions as learned."""
-        if exc.key in self._repairing:
-            return
-        self._repairing.add(exc.key)
-        self._report_corrupt(exc)
-        batch = self.core.forget_corrupt(exc.key)
-        self._restart_recovery()
-        self.spawn(self._persist_repair(batch, exc.key))
-
-    async def _persist_repair(self, batch: WriteBatch, key: int) -> None:
-        while True:
-            try:
-                await self.journal.persist(batch)
-                break
-            except DiskFull:
-                await asyncio.sleep(1.0)  # the batch stays queued; wait for it
-                if self.journal.full is None:
-                    break
-        self._repairing.discard(key)
-
     def _restart_recovery(self) -> None:
         """Stop leading and voting; run recovery again (it ends once the replica is VOTING)."""
         if self._stopped:
@@ -330,52 +257,13 @@ class Node:
         if self.coordinator.leading:
             self.coordinator.step_down("a stored record is corrupt")
             self._dispatch()
-        self.reason = f"repairing: {self.storage_fault}"
+        self.reason = f"repairing: {self.faults.fault}"
         self._update_metrics()
         if self._recovery_task is None or self._recovery_task.done():
             self._recovery_task = asyncio.get_running_loop().create_task(
                 self._supervise(self._recovery_loop), name="recovery"
             )
             self._tasks.append(self._recovery_task)
-
-    def _on_disk_full_changed(self) -> None:
-        full = self.journal.full
-        if full is not None:
-            self.storage_fault = f"disk full: {full}"
-            log.error("disk full, appends refused until space returns: %s", full)
-        else:
-            if self.storage_fault.startswith("disk full"):
-                self.storage_fault = ""
-            log.info("disk space is back: writing again")
-
-    def disk_low(self) -> str:
-        """Why appends are refused for want of space ("" if they are not): the disk is full
-        (writes fail) or has less free than --min-free-bytes (looked at most every 0.1 s)."""
-        if self.journal.full is not None:
-            return str(self.journal.full)
-        if self.config.storage_engine == "memory" or not self.config.min_free_bytes:
-            return ""
-        now = time.monotonic()
-        if now - self._free_checked[0] > 0.1:
-            try:
-                st = os.statvfs(self.config.data_dir)
-                self._free_checked = (now, st.f_bavail * st.f_frsize)
-            except OSError:
-                self._free_checked = (now, -1)
-        free = self._free_checked[1]
-        if 0 <= free < self.config.min_free_bytes:
-            return (
-                f"data dir {self.config.data_dir}: {free} bytes free, under --min-free-bytes "
-                f"{self.config.min_free_bytes} (kept for promises and elections)"
-            )
-        return ""
-
-    def disk_full_error(self) -> RpcError | None:
-        """The error an append answers while the disk is full or nearly so."""
-        why = self.disk_low()
-        if not why:
-            return None
-        return RpcError(Reason.DISK_FULL, f"replica {self.config.id}: {why}")
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -444,7 +332,7 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except CorruptRecord as exc:
-                self.storage_fault_seen(exc)
+                self.repair.storage_fault_seen(exc)
                 await asyncio.sleep(0.1)
             except Exception:
                 log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
@@ -491,7 +379,7 @@ class Node:
         try:
             reply = self.core.on_promise(request)
         except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
+            self.repair.storage_fault_seen(exc)
             raise
         assert isinstance(reply.response, pb.PromiseResponse)
         if reply.response.verdict == pb.ACCEPT:
@@ -541,7 +429,7 @@ class Node:
         try:
             reply = self.core.on_write(request)
         except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
+            self.repair.storage_fault_seen(exc)
             raise
         assert isinstance(reply.response, pb.WriteResponse)
         if reply.response.verdict == pb.REJECT:
@@ -575,7 +463,7 @@ class Node:
         try:
             batch = rule(message)
         except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
+            self.repair.storage_fault_seen(exc)
             raise
         if batch is not None:
             self.journal.persist_nowait(batch)
@@ -1019,7 +907,7 @@ class Node:
         leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
             return await self.forwarding.append(leader, data, offsets, conditions)
-        if (full := self.disk_full_error()) is not None:
+        if (full := self.repair.disk_full_error()) is not None:
             raise full  # this leader cannot store it: refuse before proposing anything
         started = time.perf_counter()
         token = object()
@@ -1304,7 +1192,7 @@ class Node:
         role = "leader" if leading else "follower"
         leader = self.live_leader
         unconfirmed = leading and confirmed is False
-        low = self.disk_low()
+        low = self.repair.disk_low()
         if unconfirmed:
             role, leader = "follower", ""
         return pb.StatusResponse(
@@ -1334,8 +1222,8 @@ class Node:
             catchup_begin=self.catchup[0],
             catchup_end=self.catchup[1],
             catchup_done=self.catchup[2],
-            storage_fault=self.storage_fault or (f"disk full: {low}" if low else ""),
-            corrupt_records=self.corrupt_records,
+            storage_fault=self.faults.fault or (f"disk full: {low}" if low else ""),
+            corrupt_records=self.faults.corrupt_records,
             disk_full=bool(low),
         )
 

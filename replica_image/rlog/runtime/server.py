@@ -21,7 +21,7 @@ from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
-from rlog.runtime.lane import Admission, lane_address, serve_lane
+from rlog.runtime.lane import Admission, LaneReplica, lane_address, serve_lane
 from rlog.runtime.lane_tls import LaneTls, caller_names
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
@@ -159,7 +159,7 @@ class LogService(pbg.LogServicer):
         self._unary_appends.inc()
         try:
             data, offsets = packed_values(request)
-            positions = await self.node.append(
+            positions = await self.node.appender.append(
                 data, offsets, _forwarded(context), conditions_of(request)
             )
         except RpcError as error:
@@ -183,7 +183,7 @@ class LogService(pbg.LogServicer):
         async def one(request: pb.AppendRequest) -> None:
             self._stream_appends.inc()
             try:
-                responses.put_nowait(await answer(self.node, request, forwarded))
+                responses.put_nowait(await answer(self.node.appender, request, forwarded))
             except Exception as exc:
                 log.exception("an append on an AppendStream failed; ending the stream")
                 responses.put_nowait(exc)
@@ -477,7 +477,7 @@ async def start_server(
             node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
-                node,
+                LaneReplica(node.start_write, node.lane_fetch, node.appender),
                 host,
                 port,
                 config.log_id,
