@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -106,14 +107,20 @@ def install_probes() -> None:
     from rlog.runtime import journal, node, peers, server
     from rlog.storage.records import RecordStorage
 
+    acceptor: Any = node.Node  # the acceptor/learner: in the node before issue 41
+    with contextlib.suppress(ImportError):
+        from rlog.runtime import replica
+
+        acceptor = replica.ReplicaDriver
+
     _wrap_async(server.LogService, "Append", "append")  # the client's call, in the handler
     # The acceptor's write (the leader's: its own) and its batch handed to the journal; the
     # names differ between builds (a build that decides a write without a task per write).
-    if hasattr(node.Node, "start_write"):
-        _wrap_sync(node.Node, "start_write", "write")
+    if hasattr(acceptor, "start_write"):
+        _wrap_sync(acceptor, "start_write", "write")
         _wrap_sync(journal.Journal, "submit", "persist")
     else:
-        _wrap_async(node.Node, "handle_write", "write")
+        _wrap_async(acceptor, "handle_write", "write")
         _wrap_async(journal.Journal, "persist", "persist")
     _wrap_sync(RecordStorage, "apply", "disk")  # in the storage thread: plan, write, sync
     _wrap_sync(node.Node, "_pump", "pump")  # the coordinator places the appends queued

@@ -1,14 +1,15 @@
 """A replica node: the pure core and coordinator wrapped with disk, network and timers.
 
-- acceptor/learner: requests run through `ReplicaCore`, their batches through the `Journal`
-  (group commit), and the reply leaves only after the batch is durable;
+- acceptor/learner (`replica`): requests run through `ReplicaCore`, their batches through
+  the `Journal` (group commit), and the reply leaves only after the batch is durable;
 - coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
   (to itself directly), its timers are armed here and the callers' appends completed;
 - election: the node ticks `Election` (when to stand, whom to follow, which rivals to
   refuse), runs the pre-vote's Status calls it asks for and stands when it says;
 - followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
   VOTING replica ends up holding every chosen entry;
-- a replica that is not VOTING recovers first (`recover`, `catchup`);
+- a replica that is not VOTING recovers first (`recover`, `catchup`); a corrupt record is
+  dropped and recovered, a full disk refuses appends (`repair`);
 - check-quorum: a leader that has not heard from a quorum within two election timeouts
   steps down (the rule: election.py);
 - client API: appends, truncations and reads, which a follower passes to the leader
@@ -25,20 +26,18 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from rlog.client.packing import last_position, runs_of
 from rlog.client.wire import Reason
 from rlog.config import (
-    SLOW_SELF_ENV,
     UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
     UNSAFE_SPLIT_FILL_ENV,
     ConfigError,
     ReplicaConfig,
-    slow_self,
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
@@ -63,14 +62,12 @@ from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
 from rlog.runtime.errors import RpcError
-from rlog.runtime.fetch import lane_answers
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
 from rlog.runtime.learned_copy import pull
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
-    LocalReplica,
     Peer,
     Peers,
     Response,
@@ -85,13 +82,13 @@ from rlog.runtime.read_runs import (
 )
 from rlog.runtime.recover import Report, recover
 from rlog.runtime.repair import Repair, StorageFaults, open_core
+from rlog.runtime.replica import ReplicaDriver
 from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
-from rlog.storage import Storage, WriteBatch
+from rlog.storage import Storage
 from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.node")
-_M = TypeVar("_M", pb.LearnedRequest, pb.FetchResponse)  # what a learner rule takes
 
 ELECTION_TICK = 0.02  # seconds between looks at the election timer
 CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
@@ -166,31 +163,6 @@ class Node:
             ),
             log_id=config.log_id,
         )
-        self._self_delay = slow_self()
-        if self._self_delay:
-            log.warning(
-                "%s=%g: this replica's messages to itself are delayed (test only)",
-                SLOW_SELF_ENV,
-                self._self_delay,
-            )
-            local = LocalReplica(
-                self.handle_promise, self._slow_write, self._slow_learned, self._slow_fetched
-            )
-        else:
-            local = LocalReplica(
-                self.handle_promise, self.handle_write, self.handle_learned, self.handle_fetched
-            )
-        self.peers = Peers(
-            config,
-            self.core,
-            local,
-            self.spawn,
-            self._on_reply,
-            self._on_send_failure,
-            promise_timeout=self.coordinator.config.fill_timeout,
-            metrics=self.metrics,
-        )
-        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # When to stand for election, whom this replica follows (the rules: election.py).
         self.clock = ElectionClock()
         self.election = Election(
@@ -203,6 +175,31 @@ class Node:
             self.clock.now(),
             random.Random(),
         )
+        # The acceptor/learner: the peers' calls, and this replica's own messages to itself.
+        self.replica = ReplicaDriver(
+            config,
+            self.core,
+            self.journal,
+            self.metrics,
+            self.coordinator,
+            self.election,
+            self.clock.now,
+            self._on_heartbeat,
+            self._learned,
+            self._update_metrics,
+            self.repair.storage_fault_seen,
+        )
+        self.peers = Peers(
+            config,
+            self.core,
+            self.replica.local,
+            self.spawn,
+            self._on_reply,
+            self._on_send_failure,
+            promise_timeout=self.coordinator.config.fill_timeout,
+            metrics=self.metrics,
+        )
+        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
         self.read_index = ReadIndex(config.id, len(config.peers))
         self._read_waiters: dict[object, asyncio.Future[None]] = {}
@@ -365,111 +362,11 @@ class Node:
 
     # ---- acceptor / learner ------------------------------------------------------------
 
-    async def handle_promise(self, request: pb.PromiseRequest) -> pb.PromiseResponse:
-        if self.journal.full is not None:
-            raise self.journal.full  # before the core: decide nothing that cannot be durable
-        if not request.positions and self.election.refuses(request.candidate, self.clock.now()):
-            self.metrics.rejects.labels("promise").inc()
-            return pb.PromiseResponse(
-                verdict=pb.REJECT,
-                proposal=self.core.promised,
-                begin=self.core.begin,
-                status=self.core.status,
-            )
-        try:
-            reply = self.core.on_promise(request)
-        except CorruptRecord as exc:
-            self.repair.storage_fault_seen(exc)
-            raise
-        assert isinstance(reply.response, pb.PromiseResponse)
-        if reply.response.verdict == pb.ACCEPT:
-            # Before the persist: our own candidacy must not start while another is under way.
-            self.election.on_promise_accepted(self.clock.now(), request.candidate)
-        if reply.persist is not None:
-            await self.journal.persist(reply.persist)
-        if reply.response.verdict == pb.REJECT:
-            self.metrics.rejects.labels("promise").inc()
-        self.coordinator.observe(request.proposal)
+    def _learned(self) -> None:
+        """The replica learned a batch: wake whoever waits for it."""
+        self._learned_changed.set()
+        self.admission.on_learned()
         self._update_metrics()
-        return reply.response
-
-    async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        response, durable = self.start_write(request)
-        if durable is not None:
-            await durable
-        return response
-
-    # RLOG_TEST_SLOW_SELF (tests only): a write and a learned message to ourselves each
-    # handled `_self_delay` after they were sent, so in the order they were sent.
-    async def _slow_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        await asyncio.sleep(self._self_delay)
-        return await self.handle_write(request)
-
-    def _slow_learned(self, request: pb.LearnedRequest) -> None:
-        asyncio.get_running_loop().call_later(self._self_delay, self.handle_learned, request)
-
-    def _slow_fetched(self, answer: pb.FetchResponse) -> None:
-        asyncio.get_running_loop().call_later(self._self_delay, self.handle_fetched, answer)
-
-    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]:
-        """A fetch lane's answer to `request`: the serialized FetchAnswers, in parts
-        (runtime/fetch.py); raises CorruptRecord as a Fetch call would."""
-        return lane_answers(self.core, request)
-
-    def start_write(
-        self, request: pb.WriteRequest
-    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]:
-        """A write's decision, taken now, and the future of its batch's durability (None:
-        nothing to store); the response may leave only once that future is done. Raises
-        what `handle_write` raises."""
-        if request.HasField("learned"):
-            self.handle_learned(request.learned)
-        if self.journal.full is not None:
-            raise self.journal.full
-        try:
-            reply = self.core.on_write(request)
-        except CorruptRecord as exc:
-            self.repair.storage_fault_seen(exc)
-            raise
-        assert isinstance(reply.response, pb.WriteResponse)
-        if reply.response.verdict == pb.REJECT:
-            self.metrics.rejects.labels("write").inc()
-        durable = self.journal.submit(reply.persist) if reply.persist is not None else None
-        return reply.response, durable
-
-    def handle_learned(self, request: pb.LearnedRequest) -> None:
-        if request.leader_address and request.leader != self.config.id:
-            self._on_heartbeat(request)
-        if self.journal.full is not None and (request.runs or request.actions):
-            # No room to store values: learn only what is stored already (ranges); the rest
-            # is pulled from the leader once space returns, not held in memory meanwhile.
-            trimmed = pb.LearnedRequest()
-            trimmed.CopyFrom(request)
-            del trimmed.runs[:]
-            del trimmed.actions[:]
-            request = trimmed
-        self._learn(self.core.on_learned, request)
-
-    def handle_fetched(self, answer: pb.FetchResponse) -> None:
-        """Learn a Fetch answer's records (a catch-up's span, a pull's chunk); the answer is
-        given up to the core, which keeps its runs without a copy."""
-        if self.journal.full is not None:
-            return  # no room to store values: fetched again once space returns
-        self._learn(self.core.on_fetched, answer)
-
-    def _learn(self, rule: Callable[[_M], WriteBatch | None], message: _M) -> None:
-        """Apply a learner rule of the core to `message` and store what it learned (a
-        corrupt record met on the way is reported as a storage fault and re-raised)."""
-        try:
-            batch = rule(message)
-        except CorruptRecord as exc:
-            self.repair.storage_fault_seen(exc)
-            raise
-        if batch is not None:
-            self.journal.persist_nowait(batch)
-            self._learned_changed.set()
-            self.admission.on_learned()
-            self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
         step_down = self.election.on_heartbeat(

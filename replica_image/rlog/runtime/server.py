@@ -64,13 +64,13 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Promise(
         self, request: pb.PromiseRequest, context: grpc.aio.ServicerContext
     ) -> pb.PromiseResponse:
-        return await self.node.handle_promise(request)
+        return await self.node.replica.handle_promise(request)
 
     async def Write(
         self, request: pb.WriteRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteResponse:
         self._unary_writes.inc()
-        return await self.node.handle_write(request)
+        return await self.node.replica.handle_write(request)
 
     async def WriteStream(
         self,
@@ -98,7 +98,7 @@ class ReplicaService(pbg.ReplicaServicer):
                 # Decided here and now, in arrival order, its batch queued for the journal:
                 # no task per write (a loop turn each on a serial append's path).
                 try:
-                    decided, future = self.node.start_write(request)
+                    decided, future = self.node.replica.start_write(request)
                 except Exception as exc:
                     responses.put_nowait(exc)
                     continue
@@ -126,7 +126,7 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
     ) -> pb.LearnedResponse:
-        self.node.handle_learned(request)
+        self.node.replica.handle_learned(request)
         # Our promise tells a leader's heartbeat whether we still follow it (read index).
         return pb.LearnedResponse(promised=self.node.core.promised)
 
@@ -477,7 +477,7 @@ async def start_server(
             node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
-                LaneReplica(node.start_write, node.lane_fetch, node.appender),
+                LaneReplica(node.replica.start_write, node.replica.lane_fetch, node.appender),
                 host,
                 port,
                 config.log_id,
