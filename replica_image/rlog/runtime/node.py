@@ -4,14 +4,15 @@
   the `Journal` (group commit), and the reply leaves only after the batch is durable;
 - coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
   (to itself directly), its timers are armed here and the callers' appends completed;
-- election: the node ticks `Election` (when to stand, whom to follow, which rivals to
-  refuse), runs the pre-vote's Status calls it asks for and stands when it says;
+- election (`election`): the driver ticks `Election` (when to stand, whom to follow, which
+  rivals to refuse), runs the pre-vote's Status calls it asks for and stands when it says,
+  and sends the leader's heartbeats;
 - followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
   VOTING replica ends up holding every chosen entry;
 - a replica that is not VOTING recovers first (`recover`, `catchup`); a corrupt record is
   dropped and recovered, a full disk refuses appends (`repair`);
-- check-quorum: a leader that has not heard from a quorum within two election timeouts
-  steps down (the rule: election.py);
+- check-quorum (`election`): a leader that has not heard from a quorum within two election
+  timeouts steps down (the rule: protocol/election.py);
 - client API: appends, truncations and reads, which a follower passes to the leader
   (`forwarding`); a linearizable read waits until a heartbeat round sent after it arrived
   is answered by a quorum that still follows this leader (the rules: read_index.py).
@@ -27,8 +28,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
-
-import grpc
 
 from rlog.client.packing import last_position, runs_of
 from rlog.client.wire import Reason
@@ -57,10 +56,11 @@ from rlog.protocol.coordinator import (
     Send,
     SetTimer,
 )
-from rlog.protocol.election import Election, StandDown
+from rlog.protocol.election import Election
 from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
+from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
@@ -90,29 +90,7 @@ from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.node")
 
-ELECTION_TICK = 0.02  # seconds between looks at the election timer
 CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
-
-
-class ElectionClock:
-    """The election's time (etcd raft counts ticks for the same reason): it advances with the
-    election loop's turns, by the real time elapsed but at most two ticks per turn. A process
-    starved of CPU (an overloaded machine, a long GC-like pause) then does not find on waking
-    that whole timeouts went by while the answers that prove a quorum still follows it sit
-    unread in its sockets; it reads them within the next turns. Liveness only: no safety
-    property rests on time (reads are confirmed by a quorum, not by a lease)."""
-
-    def __init__(self) -> None:
-        self._now = 0.0
-        self._real = time.monotonic()
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self) -> None:
-        real = time.monotonic()
-        self._now += min(max(real - self._real, 0.0), 2 * ELECTION_TICK)
-        self._real = real
 
 
 # A read round first asks only as many peers as a quorum needs; the others too if it is not
@@ -164,15 +142,15 @@ class Node:
             log_id=config.log_id,
         )
         # When to stand for election, whom this replica follows (the rules: election.py).
-        self.clock = ElectionClock()
-        self.election = Election(
+        clock = ElectionClock()
+        election = Election(
             config.id,
             config.address,
             len(config.peers),
             config.election_timeout,
             self.core,
             self.coordinator,
-            self.clock.now(),
+            clock.now(),
             random.Random(),
         )
         # The acceptor/learner: the peers' calls, and this replica's own messages to itself.
@@ -182,8 +160,8 @@ class Node:
             self.journal,
             self.metrics,
             self.coordinator,
-            self.election,
-            self.clock.now,
+            election,
+            clock.now,
             self._on_heartbeat,
             self._learned,
             self._update_metrics,
@@ -200,17 +178,29 @@ class Node:
             metrics=self.metrics,
         )
         self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
-        # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
-        self.read_index = ReadIndex(config.id, len(config.peers))
-        self._read_waiters: dict[object, asyncio.Future[None]] = {}
-        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
-        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
         self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
         if self.unsafe_no_read_index:
             log.warning(
                 "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
                 UNSAFE_NO_READ_INDEX_ENV,
             )
+        self.election = ElectionDriver(
+            config,
+            self.core,
+            self.coordinator,
+            election,
+            clock,
+            self.peers,
+            self.metrics,
+            self._dispatch,
+            self.spawn,
+            check_quorum=not self.unsafe_no_read_index,
+        )
+        # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
+        self.read_index = ReadIndex(config.id, len(config.peers))
+        self._read_waiters: dict[object, asyncio.Future[None]] = {}
+        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
+        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
         if self.coordinator.config.split_fill:
             log.warning(
                 "%s=1: fills settle positions one by one, an append's entries may be chosen "
@@ -291,7 +281,9 @@ class Node:
             self._supervise(self._recovery_loop), name="recovery"
         )
         self._tasks.append(self._recovery_task)
-        self._tasks.append(loop.create_task(self._supervise(self._election_loop), name="election"))
+        self._tasks.append(
+            loop.create_task(self._supervise(self.election.election_loop), name="election")
+        )
         self._tasks.append(
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
@@ -311,6 +303,7 @@ class Node:
             task.cancel()
         self._stopped = True
         self.admission.stopped = True
+        self.election.stopped = True
         self.peers.stop()
         for future in self._waiters.values():
             if not future.done():
@@ -369,13 +362,7 @@ class Node:
         self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
-        step_down = self.election.on_heartbeat(
-            self.clock.now(), request.leader, request.leader_address, request.proposal
-        )
-        if step_down is not None:
-            self.coordinator.step_down(step_down.reason)
-            self._dispatch()
-        self.coordinator.observe(request.proposal)
+        self.election.on_heartbeat(request)
         if not request.leader_learned:
             return  # a read round's heartbeat: too frequent to time pulls by
         target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
@@ -401,7 +388,7 @@ class Node:
         )
         self.reason = ""
         self.catchup = (0, 0, 0)
-        self.last_heard = self.clock.now()  # a new voter first listens for a leader
+        self.election.listen()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
 
@@ -455,19 +442,16 @@ class Node:
                     "elected with proposal %d, filling up to %d", output.proposal, output.index
                 )
             elif isinstance(output, Leading):
-                self.election.on_leading(self.clock.now())
+                self.election.on_leading()
                 self.reason = ""
                 log.info(
                     "leading at proposal %d from position %d", output.proposal, output.next_position
                 )
-                self.spawn(self._send_heartbeats())
+                self.spawn(self.election.send_heartbeats())
                 self.admission.on_leading(output.proposal, output.next_position - 1)
             elif isinstance(output, Demoted):
                 self._fail_reads(f"not leading any more: {output.reason}")
-                if self.election.on_demoted(self.clock.now(), output.retry_after):
-                    self.metrics.elections.labels("demoted").inc()
-                else:
-                    self.metrics.elections.labels("lost").inc()
+                self.election.on_demoted(output.retry_after)
                 log.info("not leading: %s", output.reason)
         for send in own:
             self.peers.post(send)
@@ -480,7 +464,7 @@ class Node:
         self._dispatch()
 
     def _on_reply(self, send: Send, response: Response) -> None:
-        self.election.on_peer_answered(self.clock.now(), send.to)
+        self.election.on_peer_answered(send.to)
         self.coordinator.on_reply(send.round, send.to, response)
         self._dispatch()
 
@@ -500,55 +484,11 @@ class Node:
 
     # ---- election and heartbeats -------------------------------------------------------
 
-    async def _election_loop(self) -> None:
-        """Tick the election state machine; run the pre-vote it asks for, stand if it says."""
-        self.election.restart_timer()  # a (re)started loop first listens a full timeout
-        while True:
-            await asyncio.sleep(ELECTION_TICK)
-            self.clock.advance()
-            self._check_quorum()
-            if self.election.tick(self.clock.now()) is None:
-                continue
-            outcome = self.election.on_pre_vote(self.clock.now(), await self._peer_statuses())
-            if isinstance(outcome, StandDown):
-                log.debug("not standing for election: %s", outcome.reason)
-                continue
-            log.debug("standing for election: %s", outcome.reason)
-            self.metrics.elections.labels("started").inc()
-            self.coordinator.elect()
-            self._dispatch()
-
-    def _check_quorum(self) -> None:
-        """Step down if a quorum has not answered lately (`Election.check_quorum`)."""
-        if self.unsafe_no_read_index:
-            return  # test only: as before check-quorum existed
-        now = self.clock.now()
-        step = self.election.check_quorum(now)
-        if step is None:
-            return
-        log.warning("stepping down: %s", step.reason)
-        self.metrics.elections.labels("check_quorum").inc()
-        self.coordinator.step_down(step.reason)
-        self._dispatch()
-        self.election.stepped_down(now)
-
-    async def _peer_statuses(self) -> list[pb.StatusResponse | None]:
-        """The pre-vote's question: every peer's Status (None: no answer in time)."""
-
-        async def status_of(peer: Peer) -> pb.StatusResponse | None:
-            try:
-                # What the peer believes now: no leadership confirmation on this budget.
-                return await peer.log.Status(pb.StatusRequest(local=True), timeout=0.5)
-            except grpc.aio.AioRpcError:
-                return None
-
-        return list(await asyncio.gather(*(status_of(p) for p in self.peers.values())))
-
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
             if self.coordinator.leading:
-                await self._send_heartbeats()
+                await self.election.send_heartbeats()
                 self._pull_missed_own_writes()
 
     def _pull_missed_own_writes(self) -> None:
@@ -575,7 +515,7 @@ class Node:
         new; the leader's heartbeats, by which a follower otherwise finds it is behind, come
         only once the leader's channel to it is back from its reconnect back-off (up to a
         second), and the pull they start waits for a second one."""
-        statuses = await self._peer_statuses()
+        statuses = await self.election.peer_statuses()
         ahead = {
             status.id: status.learned
             for status in statuses
@@ -614,27 +554,13 @@ class Node:
 
         self.spawn(pulling())
 
-    async def _send_heartbeats(self) -> None:
-        heartbeat = pb.LearnedRequest(
-            proposal=self.coordinator.proposal,
-            leader=self.config.id,
-            leader_address=self.config.address,
-            leader_learned=self.core.learned,
-            log_id=self.config.log_id,
-        )
-        for peer in self.peers.values():
-            self.spawn(self._heartbeat(peer, heartbeat, 0))
-
     async def _heartbeat(self, peer: Peer, heartbeat: pb.LearnedRequest, round_id: int) -> None:
-        """Send one heartbeat; its answer counts for the check-quorum and, for a read round
-        (`round_id` > 0), for the read index."""
-        answer = await self.peers.heartbeat(peer, heartbeat)
-        if answer is None or self._stopped:
+        """Send one heartbeat of a read round; its answer counts for the read index."""
+        answer = await self.election.heartbeat(peer, heartbeat)
+        if answer is None:
             return
-        self.election.on_peer_answered(self.clock.now(), peer.id)
-        if round_id:
-            self.read_index.on_answer(round_id, peer.id, answer.promised)
-            self._drain_read_index()
+        self.read_index.on_answer(round_id, peer.id, answer.promised)
+        self._drain_read_index()
 
     # ---- the read index ----------------------------------------------------------------
 
@@ -751,7 +677,7 @@ class Node:
         """Whom a read round asks first: the quorum - 1 peers that answered this leader
         last (with it they make a quorum; the others then never handle the round), and the
         rest, asked only if those have not confirmed the round in a few typical round times."""
-        answered = self.election.peer_answered
+        answered = self.election.last_answers()
         ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
         need = self.read_index.quorum - 1
         return ranked[:need], ranked[need:]
@@ -1087,7 +1013,7 @@ class Node:
         after the request arrived (None: not asked; `role` is then what it believes)."""
         leading = self.coordinator.leading
         role = "leader" if leading else "follower"
-        leader = self.live_leader
+        leader = self.election.live_leader
         unconfirmed = leading and confirmed is False
         low = self.repair.disk_low()
         if unconfirmed:
@@ -1127,8 +1053,8 @@ class Node:
     def _known_leader(self) -> KnownLeader:
         return KnownLeader(
             self.coordinator.leading,
-            self.leader_id,
-            self.clock.now() - self.last_heard,
+            self.election.leader_id,
+            self.election.since_heard(),
             self.reason,
         )
 
@@ -1138,34 +1064,6 @@ class Node:
             log.info("initialization permit %s", "granted" if permit else "revoked")
         self.permit = permit
         self._update_metrics()
-
-    @property
-    def live_leader(self) -> str:
-        """The leader's address if this replica leads or heard it within an election
-        timeout; empty otherwise (a stale leader must not look alive to a pre-vote)."""
-        return self.election.live_leader(self.clock.now())
-
-    @property
-    def leader_id(self) -> int | None:
-        """The leader this replica follows (itself while it leads), if any."""
-        return self.election.leader_id
-
-    @property
-    def last_heard(self) -> float:
-        """When the leader was last heard (the election timer's last reset)."""
-        return self.election.last_heard
-
-    @last_heard.setter
-    def last_heard(self, now: float) -> None:
-        # A replica that just turned VOTING first listens for the leader.
-        self.election.listen(now)
-
-    def step_down(self) -> None:
-        if self.coordinator.leading:
-            self.coordinator.step_down("asked to step down")
-            self._dispatch()
-            # Give another replica the chance: wait out a full election timeout first.
-            self.election.stepped_down(self.clock.now())
 
     def _update_metrics(self) -> None:
         self.learned_watch.advance(self.core.learned)

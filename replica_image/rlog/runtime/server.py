@@ -320,7 +320,7 @@ class AdminService(pbg.AdminServicer):
     async def StepDown(
         self, request: pb.StepDownRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        self.node.step_down()
+        self.node.election.step_down()
         return self.node.status()
 
 
@@ -580,12 +580,12 @@ async def drain(node: Node, seconds: float) -> bool:
     if seconds <= 0 or not node.is_leader:
         return False
     log.info("leading while asked to stop: stepping down first (drain up to %gs)", seconds)
-    node.step_down()
+    node.election.step_down()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while loop.time() < deadline:
-        leader = node.leader_id
-        if leader is not None and leader != node.config.id and node.live_leader:
+        leader = node.election.leader_id
+        if leader is not None and leader != node.config.id and node.election.live_leader:
             log.info("replica %d leads now: stopping", leader)
             return True
         await asyncio.sleep(0.05)
