@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -57,7 +56,6 @@ from rlog.protocol.coordinator import (
     SetTimer,
 )
 from rlog.protocol.election import Election
-from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
 from rlog.runtime.election import ElectionClock, ElectionDriver
@@ -68,10 +66,10 @@ from rlog.runtime.learned_copy import pull
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
-    Peer,
     Peers,
     Response,
 )
+from rlog.runtime.read_index import ReadIndexDriver
 from rlog.runtime.read_runs import (
     READ_RESPONSE_BYTES,
     READ_RESPONSE_POSITIONS,
@@ -93,16 +91,6 @@ log = logging.getLogger("rlog.node")
 CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
 
 
-# A read round first asks only as many peers as a quorum needs; the others too if it is not
-# confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
-# are slow, and asking everyone each time would undo the saving).
-READ_ROUND_WIDEN_ROUNDS = 4
-READ_ROUND_WIDEN_MIN = 0.005
-# Reads arriving while a round is in flight: their round leaves this long after that one ends,
-# with every read that arrived meanwhile (fewer rounds under concurrent reads).
-READ_ROUND_GATHER = 0.001
-
-
 class Node:
     def __init__(self, config: ReplicaConfig, storage: Storage) -> None:
         self.config = config
@@ -113,6 +101,7 @@ class Node:
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
         self._recovery_task: asyncio.Task[None] | None = None
+        self._learned_changed = asyncio.Event()  # set as the replica learns
         # Storage faults: a corrupt record is dropped and recovered, a full disk refuses
         # appends (repair.py, docs/faults.md).
         self.faults = StorageFaults(self.metrics)
@@ -197,10 +186,18 @@ class Node:
             check_quorum=not self.unsafe_no_read_index,
         )
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
-        self.read_index = ReadIndex(config.id, len(config.peers))
-        self._read_waiters: dict[object, asyncio.Future[None]] = {}
-        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
-        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
+        self.read_index = ReadIndexDriver(
+            config,
+            self.core,
+            self.coordinator,
+            self.peers,
+            self.metrics,
+            self.election.heartbeat,
+            self.election.last_answers,
+            self._learned_changed,
+            self.spawn,
+            confirm=not self.unsafe_no_read_index,
+        )
         if self.coordinator.config.split_fill:
             log.warning(
                 "%s=1: fills settle positions one by one, an append's entries may be chosen "
@@ -218,7 +215,6 @@ class Node:
         self._waiters: dict[object, asyncio.Future[list[int]]] = {}
         self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
         self._pump_scheduled = False
-        self._learned_changed = asyncio.Event()
         # Reads with a min_position wait here for the learned end to reach it.
         self.learned_watch = LearnedWatch()
         # The admission state of the learned entries, handed to the coordinator as it leads.
@@ -304,6 +300,7 @@ class Node:
         self._stopped = True
         self.admission.stopped = True
         self.election.stopped = True
+        self.read_index.stopped = True
         self.peers.stop()
         for future in self._waiters.values():
             if not future.done():
@@ -450,7 +447,7 @@ class Node:
                 self.spawn(self.election.send_heartbeats())
                 self.admission.on_leading(output.proposal, output.next_position - 1)
             elif isinstance(output, Demoted):
-                self._fail_reads(f"not leading any more: {output.reason}")
+                self.read_index.fail_reads(f"not leading any more: {output.reason}")
                 self.election.on_demoted(output.retry_after)
                 log.info("not leading: %s", output.reason)
         for send in own:
@@ -553,155 +550,6 @@ class Node:
                 self._pulling = False
 
         self.spawn(pulling())
-
-    async def _heartbeat(self, peer: Peer, heartbeat: pb.LearnedRequest, round_id: int) -> None:
-        """Send one heartbeat of a read round; its answer counts for the read index."""
-        answer = await self.election.heartbeat(peer, heartbeat)
-        if answer is None:
-            return
-        self.read_index.on_answer(round_id, peer.id, answer.promised)
-        self._drain_read_index()
-
-    # ---- the read index ----------------------------------------------------------------
-
-    async def _read_index_wait(self) -> None:
-        """Wait until a linearizable read may be served here (docs/protocol.md, "Linearizable
-        reads"): the read index is what this leader has acknowledged by now; a quorum must
-        follow it after now, and it must have learned up to the read index."""
-        index = max(self.core.learned, self.coordinator.acknowledged_end)
-        await self._confirm_leadership()
-        if self.core.learned >= index:
-            return
-        # A later batch was chosen before an earlier one still in flight: wait for that one.
-        deadline = time.monotonic() + self.config.append_timeout
-        while self.core.learned < index:
-            if not self.coordinator.leading:
-                raise RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
-            if time.monotonic() >= deadline:
-                raise RpcError(
-                    Reason.NOT_LEARNED,
-                    f"position {index} (acknowledged) is not learned on the leader yet",
-                )
-            self._learned_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
-
-    async def _confirm_leadership(self, time_limit: float | None = None) -> None:
-        """Return once a quorum has followed this leader after now (a heartbeat round sent
-        after this call, answered by a quorum that has not promised a higher proposal);
-        raise if leadership is lost or not confirmed within `time_limit` s (default 2T)."""
-        if self.unsafe_no_read_index:
-            return
-        token = object()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._read_waiters[token] = future
-        self.read_index.request(token, self.coordinator.proposal)
-        self._drain_read_index()
-        limit = 2 * self.config.election_timeout if time_limit is None else time_limit
-        # One timer per read (cheaper than wait_for's wrapping on this hot path).
-        timer = loop.call_later(limit, _unconfirmed, future, limit)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._read_waiters.pop(token, None)
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                self.read_index.cancel(token)  # a confirmed read is no longer waiting there
-
-    def _drain_read_index(self) -> None:
-        for output in self.read_index.take():
-            if isinstance(output, StartRound):
-                self.metrics.read_rounds.inc()
-                heartbeat = pb.LearnedRequest(
-                    proposal=output.proposal,
-                    leader=self.config.id,
-                    leader_address=self.config.address,
-                    log_id=self.config.log_id,
-                )
-                first, rest = self._read_round_peers()
-                for peer in first:
-                    self.spawn(self._heartbeat(peer, heartbeat, output.round))
-                loop = asyncio.get_running_loop()
-                self._read_round_sent = (output.round, loop.time())
-                if rest:
-                    widen = min(
-                        max(READ_ROUND_WIDEN_MIN, READ_ROUND_WIDEN_ROUNDS * self._read_round_time),
-                        self.config.heartbeat_interval / 2,
-                    )
-                    loop.call_later(widen, self._widen_read_round, output.round, heartbeat, rest)
-                # A round that lost answers is sent again (with every read still waiting).
-                loop.call_later(
-                    self.config.heartbeat_interval, self._read_round_timeout, output.round
-                )
-            elif isinstance(output, Gather):
-                asyncio.get_running_loop().call_later(
-                    READ_ROUND_GATHER, self._send_read_round, output.round
-                )
-            elif isinstance(output, Confirmed):
-                self.metrics.read_confirmations.inc(len(output.tokens))
-                self._time_read_round()
-                # The round counts this replica as following itself: only if its own
-                # acceptor has not promised a higher proposal either.
-                still_leading = (
-                    self.coordinator.leading
-                    and self.coordinator.proposal == output.proposal
-                    and self.core.promised <= output.proposal
-                )
-                for token in output.tokens:
-                    future = self._read_waiters.get(token)
-                    if future is None or future.done():
-                        continue
-                    if still_leading:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(
-                            RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
-                        )
-
-    def _time_read_round(self) -> None:
-        """A round was confirmed: fold how long it took into the typical round time."""
-        round_id, sent = self._read_round_sent
-        if round_id:
-            took = asyncio.get_running_loop().time() - sent
-            self._read_round_time = 0.8 * self._read_round_time + 0.2 * took
-            self._read_round_sent = (0, 0.0)
-
-    def _send_read_round(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.read_index.send_due(round_id)
-        self._drain_read_index()
-
-    def _read_round_peers(self) -> tuple[list[Peer], list[Peer]]:
-        """Whom a read round asks first: the quorum - 1 peers that answered this leader
-        last (with it they make a quorum; the others then never handle the round), and the
-        rest, asked only if those have not confirmed the round in a few typical round times."""
-        answered = self.election.last_answers()
-        ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
-        need = self.read_index.quorum - 1
-        return ranked[:need], ranked[need:]
-
-    def _widen_read_round(
-        self, round_id: int, heartbeat: pb.LearnedRequest, rest: list[Peer]
-    ) -> None:
-        if self._stopped or self.read_index.round != round_id:
-            return  # confirmed (or given up) already
-        for peer in rest:
-            self.spawn(self._heartbeat(peer, heartbeat, round_id))
-
-    def _read_round_timeout(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.read_index.on_timeout(round_id)
-        self._drain_read_index()
-
-    def _fail_reads(self, reason: str) -> None:
-        """Leadership was lost: every read waiting for a confirmation fails (not served)."""
-        for token in self.read_index.cancel_all():
-            future = self._read_waiters.get(token)
-            if future is not None and not future.done():
-                future.set_exception(RpcError(Reason.NOT_LEADER, reason))
 
     # ---- client API --------------------------------------------------------------------
 
@@ -816,7 +664,7 @@ class Node:
                     yield response
                 return
             # This replica became the leader meanwhile.
-            await self._read_index_wait()
+            await self.read_index.wait()
             await self._await_min_position(request, deadline)
             async for runs in self.read_range(first, last, False, max_positions=request.max_batch):
                 yield response_of(runs)
@@ -824,7 +672,7 @@ class Node:
         if not request.stale and not self.is_leader:
             raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
         if not request.stale:
-            await self._read_index_wait()
+            await self.read_index.wait()
         if request.stale and self.core.status != pb.VOTING:
             raise RpcError(
                 Reason.NOT_VOTING,
@@ -868,7 +716,7 @@ class Node:
         if not request.stale:
             leader = None if self.is_leader else await self.forwarding.await_leader(False)
             if leader is None:
-                await self._read_index_wait()
+                await self.read_index.wait()
             else:
                 start = pb.ReadRequest(**{"from": position})
                 try:
@@ -1003,7 +851,7 @@ class Node:
         if not self.coordinator.leading:
             return self.status()
         try:
-            await self._confirm_leadership(time_limit)
+            await self.read_index.confirm_leadership(time_limit)
         except RpcError:
             return self.status(confirmed=False)
         return self.status(confirmed=True)
@@ -1087,17 +935,6 @@ def _refusal_error(refusal: Refuse) -> RpcError:
         next_position=refusal.next_position if reason == Reason.CONDITION_FAILED else None,
         epoch=refusal.epoch if reason == Reason.CONDITION_FAILED else None,
     )
-
-
-def _unconfirmed(future: asyncio.Future[None], limit: float) -> None:
-    if not future.done():
-        future.set_exception(
-            RpcError(
-                Reason.LEADERSHIP_UNCONFIRMED,
-                f"could not confirm within {limit:g} s that a quorum still follows this "
-                "leader; the read was not served",
-            )
-        )
 
 
 def _failure_error(failed: Failed) -> RpcError:
