@@ -203,7 +203,7 @@ class _FailingNode:
         self.error: RpcError | None = None
         self.is_leader = True
         self.core = SimpleNamespace(status=pb.VOTING, begin=0)
-        self.appender = self  # the node's appender (runtime/appends.py)
+        self.appender = self.coordinator_driver = self  # the node's drivers the service calls
 
     def _raise(self) -> None:
         assert self.error is not None

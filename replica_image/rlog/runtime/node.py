@@ -2,8 +2,9 @@
 
 - acceptor/learner (`replica`): requests run through `ReplicaCore`, their batches through
   the `Journal` (group commit), and the reply leaves only after the batch is durable;
-- coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
-  (to itself directly), its timers are armed here and the callers' appends completed;
+- coordinator (`coordinator`): its driver feeds `Coordinator` the client's writes and the
+  peers' answers and drains its outputs: its messages go out through `Peers` (to itself
+  directly), its timers are armed and the callers' appends completed;
 - election (`election`): the driver ticks `Election` (when to stand, whom to follow, which
   rivals to refuse), runs the pre-vote's Status calls it asks for and stands when it says,
   and sends the leader's heartbeats;
@@ -39,25 +40,15 @@ from rlog.config import (
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
-from rlog.packed import PackedError, count_of, max_size, run_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import NO_CONDITIONS, Conditions, Refuse
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
-    Demoted,
-    Done,
-    Elected,
-    Failed,
-    FailureKind,
-    Leading,
-    Refused,
-    Send,
-    SetTimer,
 )
 from rlog.protocol.election import Election
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
+from rlog.runtime.coordinator import CoordinatorDriver
 from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
@@ -67,7 +58,6 @@ from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
     Peers,
-    Response,
 )
 from rlog.runtime.read_index import ReadIndexDriver
 from rlog.runtime.read_runs import (
@@ -161,12 +151,28 @@ class Node:
             self.core,
             self.replica.local,
             self.spawn,
-            self._on_reply,
-            self._on_send_failure,
+            # The coordinator's driver, built below (it sends through the peers), takes
+            # their answers.
+            lambda send, response: self.coordinator_driver.on_reply(send, response),
+            lambda send: self.coordinator_driver.on_send_failure(send),
             promise_timeout=self.coordinator.config.fill_timeout,
             metrics=self.metrics,
         )
         self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
+        # The coordinator's inputs and outputs: the client's writes, the peers' answers.
+        self.coordinator_driver = CoordinatorDriver(
+            config,
+            self.core,
+            self.coordinator,
+            self.peers,
+            self.forwarding,
+            self.metrics,
+            lambda peer: self.election.on_peer_answered(peer),
+            self._on_leading,
+            self._on_demoted,
+            self._update_metrics,
+            self.repair.disk_full_error,
+        )
         self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
         if self.unsafe_no_read_index:
             log.warning(
@@ -181,7 +187,7 @@ class Node:
             clock,
             self.peers,
             self.metrics,
-            self._dispatch,
+            self.coordinator_driver.dispatch,
             self.spawn,
             check_quorum=not self.unsafe_no_read_index,
         )
@@ -212,17 +218,21 @@ class Node:
         self._prev_leader_learned = 0
         self._pulling = False  # a pull of learned positions under way (one at a time)
         self._prev_acknowledged_end = 0
-        self._waiters: dict[object, asyncio.Future[list[int]]] = {}
-        self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
-        self._pump_scheduled = False
         # Reads with a min_position wait here for the learned end to reach it.
         self.learned_watch = LearnedWatch()
         # The admission state of the learned entries, handed to the coordinator as it leads.
         self.admission = AdmissionDriver(
-            self.core, self.coordinator, config, self._learned_changed, self.spawn, self._dispatch
+            self.core,
+            self.coordinator,
+            config,
+            self._learned_changed,
+            self.spawn,
+            self.coordinator_driver.dispatch,
         )
         # What the AppendStream and the append lane ask of the replica (runtime/appends.py).
-        self.appender = ReplicaAppender(self.append, self.repair.storage_fault_seen)
+        self.appender = ReplicaAppender(
+            self.coordinator_driver.append, self.repair.storage_fault_seen
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -239,7 +249,7 @@ class Node:
             return
         if self.coordinator.leading:
             self.coordinator.step_down("a stored record is corrupt")
-            self._dispatch()
+            self.coordinator_driver.dispatch()
         self.reason = f"repairing: {self.faults.fault}"
         self._update_metrics()
         if self._recovery_task is None or self._recovery_task.done():
@@ -302,9 +312,7 @@ class Node:
         self.election.stopped = True
         self.read_index.stopped = True
         self.peers.stop()
-        for future in self._waiters.values():
-            if not future.done():
-                future.set_exception(RpcError(Reason.STOPPING, "replica stopping"))
+        self.coordinator_driver.stop()
         await self.journal.close()
         await self.peers.close()
         self.storage.close()
@@ -396,90 +404,19 @@ class Node:
         self.catchup = (begin, end, done)
         self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
 
-    # ---- coordinator driving -----------------------------------------------------------
+    # ---- leadership --------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        # Messages to this replica itself are posted last: after the writes to the peers
-        # (their answers are the longer way round of a serial append) and after the appends
-        # that are done are answered (their callers first; the leader's own learning of a
-        # chosen batch is no part of the answer).
-        own: list[Send] = []
-        for output in self.coordinator.take():
-            if isinstance(output, Send):
-                message = output.message
-                if output.to == self.config.id:
-                    if isinstance(message, pb.WriteRequest):
-                        self.metrics.batch_entries.observe(
-                            len(message.actions) + sum(run_count(r) for r in message.runs)
-                        )
-                    own.append(output)
-                    continue
-                self.peers.post(output)
-            elif isinstance(output, SetTimer):
-                loop.call_later(output.delay, self._on_timer, output.round)
-            elif isinstance(output, Done):
-                if output.token in self._epochs:
-                    self._epochs[output.token] = output.epoch
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_result(output.positions)
-            elif isinstance(output, Refused):
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_exception(_refusal_error(output.refusal))
-            elif isinstance(output, Failed):
-                self.metrics.append_failures.labels(output.kind.value).inc()
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_exception(_failure_error(output))
-            elif isinstance(output, Elected):
-                self.metrics.elections.labels("won").inc()
-                log.info(
-                    "elected with proposal %d, filling up to %d", output.proposal, output.index
-                )
-            elif isinstance(output, Leading):
-                self.election.on_leading()
-                self.reason = ""
-                log.info(
-                    "leading at proposal %d from position %d", output.proposal, output.next_position
-                )
-                self.spawn(self.election.send_heartbeats())
-                self.admission.on_leading(output.proposal, output.next_position - 1)
-            elif isinstance(output, Demoted):
-                self.read_index.fail_reads(f"not leading any more: {output.reason}")
-                self.election.on_demoted(output.retry_after)
-                log.info("not leading: %s", output.reason)
-        for send in own:
-            self.peers.post(send)
-        self._update_metrics()
+    def _on_leading(self, proposal: int, next_position: int) -> None:
+        self.election.on_leading()
+        self.reason = ""
+        self.spawn(self.election.send_heartbeats())
+        self.admission.on_leading(proposal, next_position - 1)
 
-    def _on_timer(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.coordinator.on_timeout(round_id)
-        self._dispatch()
+    def _on_demoted(self, reason: str, retry_after: float) -> None:
+        self.read_index.fail_reads(f"not leading any more: {reason}")
+        self.election.on_demoted(retry_after)
 
-    def _on_reply(self, send: Send, response: Response) -> None:
-        self.election.on_peer_answered(send.to)
-        self.coordinator.on_reply(send.round, send.to, response)
-        self._dispatch()
-
-    def _on_send_failure(self, send: Send) -> None:
-        self.coordinator.on_failure(send.round, send.to)
-        self._dispatch()
-
-    def _schedule_pump(self) -> None:
-        if not self._pump_scheduled:
-            self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump)
-
-    def _pump(self) -> None:
-        self._pump_scheduled = False
-        self.coordinator.pump()
-        self._dispatch()
-
-    # ---- election and heartbeats -------------------------------------------------------
+    # ---- heartbeats and pulls ------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -552,101 +489,6 @@ class Node:
         self.spawn(pulling())
 
     # ---- client API --------------------------------------------------------------------
-
-    async def append(
-        self,
-        data: bytes,
-        offsets: bytes,
-        forwarded: bool,
-        conditions: Conditions = NO_CONDITIONS,
-    ) -> list[int]:
-        """Append a batch of packed values (docs/data-path.md) as one request: all or none of
-        it is chosen; its positions. Offsets that do not check out append nothing."""
-        try:
-            largest = max_size(data, offsets)
-        except PackedError as exc:
-            raise RpcError(Reason.INVALID_ARGUMENT, f"bad packed values: {exc}") from None
-        if largest > self.config.max_entry_size:
-            raise RpcError(
-                Reason.ENTRY_TOO_LARGE,
-                f"entry of {largest} bytes exceeds the maximum entry size of "
-                f"{self.config.max_entry_size} bytes",
-            )
-        count = count_of(offsets)
-        if not count:
-            return []
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.append(leader, data, offsets, conditions)
-        if (full := self.repair.disk_full_error()) is not None:
-            raise full  # this leader cannot store it: refuse before proposing anything
-        started = time.perf_counter()
-        token = object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, pb.Run(data=data, offsets=offsets), conditions)
-        self._schedule_pump()
-        self._dispatch()
-        positions = await future
-        self.metrics.appends.inc(count)
-        self.metrics.append_bytes.inc(len(data))
-        self.metrics.append_latency.observe(time.perf_counter() - started)
-        return positions
-
-    async def take_epoch(self, forwarded: bool) -> pb.TakeEpochResponse:
-        """Append an EPOCH entry (the log's epoch + 1, set by the coordinator)."""
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.take_epoch(leader)
-        token = object()
-        self._epochs[token] = 0
-        try:
-            (position,) = await self._propose_one(pb.Action(type=pb.EPOCH), token)
-            return pb.TakeEpochResponse(epoch=self._epochs[token], position=position)
-        finally:
-            self._epochs.pop(token, None)
-
-    async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
-        """Append a SESSION entry; the session id is its position."""
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.open_session(leader)
-        (position,) = await self._propose_one(pb.Action(type=pb.SESSION))
-        return pb.OpenSessionResponse(session=position, window=self.config.session_window)
-
-    async def _propose_one(self, action: pb.Action, token: object | None = None) -> list[int]:
-        token = token if token is not None else object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, [action])
-        self._schedule_pump()
-        self._dispatch()
-        return await future
-
-    async def truncate(self, to: int, forwarded: bool) -> int:
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.truncate(leader, to)
-        if to > self.coordinator.next_position:
-            raise RpcError(
-                Reason.PAST_END,
-                f"cannot truncate to {to}: past the end of the log "
-                f"(next position {self.coordinator.next_position})",
-            )
-        if to <= self.core.begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"cannot truncate to {to}: the log already begins at {self.core.begin}",
-                begin=self.core.begin,
-            )
-        token = object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, [pb.Action(type=pb.TRUNCATE, truncate_to=to)])
-        self._schedule_pump()
-        self._dispatch()
-        (position,) = await future
-        return position
 
     async def read(
         self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
@@ -924,22 +766,3 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
-
-
-def _refusal_error(refusal: Refuse) -> RpcError:
-    reason = Reason(refusal.reason.value)
-    return RpcError(
-        reason,
-        refusal.message,
-        begin=refusal.begin if reason == Reason.TRUNCATED else None,
-        next_position=refusal.next_position if reason == Reason.CONDITION_FAILED else None,
-        epoch=refusal.epoch if reason == Reason.CONDITION_FAILED else None,
-    )
-
-
-def _failure_error(failed: Failed) -> RpcError:
-    if failed.kind == FailureKind.NOT_LEADER:
-        return RpcError(Reason.NOT_LEADER, failed.reason)
-    if failed.kind == FailureKind.TIMEOUT:
-        return RpcError(Reason.TIMEOUT, failed.reason + " (outcome unknown)")
-    return RpcError(Reason.OUTCOME_UNKNOWN, failed.reason + " (outcome unknown)")

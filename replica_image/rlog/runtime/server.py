@@ -214,7 +214,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.TakeEpochRequest, context: grpc.aio.ServicerContext
     ) -> pb.TakeEpochResponse:
         try:
-            return await self.node.take_epoch(_forwarded(context))
+            return await self.node.coordinator_driver.take_epoch(_forwarded(context))
         except RpcError as error:
             await _abort(context, error)
             raise  # unreachable: abort raises
@@ -223,7 +223,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
         try:
-            return await self.node.open_session(_forwarded(context))
+            return await self.node.coordinator_driver.open_session(_forwarded(context))
         except RpcError as error:
             await _abort(context, error)
             raise  # unreachable: abort raises
@@ -232,7 +232,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext
     ) -> pb.TruncateResponse:
         try:
-            position = await self.node.truncate(request.to, _forwarded(context))
+            position = await self.node.coordinator_driver.truncate(request.to, _forwarded(context))
         except RpcError as error:
             await _abort(context, error)
         return pb.TruncateResponse(position=position)
