@@ -14,9 +14,10 @@
   dropped and recovered, a full disk refuses appends (`repair`);
 - check-quorum (`election`): a leader that has not heard from a quorum within two election
   timeouts steps down (the rule: protocol/election.py);
-- client API: appends, truncations and reads, which a follower passes to the leader
-  (`forwarding`); a linearizable read waits until a heartbeat round sent after it arrived
-  is answered by a quorum that still follows this leader (the rules: read_index.py).
+- client API: appends, truncations (`coordinator`) and reads (`reads`), which a follower
+  passes to the leader (`forwarding`); a linearizable read waits until a heartbeat round
+  sent after it arrived is answered by a quorum that still follows this leader
+  (`read_index`; the rules: protocol/read_index.py).
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ import asyncio
 import logging
 import os
 import random
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from rlog.client.packing import last_position, runs_of
-from rlog.client.wire import Reason
 from rlog.config import (
     UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
@@ -60,18 +58,10 @@ from rlog.runtime.peers import (
     Peers,
 )
 from rlog.runtime.read_index import ReadIndexDriver
-from rlog.runtime.read_runs import (
-    READ_RESPONSE_BYTES,
-    READ_RESPONSE_POSITIONS,
-    READ_RESPONSE_RECORDS,
-    end_of,
-    read_runs,
-    response_of,
-)
+from rlog.runtime.reads import Reads
 from rlog.runtime.recover import Report, recover
 from rlog.runtime.repair import Repair, StorageFaults, open_core
 from rlog.runtime.replica import ReplicaDriver
-from rlog.runtime.shared_chunks import SharedChunks, chunk_of
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage
 from rlog.storage.base import CorruptRecord
@@ -86,8 +76,6 @@ class Node:
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
-        # What Tail readers read, kept for the readers behind them (rlog.runtime.shared_chunks).
-        self.tail_chunks = SharedChunks()
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
         self._recovery_task: asyncio.Task[None] | None = None
@@ -220,6 +208,17 @@ class Node:
         self._prev_acknowledged_end = 0
         # Reads with a min_position wait here for the learned end to reach it.
         self.learned_watch = LearnedWatch()
+        # The client's reads and tails (reads.py).
+        self.reads = Reads(
+            config,
+            self.core,
+            self.coordinator,
+            self.forwarding,
+            self.metrics,
+            self.read_index.wait,
+            self.learned_watch,
+            self._learned_changed,
+        )
         # The admission state of the learned entries, handed to the coordinator as it leads.
         self.admission = AdmissionDriver(
             self.core,
@@ -354,10 +353,6 @@ class Node:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    @property
-    def is_leader(self) -> bool:
-        return self.coordinator.leading
-
     # ---- acceptor / learner ------------------------------------------------------------
 
     def _learned(self) -> None:
@@ -489,201 +484,6 @@ class Node:
         self.spawn(pulling())
 
     # ---- client API --------------------------------------------------------------------
-
-    async def read(
-        self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
-    ) -> AsyncIterator[pb.ReadResponse]:
-        """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
-        at any VOTING replica. A `min_position` makes the serving replica wait until it has
-        learned it, until `deadline` (time.monotonic(); None: none)."""
-        first = getattr(request, "from") if request.HasField("from") else None
-        last = request.to if request.HasField("to") else None
-        if not request.stale and not self.is_leader and not forwarded:
-            leader = await self.forwarding.await_leader(forwarded=False)
-            if leader is not None:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                async for response in self.forwarding.read(leader, request, timeout):
-                    yield response
-                return
-            # This replica became the leader meanwhile.
-            await self.read_index.wait()
-            await self._await_min_position(request, deadline)
-            async for runs in self.read_range(first, last, False, max_positions=request.max_batch):
-                yield response_of(runs)
-            return
-        if not request.stale and not self.is_leader:
-            raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
-        if not request.stale:
-            await self.read_index.wait()
-        if request.stale and self.core.status != pb.VOTING:
-            raise RpcError(
-                Reason.NOT_VOTING,
-                f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
-            )
-        await self._await_min_position(request, deadline)
-        async for runs in self.read_range(
-            first, last, request.stale, max_positions=request.max_batch
-        ):
-            yield response_of(runs)
-
-    async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
-        """Read-your-writes: wait until this replica has learned the request's min_position
-        (woken when its learned end advances), or fail once `deadline` passes."""
-        if not request.HasField("min_position"):
-            return
-        position = request.min_position
-        self.learned_watch.advance(self.core.learned)
-        if position <= self.core.learned:
-            return
-        timeout = None if deadline is None else deadline - time.monotonic()
-        self.metrics.reads_waiting.inc()
-        try:
-            reached = await self.learned_watch.wait(position, timeout)
-        finally:
-            self.metrics.reads_waiting.dec()
-        if not reached:
-            raise RpcError(
-                Reason.NOT_LEARNED,
-                f"replica {self.config.id} has learned up to position {self.core.learned}, "
-                f"not min_position {position}, by the read's deadline",
-                end=self.core.learned,
-            )
-
-    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Run]]:
-        """Every APPEND entry from `from` on, as this replica learns them, for ever. A
-        non-stale tail starts linearizably: its first entries cover every append acknowledged
-        before it arrived (the leader's read index; a follower has the leader serve them with
-        a consistent read, then follows its own learned entries from there)."""
-        position = getattr(request, "from")
-        if not request.stale:
-            leader = None if self.is_leader else await self.forwarding.await_leader(False)
-            if leader is None:
-                await self.read_index.wait()
-            else:
-                start = pb.ReadRequest(**{"from": position})
-                try:
-                    async for response in self.forwarding.read(leader, start):
-                        last = last_position(response)
-                        if last is not None:
-                            yield runs_of(response)
-                            position = last + 1
-                except RpcError as error:
-                    # Past the leader's end: nothing acknowledged there yet; follow from here.
-                    if error.reason != Reason.PAST_END:
-                        raise
-        if position < self.core.begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"position {position} is truncated: the log begins at {self.core.begin}",
-                begin=self.core.begin,
-            )
-        while True:
-            learned = self.core.learned
-            if position <= learned:
-                chunk = self.config.tail_response_bytes
-                async for runs in self.read_range(position, learned, True, chunk, self.tail_chunks):
-                    yield runs
-                position = learned + 1
-            await self.wait_learned_past(position)
-
-    async def read_range(
-        self,
-        first: int | None,
-        last: int | None,
-        stale: bool,
-        chunk_bytes: int = READ_RESPONSE_BYTES,
-        shared: SharedChunks | None = None,
-        max_positions: int = 0,
-    ) -> AsyncIterator[list[pb.Run]]:
-        """Validated learned APPEND entries in [first, last] held here, in chunks of runs
-        of about `chunk_bytes` (rlog.runtime.read_runs; one larger entry goes whole), taken
-        from and kept in `shared` when given (Tail readers share what they read). A chunk
-        spans at most `max_positions` positions when that is above 0 (a Read's `max_batch`:
-        a stored run is cut for it); a shared chunk is never cut so."""
-        positions = READ_RESPONSE_POSITIONS
-        if max_positions > 0 and shared is None:
-            positions = min(positions, max_positions)
-        begin = self.core.begin
-        first = begin if first is None else first
-        learned_end = self.core.learned
-        if last is not None and last > learned_end and not stale:
-            learned_end = await self._await_learned(last)
-        end = learned_end if last is None else last
-        if first < begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"position {first} is truncated: the log begins at {begin}",
-                begin=begin,
-            )
-        if last is not None and last > learned_end:
-            raise RpcError(
-                Reason.PAST_END,
-                f"position {last} is past the end of the log (end {learned_end})",
-                end=learned_end,
-            )
-        if first > end:
-            if last is not None:
-                raise RpcError(Reason.INVALID_ARGUMENT, f"from {first} is after to {last}")
-            if first > learned_end + 1:
-                raise RpcError(
-                    Reason.PAST_END,
-                    f"position {first} is past the end of the log (end {learned_end})",
-                    end=learned_end,
-                )
-            return
-        position = first
-        while position <= end:
-            chunk = shared.get(position, end, chunk_bytes) if shared is not None else None
-            if shared is not None:
-                self.metrics.tail_chunks.labels("read" if chunk is None else "shared").inc()
-            if chunk is None:
-                records = self.core.learned_records(
-                    position,
-                    end,
-                    positions,
-                    chunk_bytes,
-                    READ_RESPONSE_RECORDS,
-                )
-                if records:
-                    chunk = chunk_of(read_runs(records, position, end), end_of(records), end)
-                    if shared is not None and position >= self.core.begin:
-                        shared.put(position, chunk_bytes, chunk)
-            if position < self.core.begin:
-                raise RpcError(
-                    Reason.TRUNCATED,
-                    f"position {position} was truncated during the read "
-                    f"(the log begins at {self.core.begin})",
-                    begin=self.core.begin,
-                )
-            if chunk is None:
-                raise RpcError(
-                    Reason.NOT_LEARNED,
-                    f"position {position} is not learned on this replica yet",
-                )
-            if chunk.runs:
-                yield chunk.runs
-            position = chunk.last + 1
-
-    async def _await_learned(self, position: int) -> int:
-        """Wait briefly for in-flight positions up to `position` to be learned."""
-        deadline = time.monotonic() + 1.0
-        while self.core.learned < position and time.monotonic() < deadline:
-            if not self.coordinator.leading or position >= self.coordinator.next_position:
-                break
-            self._learned_changed.clear()
-            try:
-                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
-            except TimeoutError:
-                pass
-        return self.core.learned
-
-    async def wait_learned_past(self, position: int) -> None:
-        while self.core.learned < position:
-            self._learned_changed.clear()
-            try:
-                await asyncio.wait_for(self._learned_changed.wait(), 0.5)
-            except TimeoutError:
-                pass
 
     async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
         """The status, where a leader first confirms (read index, at most `time_limit` s)

@@ -241,7 +241,9 @@ class LogService(pbg.LogServicer):
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
-            async for response in self.node.read(request, _forwarded(context), _answer_by(context)):
+            async for response in self.node.reads.read(
+                request, _forwarded(context), _answer_by(context)
+            ):
                 yield response
         except RpcError as error:
             await _abort(context, error)
@@ -263,7 +265,7 @@ class LogService(pbg.LogServicer):
         try:
             # Each response waits for the reader's flow-control window (a reader that never
             # reads holds one response and the window, no more).
-            async for runs in self.node.tail(request):
+            async for runs in self.node.reads.tail(request):
                 yield response_of(runs)
         except RpcError as error:
             await _abort(context, error)
@@ -577,7 +579,7 @@ async def drain(node: Node, seconds: float) -> bool:
     makes them, and while it stays up it forwards appends to the next leader instead of
     refusing connections. Returns whether another replica was seen leading. A follower
     (or `seconds` 0) returns at once."""
-    if seconds <= 0 or not node.is_leader:
+    if seconds <= 0 or not node.coordinator.leading:
         return False
     log.info("leading while asked to stop: stepping down first (drain up to %gs)", seconds)
     node.election.step_down()
