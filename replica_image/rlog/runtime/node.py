@@ -8,8 +8,9 @@
 - election (`election`): the driver ticks `Election` (when to stand, whom to follow, which
   rivals to refuse), runs the pre-vote's Status calls it asks for and stands when it says,
   and sends the leader's heartbeats;
-- followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
-  VOTING replica ends up holding every chosen entry;
+- pulls (`pulls`): a VOTING replica copies the learned entries it missed from a peer that
+  has them (`Fetch`, see `peers`), so every VOTING replica ends up holding every chosen
+  entry;
 - a replica that is not VOTING recovers first (`recover`, `catchup`); a corrupt record is
   dropped and recovered, a full disk refuses appends (`repair`);
 - check-quorum (`election`): a leader that has not heard from a quorum within two election
@@ -51,12 +52,12 @@ from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
-from rlog.runtime.learned_copy import pull
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
     Peers,
 )
+from rlog.runtime.pulls import Pulls
 from rlog.runtime.read_index import ReadIndexDriver
 from rlog.runtime.reads import Reads
 from rlog.runtime.recover import Report, recover
@@ -203,9 +204,16 @@ class Node:
                 "%s=1: retried session appends are appended again, NOT exactly once (test only)",
                 UNSAFE_NO_DEDUPE_ENV,
             )
-        self._prev_leader_learned = 0
-        self._pulling = False  # a pull of learned positions under way (one at a time)
-        self._prev_acknowledged_end = 0
+        # A VOTING replica's pulls of the learned positions it missed (pulls.py).
+        self.pulls = Pulls(
+            config,
+            self.core,
+            self.coordinator,
+            self.journal,
+            self.peers,
+            self.election.peer_statuses,
+            self.spawn,
+        )
         # Reads with a min_position wait here for the learned end to reach it.
         self.learned_watch = LearnedWatch()
         # The client's reads and tails (reads.py).
@@ -301,7 +309,7 @@ class Node:
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
         elif self.peers:
-            self.spawn(self._pull_after_restart())
+            self.spawn(self.pulls.after_restart())
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
@@ -362,17 +370,9 @@ class Node:
         self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
+        """A leader's heartbeat: the election follows it, the pulls time themselves by it."""
         self.election.on_heartbeat(request)
-        if not request.leader_learned:
-            return  # a read round's heartbeat: too frequent to time pulls by
-        target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
-        # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
-        # since may still be arriving in ordinary learned messages.
-        # A replica that is not VOTING learns by recovery's catch-up, which copies the same
-        # records: a pull as well would fetch them twice.
-        voting = self.core.status == pb.VOTING
-        if voting and self.core.learned < target and not self._pulling:
-            self._pull([request.leader], target)
+        self.pulls.on_heartbeat(request)
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -418,70 +418,7 @@ class Node:
             await asyncio.sleep(self.config.heartbeat_interval)
             if self.coordinator.leading:
                 await self.election.send_heartbeats()
-                self._pull_missed_own_writes()
-
-    def _pull_missed_own_writes(self) -> None:
-        """A leader learns a chosen batch from its own record of it; if its own write of
-        that batch failed (a full disk) while the followers' succeeded, no learned message
-        will ever bring the value, and its learned prefix (so its consistent reads) would stop
-        there for good. So, as a follower pulls from the leader: pull what was acknowledged a
-        heartbeat ago (what is newer may still be on its way to the storage) and is still not
-        learned here from the followers, once the disk takes writes again."""
-        target = self._prev_acknowledged_end
-        self._prev_acknowledged_end = self.coordinator.acknowledged_end
-        if self.journal.full is not None or self._pulling or self.core.learned >= target:
-            return
-        log.info(
-            "learned only up to %d of the %d acknowledged: pulling the rest from the followers",
-            self.core.learned,
-            target,
-        )
-        self._pull(list(self.peers.keys()), target)
-
-    async def _pull_after_restart(self) -> None:
-        """A VOTING replica back from a stop (a restarted pod, a rebooted node) asks its
-        peers how far they learned and pulls what it lacks at once. Its own channels are
-        new; the leader's heartbeats, by which a follower otherwise finds it is behind, come
-        only once the leader's channel to it is back from its reconnect back-off (up to a
-        second), and the pull they start waits for a second one."""
-        statuses = await self.election.peer_statuses()
-        ahead = {
-            status.id: status.learned
-            for status in statuses
-            if status is not None and status.learned > self.core.learned
-        }
-        if not ahead or self.core.status != pb.VOTING or self._pulling:
-            return
-        if self.journal.full is not None:
-            return  # nowhere to store it: the heartbeats' pulls come back to it
-        target = max(ahead.values())
-        log.info(
-            "back with learned up to %d, peers up to %d: pulling the rest from replicas %s",
-            self.core.learned,
-            target,
-            sorted(ahead),
-        )
-        self._pull(sorted(ahead), target)
-
-    def _pull(self, sources: list[int], target: int) -> None:
-        """Copy the learned positions up to `target` this replica lacks from `sources` in
-        the background (`learned_copy.pull`), one pull at a time."""
-        self._pulling = True
-
-        async def pulling() -> None:
-            try:
-                await pull(
-                    self.core,
-                    self.peers,
-                    sources,
-                    target,
-                    self.journal.durable,
-                    self.config.catchup_rate,
-                )
-            finally:
-                self._pulling = False
-
-        self.spawn(pulling())
+                self.pulls.missed_own_writes()
 
     # ---- client API --------------------------------------------------------------------
 
