@@ -47,6 +47,7 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.election import Election
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
+from rlog.runtime.catchup import NO_CATCHUP, CatchupProgress
 from rlog.runtime.coordinator import CoordinatorDriver
 from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
@@ -245,7 +246,7 @@ class Node:
         self._stopped = False
         self.permit = config.auto_initialize
         self.reason = ""
-        self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
+        self.catchup = NO_CATCHUP  # how far recovery's catch-up is (Status)
         # TLS: the replica's certificates (None: plaintext), watched for rotation.
         self.certificates: ReloadingCertificates | None = None
         self._check_identity()
@@ -387,7 +388,7 @@ class Node:
             Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
         )
         self.reason = ""
-        self.catchup = (0, 0, 0)
+        self.catchup = NO_CATCHUP
         self.election.listen()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
@@ -395,9 +396,9 @@ class Node:
     def _not_voting_because(self, reason: str) -> None:
         self.reason = reason
 
-    def _catchup_progress(self, begin: int, end: int, done: int) -> None:
-        self.catchup = (begin, end, done)
-        self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
+    def _catchup_progress(self, progress: CatchupProgress) -> None:
+        self.catchup = progress
+        self.metrics.catchup_remaining.set(progress.remaining)
 
     # ---- leadership --------------------------------------------------------------------
 
@@ -469,9 +470,9 @@ class Node:
             transport=self.config.transport,
             authorization="roles" if self.config.auth_config is not None else "off",
             lane_offset=self.config.write_lane_offset,
-            catchup_begin=self.catchup[0],
-            catchup_end=self.catchup[1],
-            catchup_done=self.catchup[2],
+            catchup_begin=self.catchup.begin,
+            catchup_end=self.catchup.end,
+            catchup_done=self.catchup.done,
             storage_fault=self.faults.fault or (f"disk full: {low}" if low else ""),
             corrupt_records=self.faults.corrupt_records,
             disk_full=bool(low),
