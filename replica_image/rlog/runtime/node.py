@@ -1,24 +1,27 @@
 """A replica node: the pure core and coordinator wrapped with disk, network and timers.
 
-- acceptor/learner (`replica`): requests run through `ReplicaCore`, their batches through
-  the `Journal` (group commit), and the reply leaves only after the batch is durable;
-- coordinator (`coordinator`): its driver feeds `Coordinator` the client's writes and the
+The node decides nothing: it builds the drivers, hands each the small callbacks it needs of
+the others, starts and supervises their loops and stops them, and answers Status. Each rule
+has its driver, in the runtime file of the same name (the rules: rlog/protocol/):
+
+- `replica`: the acceptor/learner; requests run through `ReplicaCore`, their batches
+  through the `Journal` (group commit), and the reply leaves only after the batch is durable;
+- `coordinator`: the coordinator's driver feeds `Coordinator` the client's writes and the
   peers' answers and drains its outputs: its messages go out through `Peers` (to itself
   directly), its timers are armed and the callers' appends completed;
-- election (`election`): the driver ticks `Election` (when to stand, whom to follow, which
-  rivals to refuse), runs the pre-vote's Status calls it asks for and stands when it says,
-  and sends the leader's heartbeats;
-- pulls (`pulls`): a VOTING replica copies the learned entries it missed from a peer that
-  has them (`Fetch`, see `peers`), so every VOTING replica ends up holding every chosen
-  entry;
-- a replica that is not VOTING recovers first (`recover`, `catchup`); a corrupt record is
-  dropped and recovered, a full disk refuses appends (`repair`);
-- check-quorum (`election`): a leader that has not heard from a quorum within two election
-  timeouts steps down (the rule: protocol/election.py);
-- client API: appends, truncations (`coordinator`) and reads (`reads`), which a follower
-  passes to the leader (`forwarding`); a linearizable read waits until a heartbeat round
-  sent after it arrived is answered by a quorum that still follows this leader
-  (`read_index`; the rules: protocol/read_index.py).
+- `admission`: the admission state of the learned entries, handed to a new leader;
+- `election`: ticks `Election` (when to stand, whom to follow, which rivals to refuse), runs
+  the pre-vote's Status calls it asks for and stands when it says, sends the leader's
+  heartbeats; check-quorum: a leader that has not heard from a quorum within two election
+  timeouts steps down;
+- `read_index`: a linearizable read waits until a heartbeat round sent after it arrived is
+  answered by a quorum that still follows this leader;
+- `reads`: the client's reads and tails; a follower passes consistent reads, appends and
+  truncations to the leader (`forwarding`);
+- `pulls`: a VOTING replica copies the learned entries it missed from a peer that has them
+  (`Fetch`, see `peers`), so every VOTING replica ends up holding every chosen entry;
+- `recover`, `catchup`: a replica that is not VOTING recovers first;
+- `repair`: a corrupt record is dropped and recovered, a full disk refuses appends.
 """
 
 from __future__ import annotations
@@ -74,14 +77,30 @@ CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate fil
 
 
 class Node:
+    """One replica: its drivers wired together (see the module's docstring), its loops
+    started and supervised (`start`, `stop`)."""
+
     def __init__(self, config: ReplicaConfig, storage: Storage) -> None:
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._recovery_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self.permit = config.auto_initialize
+        self.reason = ""  # why the replica is not VOTING, or what it is repairing (Status)
+        self.catchup = NO_CATCHUP  # how far recovery's catch-up is (Status)
+        # TLS: the replica's certificates (None: plaintext), watched for rotation.
+        self.certificates: ReloadingCertificates | None = None
         self._learned_changed = asyncio.Event()  # set as the replica learns
+        # Reads with a min_position wait here for the learned end to reach it.
+        self.learned_watch = LearnedWatch()
+        unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
+        _warn_test_only(unsafe_no_read_index)
+
         # Storage faults: a corrupt record is dropped and recovered, a full disk refuses
         # appends (repair.py, docs/faults.md).
         self.faults = StorageFaults(self.metrics)
@@ -111,6 +130,7 @@ class Node:
             log_id=config.log_id,
         )
         # When to stand for election, whom this replica follows (the rules: election.py).
+        # The acceptor consults it on promises, the election's driver runs it.
         clock = ElectionClock()
         election = Election(
             config.id,
@@ -157,18 +177,12 @@ class Node:
             self.peers,
             self.forwarding,
             self.metrics,
-            lambda peer: self.election.on_peer_answered(peer),
+            lambda peer: self.election.on_peer_answered(peer),  # built below
             self._on_leading,
             self._on_demoted,
             self._update_metrics,
             self.repair.disk_full_error,
         )
-        self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
-        if self.unsafe_no_read_index:
-            log.warning(
-                "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
-                UNSAFE_NO_READ_INDEX_ENV,
-            )
         self.election = ElectionDriver(
             config,
             self.core,
@@ -179,7 +193,7 @@ class Node:
             self.metrics,
             self.coordinator_driver.dispatch,
             self.spawn,
-            check_quorum=not self.unsafe_no_read_index,
+            check_quorum=not unsafe_no_read_index,
         )
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
         self.read_index = ReadIndexDriver(
@@ -192,31 +206,8 @@ class Node:
             self.election.last_answers,
             self._learned_changed,
             self.spawn,
-            confirm=not self.unsafe_no_read_index,
+            confirm=not unsafe_no_read_index,
         )
-        if self.coordinator.config.split_fill:
-            log.warning(
-                "%s=1: fills settle positions one by one, an append's entries may be chosen "
-                "in part (test only)",
-                UNSAFE_SPLIT_FILL_ENV,
-            )
-        if self.coordinator.config.no_dedupe:
-            log.warning(
-                "%s=1: retried session appends are appended again, NOT exactly once (test only)",
-                UNSAFE_NO_DEDUPE_ENV,
-            )
-        # A VOTING replica's pulls of the learned positions it missed (pulls.py).
-        self.pulls = Pulls(
-            config,
-            self.core,
-            self.coordinator,
-            self.journal,
-            self.peers,
-            self.election.peer_statuses,
-            self.spawn,
-        )
-        # Reads with a min_position wait here for the learned end to reach it.
-        self.learned_watch = LearnedWatch()
         # The client's reads and tails (reads.py).
         self.reads = Reads(
             config,
@@ -227,6 +218,16 @@ class Node:
             self.read_index.wait,
             self.learned_watch,
             self._learned_changed,
+        )
+        # A VOTING replica's pulls of the learned positions it missed (pulls.py).
+        self.pulls = Pulls(
+            config,
+            self.core,
+            self.coordinator,
+            self.journal,
+            self.peers,
+            self.election.peer_statuses,
+            self.spawn,
         )
         # The admission state of the learned entries, handed to the coordinator as it leads.
         self.admission = AdmissionDriver(
@@ -241,30 +242,7 @@ class Node:
         self.appender = ReplicaAppender(
             self.coordinator_driver.append, self.repair.storage_fault_seen
         )
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[None]] = set()
-        self._stopped = False
-        self.permit = config.auto_initialize
-        self.reason = ""
-        self.catchup = NO_CATCHUP  # how far recovery's catch-up is (Status)
-        # TLS: the replica's certificates (None: plaintext), watched for rotation.
-        self.certificates: ReloadingCertificates | None = None
         self._check_identity()
-
-    def _restart_recovery(self) -> None:
-        """Stop leading and voting; run recovery again (it ends once the replica is VOTING)."""
-        if self._stopped:
-            return
-        if self.coordinator.leading:
-            self.coordinator.step_down("a stored record is corrupt")
-            self.coordinator_driver.dispatch()
-        self.reason = f"repairing: {self.faults.fault}"
-        self._update_metrics()
-        if self._recovery_task is None or self._recovery_task.done():
-            self._recovery_task = asyncio.get_running_loop().create_task(
-                self._supervise(self._recovery_loop), name="recovery"
-            )
-            self._tasks.append(self._recovery_task)
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -393,6 +371,21 @@ class Node:
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
 
+    def _restart_recovery(self) -> None:
+        """Stop leading and voting; run recovery again (it ends once the replica is VOTING)."""
+        if self._stopped:
+            return
+        if self.coordinator.leading:
+            self.coordinator.step_down("a stored record is corrupt")
+            self.coordinator_driver.dispatch()
+        self.reason = f"repairing: {self.faults.fault}"
+        self._update_metrics()
+        if self._recovery_task is None or self._recovery_task.done():
+            self._recovery_task = asyncio.get_running_loop().create_task(
+                self._supervise(self._recovery_loop), name="recovery"
+            )
+            self._tasks.append(self._recovery_task)
+
     def _not_voting_because(self, reason: str) -> None:
         self.reason = reason
 
@@ -412,7 +405,7 @@ class Node:
         self.read_index.fail_reads(f"not leading any more: {reason}")
         self.election.on_demoted(retry_after)
 
-    # ---- heartbeats and pulls ------------------------------------------------------------
+    # ---- heartbeats and pulls ----------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -421,7 +414,7 @@ class Node:
                 await self.election.send_heartbeats()
                 self.pulls.missed_own_writes()
 
-    # ---- client API --------------------------------------------------------------------
+    # ---- status ------------------------------------------------------------------------
 
     async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
         """The status, where a leader first confirms (read index, at most `time_limit` s)
@@ -504,3 +497,23 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
+
+
+def _warn_test_only(unsafe_no_read_index: bool) -> None:
+    """Say loudly which test-only switches weaken this replica (rlog.config)."""
+    if unsafe_no_read_index:
+        log.warning(
+            "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
+            UNSAFE_NO_READ_INDEX_ENV,
+        )
+    if unsafe_split_fill():
+        log.warning(
+            "%s=1: fills settle positions one by one, an append's entries may be chosen "
+            "in part (test only)",
+            UNSAFE_SPLIT_FILL_ENV,
+        )
+    if unsafe_no_dedupe():
+        log.warning(
+            "%s=1: retried session appends are appended again, NOT exactly once (test only)",
+            UNSAFE_NO_DEDUPE_ENV,
+        )
