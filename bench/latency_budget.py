@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -106,17 +107,30 @@ def install_probes() -> None:
     from rlog.runtime import journal, node, peers, server
     from rlog.storage.records import RecordStorage
 
+    # The acceptor/learner and the coordinator's driver: in the node before issue 41.
+    acceptor: Any = node.Node
+    driver: Any = node.Node
+    on_reply = "_on_reply"
+    with contextlib.suppress(ImportError):
+        from rlog.runtime import coordinator, replica
+
+        acceptor, driver, on_reply = (
+            replica.ReplicaDriver,
+            coordinator.CoordinatorDriver,
+            "on_reply",
+        )
+
     _wrap_async(server.LogService, "Append", "append")  # the client's call, in the handler
     # The acceptor's write (the leader's: its own) and its batch handed to the journal; the
     # names differ between builds (a build that decides a write without a task per write).
-    if hasattr(node.Node, "start_write"):
-        _wrap_sync(node.Node, "start_write", "write")
+    if hasattr(acceptor, "start_write"):
+        _wrap_sync(acceptor, "start_write", "write")
         _wrap_sync(journal.Journal, "submit", "persist")
     else:
-        _wrap_async(node.Node, "handle_write", "write")
+        _wrap_async(acceptor, "handle_write", "write")
         _wrap_async(journal.Journal, "persist", "persist")
     _wrap_sync(RecordStorage, "apply", "disk")  # in the storage thread: plan, write, sync
-    _wrap_sync(node.Node, "_pump", "pump")  # the coordinator places the appends queued
+    _wrap_sync(driver, "_pump", "pump")  # the coordinator places the appends queued
     _wrap_async(
         peers.Peers,
         "send",
@@ -134,13 +148,13 @@ def install_probes() -> None:
     _wrap_async(append.AppendLaneHandler, "_one", "append")
     _wrap_sync(write.WriteLane, "start", "grpc_write")
     _wrap_async(grpc_call.StreamStreamCall, "read", "grpc_read")  # follower's answer read
-    original_reply = node.Node._on_reply
+    original_reply = getattr(driver, on_reply)
 
-    def on_reply(self: Any, send: Any, response: Any) -> None:
+    def reply(self: Any, send: Any, response: Any) -> None:
         _mark("reply")
         original_reply(self, send, response)
 
-    node.Node._on_reply = on_reply  # type: ignore[method-assign]
+    setattr(driver, on_reply, reply)
     path = os.environ[EVENTS_ENV]
 
     def dump() -> None:

@@ -41,6 +41,7 @@ class Replica:
         self.next = 1
         self.faults_seen: list[CorruptRecord] = []
         self.metrics = ReplicaMetrics(0)
+        self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     async def append(
         self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions

@@ -38,6 +38,7 @@ class _ScriptedNode:
         self.script = script
         self.sent: list[Conditions] = []
         self.sessions = 0
+        self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
         self.sessions += 1
@@ -114,6 +115,7 @@ class _GatedNode:
         self.gate = asyncio.Event()
         self.sent: list[tuple[int, int]] = []  # (sequence, values) of each append received
         self.next = 1
+        self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
         return pb.OpenSessionResponse(session=100, window=1000)

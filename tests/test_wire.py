@@ -201,8 +201,8 @@ class _FailingNode:
 
     def __init__(self) -> None:
         self.error: RpcError | None = None
-        self.is_leader = True
         self.core = SimpleNamespace(status=pb.VOTING, begin=0)
+        self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     def _raise(self) -> None:
         assert self.error is not None

@@ -4,9 +4,9 @@ with the `AppendResponse` the `AppendStream` would send (its id, its positions o
 error's code, message and reason), in the order they finish.
 
 An append on the lane is an `Append` call in all but its transport: the same packed
-values, conditions and session, the same `Node.append` (a follower forwards it to the
-leader), the same errors. What the lane saves is gRPC's cost per call on both sides, about
-half a millisecond of a serial append's round trip.
+values, conditions and session, the same `CoordinatorDriver.append` (a follower forwards it
+to the leader), the same errors. What the lane saves is gRPC's cost per call on both sides,
+about half a millisecond of a serial append's round trip.
 
 A client that sends faster than its appends finish is held back: past `MAX_IN_FLIGHT`
 appends pending on one connection the replica stops reading it until half of them are

@@ -16,7 +16,7 @@ the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
   counted for the wrong replica.
 - The leader opens a lane in the background and writes on it only once it is open
   (`write`).
-- The follower decides each write as it arrives (`Node.start_write`, in order) and answers
+- The follower decides each write as it arrives (`ReplicaDriver.start_write`, in order) and answers
   when its batch is durable; a write it cannot take (a full disk, a corrupt record, a frame
   that does not parse) closes the connection, and the leader counts every write pending on
   it as failed, as it does when a stream ends with an error.
@@ -33,7 +33,8 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Protocol, cast
+from dataclasses import dataclass
+from typing import cast
 
 from rlog.lane.append import APPEND_METHOD, AppendLaneHandler
 from rlog.lane.framed import (
@@ -58,15 +59,14 @@ log = logging.getLogger("rlog.lane")
 FETCH_UNSENT = 48 * 1024 * 1024  # a fetch lane's answers waiting unsent, at most (about)
 
 
-class _Replica(Appender, Protocol):
-    """What the lane needs of the replica (Node): its write handler, its appends and its
-    learned records (Fetch)."""
+@dataclass(frozen=True)
+class LaneReplica:
+    """What the lane needs of the replica: its write handler and its learned records (Fetch)
+    (runtime/replica.py), and its appends (`Appender`)."""
 
-    def start_write(
-        self, request: pb.WriteRequest
-    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]: ...
-
-    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]: ...
+    start_write: Callable[[pb.WriteRequest], tuple[pb.WriteResponse, asyncio.Future[None] | None]]
+    lane_fetch: Callable[[pb.FetchRequest], list[bytes]]
+    appender: Appender
 
 
 # Why a welcomed caller is refused, given its connection and the RPC the lane stands in
@@ -81,7 +81,7 @@ class LaneServer(asyncio.BufferedProtocol):
 
     def __init__(
         self,
-        node: _Replica,
+        replica: LaneReplica,
         log_id: str,
         replica_id: int,
         max_frame: int,
@@ -89,7 +89,7 @@ class LaneServer(asyncio.BufferedProtocol):
         on_append: Callable[[], None],
         admit: Admission | None = None,
     ) -> None:
-        self._node = node
+        self._replica = replica
         self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
@@ -183,7 +183,7 @@ class LaneServer(asyncio.BufferedProtocol):
             self._transport.set_write_buffer_limits(high=FETCH_UNSENT)
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
-                self._node, self._transport, self._send, self._on_append
+                self._replica.appender, self._transport, self._send, self._on_append
             )
 
     def pause_writing(self) -> None:
@@ -204,9 +204,11 @@ class LaneServer(asyncio.BufferedProtocol):
             self._close(f"a frame does not parse as FetchRequest: {exc}")
             return
         try:
-            parts = self._node.lane_fetch(request)
+            parts = self._replica.lane_fetch(request)
         except CorruptRecord as exc:
-            self._node.storage_fault_seen(exc)  # dropped and recovered, as for a Fetch call
+            self._replica.appender.storage_fault_seen(
+                exc
+            )  # dropped and recovered, as for a Fetch call
             self._close(f"corrupt record: {exc}")
             return
         except Exception as exc:  # a storage error: the caller fetches elsewhere
@@ -223,7 +225,7 @@ class LaneServer(asyncio.BufferedProtocol):
             return
         self._on_write()
         try:
-            decided, durable = self._node.start_write(request)
+            decided, durable = self._replica.start_write(request)
         except CorruptRecord as exc:  # start_write has reported it (repair follows)
             self._close(f"corrupt record: {exc}")
             return
@@ -247,7 +249,7 @@ class LaneServer(asyncio.BufferedProtocol):
 
 
 async def serve_lane(
-    node: _Replica,
+    replica: LaneReplica,
     host: str,
     port: int,
     log_id: str,
@@ -263,7 +265,7 @@ async def serve_lane(
     (authorization), "" to let it in."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(node, log_id, replica_id, max_frame, on_write, on_append, admit),
+        lambda: LaneServer(replica, log_id, replica_id, max_frame, on_write, on_append, admit),
         host or None,
         port,
         ssl=tls,

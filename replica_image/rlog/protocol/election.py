@@ -2,7 +2,7 @@
 
 A pure state machine, like the coordinator, but for the rules around it: the coordinator
 knows how to run an election (`Coordinator.elect`), this module decides when one should run
-and keeps track of the leader a replica follows. The driver (runtime/node.py, and the
+and keeps track of the leader a replica follows. The driver (runtime/election.py, and the
 simulation in tests/paxos_sim.py) feeds it events and does what the return values ask:
 
 - `tick(now)` every few milliseconds: `StartPreVote` when the election timer fired;

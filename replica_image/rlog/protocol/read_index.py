@@ -14,7 +14,7 @@ sends it a moment after the current one ends (`Gather`), and every read that arr
 meanwhile joins it, so a stream of concurrent reads shares few rounds; a read arriving with
 no round in flight or gathered is not delayed.
 
-A pure state machine like the coordinator: the driver (runtime/node.py) calls `request`,
+A pure state machine like the coordinator: the driver (runtime/read_index.py) calls `request`,
 `on_answer`, `on_timeout` and `cancel`, then drains `take()`:
 - `StartRound(round, proposal)`: send a heartbeat at `proposal` to every peer, feed their
   answers to `on_answer(round, ...)`, and call `on_timeout(round)` if the round is not

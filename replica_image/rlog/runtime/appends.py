@@ -5,7 +5,9 @@ rlog/runtime/faults.py says it: the stream and the lane answer it as the unary c
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from rlog.packed import PackedError, pack
 from rlog.proto import rlog_pb2 as pb
@@ -53,7 +55,7 @@ def conditions_of(request: pb.AppendRequest) -> Conditions:
 
 def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
     """An append's values packed (docs/data-path.md): `data`/`offsets` as sent, or
-    `values` packed. The offsets are checked by `Node.append`."""
+    `values` packed. The offsets are checked by the append (runtime/coordinator.py)."""
     data = request.data  # read once: each read of a bytes field copies the batch
     if data or request.offsets:
         if request.values:
@@ -66,13 +68,23 @@ def packed_values(request: pb.AppendRequest) -> tuple[bytes, bytes]:
 
 
 class Appender(Protocol):
-    """What an append needs of the replica (Node)."""
+    """What an append needs of the replica: its appends, and where a corrupt record met on
+    the way is reported (the replica's is a `ReplicaAppender`)."""
 
     async def append(
         self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
     ) -> list[int]: ...
 
     def storage_fault_seen(self, exc: CorruptRecord) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReplicaAppender:
+    """The replica's `Appender`: the coordinator's driver appends (runtime/coordinator.py),
+    its repair takes a corrupt record (runtime/repair.py)."""
+
+    append: Callable[[bytes, bytes, bool, Conditions], Coroutine[Any, Any, list[int]]]
+    storage_fault_seen: Callable[[CorruptRecord], None]
 
 
 async def answer(node: Appender, request: pb.AppendRequest, forwarded: bool) -> pb.AppendResponse:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
+from typing import NamedTuple
 
 import grpc
 
@@ -38,7 +39,21 @@ FILL_BATCH = 256
 REFETCH_ROUNDS = 5
 
 
-Progress = Callable[[int, int, int], None]  # begin, end, positions done
+class CatchupProgress(NamedTuple):
+    """How far a catch-up is: its range [begin, end] and the positions of it learned."""
+
+    begin: int
+    end: int
+    done: int
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.end - self.begin + 1 - self.done)
+
+
+NO_CATCHUP = CatchupProgress(0, 0, 0)  # none under way
+
+Progress = Callable[[CatchupProgress], None]
 
 
 async def catch_up(
@@ -85,7 +100,7 @@ class CatchUp:
         done = max(0, min(core.learned, self.decision.end) - self.decision.begin + 1)
         if core.learned_next <= self.decision.begin:
             done = 0
-        self.report(self.decision.begin, self.decision.end, done)
+        self.report(CatchupProgress(self.decision.begin, self.decision.end, done))
 
     async def run(self) -> None:
         d = self.decision

@@ -3,7 +3,7 @@ corrupt stored record or a full disk ends with a clear error instead of a crashe
 (docs/faults.md).
 
 `guarded` wraps every RPC method of a servicer: `CorruptRecord` -> the replica drops the
-record and recovers (`Node.storage_fault_seen`), the call ends with DATA_LOSS
+record and recovers (`Repair.storage_fault_seen`, runtime/repair.py), the call ends with DATA_LOSS
 (CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL). Anything already sent on a
 stream was checked record by record before it left. A request that does not parse (the
 server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error.
@@ -68,10 +68,10 @@ class _FaultSink(Protocol):
     def storage_fault_seen(self, exc: CorruptRecord) -> None: ...
 
 
-def error_of(exc: BaseException, node: _FaultSink) -> RpcError | None:
+def error_of(exc: BaseException, sink: _FaultSink) -> RpcError | None:
     """The error to answer a storage fault with (None: not a storage fault)."""
     if isinstance(exc, CorruptRecord):
-        node.storage_fault_seen(exc)
+        sink.storage_fault_seen(exc)
         return RpcError(
             Reason.CORRUPT_RECORD,
             f"{exc}: not served; this replica is repairing it from its peers, "
@@ -98,7 +98,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
                 async for item in method(self, checked or request, context):
                     yield item
             except (CorruptRecord, DiskFull) as exc:
-                error = error_of(exc, self.node)
+                error = error_of(exc, self.node.repair)
                 assert error is not None
                 await _abort(context, error)
             if checked is not None and checked.malformed is not None:
@@ -113,7 +113,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return await method(self, request, context)
         except (CorruptRecord, DiskFull) as exc:
-            error = error_of(exc, self.node)
+            error = error_of(exc, self.node.repair)
             assert error is not None
             await _abort(context, error)
 

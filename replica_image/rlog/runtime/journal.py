@@ -62,7 +62,7 @@ class Journal:
         self._failure: BaseException | None = None
         self.full: DiskFull | None = None  # set while the disk has no space for our batches
         self._retry_timer: asyncio.TimerHandle | None = None
-        # A corrupt record met while planning: the batch that repairs it (rlog.runtime.node).
+        # A corrupt record met while planning: the batch that repairs it (rlog.runtime.repair).
         self.on_corrupt: Callable[[CorruptRecord], WriteBatch] | None = None
         self.on_full_changed: Callable[[], None] | None = None
 

@@ -4,9 +4,10 @@ in position order, with a bound on what waits unwritten.
 Two callers: catch-up (a RECOVERING replica copies what the VOTING replicas learned before it
 fills the rest by Paxos, `runtime/catchup.py`) and the pull (a VOTING replica that missed
 learned positions, a follower back from a restart or a partition, or a leader whose own
-write of a chosen batch failed, copies them from a peer that has them: `pull`). A learned
-action is chosen, so copying one is always safe; an answer whose begin is past our position
-says the prefix was truncated, and the core skips it in one step (`ReplicaCore.on_fetched`).
+write of a chosen batch failed, copies them from a peer that has them: `pull`, started by
+`runtime/pulls.py`). A learned action is chosen, so copying one is always safe; an answer
+whose begin is past our position says the prefix was truncated, and the core skips it in one
+step (`ReplicaCore.on_fetched`).
 Spans travel on the peers' fetch lanes when the log has lanes, else as Fetch calls
 (`Peers.fetch_span`). `rlog replica --catchup-rate` caps the bytes a copy takes per second
 (`Pace`), so a replica coming back does not take the peers' disks and network from clients.

@@ -1,157 +1,117 @@
 """A replica node: the pure core and coordinator wrapped with disk, network and timers.
 
-- acceptor/learner: requests run through `ReplicaCore`, their batches through the `Journal`
-  (group commit), and the reply leaves only after the batch is durable;
-- coordinator: the node drains `Coordinator`'s outputs: its messages go out through `Peers`
-  (to itself directly), its timers are armed here and the callers' appends completed;
-- election: the node ticks `Election` (when to stand, whom to follow, which rivals to
-  refuse), runs the pre-vote's Status calls it asks for and stands when it says;
-- followers pull learned entries they missed from the leader (`Fetch`, see `peers`), so every
-  VOTING replica ends up holding every chosen entry;
-- a replica that is not VOTING recovers first (`recovery`, `catchup`);
-- check-quorum: a leader that has not heard from a quorum within two election timeouts
-  steps down (the rule: election.py);
-- client API: appends, truncations and reads, which a follower passes to the leader
-  (`forwarding`); a linearizable read waits until a heartbeat round sent after it arrived
-  is answered by a quorum that still follows this leader (the rules: read_index.py).
+The node decides nothing: it builds the drivers, hands each the small callbacks it needs of
+the others, starts and supervises their loops and stops them, and answers Status. Each rule
+has its driver, in the runtime file of the same name (the rules: rlog/protocol/):
+
+- `replica`: the acceptor/learner; requests run through `ReplicaCore`, their batches
+  through the `Journal` (group commit), and the reply leaves only after the batch is durable;
+- `coordinator`: the coordinator's driver feeds `Coordinator` the client's writes and the
+  peers' answers and drains its outputs: its messages go out through `Peers` (to itself
+  directly), its timers are armed and the callers' appends completed;
+- `admission`: the admission state of the learned entries, handed to a new leader;
+- `election`: ticks `Election` (when to stand, whom to follow, which rivals to refuse), runs
+  the pre-vote's Status calls it asks for and stands when it says, sends the leader's
+  heartbeats; check-quorum: a leader that has not heard from a quorum within two election
+  timeouts steps down;
+- `read_index`: a linearizable read waits until a heartbeat round sent after it arrived is
+  answered by a quorum that still follows this leader;
+- `reads`: the client's reads and tails; a follower passes consistent reads, appends and
+  truncations to the leader (`forwarding`);
+- `pulls`: a VOTING replica copies the learned entries it missed from a peer that has them
+  (`Fetch`, see `peers`), so every VOTING replica ends up holding every chosen entry;
+- `recover`, `catchup`: a replica that is not VOTING recovers first;
+- `repair`: a corrupt record is dropped and recovered, a full disk refuses appends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-import grpc
-
-from rlog.client.packing import last_position, runs_of
 from rlog.config import (
-    SLOW_SELF_ENV,
     UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
     UNSAFE_SPLIT_FILL_ENV,
     ConfigError,
     ReplicaConfig,
-    slow_self,
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
-from rlog.packed import PackedError, count_of, max_size, run_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import NO_CONDITIONS, Conditions, Refuse
 from rlog.protocol.coordinator import (
     Coordinator,
     CoordinatorConfig,
-    Demoted,
-    Done,
-    Elected,
-    Failed,
-    FailureKind,
-    Leading,
-    Refused,
-    Send,
-    SetTimer,
 )
-from rlog.protocol.election import Election, StandDown
-from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
-from rlog.protocol.replica import ReplicaCore
+from rlog.protocol.election import Election
 from rlog.runtime.admission import AdmissionDriver
+from rlog.runtime.appends import ReplicaAppender
+from rlog.runtime.catchup import NO_CATCHUP, CatchupProgress
+from rlog.runtime.coordinator import CoordinatorDriver
+from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
-from rlog.runtime.fetch import lane_answers
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
-from rlog.runtime.learned_copy import pull
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
-    LocalReplica,
-    Peer,
     Peers,
-    Response,
 )
-from rlog.runtime.read_runs import (
-    READ_RESPONSE_BYTES,
-    READ_RESPONSE_POSITIONS,
-    READ_RESPONSE_RECORDS,
-    end_of,
-    read_runs,
-    response_of,
-)
-from rlog.runtime.recovery import Report, recover
-from rlog.runtime.shared_chunks import SharedChunks, chunk_of
+from rlog.runtime.pulls import Pulls
+from rlog.runtime.read_index import ReadIndexDriver
+from rlog.runtime.reads import Reads
+from rlog.runtime.recover import Report, recover
+from rlog.runtime.repair import Repair, StorageFaults, open_core
+from rlog.runtime.replica import ReplicaDriver
 from rlog.runtime.tls import ReloadingCertificates
-from rlog.storage import Storage, WriteBatch
-from rlog.storage.base import CorruptRecord, DiskFull
-from rlog.wire import Reason
+from rlog.storage import Storage
+from rlog.storage.base import CorruptRecord
 
 log = logging.getLogger("rlog.node")
-_M = TypeVar("_M", pb.LearnedRequest, pb.FetchResponse)  # what a learner rule takes
 
-# Corrupt records repaired at open before the replica gives up (a disk this broken is not
-# one to repair record by record).
-MAX_REPAIRS_AT_OPEN = 1000
-
-ELECTION_TICK = 0.02  # seconds between looks at the election timer
 CERTIFICATE_CHECK_INTERVAL = 5.0  # seconds between looks at the certificate files
 
 
-class ElectionClock:
-    """The election's time (etcd raft counts ticks for the same reason): it advances with the
-    election loop's turns, by the real time elapsed but at most two ticks per turn. A process
-    starved of CPU (an overloaded machine, a long GC-like pause) then does not find on waking
-    that whole timeouts went by while the answers that prove a quorum still follows it sit
-    unread in its sockets; it reads them within the next turns. Liveness only: no safety
-    property rests on time (reads are confirmed by a quorum, not by a lease)."""
-
-    def __init__(self) -> None:
-        self._now = 0.0
-        self._real = time.monotonic()
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self) -> None:
-        real = time.monotonic()
-        self._now += min(max(real - self._real, 0.0), 2 * ELECTION_TICK)
-        self._real = real
-
-
-# A read round first asks only as many peers as a quorum needs; the others too if it is not
-# confirmed after a few typical round times (bounds in seconds: a loaded machine's rounds
-# are slow, and asking everyone each time would undo the saving).
-READ_ROUND_WIDEN_ROUNDS = 4
-READ_ROUND_WIDEN_MIN = 0.005
-# Reads arriving while a round is in flight: their round leaves this long after that one ends,
-# with every read that arrived meanwhile (fewer rounds under concurrent reads).
-READ_ROUND_GATHER = 0.001
-
-
 class Node:
+    """One replica: its drivers wired together (see the module's docstring), its loops
+    started and supervised (`start`, `stop`)."""
+
     def __init__(self, config: ReplicaConfig, storage: Storage) -> None:
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
-        # What Tail readers read, kept for the readers behind them (rlog.runtime.shared_chunks).
-        self.tail_chunks = SharedChunks()
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
-        # A storage fault, for Status and the log: the last corrupt record found, or why the
-        # disk cannot be written (docs/faults.md).
-        self.storage_fault = ""
-        self.corrupt_records = 0
-        self._repairing: set[int] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._recovery_task: asyncio.Task[None] | None = None
-        self._free_checked: tuple[float, int] = (0.0, -1)  # (when, bytes free) of the data dir
-        self.core = self._open_core(storage)
+        self._stopped = False
+        self.permit = config.auto_initialize
+        self.reason = ""  # why the replica is not VOTING, or what it is repairing (Status)
+        self.catchup = NO_CATCHUP  # how far recovery's catch-up is (Status)
+        # TLS: the replica's certificates (None: plaintext), watched for rotation.
+        self.certificates: ReloadingCertificates | None = None
+        self._learned_changed = asyncio.Event()  # set as the replica learns
+        # Reads with a min_position wait here for the learned end to reach it.
+        self.learned_watch = LearnedWatch()
+        unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
+        _warn_test_only(unsafe_no_read_index)
+
+        # Storage faults: a corrupt record is dropped and recovered, a full disk refuses
+        # appends (repair.py, docs/faults.md).
+        self.faults = StorageFaults(self.metrics)
+        self.core = open_core(storage, self.faults)
         self.journal = Journal(storage, self.core, self.metrics)
-        self.journal.on_corrupt = self._repair_batch
-        self.journal.on_full_changed = self._on_disk_full_changed
-        self.metrics.disk_full.set_function(lambda: 1.0 if self.disk_low() else 0.0)
+        self.repair = Repair(
+            self.core, self.journal, config, self.faults, self._restart_recovery, self.spawn
+        )
+        self.journal.on_corrupt = self.repair.repair_batch
+        self.journal.on_full_changed = self.repair.on_disk_full_changed
+        self.metrics.disk_full.set_function(lambda: 1.0 if self.repair.disk_low() else 0.0)
         self.coordinator = Coordinator(
             config.id,
             len(config.peers),
@@ -169,213 +129,120 @@ class Node:
             ),
             log_id=config.log_id,
         )
-        self._self_delay = slow_self()
-        if self._self_delay:
-            log.warning(
-                "%s=%g: this replica's messages to itself are delayed (test only)",
-                SLOW_SELF_ENV,
-                self._self_delay,
-            )
-            local = LocalReplica(
-                self.handle_promise, self._slow_write, self._slow_learned, self._slow_fetched
-            )
-        else:
-            local = LocalReplica(
-                self.handle_promise, self.handle_write, self.handle_learned, self.handle_fetched
-            )
-        self.peers = Peers(
-            config,
-            self.core,
-            local,
-            self.spawn,
-            self._on_reply,
-            self._on_send_failure,
-            promise_timeout=self.coordinator.config.fill_timeout,
-            metrics=self.metrics,
-        )
-        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
         # When to stand for election, whom this replica follows (the rules: election.py).
-        self.clock = ElectionClock()
-        self.election = Election(
+        # The acceptor consults it on promises, the election's driver runs it.
+        clock = ElectionClock()
+        election = Election(
             config.id,
             config.address,
             len(config.peers),
             config.election_timeout,
             self.core,
             self.coordinator,
-            self.clock.now(),
+            clock.now(),
             random.Random(),
         )
+        # The acceptor/learner: the peers' calls, and this replica's own messages to itself.
+        self.replica = ReplicaDriver(
+            config,
+            self.core,
+            self.journal,
+            self.metrics,
+            self.coordinator,
+            election,
+            clock.now,
+            self._on_heartbeat,
+            self._learned,
+            self._update_metrics,
+            self.repair.storage_fault_seen,
+        )
+        self.peers = Peers(
+            config,
+            self.core,
+            self.replica.local,
+            self.spawn,
+            # The coordinator's driver, built below (it sends through the peers), takes
+            # their answers.
+            lambda send, response: self.coordinator_driver.on_reply(send, response),
+            lambda send: self.coordinator_driver.on_send_failure(send),
+            promise_timeout=self.coordinator.config.fill_timeout,
+            metrics=self.metrics,
+        )
+        self.forwarding = Forwarding(config, self.core, self.peers, self._known_leader)
+        # The coordinator's inputs and outputs: the client's writes, the peers' answers.
+        self.coordinator_driver = CoordinatorDriver(
+            config,
+            self.core,
+            self.coordinator,
+            self.peers,
+            self.forwarding,
+            self.metrics,
+            lambda peer: self.election.on_peer_answered(peer),  # built below
+            self._on_leading,
+            self._on_demoted,
+            self._update_metrics,
+            self.repair.disk_full_error,
+        )
+        self.election = ElectionDriver(
+            config,
+            self.core,
+            self.coordinator,
+            election,
+            clock,
+            self.peers,
+            self.metrics,
+            self.coordinator_driver.dispatch,
+            self.spawn,
+            check_quorum=not unsafe_no_read_index,
+        )
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
-        self.read_index = ReadIndex(config.id, len(config.peers))
-        self._read_waiters: dict[object, asyncio.Future[None]] = {}
-        self._read_round_sent = (0, 0.0)  # the round in flight and when it left
-        self._read_round_time = 0.0  # a moving average of how long rounds take to confirm
-        self.unsafe_no_read_index = os.environ.get(UNSAFE_NO_READ_INDEX_ENV) == "1"
-        if self.unsafe_no_read_index:
-            log.warning(
-                "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
-                UNSAFE_NO_READ_INDEX_ENV,
-            )
-        if self.coordinator.config.split_fill:
-            log.warning(
-                "%s=1: fills settle positions one by one, an append's entries may be chosen "
-                "in part (test only)",
-                UNSAFE_SPLIT_FILL_ENV,
-            )
-        if self.coordinator.config.no_dedupe:
-            log.warning(
-                "%s=1: retried session appends are appended again, NOT exactly once (test only)",
-                UNSAFE_NO_DEDUPE_ENV,
-            )
-        self._prev_leader_learned = 0
-        self._pulling = False  # a pull of learned positions under way (one at a time)
-        self._prev_acknowledged_end = 0
-        self._waiters: dict[object, asyncio.Future[list[int]]] = {}
-        self._epochs: dict[object, int] = {}  # take_epoch's tokens -> the epoch taken
-        self._pump_scheduled = False
-        self._learned_changed = asyncio.Event()
-        # Reads with a min_position wait here for the learned end to reach it.
-        self.learned_watch = LearnedWatch()
+        self.read_index = ReadIndexDriver(
+            config,
+            self.core,
+            self.coordinator,
+            self.peers,
+            self.metrics,
+            self.election.heartbeat,
+            self.election.last_answers,
+            self._learned_changed,
+            self.spawn,
+            confirm=not unsafe_no_read_index,
+        )
+        # The client's reads and tails (reads.py).
+        self.reads = Reads(
+            config,
+            self.core,
+            self.coordinator,
+            self.forwarding,
+            self.metrics,
+            self.read_index.wait,
+            self.learned_watch,
+            self._learned_changed,
+        )
+        # A VOTING replica's pulls of the learned positions it missed (pulls.py).
+        self.pulls = Pulls(
+            config,
+            self.core,
+            self.coordinator,
+            self.journal,
+            self.peers,
+            self.election.peer_statuses,
+            self.spawn,
+        )
         # The admission state of the learned entries, handed to the coordinator as it leads.
         self.admission = AdmissionDriver(
-            self.core, self.coordinator, config, self._learned_changed, self.spawn, self._dispatch
+            self.core,
+            self.coordinator,
+            config,
+            self._learned_changed,
+            self.spawn,
+            self.coordinator_driver.dispatch,
         )
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[None]] = set()
-        self._stopped = False
-        self.permit = config.auto_initialize
-        self.reason = ""
-        self.catchup: tuple[int, int, int] = (0, 0, 0)  # begin, end, positions done
-        # TLS: the replica's certificates (None: plaintext), watched for rotation.
-        self.certificates: ReloadingCertificates | None = None
+        # What the AppendStream and the append lane ask of the replica (runtime/appends.py).
+        self.appender = ReplicaAppender(
+            self.coordinator_driver.append, self.repair.storage_fault_seen
+        )
         self._check_identity()
-
-    # ---- storage faults (docs/faults.md) -------------------------------------------------
-
-    def _open_core(self, storage: Storage) -> ReplicaCore:
-        """The replica's core over its storage. Opening reads every record not yet learned;
-        a corrupt one is dropped and the replica turned RECOVERING before it serves anything,
-        then the core is opened again. Damage the engine skipped at open (a segment frame)
-        may have held any position: the replica re-learns them all from its peers."""
-        damage = storage.damage()
-        if damage:
-            self.corrupt_records += len(damage)
-            self.metrics.corrupt_records.inc(len(damage))
-            self.storage_fault = (
-                f"damaged data skipped at open ({'; '.join(damage)[:300]}): recovering every "
-                "position from the peers"
-            )
-            log.error("%s", self.storage_fault)
-            meta = storage.metadata()
-            if meta.status == pb.VOTING:
-                meta.status = pb.RECOVERING
-            meta.learned_below = meta.begin
-            storage.apply(WriteBatch(metadata=meta))
-        for _ in range(MAX_REPAIRS_AT_OPEN):
-            try:
-                return ReplicaCore(storage)
-            except CorruptRecord as exc:
-                self._report_corrupt(exc)
-                meta = storage.metadata()
-                if meta.status == pb.VOTING:
-                    meta.status = pb.RECOVERING
-                floor = max(exc.key, meta.begin)
-                meta.learned_below = min(meta.learned_below, floor)
-                storage.apply(WriteBatch(drop_records=[exc.key], metadata=meta))
-        raise CorruptRecord(0, f"more than {MAX_REPAIRS_AT_OPEN} corrupt records at open")
-
-    def _report_corrupt(self, exc: CorruptRecord) -> None:
-        self.corrupt_records += 1
-        self.metrics.corrupt_records.inc()
-        self.storage_fault = (
-            f"corrupt record at position {exc.key} ({exc.why}): dropped, not served; "
-            "recovering it from the peers"
-        )
-        log.error("%s: %s", exc, "dropping it and recovering from the peers")
-
-    def _repair_batch(self, exc: CorruptRecord) -> WriteBatch:
-        """The journal met a corrupt record while writing: the batch that repairs it."""
-        self._report_corrupt(exc)
-        asyncio.get_running_loop().call_soon(self._restart_recovery)
-        return self.core.forget_corrupt(exc.key)
-
-    def storage_fault_seen(self, exc: CorruptRecord) -> None:
-        """A read met a corrupt record: drop it, stop voting and recover (docs/faults.md).
-        Reads never serve it: they fail with CORRUPT_RECORD, and once it is dropped this
-        replica no longer counts its positions as learned."""
-        if exc.key in self._repairing:
-            return
-        self._repairing.add(exc.key)
-        self._report_corrupt(exc)
-        batch = self.core.forget_corrupt(exc.key)
-        self._restart_recovery()
-        self.spawn(self._persist_repair(batch, exc.key))
-
-    async def _persist_repair(self, batch: WriteBatch, key: int) -> None:
-        while True:
-            try:
-                await self.journal.persist(batch)
-                break
-            except DiskFull:
-                await asyncio.sleep(1.0)  # the batch stays queued; wait for it
-                if self.journal.full is None:
-                    break
-        self._repairing.discard(key)
-
-    def _restart_recovery(self) -> None:
-        """Stop leading and voting; run recovery again (it ends once the replica is VOTING)."""
-        if self._stopped:
-            return
-        if self.coordinator.leading:
-            self.coordinator.step_down("a stored record is corrupt")
-            self._dispatch()
-        self.reason = f"repairing: {self.storage_fault}"
-        self._update_metrics()
-        if self._recovery_task is None or self._recovery_task.done():
-            self._recovery_task = asyncio.get_running_loop().create_task(
-                self._supervise(self._recovery_loop), name="recovery"
-            )
-            self._tasks.append(self._recovery_task)
-
-    def _on_disk_full_changed(self) -> None:
-        full = self.journal.full
-        if full is not None:
-            self.storage_fault = f"disk full: {full}"
-            log.error("disk full, appends refused until space returns: %s", full)
-        else:
-            if self.storage_fault.startswith("disk full"):
-                self.storage_fault = ""
-            log.info("disk space is back: writing again")
-
-    def disk_low(self) -> str:
-        """Why appends are refused for want of space ("" if they are not): the disk is full
-        (writes fail) or has less free than --min-free-bytes (looked at most every 0.1 s)."""
-        if self.journal.full is not None:
-            return str(self.journal.full)
-        if self.config.storage_engine == "memory" or not self.config.min_free_bytes:
-            return ""
-        now = time.monotonic()
-        if now - self._free_checked[0] > 0.1:
-            try:
-                st = os.statvfs(self.config.data_dir)
-                self._free_checked = (now, st.f_bavail * st.f_frsize)
-            except OSError:
-                self._free_checked = (now, -1)
-        free = self._free_checked[1]
-        if 0 <= free < self.config.min_free_bytes:
-            return (
-                f"data dir {self.config.data_dir}: {free} bytes free, under --min-free-bytes "
-                f"{self.config.min_free_bytes} (kept for promises and elections)"
-            )
-        return ""
-
-    def disk_full_error(self) -> RpcError | None:
-        """The error an append answers while the disk is full or nearly so."""
-        why = self.disk_low()
-        if not why:
-            return None
-        return RpcError(Reason.DISK_FULL, f"replica {self.config.id}: {why}")
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -406,7 +273,9 @@ class Node:
             self._supervise(self._recovery_loop), name="recovery"
         )
         self._tasks.append(self._recovery_task)
-        self._tasks.append(loop.create_task(self._supervise(self._election_loop), name="election"))
+        self._tasks.append(
+            loop.create_task(self._supervise(self.election.election_loop), name="election")
+        )
         self._tasks.append(
             loop.create_task(self._supervise(self._heartbeat_loop), name="heartbeat")
         )
@@ -419,17 +288,17 @@ class Node:
         if self.core.status != pb.VOTING:
             self.reason = "running the recover protocol"
         elif self.peers:
-            self.spawn(self._pull_after_restart())
+            self.spawn(self.pulls.after_restart())
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         self._stopped = True
         self.admission.stopped = True
+        self.election.stopped = True
+        self.read_index.stopped = True
         self.peers.stop()
-        for future in self._waiters.values():
-            if not future.done():
-                future.set_exception(RpcError(Reason.STOPPING, "replica stopping"))
+        self.coordinator_driver.stop()
         await self.journal.close()
         await self.peers.close()
         self.storage.close()
@@ -444,7 +313,7 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except CorruptRecord as exc:
-                self.storage_fault_seen(exc)
+                self.repair.storage_fault_seen(exc)
                 await asyncio.sleep(0.1)
             except Exception:
                 log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
@@ -471,141 +340,23 @@ class Node:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    @property
-    def is_leader(self) -> bool:
-        return self.coordinator.leading
-
     # ---- acceptor / learner ------------------------------------------------------------
 
-    async def handle_promise(self, request: pb.PromiseRequest) -> pb.PromiseResponse:
-        if self.journal.full is not None:
-            raise self.journal.full  # before the core: decide nothing that cannot be durable
-        if not request.positions and self.election.refuses(request.candidate, self.clock.now()):
-            self.metrics.rejects.labels("promise").inc()
-            return pb.PromiseResponse(
-                verdict=pb.REJECT,
-                proposal=self.core.promised,
-                begin=self.core.begin,
-                status=self.core.status,
-            )
-        try:
-            reply = self.core.on_promise(request)
-        except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
-            raise
-        assert isinstance(reply.response, pb.PromiseResponse)
-        if reply.response.verdict == pb.ACCEPT:
-            # Before the persist: our own candidacy must not start while another is under way.
-            self.election.on_promise_accepted(self.clock.now(), request.candidate)
-        if reply.persist is not None:
-            await self.journal.persist(reply.persist)
-        if reply.response.verdict == pb.REJECT:
-            self.metrics.rejects.labels("promise").inc()
-        self.coordinator.observe(request.proposal)
+    def _learned(self) -> None:
+        """The replica learned a batch: wake whoever waits for it."""
+        self._learned_changed.set()
+        self.admission.on_learned()
         self._update_metrics()
-        return reply.response
-
-    async def handle_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        response, durable = self.start_write(request)
-        if durable is not None:
-            await durable
-        return response
-
-    # RLOG_TEST_SLOW_SELF (tests only): a write and a learned message to ourselves each
-    # handled `_self_delay` after they were sent, so in the order they were sent.
-    async def _slow_write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        await asyncio.sleep(self._self_delay)
-        return await self.handle_write(request)
-
-    def _slow_learned(self, request: pb.LearnedRequest) -> None:
-        asyncio.get_running_loop().call_later(self._self_delay, self.handle_learned, request)
-
-    def _slow_fetched(self, answer: pb.FetchResponse) -> None:
-        asyncio.get_running_loop().call_later(self._self_delay, self.handle_fetched, answer)
-
-    def lane_fetch(self, request: pb.FetchRequest) -> list[bytes]:
-        """A fetch lane's answer to `request`: the serialized FetchAnswers, in parts
-        (runtime/fetch.py); raises CorruptRecord as a Fetch call would."""
-        return lane_answers(self.core, request)
-
-    def start_write(
-        self, request: pb.WriteRequest
-    ) -> tuple[pb.WriteResponse, asyncio.Future[None] | None]:
-        """A write's decision, taken now, and the future of its batch's durability (None:
-        nothing to store); the response may leave only once that future is done. Raises
-        what `handle_write` raises."""
-        if request.HasField("learned"):
-            self.handle_learned(request.learned)
-        if self.journal.full is not None:
-            raise self.journal.full
-        try:
-            reply = self.core.on_write(request)
-        except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
-            raise
-        assert isinstance(reply.response, pb.WriteResponse)
-        if reply.response.verdict == pb.REJECT:
-            self.metrics.rejects.labels("write").inc()
-        durable = self.journal.submit(reply.persist) if reply.persist is not None else None
-        return reply.response, durable
-
-    def handle_learned(self, request: pb.LearnedRequest) -> None:
-        if request.leader_address and request.leader != self.config.id:
-            self._on_heartbeat(request)
-        if self.journal.full is not None and (request.runs or request.actions):
-            # No room to store values: learn only what is stored already (ranges); the rest
-            # is pulled from the leader once space returns, not held in memory meanwhile.
-            trimmed = pb.LearnedRequest()
-            trimmed.CopyFrom(request)
-            del trimmed.runs[:]
-            del trimmed.actions[:]
-            request = trimmed
-        self._learn(self.core.on_learned, request)
-
-    def handle_fetched(self, answer: pb.FetchResponse) -> None:
-        """Learn a Fetch answer's records (a catch-up's span, a pull's chunk); the answer is
-        given up to the core, which keeps its runs without a copy."""
-        if self.journal.full is not None:
-            return  # no room to store values: fetched again once space returns
-        self._learn(self.core.on_fetched, answer)
-
-    def _learn(self, rule: Callable[[_M], WriteBatch | None], message: _M) -> None:
-        """Apply a learner rule of the core to `message` and store what it learned (a
-        corrupt record met on the way is reported as a storage fault and re-raised)."""
-        try:
-            batch = rule(message)
-        except CorruptRecord as exc:
-            self.storage_fault_seen(exc)
-            raise
-        if batch is not None:
-            self.journal.persist_nowait(batch)
-            self._learned_changed.set()
-            self.admission.on_learned()
-            self._update_metrics()
 
     def _on_heartbeat(self, request: pb.LearnedRequest) -> None:
-        step_down = self.election.on_heartbeat(
-            self.clock.now(), request.leader, request.leader_address, request.proposal
-        )
-        if step_down is not None:
-            self.coordinator.step_down(step_down.reason)
-            self._dispatch()
-        self.coordinator.observe(request.proposal)
-        if not request.leader_learned:
-            return  # a read round's heartbeat: too frequent to time pulls by
-        target, self._prev_leader_learned = self._prev_leader_learned, request.leader_learned
-        # Pull what the leader had learned a heartbeat ago and we still lack: what it learned
-        # since may still be arriving in ordinary learned messages.
-        # A replica that is not VOTING learns by recovery's catch-up, which copies the same
-        # records: a pull as well would fetch them twice.
-        voting = self.core.status == pb.VOTING
-        if voting and self.core.learned < target and not self._pulling:
-            self._pull([request.leader], target)
+        """A leader's heartbeat: the election follows it, the pulls time themselves by it."""
+        self.election.on_heartbeat(request)
+        self.pulls.on_heartbeat(request)
 
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover (`recovery.recover`); then listen for a leader."""
+        """While not VOTING: recover (`recover.recover`); then listen for a leader."""
         await recover(
             self.core,
             self.journal,
@@ -615,674 +366,55 @@ class Node:
             Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
         )
         self.reason = ""
-        self.catchup = (0, 0, 0)
-        self.last_heard = self.clock.now()  # a new voter first listens for a leader
+        self.catchup = NO_CATCHUP
+        self.election.listen()  # a new voter first listens for a leader
         self.metrics.catchup_remaining.set(0)
         self._update_metrics()
+
+    def _restart_recovery(self) -> None:
+        """Stop leading and voting; run recovery again (it ends once the replica is VOTING)."""
+        if self._stopped:
+            return
+        if self.coordinator.leading:
+            self.coordinator.step_down("a stored record is corrupt")
+            self.coordinator_driver.dispatch()
+        self.reason = f"repairing: {self.faults.fault}"
+        self._update_metrics()
+        if self._recovery_task is None or self._recovery_task.done():
+            self._recovery_task = asyncio.get_running_loop().create_task(
+                self._supervise(self._recovery_loop), name="recovery"
+            )
+            self._tasks.append(self._recovery_task)
 
     def _not_voting_because(self, reason: str) -> None:
         self.reason = reason
 
-    def _catchup_progress(self, begin: int, end: int, done: int) -> None:
-        self.catchup = (begin, end, done)
-        self.metrics.catchup_remaining.set(max(0, end - begin + 1 - done))
+    def _catchup_progress(self, progress: CatchupProgress) -> None:
+        self.catchup = progress
+        self.metrics.catchup_remaining.set(progress.remaining)
 
-    # ---- coordinator driving -----------------------------------------------------------
+    # ---- leadership --------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        # Messages to this replica itself are posted last: after the writes to the peers
-        # (their answers are the longer way round of a serial append) and after the appends
-        # that are done are answered (their callers first; the leader's own learning of a
-        # chosen batch is no part of the answer).
-        own: list[Send] = []
-        for output in self.coordinator.take():
-            if isinstance(output, Send):
-                message = output.message
-                if output.to == self.config.id:
-                    if isinstance(message, pb.WriteRequest):
-                        self.metrics.batch_entries.observe(
-                            len(message.actions) + sum(run_count(r) for r in message.runs)
-                        )
-                    own.append(output)
-                    continue
-                self.peers.post(output)
-            elif isinstance(output, SetTimer):
-                loop.call_later(output.delay, self._on_timer, output.round)
-            elif isinstance(output, Done):
-                if output.token in self._epochs:
-                    self._epochs[output.token] = output.epoch
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_result(output.positions)
-            elif isinstance(output, Refused):
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_exception(_refusal_error(output.refusal))
-            elif isinstance(output, Failed):
-                self.metrics.append_failures.labels(output.kind.value).inc()
-                future = self._waiters.pop(output.token, None)
-                if future is not None and not future.done():
-                    future.set_exception(_failure_error(output))
-            elif isinstance(output, Elected):
-                self.metrics.elections.labels("won").inc()
-                log.info(
-                    "elected with proposal %d, filling up to %d", output.proposal, output.index
-                )
-            elif isinstance(output, Leading):
-                self.election.on_leading(self.clock.now())
-                self.reason = ""
-                log.info(
-                    "leading at proposal %d from position %d", output.proposal, output.next_position
-                )
-                self.spawn(self._send_heartbeats())
-                self.admission.on_leading(output.proposal, output.next_position - 1)
-            elif isinstance(output, Demoted):
-                self._fail_reads(f"not leading any more: {output.reason}")
-                if self.election.on_demoted(self.clock.now(), output.retry_after):
-                    self.metrics.elections.labels("demoted").inc()
-                else:
-                    self.metrics.elections.labels("lost").inc()
-                log.info("not leading: %s", output.reason)
-        for send in own:
-            self.peers.post(send)
-        self._update_metrics()
+    def _on_leading(self, proposal: int, next_position: int) -> None:
+        self.election.on_leading()
+        self.reason = ""
+        self.spawn(self.election.send_heartbeats())
+        self.admission.on_leading(proposal, next_position - 1)
 
-    def _on_timer(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.coordinator.on_timeout(round_id)
-        self._dispatch()
+    def _on_demoted(self, reason: str, retry_after: float) -> None:
+        self.read_index.fail_reads(f"not leading any more: {reason}")
+        self.election.on_demoted(retry_after)
 
-    def _on_reply(self, send: Send, response: Response) -> None:
-        self.election.on_peer_answered(self.clock.now(), send.to)
-        self.coordinator.on_reply(send.round, send.to, response)
-        self._dispatch()
-
-    def _on_send_failure(self, send: Send) -> None:
-        self.coordinator.on_failure(send.round, send.to)
-        self._dispatch()
-
-    def _schedule_pump(self) -> None:
-        if not self._pump_scheduled:
-            self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump)
-
-    def _pump(self) -> None:
-        self._pump_scheduled = False
-        self.coordinator.pump()
-        self._dispatch()
-
-    # ---- election and heartbeats -------------------------------------------------------
-
-    async def _election_loop(self) -> None:
-        """Tick the election state machine; run the pre-vote it asks for, stand if it says."""
-        self.election.restart_timer()  # a (re)started loop first listens a full timeout
-        while True:
-            await asyncio.sleep(ELECTION_TICK)
-            self.clock.advance()
-            self._check_quorum()
-            if self.election.tick(self.clock.now()) is None:
-                continue
-            outcome = self.election.on_pre_vote(self.clock.now(), await self._peer_statuses())
-            if isinstance(outcome, StandDown):
-                log.debug("not standing for election: %s", outcome.reason)
-                continue
-            log.debug("standing for election: %s", outcome.reason)
-            self.metrics.elections.labels("started").inc()
-            self.coordinator.elect()
-            self._dispatch()
-
-    def _check_quorum(self) -> None:
-        """Step down if a quorum has not answered lately (`Election.check_quorum`)."""
-        if self.unsafe_no_read_index:
-            return  # test only: as before check-quorum existed
-        now = self.clock.now()
-        step = self.election.check_quorum(now)
-        if step is None:
-            return
-        log.warning("stepping down: %s", step.reason)
-        self.metrics.elections.labels("check_quorum").inc()
-        self.coordinator.step_down(step.reason)
-        self._dispatch()
-        self.election.stepped_down(now)
-
-    async def _peer_statuses(self) -> list[pb.StatusResponse | None]:
-        """The pre-vote's question: every peer's Status (None: no answer in time)."""
-
-        async def status_of(peer: Peer) -> pb.StatusResponse | None:
-            try:
-                # What the peer believes now: no leadership confirmation on this budget.
-                return await peer.log.Status(pb.StatusRequest(local=True), timeout=0.5)
-            except grpc.aio.AioRpcError:
-                return None
-
-        return list(await asyncio.gather(*(status_of(p) for p in self.peers.values())))
+    # ---- heartbeats and pulls ----------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
             if self.coordinator.leading:
-                await self._send_heartbeats()
-                self._pull_missed_own_writes()
+                await self.election.send_heartbeats()
+                self.pulls.missed_own_writes()
 
-    def _pull_missed_own_writes(self) -> None:
-        """A leader learns a chosen batch from its own record of it; if its own write of
-        that batch failed (a full disk) while the followers' succeeded, no learned message
-        will ever bring the value, and its learned prefix (so its consistent reads) would stop
-        there for good. So, as a follower pulls from the leader: pull what was acknowledged a
-        heartbeat ago (what is newer may still be on its way to the storage) and is still not
-        learned here from the followers, once the disk takes writes again."""
-        target = self._prev_acknowledged_end
-        self._prev_acknowledged_end = self.coordinator.acknowledged_end
-        if self.journal.full is not None or self._pulling or self.core.learned >= target:
-            return
-        log.info(
-            "learned only up to %d of the %d acknowledged: pulling the rest from the followers",
-            self.core.learned,
-            target,
-        )
-        self._pull(list(self.peers.keys()), target)
-
-    async def _pull_after_restart(self) -> None:
-        """A VOTING replica back from a stop (a restarted pod, a rebooted node) asks its
-        peers how far they learned and pulls what it lacks at once. Its own channels are
-        new; the leader's heartbeats, by which a follower otherwise finds it is behind, come
-        only once the leader's channel to it is back from its reconnect back-off (up to a
-        second), and the pull they start waits for a second one."""
-        statuses = await self._peer_statuses()
-        ahead = {
-            status.id: status.learned
-            for status in statuses
-            if status is not None and status.learned > self.core.learned
-        }
-        if not ahead or self.core.status != pb.VOTING or self._pulling:
-            return
-        if self.journal.full is not None:
-            return  # nowhere to store it: the heartbeats' pulls come back to it
-        target = max(ahead.values())
-        log.info(
-            "back with learned up to %d, peers up to %d: pulling the rest from replicas %s",
-            self.core.learned,
-            target,
-            sorted(ahead),
-        )
-        self._pull(sorted(ahead), target)
-
-    def _pull(self, sources: list[int], target: int) -> None:
-        """Copy the learned positions up to `target` this replica lacks from `sources` in
-        the background (`learned_copy.pull`), one pull at a time."""
-        self._pulling = True
-
-        async def pulling() -> None:
-            try:
-                await pull(
-                    self.core,
-                    self.peers,
-                    sources,
-                    target,
-                    self.journal.durable,
-                    self.config.catchup_rate,
-                )
-            finally:
-                self._pulling = False
-
-        self.spawn(pulling())
-
-    async def _send_heartbeats(self) -> None:
-        heartbeat = pb.LearnedRequest(
-            proposal=self.coordinator.proposal,
-            leader=self.config.id,
-            leader_address=self.config.address,
-            leader_learned=self.core.learned,
-            log_id=self.config.log_id,
-        )
-        for peer in self.peers.values():
-            self.spawn(self._heartbeat(peer, heartbeat, 0))
-
-    async def _heartbeat(self, peer: Peer, heartbeat: pb.LearnedRequest, round_id: int) -> None:
-        """Send one heartbeat; its answer counts for the check-quorum and, for a read round
-        (`round_id` > 0), for the read index."""
-        answer = await self.peers.heartbeat(peer, heartbeat)
-        if answer is None or self._stopped:
-            return
-        self.election.on_peer_answered(self.clock.now(), peer.id)
-        if round_id:
-            self.read_index.on_answer(round_id, peer.id, answer.promised)
-            self._drain_read_index()
-
-    # ---- the read index ----------------------------------------------------------------
-
-    async def _read_index_wait(self) -> None:
-        """Wait until a linearizable read may be served here (docs/protocol.md, "Linearizable
-        reads"): the read index is what this leader has acknowledged by now; a quorum must
-        follow it after now, and it must have learned up to the read index."""
-        index = max(self.core.learned, self.coordinator.acknowledged_end)
-        await self._confirm_leadership()
-        if self.core.learned >= index:
-            return
-        # A later batch was chosen before an earlier one still in flight: wait for that one.
-        deadline = time.monotonic() + self.config.append_timeout
-        while self.core.learned < index:
-            if not self.coordinator.leading:
-                raise RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
-            if time.monotonic() >= deadline:
-                raise RpcError(
-                    Reason.NOT_LEARNED,
-                    f"position {index} (acknowledged) is not learned on the leader yet",
-                )
-            self._learned_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
-
-    async def _confirm_leadership(self, time_limit: float | None = None) -> None:
-        """Return once a quorum has followed this leader after now (a heartbeat round sent
-        after this call, answered by a quorum that has not promised a higher proposal);
-        raise if leadership is lost or not confirmed within `time_limit` s (default 2T)."""
-        if self.unsafe_no_read_index:
-            return
-        token = object()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._read_waiters[token] = future
-        self.read_index.request(token, self.coordinator.proposal)
-        self._drain_read_index()
-        limit = 2 * self.config.election_timeout if time_limit is None else time_limit
-        # One timer per read (cheaper than wait_for's wrapping on this hot path).
-        timer = loop.call_later(limit, _unconfirmed, future, limit)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._read_waiters.pop(token, None)
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                self.read_index.cancel(token)  # a confirmed read is no longer waiting there
-
-    def _drain_read_index(self) -> None:
-        for output in self.read_index.take():
-            if isinstance(output, StartRound):
-                self.metrics.read_rounds.inc()
-                heartbeat = pb.LearnedRequest(
-                    proposal=output.proposal,
-                    leader=self.config.id,
-                    leader_address=self.config.address,
-                    log_id=self.config.log_id,
-                )
-                first, rest = self._read_round_peers()
-                for peer in first:
-                    self.spawn(self._heartbeat(peer, heartbeat, output.round))
-                loop = asyncio.get_running_loop()
-                self._read_round_sent = (output.round, loop.time())
-                if rest:
-                    widen = min(
-                        max(READ_ROUND_WIDEN_MIN, READ_ROUND_WIDEN_ROUNDS * self._read_round_time),
-                        self.config.heartbeat_interval / 2,
-                    )
-                    loop.call_later(widen, self._widen_read_round, output.round, heartbeat, rest)
-                # A round that lost answers is sent again (with every read still waiting).
-                loop.call_later(
-                    self.config.heartbeat_interval, self._read_round_timeout, output.round
-                )
-            elif isinstance(output, Gather):
-                asyncio.get_running_loop().call_later(
-                    READ_ROUND_GATHER, self._send_read_round, output.round
-                )
-            elif isinstance(output, Confirmed):
-                self.metrics.read_confirmations.inc(len(output.tokens))
-                self._time_read_round()
-                # The round counts this replica as following itself: only if its own
-                # acceptor has not promised a higher proposal either.
-                still_leading = (
-                    self.coordinator.leading
-                    and self.coordinator.proposal == output.proposal
-                    and self.core.promised <= output.proposal
-                )
-                for token in output.tokens:
-                    future = self._read_waiters.get(token)
-                    if future is None or future.done():
-                        continue
-                    if still_leading:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(
-                            RpcError(Reason.NOT_LEADER, "this replica is not the leader any more")
-                        )
-
-    def _time_read_round(self) -> None:
-        """A round was confirmed: fold how long it took into the typical round time."""
-        round_id, sent = self._read_round_sent
-        if round_id:
-            took = asyncio.get_running_loop().time() - sent
-            self._read_round_time = 0.8 * self._read_round_time + 0.2 * took
-            self._read_round_sent = (0, 0.0)
-
-    def _send_read_round(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.read_index.send_due(round_id)
-        self._drain_read_index()
-
-    def _read_round_peers(self) -> tuple[list[Peer], list[Peer]]:
-        """Whom a read round asks first: the quorum - 1 peers that answered this leader
-        last (with it they make a quorum; the others then never handle the round), and the
-        rest, asked only if those have not confirmed the round in a few typical round times."""
-        answered = self.election.peer_answered
-        ranked = sorted(self.peers.values(), key=lambda p: -answered.get(p.id, 0.0))
-        need = self.read_index.quorum - 1
-        return ranked[:need], ranked[need:]
-
-    def _widen_read_round(
-        self, round_id: int, heartbeat: pb.LearnedRequest, rest: list[Peer]
-    ) -> None:
-        if self._stopped or self.read_index.round != round_id:
-            return  # confirmed (or given up) already
-        for peer in rest:
-            self.spawn(self._heartbeat(peer, heartbeat, round_id))
-
-    def _read_round_timeout(self, round_id: int) -> None:
-        if self._stopped:
-            return
-        self.read_index.on_timeout(round_id)
-        self._drain_read_index()
-
-    def _fail_reads(self, reason: str) -> None:
-        """Leadership was lost: every read waiting for a confirmation fails (not served)."""
-        for token in self.read_index.cancel_all():
-            future = self._read_waiters.get(token)
-            if future is not None and not future.done():
-                future.set_exception(RpcError(Reason.NOT_LEADER, reason))
-
-    # ---- client API --------------------------------------------------------------------
-
-    async def append(
-        self,
-        data: bytes,
-        offsets: bytes,
-        forwarded: bool,
-        conditions: Conditions = NO_CONDITIONS,
-    ) -> list[int]:
-        """Append a batch of packed values (docs/data-path.md) as one request: all or none of
-        it is chosen; its positions. Offsets that do not check out append nothing."""
-        try:
-            largest = max_size(data, offsets)
-        except PackedError as exc:
-            raise RpcError(Reason.INVALID_ARGUMENT, f"bad packed values: {exc}") from None
-        if largest > self.config.max_entry_size:
-            raise RpcError(
-                Reason.ENTRY_TOO_LARGE,
-                f"entry of {largest} bytes exceeds the maximum entry size of "
-                f"{self.config.max_entry_size} bytes",
-            )
-        count = count_of(offsets)
-        if not count:
-            return []
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.append(leader, data, offsets, conditions)
-        if (full := self.disk_full_error()) is not None:
-            raise full  # this leader cannot store it: refuse before proposing anything
-        started = time.perf_counter()
-        token = object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, pb.Run(data=data, offsets=offsets), conditions)
-        self._schedule_pump()
-        self._dispatch()
-        positions = await future
-        self.metrics.appends.inc(count)
-        self.metrics.append_bytes.inc(len(data))
-        self.metrics.append_latency.observe(time.perf_counter() - started)
-        return positions
-
-    async def take_epoch(self, forwarded: bool) -> pb.TakeEpochResponse:
-        """Append an EPOCH entry (the log's epoch + 1, set by the coordinator)."""
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.take_epoch(leader)
-        token = object()
-        self._epochs[token] = 0
-        try:
-            (position,) = await self._propose_one(pb.Action(type=pb.EPOCH), token)
-            return pb.TakeEpochResponse(epoch=self._epochs[token], position=position)
-        finally:
-            self._epochs.pop(token, None)
-
-    async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
-        """Append a SESSION entry; the session id is its position."""
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.open_session(leader)
-        (position,) = await self._propose_one(pb.Action(type=pb.SESSION))
-        return pb.OpenSessionResponse(session=position, window=self.config.session_window)
-
-    async def _propose_one(self, action: pb.Action, token: object | None = None) -> list[int]:
-        token = token if token is not None else object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, [action])
-        self._schedule_pump()
-        self._dispatch()
-        return await future
-
-    async def truncate(self, to: int, forwarded: bool) -> int:
-        leader = await self.forwarding.await_leader(forwarded)
-        if leader is not None:
-            return await self.forwarding.truncate(leader, to)
-        if to > self.coordinator.next_position:
-            raise RpcError(
-                Reason.PAST_END,
-                f"cannot truncate to {to}: past the end of the log "
-                f"(next position {self.coordinator.next_position})",
-            )
-        if to <= self.core.begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"cannot truncate to {to}: the log already begins at {self.core.begin}",
-                begin=self.core.begin,
-            )
-        token = object()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._waiters[token] = future
-        self.coordinator.propose(token, [pb.Action(type=pb.TRUNCATE, truncate_to=to)])
-        self._schedule_pump()
-        self._dispatch()
-        (position,) = await future
-        return position
-
-    async def read(
-        self, request: pb.ReadRequest, forwarded: bool, deadline: float | None = None
-    ) -> AsyncIterator[pb.ReadResponse]:
-        """A Read: a consistent one at the leader (forwarded there by a follower), a stale one
-        at any VOTING replica. A `min_position` makes the serving replica wait until it has
-        learned it, until `deadline` (time.monotonic(); None: none)."""
-        first = getattr(request, "from") if request.HasField("from") else None
-        last = request.to if request.HasField("to") else None
-        if not request.stale and not self.is_leader and not forwarded:
-            leader = await self.forwarding.await_leader(forwarded=False)
-            if leader is not None:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                async for response in self.forwarding.read(leader, request, timeout):
-                    yield response
-                return
-            # This replica became the leader meanwhile.
-            await self._read_index_wait()
-            await self._await_min_position(request, deadline)
-            async for runs in self.read_range(first, last, False, max_positions=request.max_batch):
-                yield response_of(runs)
-            return
-        if not request.stale and not self.is_leader:
-            raise RpcError(Reason.NOT_LEADER, "this replica is not the leader")
-        if not request.stale:
-            await self._read_index_wait()
-        if request.stale and self.core.status != pb.VOTING:
-            raise RpcError(
-                Reason.NOT_VOTING,
-                f"replica is {pb.Status.Name(self.core.status)}, not VOTING: it cannot serve reads",
-            )
-        await self._await_min_position(request, deadline)
-        async for runs in self.read_range(
-            first, last, request.stale, max_positions=request.max_batch
-        ):
-            yield response_of(runs)
-
-    async def _await_min_position(self, request: pb.ReadRequest, deadline: float | None) -> None:
-        """Read-your-writes: wait until this replica has learned the request's min_position
-        (woken when its learned end advances), or fail once `deadline` passes."""
-        if not request.HasField("min_position"):
-            return
-        position = request.min_position
-        self.learned_watch.advance(self.core.learned)
-        if position <= self.core.learned:
-            return
-        timeout = None if deadline is None else deadline - time.monotonic()
-        self.metrics.reads_waiting.inc()
-        try:
-            reached = await self.learned_watch.wait(position, timeout)
-        finally:
-            self.metrics.reads_waiting.dec()
-        if not reached:
-            raise RpcError(
-                Reason.NOT_LEARNED,
-                f"replica {self.config.id} has learned up to position {self.core.learned}, "
-                f"not min_position {position}, by the read's deadline",
-                end=self.core.learned,
-            )
-
-    async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Run]]:
-        """Every APPEND entry from `from` on, as this replica learns them, for ever. A
-        non-stale tail starts linearizably: its first entries cover every append acknowledged
-        before it arrived (the leader's read index; a follower has the leader serve them with
-        a consistent read, then follows its own learned entries from there)."""
-        position = getattr(request, "from")
-        if not request.stale:
-            leader = None if self.is_leader else await self.forwarding.await_leader(False)
-            if leader is None:
-                await self._read_index_wait()
-            else:
-                start = pb.ReadRequest(**{"from": position})
-                try:
-                    async for response in self.forwarding.read(leader, start):
-                        last = last_position(response)
-                        if last is not None:
-                            yield runs_of(response)
-                            position = last + 1
-                except RpcError as error:
-                    # Past the leader's end: nothing acknowledged there yet; follow from here.
-                    if error.reason != Reason.PAST_END:
-                        raise
-        if position < self.core.begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"position {position} is truncated: the log begins at {self.core.begin}",
-                begin=self.core.begin,
-            )
-        while True:
-            learned = self.core.learned
-            if position <= learned:
-                chunk = self.config.tail_response_bytes
-                async for runs in self.read_range(position, learned, True, chunk, self.tail_chunks):
-                    yield runs
-                position = learned + 1
-            await self.wait_learned_past(position)
-
-    async def read_range(
-        self,
-        first: int | None,
-        last: int | None,
-        stale: bool,
-        chunk_bytes: int = READ_RESPONSE_BYTES,
-        shared: SharedChunks | None = None,
-        max_positions: int = 0,
-    ) -> AsyncIterator[list[pb.Run]]:
-        """Validated learned APPEND entries in [first, last] held here, in chunks of runs
-        of about `chunk_bytes` (rlog.runtime.read_runs; one larger entry goes whole), taken
-        from and kept in `shared` when given (Tail readers share what they read). A chunk
-        spans at most `max_positions` positions when that is above 0 (a Read's `max_batch`:
-        a stored run is cut for it); a shared chunk is never cut so."""
-        positions = READ_RESPONSE_POSITIONS
-        if max_positions > 0 and shared is None:
-            positions = min(positions, max_positions)
-        begin = self.core.begin
-        first = begin if first is None else first
-        learned_end = self.core.learned
-        if last is not None and last > learned_end and not stale:
-            learned_end = await self._await_learned(last)
-        end = learned_end if last is None else last
-        if first < begin:
-            raise RpcError(
-                Reason.TRUNCATED,
-                f"position {first} is truncated: the log begins at {begin}",
-                begin=begin,
-            )
-        if last is not None and last > learned_end:
-            raise RpcError(
-                Reason.PAST_END,
-                f"position {last} is past the end of the log (end {learned_end})",
-                end=learned_end,
-            )
-        if first > end:
-            if last is not None:
-                raise RpcError(Reason.INVALID_ARGUMENT, f"from {first} is after to {last}")
-            if first > learned_end + 1:
-                raise RpcError(
-                    Reason.PAST_END,
-                    f"position {first} is past the end of the log (end {learned_end})",
-                    end=learned_end,
-                )
-            return
-        position = first
-        while position <= end:
-            chunk = shared.get(position, end, chunk_bytes) if shared is not None else None
-            if shared is not None:
-                self.metrics.tail_chunks.labels("read" if chunk is None else "shared").inc()
-            if chunk is None:
-                records = self.core.learned_records(
-                    position,
-                    end,
-                    positions,
-                    chunk_bytes,
-                    READ_RESPONSE_RECORDS,
-                )
-                if records:
-                    chunk = chunk_of(read_runs(records, position, end), end_of(records), end)
-                    if shared is not None and position >= self.core.begin:
-                        shared.put(position, chunk_bytes, chunk)
-            if position < self.core.begin:
-                raise RpcError(
-                    Reason.TRUNCATED,
-                    f"position {position} was truncated during the read "
-                    f"(the log begins at {self.core.begin})",
-                    begin=self.core.begin,
-                )
-            if chunk is None:
-                raise RpcError(
-                    Reason.NOT_LEARNED,
-                    f"position {position} is not learned on this replica yet",
-                )
-            if chunk.runs:
-                yield chunk.runs
-            position = chunk.last + 1
-
-    async def _await_learned(self, position: int) -> int:
-        """Wait briefly for in-flight positions up to `position` to be learned."""
-        deadline = time.monotonic() + 1.0
-        while self.core.learned < position and time.monotonic() < deadline:
-            if not self.coordinator.leading or position >= self.coordinator.next_position:
-                break
-            self._learned_changed.clear()
-            try:
-                await asyncio.wait_for(self._learned_changed.wait(), 0.05)
-            except TimeoutError:
-                pass
-        return self.core.learned
-
-    async def wait_learned_past(self, position: int) -> None:
-        while self.core.learned < position:
-            self._learned_changed.clear()
-            try:
-                await asyncio.wait_for(self._learned_changed.wait(), 0.5)
-            except TimeoutError:
-                pass
+    # ---- status ------------------------------------------------------------------------
 
     async def confirmed_status(self, time_limit: float) -> pb.StatusResponse:
         """The status, where a leader first confirms (read index, at most `time_limit` s)
@@ -1292,7 +424,7 @@ class Node:
         if not self.coordinator.leading:
             return self.status()
         try:
-            await self._confirm_leadership(time_limit)
+            await self.read_index.confirm_leadership(time_limit)
         except RpcError:
             return self.status(confirmed=False)
         return self.status(confirmed=True)
@@ -1302,9 +434,9 @@ class Node:
         after the request arrived (None: not asked; `role` is then what it believes)."""
         leading = self.coordinator.leading
         role = "leader" if leading else "follower"
-        leader = self.live_leader
+        leader = self.election.live_leader
         unconfirmed = leading and confirmed is False
-        low = self.disk_low()
+        low = self.repair.disk_low()
         if unconfirmed:
             role, leader = "follower", ""
         return pb.StatusResponse(
@@ -1331,19 +463,19 @@ class Node:
             transport=self.config.transport,
             authorization="roles" if self.config.auth_config is not None else "off",
             lane_offset=self.config.write_lane_offset,
-            catchup_begin=self.catchup[0],
-            catchup_end=self.catchup[1],
-            catchup_done=self.catchup[2],
-            storage_fault=self.storage_fault or (f"disk full: {low}" if low else ""),
-            corrupt_records=self.corrupt_records,
+            catchup_begin=self.catchup.begin,
+            catchup_end=self.catchup.end,
+            catchup_done=self.catchup.done,
+            storage_fault=self.faults.fault or (f"disk full: {low}" if low else ""),
+            corrupt_records=self.faults.corrupt_records,
             disk_full=bool(low),
         )
 
     def _known_leader(self) -> KnownLeader:
         return KnownLeader(
             self.coordinator.leading,
-            self.leader_id,
-            self.clock.now() - self.last_heard,
+            self.election.leader_id,
+            self.election.since_heard(),
             self.reason,
         )
 
@@ -1353,34 +485,6 @@ class Node:
             log.info("initialization permit %s", "granted" if permit else "revoked")
         self.permit = permit
         self._update_metrics()
-
-    @property
-    def live_leader(self) -> str:
-        """The leader's address if this replica leads or heard it within an election
-        timeout; empty otherwise (a stale leader must not look alive to a pre-vote)."""
-        return self.election.live_leader(self.clock.now())
-
-    @property
-    def leader_id(self) -> int | None:
-        """The leader this replica follows (itself while it leads), if any."""
-        return self.election.leader_id
-
-    @property
-    def last_heard(self) -> float:
-        """When the leader was last heard (the election timer's last reset)."""
-        return self.election.last_heard
-
-    @last_heard.setter
-    def last_heard(self, now: float) -> None:
-        # A replica that just turned VOTING first listens for the leader.
-        self.election.listen(now)
-
-    def step_down(self) -> None:
-        if self.coordinator.leading:
-            self.coordinator.step_down("asked to step down")
-            self._dispatch()
-            # Give another replica the chance: wait out a full election timeout first.
-            self.election.stepped_down(self.clock.now())
 
     def _update_metrics(self) -> None:
         self.learned_watch.advance(self.core.learned)
@@ -1395,31 +499,21 @@ class Node:
         m.permit.set(1 if self.permit else 0)
 
 
-def _refusal_error(refusal: Refuse) -> RpcError:
-    reason = Reason(refusal.reason.value)
-    return RpcError(
-        reason,
-        refusal.message,
-        begin=refusal.begin if reason == Reason.TRUNCATED else None,
-        next_position=refusal.next_position if reason == Reason.CONDITION_FAILED else None,
-        epoch=refusal.epoch if reason == Reason.CONDITION_FAILED else None,
-    )
-
-
-def _unconfirmed(future: asyncio.Future[None], limit: float) -> None:
-    if not future.done():
-        future.set_exception(
-            RpcError(
-                Reason.LEADERSHIP_UNCONFIRMED,
-                f"could not confirm within {limit:g} s that a quorum still follows this "
-                "leader; the read was not served",
-            )
+def _warn_test_only(unsafe_no_read_index: bool) -> None:
+    """Say loudly which test-only switches weaken this replica (rlog.config)."""
+    if unsafe_no_read_index:
+        log.warning(
+            "%s=1: no read index nor check-quorum, reads are NOT linearizable (test only)",
+            UNSAFE_NO_READ_INDEX_ENV,
         )
-
-
-def _failure_error(failed: Failed) -> RpcError:
-    if failed.kind == FailureKind.NOT_LEADER:
-        return RpcError(Reason.NOT_LEADER, failed.reason)
-    if failed.kind == FailureKind.TIMEOUT:
-        return RpcError(Reason.TIMEOUT, failed.reason + " (outcome unknown)")
-    return RpcError(Reason.OUTCOME_UNKNOWN, failed.reason + " (outcome unknown)")
+    if unsafe_split_fill():
+        log.warning(
+            "%s=1: fills settle positions one by one, an append's entries may be chosen "
+            "in part (test only)",
+            UNSAFE_SPLIT_FILL_ENV,
+        )
+    if unsafe_no_dedupe():
+        log.warning(
+            "%s=1: retried session appends are appended again, NOT exactly once (test only)",
+            UNSAFE_NO_DEDUPE_ENV,
+        )

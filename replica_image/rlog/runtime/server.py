@@ -15,7 +15,7 @@ import grpc
 from rlog import allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
-from rlog.lane.server import Admission, serve_lane
+from rlog.lane.server import Admission, LaneReplica, serve_lane
 from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -25,7 +25,7 @@ from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
-from rlog.runtime.recovery import recover_info
+from rlog.runtime.recover import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
@@ -65,13 +65,13 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Promise(
         self, request: pb.PromiseRequest, context: grpc.aio.ServicerContext
     ) -> pb.PromiseResponse:
-        return await self.node.handle_promise(request)
+        return await self.node.replica.handle_promise(request)
 
     async def Write(
         self, request: pb.WriteRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteResponse:
         self._unary_writes.inc()
-        return await self.node.handle_write(request)
+        return await self.node.replica.handle_write(request)
 
     async def WriteStream(
         self,
@@ -99,7 +99,7 @@ class ReplicaService(pbg.ReplicaServicer):
                 # Decided here and now, in arrival order, its batch queued for the journal:
                 # no task per write (a loop turn each on a serial append's path).
                 try:
-                    decided, future = self.node.start_write(request)
+                    decided, future = self.node.replica.start_write(request)
                 except Exception as exc:
                     responses.put_nowait(exc)
                     continue
@@ -127,7 +127,7 @@ class ReplicaService(pbg.ReplicaServicer):
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
     ) -> pb.LearnedResponse:
-        self.node.handle_learned(request)
+        self.node.replica.handle_learned(request)
         # Our promise tells a leader's heartbeat whether we still follow it (read index).
         return pb.LearnedResponse(promised=self.node.core.promised)
 
@@ -160,7 +160,7 @@ class LogService(pbg.LogServicer):
         self._unary_appends.inc()
         try:
             data, offsets = packed_values(request)
-            positions = await self.node.append(
+            positions = await self.node.appender.append(
                 data, offsets, _forwarded(context), conditions_of(request)
             )
         except RpcError as error:
@@ -184,7 +184,7 @@ class LogService(pbg.LogServicer):
         async def one(request: pb.AppendRequest) -> None:
             self._stream_appends.inc()
             try:
-                responses.put_nowait(await answer(self.node, request, forwarded))
+                responses.put_nowait(await answer(self.node.appender, request, forwarded))
             except Exception as exc:
                 log.exception("an append on an AppendStream failed; ending the stream")
                 responses.put_nowait(exc)
@@ -215,7 +215,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.TakeEpochRequest, context: grpc.aio.ServicerContext
     ) -> pb.TakeEpochResponse:
         try:
-            return await self.node.take_epoch(_forwarded(context))
+            return await self.node.coordinator_driver.take_epoch(_forwarded(context))
         except RpcError as error:
             await _abort(context, error)
             raise  # unreachable: abort raises
@@ -224,7 +224,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
         try:
-            return await self.node.open_session(_forwarded(context))
+            return await self.node.coordinator_driver.open_session(_forwarded(context))
         except RpcError as error:
             await _abort(context, error)
             raise  # unreachable: abort raises
@@ -233,7 +233,7 @@ class LogService(pbg.LogServicer):
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext
     ) -> pb.TruncateResponse:
         try:
-            position = await self.node.truncate(request.to, _forwarded(context))
+            position = await self.node.coordinator_driver.truncate(request.to, _forwarded(context))
         except RpcError as error:
             await _abort(context, error)
         return pb.TruncateResponse(position=position)
@@ -242,7 +242,9 @@ class LogService(pbg.LogServicer):
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
-            async for response in self.node.read(request, _forwarded(context), _answer_by(context)):
+            async for response in self.node.reads.read(
+                request, _forwarded(context), _answer_by(context)
+            ):
                 yield response
         except RpcError as error:
             await _abort(context, error)
@@ -264,7 +266,7 @@ class LogService(pbg.LogServicer):
         try:
             # Each response waits for the reader's flow-control window (a reader that never
             # reads holds one response and the window, no more).
-            async for runs in self.node.tail(request):
+            async for runs in self.node.reads.tail(request):
                 yield response_of(runs)
         except RpcError as error:
             await _abort(context, error)
@@ -321,7 +323,7 @@ class AdminService(pbg.AdminServicer):
     async def StepDown(
         self, request: pb.StepDownRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        self.node.step_down()
+        self.node.election.step_down()
         return self.node.status()
 
 
@@ -478,7 +480,7 @@ async def start_server(
             node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
-                node,
+                LaneReplica(node.replica.start_write, node.replica.lane_fetch, node.appender),
                 host,
                 port,
                 config.log_id,
@@ -578,15 +580,15 @@ async def drain(node: Node, seconds: float) -> bool:
     makes them, and while it stays up it forwards appends to the next leader instead of
     refusing connections. Returns whether another replica was seen leading. A follower
     (or `seconds` 0) returns at once."""
-    if seconds <= 0 or not node.is_leader:
+    if seconds <= 0 or not node.coordinator.leading:
         return False
     log.info("leading while asked to stop: stepping down first (drain up to %gs)", seconds)
-    node.step_down()
+    node.election.step_down()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while loop.time() < deadline:
-        leader = node.leader_id
-        if leader is not None and leader != node.config.id and node.live_leader:
+        leader = node.election.leader_id
+        if leader is not None and leader != node.config.id and node.election.live_leader:
             log.info("replica %d leads now: stopping", leader)
             return True
         await asyncio.sleep(0.05)

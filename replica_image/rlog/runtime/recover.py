@@ -24,7 +24,7 @@ from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
-from rlog.runtime.catchup import catch_up
+from rlog.runtime.catchup import Progress, catch_up
 from rlog.runtime.journal import Journal
 from rlog.runtime.peers import Peer, Peers
 
@@ -36,7 +36,7 @@ class Report:
     """What recovery tells the replica as it goes (shown by `Status` and the metrics)."""
 
     reason: Callable[[str], None]  # why the replica is not VOTING yet
-    progress: Callable[[int, int, int], None]  # catch-up: begin, end, positions done
+    progress: Progress  # how far the catch-up is
     changed: Callable[[], None]  # the replica's status changed
 
 
