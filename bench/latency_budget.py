@@ -107,7 +107,7 @@ def install_probes() -> None:
     from rlog.runtime import journal, node, peers, server
     from rlog.storage.records import RecordStorage
 
-    # The acceptor/learner and the coordinator's driver: in the node before issue 41.
+    # The acceptor/learner and the coordinator's driver: in the node itself on older builds.
     acceptor: Any = node.Node
     driver: Any = node.Node
     on_reply = "_on_reply"

@@ -3,6 +3,9 @@ names the layers), and docs/design.md's layer map is the one the code draws."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from layering import DESIGN, LAYERS, drawn, layer_of, modules, render, upward_imports
 from test_import_cycles import import_graph
 
@@ -36,3 +39,19 @@ def test_the_design_map_is_drawn_from_the_code() -> None:
     assert drawn(DESIGN.read_text()) == render(), (
         "docs/design.md's layer map is stale: run `.venv/bin/python tests/layering.py --write`"
     )
+
+
+def test_every_module_the_design_names_exists() -> None:
+    # "Where to find" and "Where new things go" name files by hand: a move must update them.
+    text = DESIGN.read_text()
+    named = set(re.findall(r"`((?:rlog|operator/rlog_operator)/[\w/]+\.py)", text))
+    short = set(re.findall(r"`((?:runtime|protocol|client|storage|lane|tools)/\w+\.py)", text))
+    root = DESIGN.parents[1]
+    missing = [p for p in sorted(named) if not _exists(root, p)]
+    missing += [p for p in sorted(short) if not (root / "replica_image" / "rlog" / p).exists()]
+    assert named and not missing, f"docs/design.md names files that do not exist: {missing}"
+
+
+def _exists(root: Path, path: str) -> bool:
+    base = root / "replica_image" if path.startswith("rlog/") else root / "operator"
+    return (base / path.removeprefix("operator/")).exists()

@@ -69,7 +69,7 @@ def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """What each disruption cost the continuous writer (issue 15: the failed-call count per
+    """What each disruption cost the continuous writer (the failed-call count per
     disruption), from every Writer of the run."""
     from oplib import DISRUPTIONS
 
