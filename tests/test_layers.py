@@ -55,3 +55,12 @@ def test_every_module_the_design_names_exists() -> None:
 def _exists(root: Path, path: str) -> bool:
     base = root / "replica_image" if path.startswith("rlog/") else root / "operator"
     return (base / path.removeprefix("operator/")).exists()
+
+
+MAX_MODULE_LINES = 700  # a module past this has grown a second job: split it along its jobs
+
+
+def test_no_module_grows_past_its_size() -> None:
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    large = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert not large, f"modules over {MAX_MODULE_LINES} lines: {large}"
