@@ -1,4 +1,4 @@
-"""Restores are all or nothing (docs/backup.md, "An interrupted restore"; docs/faults.md),
+"""Restores are all or nothing (docs/backup.md, "All or nothing"; docs/faults.md),
 against a real S3 server (versitygw, e2e/s3/s3.sh): `rlog restore --if-fresh --starting`
 (the operator's init container) SIGKILLed at each point of a restore (the test-only
 RLOG_TEST_RESTORE_STOP_AT stops it there first, so the kill never depends on timing), and

@@ -1,4 +1,4 @@
-"""The mark of an unfinished restore (docs/backup.md, "An interrupted restore").
+"""The mark of an unfinished restore (docs/backup.md, "All or nothing").
 
 `rlog restore` writes <data dir>/RESTORING (synced, with the dir's entry) before any
 record and removes it last, once every record and the metadata are synced. A dir that holds
