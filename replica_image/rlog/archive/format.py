@@ -83,7 +83,9 @@ class Manifest:
         return json.dumps(body, indent=1, sort_keys=True).encode() + b"\n"
 
     @staticmethod
-    def from_json(raw: bytes, where: str) -> Manifest:
+    def from_json(raw: bytes, where: str, check: bool = True) -> Manifest:
+        """The manifest in `raw`; with `check`, refused unless its segments are chained
+        (`rlog archive verify` reads it unchecked to list every break)."""
         try:
             body = json.loads(raw)
         except ValueError as exc:
@@ -107,24 +109,34 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArchiveError(f"the manifest at {where} is malformed: {exc!r}") from None
-        manifest.check(where)
+        if check:
+            manifest.check(where)
         return manifest
 
     def check(self, where: str) -> None:
         """The segments are contiguous from `begin` to `archived_through`."""
+        problems = self.chain_problems()
+        if problems:
+            raise ArchiveError(f"the manifest at {where} {problems[0]}")
+
+    def chain_problems(self) -> list[str]:
+        """Each break in the chain of segments from `begin` to `archived_through` (a gap, an
+        overlap, a wrong end), as the end of a sentence about the manifest."""
+        problems = []
         expected = self.begin
         for s in self.segments:
             if s.first != expected or s.last < s.first:
-                raise ArchiveError(
-                    f"the manifest at {where} is inconsistent: segment {s.key} covers "
-                    f"[{s.first}, {s.last}], expected one starting at {expected}"
+                problems.append(
+                    f"is inconsistent: segment {s.key} covers [{s.first}, {s.last}], "
+                    f"expected one starting at {expected}"
                 )
-            expected = s.last + 1
+            expected = max(expected, s.last + 1)
         if self.segments and self.archived_through != expected - 1:
-            raise ArchiveError(
-                f"the manifest at {where} says archived through {self.archived_through} but "
-                f"its segments end at {expected - 1}"
+            problems.append(
+                f"says archived through {self.archived_through} but its segments end at "
+                f"{expected - 1}"
             )
+        return problems
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -6,11 +6,20 @@ SESSION, EPOCH or TRUNCATE entry of the old log), `begin` at the archive's first
 everything up to the restore point learned, and the status VOTING, like `rlog initialize`
 and under the same rule: only for every replica of a new log, never one replica of a
 running log. The replicas stamp the dirs with their log id on first start.
+
+All or nothing: every data dir is marked (rlog.storage.restoring) before any record is
+written and the mark is removed only once every record and the metadata are synced, every
+segment having passed its SHA-256 first. A restore cut short (an S3 error, a kill, an OOM)
+leaves the mark: the dir is never fresh, never initialized, never served, and a restore
+run again discards what it holds and starts over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +36,20 @@ from rlog.initialize import is_fresh
 from rlog.packed import clip, run_count, run_last
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import AUTO, Storage, WriteBatch, open_storage
+from rlog.storage.restoring import clear_restoring, mark_restoring, restoring
+
+# TEST ONLY: `rlog restore` run with this environment variable set to a point of the
+# restore ("marked": every dir marked; "segment:N": N segments written; "written": the
+# metadata synced, the marks not yet removed) stops itself there (SIGSTOP) after saying so
+# on stderr, so that a test can SIGKILL it exactly there, never by timing
+# (tests/test_restore_interrupted_live.py).
+STOP_AT_ENV = "RLOG_TEST_RESTORE_STOP_AT"
+
+
+def _stop_here_if_asked(point: str) -> None:
+    if os.environ.get(STOP_AT_ENV) == point:
+        print(f"rlog restore: stopped at {point} ({STOP_AT_ENV})", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @dataclass
@@ -106,19 +129,24 @@ async def restore(
     """Restore the archive (up to `to_position`, default: all of it) into every data dir,
     each of which must be fresh. `status`: VOTING (an offline restore of every replica), or
     STARTING (the replicas then finish the initialization's second phase themselves, with
-    the operator's permit: docs/backup.md). Every segment is verified (size, SHA-256, framing,
-    positions) before anything of it is written; a corrupt one stops the restore with
-    `CorruptSegment` and leaves the dirs unusable as a log (not VOTING)."""
+    the operator's permit: docs/backup.md). A dir that holds the mark of an unfinished
+    restore is taken too: what it holds is discarded first. Every segment is verified (size,
+    SHA-256, framing, positions) before anything of it is written; a corrupt one stops the
+    restore with `CorruptSegment`. Whatever stops it leaves the dirs marked, never a log."""
     manifest = await read_manifest(store)
     to = _restore_point(manifest, to_position)
     for d in data_dirs:
-        if not await asyncio.to_thread(is_fresh, d, storage_engine):
+        if not restoring(d) and not await asyncio.to_thread(is_fresh, d, storage_engine):
             raise ArchiveError(f"the data dir {d} is not fresh: restore only into new data dirs")
-    storages: list[Storage] = [
-        await asyncio.to_thread(open_storage, d, storage_engine) for d in data_dirs
-    ]
+    what = f"restore of {store.where()} through position {to} (rlog restore, pid {os.getpid()})"
+    for d in data_dirs:
+        await asyncio.to_thread(mark_restoring, d, what)
+    _stop_here_if_asked("marked")
+    storages: list[Storage] = []
     result = RestoreResult(manifest.begin, to, 0, 0, 0)
     try:
+        for d in data_dirs:
+            storages.append(await asyncio.to_thread(open_storage, d, storage_engine))
         if to is not None:
             wanted = [s for s in manifest.segments if s.first <= to]
             for info in wanted:
@@ -132,6 +160,7 @@ async def restore(
                 result.bytes += info.bytes
                 if progress is not None:
                     progress(info)
+                _stop_here_if_asked(f"segment:{result.segments}")
         meta = pb.Metadata(
             status=status,
             begin=manifest.begin,
@@ -142,6 +171,9 @@ async def restore(
     finally:
         for storage in storages:
             await asyncio.to_thread(storage.close)
+    _stop_here_if_asked("written")
+    for d in data_dirs:  # last: every record and the metadata are synced
+        await asyncio.to_thread(clear_restoring, d)
     return result
 
 

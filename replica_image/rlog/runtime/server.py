@@ -29,6 +29,7 @@ from rlog.runtime.recover import recover_info
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
+from rlog.storage.restoring import refuse_if_restoring
 from rlog.wire import FORWARDED, SERVER_OPTIONS, Reason
 
 log = logging.getLogger("rlog.server")
@@ -416,7 +417,9 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> tuple[Stor
     `auto`, rlog.storage.AUTO). The holder is typically the container this one replaces (a
     pod deleted without grace is replaced at once, while its process may still run on the
     node): it lets go within seconds, and a replica that exited instead would restart under
-    a growing back-off. Two processes never use the data dir together either way."""
+    a growing back-off. Two processes never use the data dir together either way. A dir
+    that holds an unfinished restore is refused (RestoreUnfinished): never served."""
+    refuse_if_restoring(data_dir)
     deadline = time.monotonic() + wait
     reported = 0.0
     while True:

@@ -1,10 +1,11 @@
-"""`rlog archive run|status|list` and `rlog restore`: the archive (rlog.archive) from the
-command line (docs/backup.md).
+"""`rlog archive run|status|list|verify` and `rlog restore`: the archive (rlog.archive) from
+the command line (docs/backup.md).
 
     rlog archive run -e H:P --bucket B [--prefix P] [--s3-endpoint URL]   follow the log
     rlog archive run ... --once        archive what the log has learned now, then exit
     rlog archive status [-e H:P] ...   the archived position (and the lag, given -e)
     rlog archive list ...              the segments
+    rlog archive verify ...            check the archive end to end (exit 1: each problem)
     rlog restore --bucket B --data-dir DIR [--data-dir DIR ...] [--to-position P]
 
 The S3 credentials are the usual $AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, or files
@@ -58,7 +59,7 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
 def add_archive_arguments(
     parser: argparse.ArgumentParser, add_endpoint_arguments: Callable[[Any], None]
 ) -> None:
-    parser.add_argument("action", choices=["run", "status", "list"], metavar="ACTION")
+    parser.add_argument("action", choices=["run", "status", "list", "verify"], metavar="ACTION")
     add_endpoint_arguments(parser)
     add_store_arguments(parser)
     parser.add_argument(
@@ -197,6 +198,8 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
                 for s in manifest.segments:
                     print(f"{s.first}\t{s.last}\t{s.entries}\t{s.bytes}\t{s.sha256[:16]}\t{s.key}")
             return 0
+        if args.action == "verify":
+            return await _verify(args, store)
         if args.action == "status":
             manifest = await read_manifest(store)
             body = manifest.summary()
@@ -242,6 +245,26 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
         store.close()
 
 
+async def _verify(args: argparse.Namespace, store: ObjectStore) -> int:
+    from rlog.archive.scrub import scrub
+
+    report = await scrub(store)
+    if args.json:
+        print(json.dumps(report.to_dict()), flush=True)
+    else:
+        for problem in report.problems:
+            print(f"problem: {problem}", flush=True)
+        n = len(report.problems)
+        verdict = "sound" if report.sound else f"{n} problem{'' if n == 1 else 's'}"
+        print(
+            f"{report.where}: {verdict}: {report.checked} of {report.segments} segments "
+            f"checked sound, {report.entries} entries, positions {report.begin}.."
+            f"{report.archived_through}, {report.unlisted} unlisted segment objects",
+            flush=True,
+        )
+    return 0 if report.sound else 1
+
+
 def run_archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
@@ -267,36 +290,54 @@ async def _restore(args: argparse.Namespace, usage: Any) -> int:
         if not args.data_dir:
             raise usage("the following arguments are required: --data-dir (or --verify-only)")
         dirs = [Path(d) for d in args.data_dir]
-        if args.if_fresh:
-            from rlog.initialize import is_fresh
+        from rlog.initialize import is_fresh
+        from rlog.storage.restoring import RESTORING_NAME, abandon_restore, restoring
 
+        marked = [d for d in dirs if restoring(d)]
+        if args.if_fresh and not marked:
             if not all(is_fresh(d, args.storage_engine) for d in dirs):
                 _print(args, {"restored": False}, "the data dir is not fresh: nothing restored")
                 return 0
         if args.unless_peers_voting:
             running = await _running_peer(args.unless_peers_voting, credentials_of(args))
             if running:
+                for d in marked:  # fresh again: the replica recovers from the running log
+                    abandon_restore(d)
                 _print(
                     args,
                     {"restored": False, "running_peer": running},
                     f"{running} runs the log: nothing restored (this replica recovers from it)",
                 )
                 return 0
+        if args.if_fresh and marked:  # a dir already restored (another one's mark was
+            # removed first) is left as it is; the marked and the fresh ones start over
+            dirs = [d for d in dirs if d in marked or is_fresh(d, args.storage_engine)]
+        for d in marked:
+            print(
+                f"rlog restore: {d} holds an unfinished restore ({RESTORING_NAME}): "
+                "discarding it, starting over",
+                file=sys.stderr,
+                flush=True,
+            )
         from rlog.proto import rlog_pb2 as pb
+        from rlog.storage import StorageError
 
         status = pb.STARTING if args.starting else pb.VOTING
         try:
             result = await restore(
                 store, dirs, args.to_position, args.storage_engine, status=status
             )
-        except ArchiveError as exc:
-            from rlog.initialize import is_fresh
-
-            if not all(is_fresh(d, args.storage_engine) for d in dirs):
-                raise ArchiveError(
-                    f"{exc} (the data dirs hold a partial restore: delete them before retrying)"
-                ) from None
-            raise
+        except (ArchiveError, StorageError, OSError) as exc:
+            unfinished = [str(d) for d in dirs if restoring(d)]
+            if not unfinished:
+                raise
+            why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else str(exc)
+            raise ArchiveError(
+                f"restore failed: {why}; {', '.join(unfinished)} "
+                f"{'holds' if len(unfinished) == 1 else 'hold'} an unfinished restore "
+                f"(marked {RESTORING_NAME}, never served): run the same rlog restore again "
+                "once the cause is fixed, it starts over"
+            ) from None
         _print(
             args,
             {"restored": True, **result.to_dict()},

@@ -613,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from rlog.tools import archive_cli
 
-    p = sub.add_parser("archive", help="archive the log to S3: run | status | list")
+    p = sub.add_parser("archive", help="archive the log to S3: run | status | list | verify")
     archive_cli.add_archive_arguments(p, add_endpoint_arguments)
     p.set_defaults(func=cmd_archive)
 
