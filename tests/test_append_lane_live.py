@@ -15,9 +15,8 @@ import struct
 import time
 
 import pytest
-from test_log_live import check
-from test_write_lane_live import closed, recv_exactly
-from test_write_stream_live import scrape, wait_until
+from live import check, scrape, wait_until
+from raw_sockets import closed, recv_exactly
 
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (

@@ -13,9 +13,7 @@ import signal
 import time
 
 import pytest
-from test_log_live import Writers, append_acked, check
-from test_recovery_live import CAPPED, copying, names, wait_all_voting
-from test_write_stream_live import scrape
+from live import CAPPED, Writers, append_acked, check, copying, names, scrape, wait_all_voting
 
 from rlog.client import Client
 from rlog.tools.dev import DevCluster

@@ -3,13 +3,11 @@ initialize. Runs the real console script as a subprocess."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from cli_runs import assert_one_line_error, rlog
 
 from rlog.client import AsyncClient, Client, parse_endpoints
 from rlog.client.errors import OutcomeUnknown, RlogError, Unavailable
@@ -17,35 +15,6 @@ from rlog.config import ConfigError
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import open_storage
 from rlog.tools.bench import percentile
-
-RLOG = shutil.which("rlog", path=str(Path(sys.executable).parent)) or "rlog"
-
-
-def rlog(
-    *args: str, stdin: bytes | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RLOG_ENDPOINT", "RLOG_DEBUG")}
-    return subprocess.run(
-        [RLOG, *args],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, code: int, *needles: str) -> str:
-    stderr = result.stderr.decode()
-    assert result.returncode == code, (result.returncode, stderr, result.stdout)
-    assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    assert lines[0].startswith("rlog")
-    return lines[0]
-
 
 # ---- usage errors: exit 2 -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("rlog.runtime.server")
 
-from test_cli import RLOG, assert_one_line_error, rlog
+from cli_runs import RLOG, assert_one_line_error, rlog
 
 from rlog import packed
 from rlog.client import AsyncClient, Client

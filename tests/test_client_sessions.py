@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from faultproxy import FaultProxy
-from test_wire import serving
+from log_service import serving
 
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_log_live import Writers, check
-from test_storage_checksums import remount, tiny_tmpfs
+from live import Writers, check
+from tmpfs import remount, tiny_tmpfs
 
 from rlog.client import AsyncClient
 from rlog.client.errors import (

@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import assert_one_line_error, rlog
-from test_log_live import append_acked, check
-from test_storage import DISK, action
-from test_storage_format import SUBDIR, snapshot, unpack_v1
+from cli_runs import assert_one_line_error, rlog
+from engines import DISK, action
+from format_fixtures import SUBDIR, snapshot, unpack_v1
+from live import append_acked, check
 
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb

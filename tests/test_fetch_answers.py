@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_run_rules import learn_range, run_of, write_run
+from replica_runs import learn_range, run_of, write_run
 
 from rlog.packed import run_bytes, run_count
 from rlog.proto import rlog_pb2 as pb

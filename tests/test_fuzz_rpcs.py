@@ -42,7 +42,7 @@ from fuzzlib import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_log_live import check
+from live import check
 
 from rlog.client import Client
 from rlog.proto import rlog_pb2 as pb

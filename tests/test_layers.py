@@ -3,8 +3,8 @@ names the layers), and docs/design.md's layer map is the one the code draws."""
 
 from __future__ import annotations
 
+from import_graph import import_graph
 from layering import DESIGN, LAYERS, drawn, layer_of, modules, render, upward_imports
-from test_import_cycles import import_graph
 
 
 def test_every_module_is_in_a_layer() -> None:

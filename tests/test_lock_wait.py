@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_storage import OPEN_SCRIPT
+from engines import OPEN_SCRIPT
 
 from rlog.runtime.server import open_when_free
 from rlog.storage import DataDirLocked

@@ -5,83 +5,17 @@ the consistency checker."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import signal
 import time
 
 import pytest
+from live import Writers, append_acked, check
 
 from rlog.client import AsyncClient, Client
-from rlog.client.errors import OutcomeUnknown, RlogError, Timeout, Unavailable
-from rlog.tools import consistency
+from rlog.client.errors import RlogError
 from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
-
-
-class Writers:
-    """Concurrent clients appending unique values through every replica; records what was
-    acknowledged (position -> value). Appends with an unknown outcome are not counted as
-    acknowledged, and never retried."""
-
-    def __init__(self, endpoints: list[str], clients: int = 8, per_call: int = 5) -> None:
-        self.endpoints = endpoints
-        self.clients = clients
-        self.per_call = per_call
-        self.acknowledged: dict[int, bytes] = {}
-        self.unknown = 0
-        self.failures = 0
-        self._seq = itertools.count()
-        self._stop = asyncio.Event()
-
-    async def _writer(self, i: int, limit: int | None) -> None:
-        # Each writer talks to its "own" replica first (any replica forwards to the leader).
-        order = (
-            self.endpoints[i % len(self.endpoints) :] + self.endpoints[: i % len(self.endpoints)]
-        )
-        async with AsyncClient(order, append_timeout=15) as client:
-            while not self._stop.is_set():
-                if limit is not None and len(self.acknowledged) >= limit:
-                    return
-                values = [f"w{i}-{next(self._seq)}".encode() for _ in range(self.per_call)]
-                try:
-                    positions = await client.append(values)
-                except OutcomeUnknown:
-                    self.unknown += 1
-                    continue
-                except (Unavailable, Timeout, RlogError):
-                    self.failures += 1
-                    await asyncio.sleep(0.1)
-                    continue
-                for position, value in zip(positions, values, strict=True):
-                    assert position not in self.acknowledged, f"{position} acknowledged twice"
-                    self.acknowledged[position] = value
-
-    async def run(self, limit: int | None = None) -> None:
-        await asyncio.gather(*(self._writer(i, limit) for i in range(self.clients)))
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def append_acked(client: Client, values: list[bytes], attempts: int = 10) -> list[int]:
-    """Append, retrying an unknown outcome or an unavailable leader (e.g. an election duel
-    right after start-up). A retried value may end up in the log twice; callers check only
-    the positions finally acknowledged."""
-    for attempt in range(attempts):
-        try:
-            return client.append(values)
-        except (OutcomeUnknown, Unavailable):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2)
-    raise AssertionError("unreachable")
-
-
-def check(cluster: DevCluster, acknowledged: dict[int, bytes]) -> consistency.Report:
-    report = consistency.check_sync(cluster.endpoints, acknowledged, settle_timeout=60)
-    assert report.ok, str(report)
-    return report
 
 
 @pytest.fixture

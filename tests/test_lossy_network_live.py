@@ -9,7 +9,7 @@ import time
 
 import pytest
 from faultproxy import FaultProxy, free_port
-from test_log_live import append_acked
+from live import append_acked
 
 from rlog.client import Client
 from rlog.initialize import initialize

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_log_live import Writers, append_acked
+from live import Writers, append_acked
 
 from jepsen import powerfs
 from jepsen.powerfs import PowerFS, mount_data_dirs, power_cut, unmount_all

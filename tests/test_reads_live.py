@@ -10,8 +10,8 @@ import urllib.request
 
 import grpc
 import pytest
-from test_cli import assert_one_line_error, rlog
-from test_log_live import append_acked
+from cli_runs import assert_one_line_error, rlog
+from live import append_acked
 
 from rlog.client import Client
 from rlog.client.errors import RlogError, Unavailable

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from test_log_live import Writers, append_acked, check
+from live import CAPPED, Writers, append_acked, check, copying, names, wait_all_voting
 
 from rlog.client import Client
 from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
@@ -18,10 +18,6 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster, free_port
 
 pytestmark = pytest.mark.slow
-
-
-def names(found: list[pb.StatusResponse | None]) -> list[str]:
-    return ["DOWN" if s is None else pb.Status.Name(s.status) for s in found]
 
 
 def statuses(cluster: DevCluster) -> list[str]:
@@ -36,30 +32,6 @@ def wait_answering(cluster: DevCluster, replicas: range, timeout: float = 60) ->
         timeout,
         f"replicas {list(replicas)} answering",
     )
-
-
-def wait_all_voting(cluster: DevCluster, timeout: float = 60) -> None:
-    cluster.wait_for(
-        lambda found: all(s == "VOTING" for s in names(found)), timeout, "every replica VOTING"
-    )
-
-
-# Replicas whose catch-ups and pulls copy at 16 MiB/s (`rlog replica --catchup-rate`): a copy
-# of tens of MB lasts seconds on any host, so a fault or a check can land while it runs.
-CAPPED = ["--catchup-rate", str(16 * 1024 * 1024)]
-
-
-def copying(victim: int, before: float = 1.0):  # type: ignore[no-untyped-def]
-    """The victim has copied something, and less than the fraction `before` of its range."""
-
-    def check(found: list[pb.StatusResponse | None]) -> bool:
-        status = found[victim]
-        if status is None or status.status != pb.RECOVERING:
-            return False
-        size = status.catchup_end - status.catchup_begin + 1
-        return 0 < status.catchup_done < int(before * size)
-
-    return check
 
 
 @pytest.mark.parametrize("replicas", [3, 5])

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from replica_runs import apply, learn_range, run_of, write_run
 
-from rlog.packed import expand, make_run, pack, run_last, values_of
+from rlog.packed import expand, pack, run_last, values_of
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import AdmissionState, Conditions
 from rlog.protocol.coordinator import Coordinator, CoordinatorConfig, Done, Leading, Send
@@ -23,41 +24,8 @@ def core() -> ReplicaCore:
     return replica
 
 
-def apply(replica: ReplicaCore, batch: WriteBatch | None) -> None:
-    if batch is not None:
-        replica.storage.apply(batch)
-        replica.persisted(batch)
-
-
-def run_of(first: int, values: list[bytes], origin: int = 1) -> pb.Run:
-    data, offsets = pack(values)
-    last = first + len(values) - 1
-    head = pb.Action(
-        type=pb.APPEND,
-        origin_proposal=origin,
-        origin_leader=0,
-        batch_first=first if len(values) > 1 else 0,
-        batch_last=last if len(values) > 1 else 0,
-    )
-    return make_run(first, head, data, offsets)
-
-
 def values(n: int, tag: str = "v") -> list[bytes]:
     return [f"{tag}{i}".encode() for i in range(n)]
-
-
-def write_run(replica: ReplicaCore, proposal: int, run: pb.Run, persist: bool = True):
-    reply = replica.on_write(pb.WriteRequest(proposal=proposal, runs=[run]))
-    if persist:
-        apply(replica, reply.persist)
-    return reply
-
-
-def learn_range(replica: ReplicaCore, proposal: int, first: int, last: int) -> None:
-    request = pb.LearnedRequest(
-        proposal=proposal, ranges=[pb.PositionRange(first=first, last=last)]
-    )
-    apply(replica, replica.on_learned(request))
 
 
 def stored_spans(replica: ReplicaCore) -> list[tuple[str, int, int]]:

@@ -364,7 +364,7 @@ def test_unknown_format_and_corrupted_entries_are_refused(cluster):
 
 
 def test_the_state_command_line(cluster, capsys):
-    from test_cli import RLOG
+    from cli_runs import RLOG
 
     from rlog.tools.cli import main
 

@@ -15,44 +15,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from engines import (
+    ALL,
+    DISK,
+    DISK_ENGINES,
+    OPEN_SCRIPT,
+    RUN_ENGINES,
+    action,
+    available,
+    positions,
+    run,
+)
 
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage import ENGINES, Storage, StorageError, WriteBatch, open_storage
+from rlog.storage import Storage, StorageError, WriteBatch, open_storage
 from rlog.storage.base import CorruptRecord
-
-DISK_ENGINES = [e for e in ENGINES if e != "memory"]
-
-# Engines that store runs (WriteBatch.runs) as the contract in rlog/storage/base.py says. The
-# memory engine gains runs on another branch: add "memory" here when that branch is merged,
-# and the run tests below cover it too.
-RUN_ENGINES_BESIDES_DISK: list[str] = ["memory"]
-
-
-def _available(engine: str) -> bool:
-    try:
-        open_storage(Path(tempfile.gettempdir()) / "never-created" / "x", engine)
-    except StorageError as exc:
-        return "needs" not in str(exc)
-    return True
-
-
-def _param(engine: str):  # type: ignore[no-untyped-def]
-    mark = pytest.mark.skipif(not _available(engine), reason=f"{engine} not installed")
-    return pytest.param(engine, marks=mark)
-
-
-ALL = [_param(e) for e in ENGINES]
-DISK = [_param(e) for e in DISK_ENGINES]
-RUN_ENGINES = [_param(e) for e in [*DISK_ENGINES, *RUN_ENGINES_BESIDES_DISK]]
-
-
-def action(position: int, value: bytes = b"", **kw: object) -> pb.Action:
-    return pb.Action(position=position, type=pb.APPEND, value=value, **kw)  # type: ignore[arg-type]
-
-
-def positions(store: Storage, first: int = 0, last: int = 2**64 - 1) -> list[int]:
-    return [a.position for a in store.scan(first, last)]
 
 
 @pytest.fixture(params=ALL)
@@ -307,22 +285,6 @@ def test_unknown_engine() -> None:
         open_storage("/nonexistent", "nosuchdb")
 
 
-OPEN_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from rlog.storage import StorageError, open_storage
-    try:
-        store = open_storage(sys.argv[1], sys.argv[2])
-    except StorageError as exc:
-        print("StorageError:", exc)
-        sys.exit(3)
-    print("opened", flush=True)
-    sys.stdin.read()  # hold the dir until the parent closes our stdin
-    store.close()
-    """
-)
-
-
 def open_in_unprivileged_child(target: Path, engine: str) -> str:
     """Open `target` in a forked child that, when we are root, first drops to `nobody`
     (root ignores permission bits); returns the child's one-line outcome."""
@@ -412,7 +374,7 @@ def test_dir_opened_twice_in_one_process(engine: str, tmp_path: Path) -> None:
 
 
 def test_dir_of_another_engine_is_refused(tmp_path: Path) -> None:
-    engines = [e for e in DISK_ENGINES if _available(e)]
+    engines = [e for e in DISK_ENGINES if available(e)]
     if len(engines) < 2:
         pytest.skip("needs two disk engines")
     store = open_storage(tmp_path / "data", engines[0])
@@ -639,13 +601,6 @@ def test_segment_damaged_frames_in_a_row_are_each_skipped(tmp_path: Path) -> Non
 
 
 # -- runs: one record per run (WriteBatch.runs, Storage.scan_records) --------------------------
-
-
-def run(first: int, count: int, tag: bytes = b"r", **head: object) -> pb.Run:
-    """A run of `count` values b"<tag>:<position>" at first.. with the given head fields."""
-    values = [b"%s:%d" % (tag, p) for p in range(first, first + count)]
-    data, offsets = packed.pack(values)
-    return packed.make_run(first, pb.Action(type=pb.APPEND, **head), data, offsets)  # type: ignore[arg-type]
 
 
 def records(store: Storage, first: int = 0, last: int = 2**64 - 1) -> list[tuple[str, int, int]]:

@@ -9,15 +9,14 @@ leaves reads working, and the next write succeeds once there is room (docs/fault
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_storage import DISK, run
+from engines import DISK, run
+from tmpfs import remount, tiny_tmpfs
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import StorageError, WriteBatch, open_storage
@@ -243,29 +242,6 @@ def test_lmdb_map_full_fails_the_batch_and_reads_go_on(tmp_path: Path) -> None:
         assert [a.position for a in store.scan(1, 2**64 - 1)] == list(range(1, written + 11))
     finally:
         store.close()
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` mounted at `where` (root needed), unmounted on the way out."""
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs (the disk-full tests need root): {done.stderr}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def remount(where: Path, size: str) -> None:
-    subprocess.run(
-        ["mount", "-o", f"remount,size={size}", str(where)], check=True, capture_output=True
-    )
 
 
 @pytest.mark.parametrize("engine", ["lmdb", "segment"])

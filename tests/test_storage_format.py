@@ -12,33 +12,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from engines import DISK, run
+from format_fixtures import FIXTURES_V3, SUBDIR, snapshot, unpack_v1, unpack_v2
 
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import Storage, StorageError, WriteBatch, open_storage
 from rlog.storage._common import FORMAT_NAME, FORMAT_VERSION
-from tests.test_storage import DISK, run
-
-FIXTURES = Path(__file__).parent / "fixtures" / "storage_v1"
-FIXTURES_V2 = Path(__file__).parent / "fixtures" / "storage_v2"
-FIXTURES_V3 = Path(__file__).parent / "fixtures" / "storage_v3"
-SUBDIR = {"lmdb": "lmdb", "leveldb": "leveldb", "rocksdb": "rocksdb", "segment": "segments"}
-
-
-def unpack_v1(engine: str, into: Path) -> Path:
-    with tarfile.open(FIXTURES / f"{engine}.tar.gz") as tar:
-        tar.extractall(into, filter="data")
-    return into / "data"
-
-
-def unpack_v2(engine: str, into: Path) -> Path:
-    with tarfile.open(FIXTURES_V2 / f"{engine}.tar.gz") as tar:
-        tar.extractall(into, filter="data")
-    return into / "data"
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def written(engine: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_storage import RUN_ENGINES, run
+from engines import RUN_ENGINES, run
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import AdmissionState

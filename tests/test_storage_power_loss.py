@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_storage import DISK, action, positions
+from engines import DISK, action, positions
 
 from jepsen import powerfs
 from jepsen.powerfs import PowerFS

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from engines import run
+
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage.base import WriteBatch
 from rlog.storage.records import Overlay, decode, encode, normalize, raw_last, spans
-from tests.test_storage import run
 
 
 def test_codec_round_trip_and_format_1_and_2_records() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from test_cli import rlog
+from cli_runs import rlog
 
 from rlog import certs
 from rlog.client import Client, Credentials
@@ -160,7 +160,7 @@ def test_cli_with_flags_and_environment(cluster):
     }
     import subprocess
 
-    from test_cli import RLOG
+    from cli_runs import RLOG
 
     read = subprocess.run(
         [RLOG, "read", "--from", str(position), "--to", str(position)],

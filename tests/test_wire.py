@@ -5,13 +5,13 @@ whatever its message says. Errors are raised through the real replica services
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import grpc
 import pytest
+from log_service import serving
 
 from rlog.client import AsyncClient
 from rlog.client.errors import (
@@ -227,20 +227,6 @@ class _FailingNode:
     async def tail(self, request: pb.TailRequest) -> AsyncIterator[list[pb.Entry]]:
         self._raise()
         yield []
-
-
-@contextlib.asynccontextmanager
-async def serving(node: object) -> AsyncIterator[str]:
-    """The real Log service over a stand-in node, on a loopback port: its address."""
-    server = grpc.aio.server()
-    node.metrics = ReplicaMetrics(0)  # type: ignore[attr-defined]  # the service counts its calls
-    pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
 
 
 @pytest.fixture

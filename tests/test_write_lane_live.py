@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import signal
 import socket
-import ssl
 import struct
 
 import pytest
-from test_log_live import append_acked, check
-from test_write_stream_live import (
+from live import (
+    append_acked,
+    check,
     kill_and_restart_mid_load,
     scrape,
     wait_until,
     write_failures,
     write_requests,
 )
+from raw_sockets import closed, recv_exactly
 
 from rlog.lane.framed import VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
@@ -144,24 +145,6 @@ def hello(host: str, port: int, **fields: object) -> tuple[socket.socket, pb.Lan
     sock.sendall(frame(pb.LaneHello(**fields).SerializeToString()))  # type: ignore[arg-type]
     (length,) = struct.unpack("<I", recv_exactly(sock, 4))
     return sock, pb.LaneWelcome.FromString(recv_exactly(sock, length))
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, f"connection closed after {len(data)} of {n} bytes"
-        data += chunk
-    return data
-
-
-def closed(sock: socket.socket) -> bool:
-    """The replica closed the connection (EOF within 10 s; over TLS, an alert or EOF)."""
-    sock.settimeout(10)
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, ssl.SSLError):
-        return True
 
 
 def test_a_stranger_on_the_lane_is_refused_and_the_log_goes_on(tmp_path):

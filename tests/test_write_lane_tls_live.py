@@ -15,9 +15,8 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from test_recovery_live import CAPPED, wait_all_voting
-from test_write_lane_live import closed, recv_exactly
-from test_write_stream_live import scrape, wait_until, write_requests
+from live import CAPPED, scrape, wait_all_voting, wait_until, write_requests
+from raw_sockets import closed, recv_exactly
 
 from rlog import certs
 from rlog.client import Client

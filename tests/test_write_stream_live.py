@@ -11,12 +11,19 @@ import asyncio
 import os
 import signal
 import time
-import urllib.request
 
 import pytest
 from faultproxy import FaultProxy
-from prometheus_client.parser import text_string_to_metric_families
-from test_log_live import Writers, append_acked, check
+from live import (
+    Writers,
+    append_acked,
+    check,
+    kill_and_restart_mid_load,
+    scrape,
+    wait_until,
+    write_failures,
+    write_requests,
+)
 
 from rlog.config import NO_WRITE_STREAM_ENV
 from rlog.tools.dev import DevCluster
@@ -24,31 +31,9 @@ from rlog.tools.dev import DevCluster
 pytestmark = pytest.mark.slow
 
 
-def scrape(cluster: DevCluster, i: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Replica i's metric samples: (name, sorted labels) -> value."""
-    url = f"http://{cluster.host_of(i)}:{cluster.metrics_ports[i]}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def write_requests(cluster: DevCluster, i: int, rpc: str) -> float:
-    """Write requests replica i handled on `rpc` (stream or unary) since it started."""
-    return scrape(cluster, i).get(("rlog_write_requests_total", (("rpc", rpc),)), 0.0)
-
-
 def streams_opened(cluster: DevCluster, leader: int, peer: int) -> float:
     return scrape(cluster, leader).get(
         ("rlog_write_streams_opened_total", (("peer", str(peer)),)), 0.0
-    )
-
-
-def write_failures(cluster: DevCluster, leader: int, peer: int) -> float:
-    return scrape(cluster, leader).get(
-        ("rlog_peer_write_failures_total", (("peer", str(peer)),)), 0.0
     )
 
 
@@ -65,19 +50,6 @@ def settled_failures(cluster: DevCluster, leader: int, peer: int) -> float:
 def batches_sent(cluster: DevCluster, leader: int) -> float:
     """Write batches the leader has sent (each goes to every replica, itself included)."""
     return scrape(cluster, leader).get(("rlog_write_batch_entries_count", ()), 0.0)
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Wait for `predicate`; a replica not serving its metrics yet counts as not yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 class ProxiedCluster(DevCluster):
@@ -135,37 +107,6 @@ def test_appends_travel_on_one_stream_per_follower(tmp_path):
             assert streams_opened(cluster, leader, i) == opened[i]
             assert write_failures(cluster, leader, i) == 0
         check(cluster, acknowledged)
-
-
-def kill_and_restart_mid_load(cluster: DevCluster, follower: int, rpc: str) -> Writers:
-    """SIGKILL `follower` under 4 writers (through the other replicas), start it again,
-    and wait until it has served 50 writes on `rpc` (its counters start at 0: they came on
-    a connection the leader opened to the new process) and 200 more appends were
-    acknowledged; the writers, stopped."""
-    writers = Writers(
-        [cluster.endpoints[i] for i in range(3) if i != follower], clients=4, per_call=2
-    )
-
-    async def scenario() -> None:
-        task = asyncio.create_task(writers.run())
-        await asyncio.sleep(1.5)
-        cluster.kill(follower, signal.SIGKILL)
-        await asyncio.sleep(1.0)
-        cluster.start_replica(follower)
-        acked = len(writers.acknowledged)
-        await asyncio.to_thread(
-            wait_until,
-            lambda: write_requests(cluster, follower, rpc) >= 50,
-            60,
-            f"{rpc} writes to the restarted follower",
-        )
-        while len(writers.acknowledged) < acked + 200:  # noqa: ASYNC110
-            await asyncio.sleep(0.1)
-        writers.stop()
-        await task
-
-    asyncio.run(scenario())
-    return writers
 
 
 def test_follower_killed_and_restarted_mid_load_gets_a_new_stream(tmp_path):
