@@ -18,7 +18,7 @@ DISK_ENGINES = [e for e in ENGINES if e != "memory"]
 
 # Engines that store runs (WriteBatch.runs) as the contract in rlog/storage/base.py says. The
 # memory engine gains runs on another branch: add "memory" here when that branch is merged,
-# and the run tests (tests/test_storage.py) cover it too.
+# and the run tests (tests/storage/test_storage.py) cover it too.
 RUN_ENGINES_BESIDES_DISK: list[str] = ["memory"]
 
 
