@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPLICA_IMAGE = Path(__file__).resolve().parents[1] / "replica_image"
+REPLICA_IMAGE = Path(__file__).resolve().parents[2] / "replica_image"
 
 # A data path's pattern: buffers of about a batch's size (1-1.6 MiB), two alive at a time
 # (a message and its copy), freed and made again, 200 times.

@@ -270,7 +270,7 @@ def test_the_worker_registry_example_over_mutual_tls(tmp_path):
 
     with DevCluster(3, tmp_path, election_timeout=0.5, tls=True) as cluster:
         _run_registry_example(
-            cluster, Path(__file__).parents[1] / "examples" / "worker_registry.py"
+            cluster, Path(__file__).parents[2] / "examples" / "worker_registry.py"
         )
 
 
