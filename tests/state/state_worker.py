@@ -2,7 +2,7 @@
 fetch + store (compare-and-set), printing each acknowledged store as a JSON line
 (`{"name", "version", "value"}`) as soon as it is acknowledged.
 
-    python tests/state_worker.py ENDPOINTS --names 4 --ops 50 --coroutines 4 --seed 1
+    python tests/state/state_worker.py ENDPOINTS --names 4 --ops 50 --coroutines 4 --seed 1
 """
 
 from __future__ import annotations

@@ -416,7 +416,7 @@ def test_the_state_command_line(cluster, capsys):
 
 
 def test_the_worker_registry_example(cluster):
-    example = Path(__file__).parents[1] / "examples" / "worker_registry.py"
+    example = Path(__file__).parents[2] / "examples" / "worker_registry.py"
     result = subprocess.run(
         [sys.executable, str(example), "--endpoints", joined(cluster), "--processes", "3"],
         capture_output=True,
