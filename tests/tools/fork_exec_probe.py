@@ -1,6 +1,6 @@
 """Fork-then-exec beside busy gRPC threads, as PySpark starts its JVM: a subprocess with a
 preexec_fn (which forks rather than spawns) while four threads call a real gRPC server.
-Prints how many of the children failed to reach exec. Run by tests/test_fork_exec.py in a
+Prints how many of the children failed to reach exec. Run by tests/tools/test_fork_exec.py in a
 process of its own, since a child that hangs before exec hangs its parent in Popen too."""
 
 from __future__ import annotations
