@@ -8,8 +8,8 @@ import pytest
 # when the child then closes its inherited descriptors before exec (subprocess with a
 # preexec_fn, as PySpark launches its JVM) a restarted poller trips over its closed epoll
 # descriptor and the child dies before exec: 49 of 2,000 such children failed while other
-# threads made calls (tests/test_fork_exec.py). This process only ever forks to exec, or to
-# run code without gRPC (tests/test_storage.py), so the handlers only do harm here. Set
+# threads made calls (tests/tools/test_fork_exec.py). This process only ever forks to exec, or to
+# run code without gRPC (tests/storage/test_storage.py), so the handlers only do harm here. Set
 # before anything imports grpc, which reads it when it starts.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 

@@ -1,6 +1,6 @@
 """The exactly-once client's rule after a failed try (`rlog.client.retry.next_turn`), on
 hand-built facts: when it re-sends the same sequence, renews the session, or gives up, and
-with which error. (tests/test_client_sessions.py runs the same rule through a client
+with which error. (tests/client/test_client_sessions.py runs the same rule through a client
 against a scripted server.)"""
 
 from __future__ import annotations

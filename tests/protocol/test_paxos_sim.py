@@ -219,7 +219,7 @@ def run_timed(sim: Sim, seconds: float) -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_timeouts_elect_one_leader_that_keeps_leading(seed):
     """No explicit election: the first timeout elects, the heartbeats then keep every other
-    replica from standing (as tests/test_election_live.py checks on real processes)."""
+    replica from standing (as tests/runtime/test_election_live.py checks on real processes)."""
     sim = Sim(3, 3, seed, refuse_rivals=True)
     run_timed(sim, 3 * T)
     (leader,) = [c for c in range(3) if sim.coords[c].leading]
