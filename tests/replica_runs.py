@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlog.packed import make_run, pack
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.replica import ReplicaCore
+from rlog.protocol.replica import ReplicaCore, Reply
 from rlog.storage import WriteBatch
 
 
@@ -28,7 +28,7 @@ def run_of(first: int, values: list[bytes], origin: int = 1) -> pb.Run:
     return make_run(first, head, data, offsets)
 
 
-def write_run(replica: ReplicaCore, proposal: int, run: pb.Run, persist: bool = True):
+def write_run(replica: ReplicaCore, proposal: int, run: pb.Run, persist: bool = True) -> Reply:
     reply = replica.on_write(pb.WriteRequest(proposal=proposal, runs=[run]))
     if persist:
         apply(replica, reply.persist)
