@@ -9,7 +9,7 @@ E2E_PYTEST := $(VENV)/bin/python -m pytest
 # Bytecode caches for the sources run from this checkout, kept outside it. Tests, benchmarks and
 # `rlog dev` start hundreds of Python processes from the tree; with PYTHONDONTWRITEBYTECODE set
 # (as on the project's build machines) each one compiled every rlog module again: 0.2 s of a
-# replica's 0.45 s start, 20 % of the CPU of tests/test_cli_live.py. An installed rlog (the
+# replica's 0.45 s start, 20 % of the CPU of tests/tools/test_cli_live.py. An installed rlog (the
 # images, `pip install`) has its caches from pip and is not affected.
 export PYTHONPYCACHEPREFIX ?= $(HOME)/.cache/rlog/pycache
 unexport PYTHONDONTWRITEBYTECODE

@@ -1,7 +1,7 @@
 """The layers of `rlog` and `rlog_operator`, lowest first: which modules each holds, and the
 rule that keeps them apart (a module imports only its own layer and the layers below it).
 
-tests/test_layers.py checks the rule on the import graph (test_import_cycles.import_graph)
+tests/test_layers.py checks the rule on the import graph (tests/import_graph.py)
 and that docs/design.md's layer map is the one `render()` draws from the modules' own
 docstrings. After adding, moving or redescribing a module, redraw it:
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from import_graph import import_graph
 from layering import DESIGN, LAYERS, drawn, layer_of, modules, render, upward_imports
-from test_import_cycles import import_graph
 
 
 def test_every_module_is_in_a_layer() -> None:

@@ -53,7 +53,7 @@ UNSAFE_NO_DEDUPE_ENV = "RLOG_UNSAFE_NO_DEDUPE"
 # TEST ONLY, never in production: with this environment variable set to 1, the segment
 # engine skips the fdatasync of every batch (a segment roll still syncs), so what a replica
 # acknowledged is in the page cache only. A SIGKILL keeps it; a power cut loses it. The
-# power-loss tests (tests/test_powerfs_live.py, `python -m jepsen --unsafe-no-sync`,
+# power-loss tests (tests/runtime/test_powerfs_live.py, `python -m jepsen --unsafe-no-sync`,
 # docs/faults.md "Power loss") set it to show that they catch a missing sync.
 UNSAFE_NO_SYNC_ENV = "RLOG_UNSAFE_NO_SYNC"
 
@@ -69,7 +69,7 @@ NO_WRITE_STREAM_ENV = "RLOG_NO_WRITE_STREAM"
 # hands each write and learned message of its own rounds to its own acceptor and learner
 # that much later (in order), as a slow local disk would. Harmless (the followers' votes may
 # choose a batch before the leader's own), but it makes the interleavings of a leader's own
-# writes with its disk filling up reproducible (tests/test_disk_faults_live.py).
+# writes with its disk filling up reproducible (tests/runtime/test_disk_faults_live.py).
 SLOW_SELF_ENV = "RLOG_TEST_SLOW_SELF"
 
 

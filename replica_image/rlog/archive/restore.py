@@ -42,7 +42,7 @@ from rlog.storage.restoring import clear_restoring, mark_restoring, restoring
 # restore ("marked": every dir marked; "segment:N": N segments written; "written": the
 # metadata synced, the marks not yet removed) stops itself there (SIGSTOP) after saying so
 # on stderr, so that a test can SIGKILL it exactly there, never by timing
-# (tests/test_restore_interrupted_live.py).
+# (tests/archive/test_restore_interrupted_live.py).
 STOP_AT_ENV = "RLOG_TEST_RESTORE_STOP_AT"
 
 

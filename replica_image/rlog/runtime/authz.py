@@ -50,7 +50,7 @@ class Kind(enum.Enum):
 
 
 # Every RPC the replica serves, by its full gRPC method name. A method missing here is
-# refused to every caller (tests/test_authz.py fails if the service has one that is).
+# refused to every caller (tests/runtime/test_authz.py fails if the service has one that is).
 RPC_KINDS: dict[str, Kind] = {
     "/rlog.v1.Replica/Promise": Kind.PEER,
     "/rlog.v1.Replica/Write": Kind.PEER,
