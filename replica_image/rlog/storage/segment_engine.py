@@ -39,10 +39,23 @@ not read at open, and damage there is found when a record is read: each record c
 own CRC32C (rlog/storage/records.py), so a damaged record raises `CorruptRecord` and the
 replica repairs it from its peers (docs/faults.md), as with LMDB.
 Segments that are only partly dead are not rewritten.
+
+The synced mark `segments/synced` says what the engine knows it holds: the newest index
+snapshot's segment, the active segment and the end of its last synced frame (CRC32C'd). It
+is rewritten in place after every synced batch (no sync of its own: one pwrite) and synced
+at each roll and at close, so after a crash or a stop it is exact, and after a power cut at
+worst as old as the last roll: never ahead of the data. Opening checks the segments against
+it and against themselves (`_check_chain`): the segments replayed run without a gap from
+the snapshot's (or from segment 0 if there never was a snapshot) to the newest; the segment
+an index snapshot starts at is there; the newest reaches the synced end. A data dir that
+fails a check has lost data it acknowledged (a file deleted, a segment cut short by a bad
+restore): `StorageLost`, and the replica rejoins empty (docs/faults.md, "Lost or cut
+segments").
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -52,13 +65,14 @@ import zlib
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import google_crc32c
 
-from rlog.config import UNSAFE_NO_SYNC_ENV, unsafe_no_sync
+from rlog.config import UNSAFE_NO_SYNC_ENV, test_segment_bytes, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import fsync_dir, open_data_dir
-from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.base import DiskFull, StorageError, StorageLost
 from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
 from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
 from rlog.storage.segment_index import RecordIndex
@@ -84,6 +98,10 @@ _HAS_META = 1
 _HAS_CUT = 2
 _HAS_DELETES = 4
 _U64 = struct.Struct(">Q")
+MARK_NAME = "synced"
+_MARK_MAGIC = b"RLOGSYN1"
+_MARK = struct.Struct(">8sQQQ")  # magic, snapshot segment (NO_SNAPSHOT), active, synced end
+NO_SNAPSHOT = 2**64 - 1
 
 
 _BIG = 4096  # record bytes at least this long are written from the caller's buffer
@@ -210,6 +228,32 @@ def _bytes_after_frame(data: bytes, bad: int) -> bool:
     return bad + _HEADER.size + length < len(data)
 
 
+class SyncedMark(NamedTuple):
+    """What the engine knew it held when it last wrote the synced mark."""
+
+    snapshot: int  # the newest index snapshot's segment (NO_SNAPSHOT: none ever written)
+    active: int  # the segment written to
+    end: int  # the end of its last synced frame
+
+
+def encode_mark(mark: SyncedMark) -> bytes:
+    body = _MARK.pack(_MARK_MAGIC, *mark)
+    return body + _U32.pack(google_crc32c.value(body))
+
+
+def decode_mark(data: bytes) -> SyncedMark:
+    """ValueError if `data` is not a synced mark or fails its CRC."""
+    if len(data) != _MARK.size + 4:
+        raise ValueError(f"{len(data)} bytes, not {_MARK.size + 4}")
+    body, (crc,) = data[:-4], _U32.unpack(data[-4:])
+    if google_crc32c.value(body) != crc:
+        raise ValueError("fails its CRC")
+    magic, snapshot, active, end = _MARK.unpack(body)
+    if magic != _MARK_MAGIC:
+        raise ValueError("not a synced mark")
+    return SyncedMark(snapshot, active, end)
+
+
 def _seg_name(number: int) -> str:
     return f"{number:016x}.seg"
 
@@ -291,7 +335,8 @@ class SegmentStorage(RecordStorage):
         self._cached = CacheWindow(cache_behind)
         self._snapshot_ratio = snapshot_ratio
         self._dir, self._lock = open_data_dir(self.path, "segments")
-        self._segment_bytes = segment_bytes
+        self._segment_bytes = test_segment_bytes() or segment_bytes
+        self._mark_fd = -1  # the synced mark, rewritten after each synced batch
         self._fds: dict[int, int] = {}  # segment number -> read fd
         self._live: dict[int, int] = {}  # segment number -> live index entries in it
         self._index = RecordIndex()  # key -> (segment, offset, length), in key order
@@ -315,6 +360,7 @@ class SegmentStorage(RecordStorage):
             )
         try:
             self._recover()
+            self._open_mark()
         except OSError as exc:
             self._close_fds()
             self._lock.release()
@@ -325,6 +371,79 @@ class SegmentStorage(RecordStorage):
             raise
 
     # -- recovery ----------------------------------------------------------------------------
+
+    def _read_mark(self) -> SyncedMark | None:
+        """The synced mark (None: a dir written before it existed, or a fresh one)."""
+        try:
+            data = (self._dir / MARK_NAME).read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return decode_mark(data)
+        except ValueError as exc:
+            raise StorageLost(
+                f"data dir {self.path}: the synced mark {MARK_NAME} {exc}: what the segments "
+                "should hold is unknown"
+            ) from None
+
+    def _check_chain(self, numbers: list[int], replay_from: int, mark: SyncedMark | None) -> None:
+        """Before replay: the segments needed are all there (see the module's docstring).
+        Segments are reclaimed only below the newest snapshot, which the mark names (synced
+        at the roll that wrote it, before anything is reclaimed against it): from there on
+        (from segment 0 if none was ever written) none may be missing."""
+        newest = numbers[-1] if numbers else -1
+        chain_from = replay_from if self._snapshot_at is not None or not numbers else numbers[0]
+        if mark is not None:
+            if mark.active > newest:
+                raise StorageLost(
+                    f"data dir {self.path}: segment {_seg_name(mark.active)} is missing (it "
+                    f"held synced frames through byte {mark.end}; the newest left is "
+                    f"{_seg_name(newest) if numbers else 'none'})"
+                )
+            chain_from = max(chain_from, 0 if mark.snapshot == NO_SNAPSHOT else mark.snapshot)
+            if self._snapshot_at is None and mark.snapshot == NO_SNAPSHOT:
+                chain_from = 0
+        present = set(numbers)
+        missing = [n for n in range(chain_from, newest + 1) if n not in present]
+        if missing:
+            raise StorageLost(
+                f"data dir {self.path}: segment {_seg_name(missing[0])} is missing "
+                f"({len(missing)} missing between {_seg_name(chain_from)} and "
+                f"{_seg_name(newest)})"
+            )
+
+    def _check_synced_end(self, mark: SyncedMark | None) -> None:
+        """After replay (a torn tail cut off): the newest segment reaches the synced end."""
+        if mark is None or mark.active != self._active:
+            return
+        size = os.fstat(self._wfd).st_size
+        if size < mark.end:
+            raise StorageLost(
+                f"data dir {self.path}: segment {_seg_name(self._active)} ends at byte "
+                f"{size}, short of the {mark.end} bytes synced into it: acknowledged frames "
+                "are gone"
+            )
+
+    def _open_mark(self) -> None:
+        path = self._dir / MARK_NAME
+        if self._unsafe_no_sync:  # TEST ONLY: nothing is known synced, the mark would lie
+            path.unlink(missing_ok=True)
+            return
+        created = not path.exists()
+        os.fsync(self._wfd)  # frames a crash left unsynced are synced before the mark says so
+        self._mark_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._write_mark(sync=True)
+        if created:
+            fsync_dir(self._dir)
+
+    def _write_mark(self, sync: bool = False) -> None:
+        if self._mark_fd < 0:
+            return
+        snapshot = NO_SNAPSHOT if self._snapshot_at is None else self._snapshot_at
+        data = encode_mark(SyncedMark(snapshot, self._active, self._size))
+        os.pwrite(self._mark_fd, data, 0)
+        if sync and not self._unsafe_no_sync:
+            os.fdatasync(self._mark_fd)
 
     def _load_snapshot(self, numbers: list[int]) -> int:
         """Install the newest usable index snapshot; the first segment to replay after it
@@ -340,7 +459,12 @@ class SegmentStorage(RecordStorage):
             except ValueError:
                 continue
             if number not in existing:
-                path.unlink()
+                if numbers and number <= numbers[-1]:
+                    raise StorageLost(
+                        f"data dir {self.path}: segment {_seg_name(number)} is missing (index "
+                        f"snapshot {path.name} starts at it)"
+                    )
+                path.unlink()  # written just before a crash that left its segment uncreated
                 continue
             try:
                 _, meta, begin, index = decode_snapshot(path.read_bytes())
@@ -363,7 +487,9 @@ class SegmentStorage(RecordStorage):
         for stale in self._dir.glob("*.tmp"):
             stale.unlink()
         numbers = sorted(int(p.stem, 16) for p in self._dir.glob("*.seg"))
+        mark = self._read_mark()
         replay_from = self._load_snapshot(numbers)
+        self._check_chain(numbers, replay_from, mark)
         for i, number in enumerate(numbers):
             fd = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
             self._fds[number] = fd
@@ -386,7 +512,7 @@ class SegmentStorage(RecordStorage):
                     end = self._replay(number, data, after)
                     continue
                 if not newest:
-                    raise StorageError(
+                    raise StorageLost(
                         f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
                         f"byte {end} (not the newest segment, so not a torn write)"
                     )
@@ -394,7 +520,7 @@ class SegmentStorage(RecordStorage):
                     # A torn write only ever leaves a bad frame last: a frame that fails its
                     # CRC with bytes after it (but no frame found where its length says) is
                     # damage to data already acknowledged, its extent unknown.
-                    raise StorageError(
+                    raise StorageLost(
                         f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
                         f"byte {end} (a frame fails its CRC and data follows it, so "
                         "not a torn write)"
@@ -412,7 +538,7 @@ class SegmentStorage(RecordStorage):
         for number, live in list(self._live.items()):
             if number not in self._fds:
                 if live:
-                    raise StorageError(
+                    raise StorageLost(
                         f"data dir {self.path}: segment {_seg_name(number)} is missing but "
                         f"holds {live} live records (per the index snapshot)"
                     )
@@ -421,7 +547,10 @@ class SegmentStorage(RecordStorage):
             self._active = numbers[-1]
             self._wfd = os.open(self._dir / _seg_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
             self._size = os.fstat(self._wfd).st_size
+            self._check_synced_end(mark)
         else:
+            if mark is not None and mark.active >= 0:
+                raise StorageLost(f"data dir {self.path}: every segment is missing")
             self._roll()
 
     def _replay(self, number: int, data: bytes, off: int = 0) -> int:
@@ -552,6 +681,7 @@ class SegmentStorage(RecordStorage):
         self._active = number
         self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
         self._size = sum(map(len, frame))
+        self._write_mark(sync=True)
         self._fds[number] = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
         self._live.setdefault(number, 0)
 
@@ -644,6 +774,13 @@ class SegmentStorage(RecordStorage):
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
         self._size = start + sum(map(len, frame))
         self._since_snapshot += self._size - start
+        if plan.sync:
+            try:
+                self._write_mark()
+            except OSError as exc:
+                raise StorageError(
+                    f"data dir {self.path}: synced mark write failed: {exc}"
+                ) from exc
         self._cached.written(self._active, start, self._size)
         if plan.sync:  # every byte written so far is on the disk: its pages are clean
             for segment, offset, length in self._cached.to_drop():
@@ -671,6 +808,9 @@ class SegmentStorage(RecordStorage):
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        if self._mark_fd >= 0:
+            os.close(self._mark_fd)
+            self._mark_fd = -1
         if self._wfd >= 0:
             os.close(self._wfd)
             self._wfd = -1
@@ -678,5 +818,9 @@ class SegmentStorage(RecordStorage):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._mark_fd >= 0:
+                with contextlib.suppress(OSError):  # a failing disk: the mark stays older
+                    os.fsync(self._wfd)
+                    self._write_mark(sync=True)
             self._close_fds()
             self._lock.release()
