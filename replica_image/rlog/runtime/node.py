@@ -122,6 +122,7 @@ class Node:
         )
         self.journal.on_corrupt = self.repair.repair_batch
         self.journal.on_full_changed = self.repair.on_disk_full_changed
+        self.journal.on_failing_changed = self.repair.on_disk_failing_changed
         self.metrics.disk_full.set_function(lambda: 1.0 if self.repair.disk_low() else 0.0)
         self.coordinator = Coordinator(
             config.id,
@@ -314,6 +315,9 @@ class Node:
                 self.repair.storage_fault_seen(exc)
                 await asyncio.sleep(0.1)
             except Exception:
+                if self.repair.disk_failing():  # said once, by repair; tried again after
+                    await self.repair.disk_working()
+                    continue
                 log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
                 self.reason = f"{loop_fn.__name__} failed (see the log); retrying"
                 await asyncio.sleep(1.0)
@@ -354,7 +358,9 @@ class Node:
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover (`recover.recover`); then listen for a leader."""
+        """While not VOTING: recover (`recover.recover`); then listen for a leader. A failing
+        disk is waited for first (runtime/repair.py)."""
+        await self.repair.disk_working()
         await recover(
             self.core,
             self.journal,
@@ -374,7 +380,7 @@ class Node:
         if self._stopped:
             return
         if self.coordinator.leading:
-            self.coordinator.step_down("a stored record is corrupt")
+            self.coordinator.step_down(f"storage fault: {self.faults.fault}")
             self.coordinator_driver.dispatch()
         self.reason = f"repairing: {self.faults.fault}"
         self._update_metrics()

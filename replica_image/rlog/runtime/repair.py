@@ -32,7 +32,7 @@ from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
-from rlog.runtime.journal import Journal
+from rlog.runtime.journal import DISK_FAILING_RETRY, Journal
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage, WriteBatch
 from rlog.storage._common import ENGINE_OF_SUBDIR, fsync_dir
@@ -123,19 +123,19 @@ class StorageFaults:
         self.corrupt_records = 0
         self.condition = ""
 
-    def _set(self, condition: str) -> None:
+    def set_condition(self, condition: str) -> None:
         self.condition = condition
         self.metrics.set_storage_condition(condition)
 
     def lost(self, reason: str) -> None:
         """The storage was found lost at open and set aside (`set_aside` logged it)."""
         self.fault = reason
-        self._set(STORAGE_LOST)
+        self.set_condition(STORAGE_LOST)
 
     def refuse(self, reason: str) -> None:
         """The replica refuses to vote on its storage."""
         self.fault = reason
-        self._set(REFUSING)
+        self.set_condition(REFUSING)
         log.error("%s (answering Status only, never voting)", reason)
 
     def damaged(self, damage: list[str]) -> None:
@@ -150,7 +150,7 @@ class StorageFaults:
 
     def _repaired(self) -> None:
         if not self.condition:
-            self._set(CORRUPT_REPAIRED)
+            self.set_condition(CORRUPT_REPAIRED)
 
     def corrupt(self, exc: CorruptRecord) -> None:
         self.corrupt_records += 1
@@ -229,6 +229,9 @@ class Repair:
         self.restart_recovery = restart_recovery
         self.spawn = spawn
         self._repairing: set[int] = set()
+        self._condition_before_failing = ""
+        self._disk_works = asyncio.Event()  # clear while the disk's writes fail
+        self._disk_works.set()
         self._free_checked = FreeSpace(0.0, -1)
 
     def repair_batch(self, exc: CorruptRecord) -> WriteBatch:
@@ -259,6 +262,42 @@ class Repair:
                 if self.journal.full is None:
                     break
         self._repairing.discard(key)
+
+    def on_disk_failing_changed(self) -> None:
+        """The journal's writes began or stopped failing (EIO, EROFS...). Failing: the
+        replica leaves the quorum at once: RECOVERING in memory (promises and writes are
+        IGNORED from now on; the change is queued with the rest and written once the disk
+        takes writes), stepped down if it led (its waiting appends fail, retryable), and it
+        recovers again: its recovery waits for the disk (`disk_failing`), then rejoins
+        through a quorum, catching up on what it missed. Working again: say so."""
+        failing = self.journal.failing
+        if failing is not None:
+            self._condition_before_failing = self.faults.condition
+            self._disk_works.clear()
+            self.faults.fault = f"disk failing: {failing}"
+            self.faults.set_condition(DISK_FAILING)
+            log.error(
+                "disk failing, leaving the quorum until it works again (probed every %.0fs): %s",
+                DISK_FAILING_RETRY,
+                failing,
+            )
+            if self.core.status == pb.VOTING:
+                self.journal.persist_nowait(self.core.set_status(pb.RECOVERING))
+            self.restart_recovery()
+        else:
+            self._disk_works.set()
+            if self.faults.condition == DISK_FAILING:
+                self.faults.fault = ""
+                self.faults.set_condition(self._condition_before_failing)
+            log.info("the disk takes writes again: rejoining through recovery")
+
+    def disk_failing(self) -> bool:
+        """Whether the disk's writes fail (recovery waits for it to work again)."""
+        return self.journal.failing is not None
+
+    async def disk_working(self) -> None:
+        """Return once the disk takes writes (at once if it does)."""
+        await self._disk_works.wait()
 
     def on_disk_full_changed(self) -> None:
         full = self.journal.full
