@@ -21,7 +21,7 @@ from test_log_live import Writers, check
 
 from rlog.config import SEGMENT_BYTES_ENV
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.repair import DAMAGED_PREFIX, STORAGE_LOST
+from rlog.runtime.repair import DAMAGED_PREFIX, REFUSING, STORAGE_LOST
 from rlog.storage.segment_engine import MARK_NAME
 from rlog.tools.dev import DevCluster
 
@@ -169,3 +169,37 @@ def test_a_lost_index_snapshot_costs_a_full_replay(
 
 def test_corrupt_metadata_is_skipped_and_every_position_recovered(tmp_path: Path) -> None:
     run_damaged_follower(tmp_path, 3, corrupt_newest_metadata, "corrupt-repaired")
+
+
+def test_with_no_quorum_to_vouch_a_lost_replica_refuses_to_vote_until_one_answers(
+    tmp_path: Path,
+) -> None:
+    """The others down: the replica whose storage was lost waits RECOVERING, then says it
+    refuses to vote ("refusing"); once a quorum of VOTING replicas answers it recovers."""
+    env = {**os.environ, SEGMENT_BYTES_ENV: str(SEGMENT)}
+    with DevCluster(
+        3, tmp_path, election_timeout=0.5, storage_engine="segment", env=env
+    ) as cluster:
+        writers = Writers(cluster.endpoints, clients=4, per_call=5)
+        asyncio.run(writers.run(limit=4000))
+        for i in range(3):
+            cluster.stop_replica(i)
+        what = delete_middle_segment(cluster.data_dir(0) / "segments")
+        cluster.start_replica(0)
+        cluster.wait_for(
+            lambda found: found[0] is not None and found[0].storage_condition == REFUSING,
+            60,
+            "the lost replica refusing",
+        )
+        status = cluster.status(0)
+        assert status.status == pb.RECOVERING and what in status.storage_fault
+        assert "refusing to vote" in status.storage_fault
+        cluster.start_replica(1)
+        cluster.start_replica(2)
+        cluster.wait_for(
+            lambda found: all(s is not None and s.status == pb.VOTING for s in found),
+            90,
+            "every replica VOTING",
+        )
+        assert cluster.status(0).storage_condition == STORAGE_LOST
+        check(cluster, writers.acknowledged)

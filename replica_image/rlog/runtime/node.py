@@ -367,7 +367,12 @@ class Node:
             self.peers,
             self.config,
             lambda: self.permit,
-            Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
+            Report(
+                self._not_voting_because,
+                self._catchup_progress,
+                self._recovery_changed,
+                self.faults.recover_undecided,
+            ),
         )
         self.reason = ""
         self.catchup = NO_CATCHUP
@@ -389,6 +394,10 @@ class Node:
                 self._supervise(self._recovery_loop), name="recovery"
             )
             self._tasks.append(self._recovery_task)
+
+    def _recovery_changed(self) -> None:
+        self.faults.recover_decided()
+        self._update_metrics()
 
     def _not_voting_because(self, reason: str) -> None:
         self.reason = reason

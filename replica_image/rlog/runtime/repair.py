@@ -47,6 +47,10 @@ MAX_REPAIRS_AT_OPEN = 1000
 
 FREE_CHECK_INTERVAL = 0.1  # seconds between looks at the data dir's free space
 
+# Recover rounds in a row (0.5-1 s apart) that a replica whose storage was lost waits for a
+# quorum of VOTING replicas before it says it refuses to vote (none could vouch for the data).
+REFUSE_AFTER_ROUNDS = 10
+
 # Status's `storage_condition` (docs/faults.md; "" is healthy).
 CORRUPT_REPAIRED = "corrupt-repaired"
 STORAGE_LOST = "storage-lost"
@@ -122,6 +126,8 @@ class StorageFaults:
         self.fault = ""
         self.corrupt_records = 0
         self.condition = ""
+        self.lost_reason = ""  # why the storage was set aside at open ("" if it was not)
+        self._undecided = 0  # recover rounds in a row undecided since
 
     def set_condition(self, condition: str) -> None:
         self.condition = condition
@@ -129,8 +135,29 @@ class StorageFaults:
 
     def lost(self, reason: str) -> None:
         """The storage was found lost at open and set aside (`set_aside` logged it)."""
-        self.fault = reason
+        self.fault = self.lost_reason = reason
         self.set_condition(STORAGE_LOST)
+
+    def recover_undecided(self) -> None:
+        """A recover round ended undecided. A replica whose storage was lost that has waited
+        REFUSE_AFTER_ROUNDS rounds in a row says it refuses to vote: no quorum of VOTING
+        replicas could vouch for the data (it goes on asking)."""
+        if not self.lost_reason or self.condition not in (STORAGE_LOST, REFUSING):
+            return
+        self._undecided += 1
+        if self._undecided == REFUSE_AFTER_ROUNDS:
+            self.refuse(
+                f"{self.lost_reason}; no quorum of VOTING replicas answered in "
+                f"{REFUSE_AFTER_ROUNDS} recover rounds to vouch for the data: refusing to vote"
+            )
+
+    def recover_decided(self) -> None:
+        """A recover round decided (a quorum answered): back to storage-lost, recovering."""
+        self._undecided = 0
+        if self.lost_reason and self.condition == REFUSING:
+            self.fault = self.lost_reason
+            self.set_condition(STORAGE_LOST)
+            log.info("a quorum of VOTING replicas answered: recovering the lost storage")
 
     def refuse(self, reason: str) -> None:
         """The replica refuses to vote on its storage."""
