@@ -73,6 +73,20 @@ NO_WRITE_STREAM_ENV = "RLOG_NO_WRITE_STREAM"
 SLOW_SELF_ENV = "RLOG_TEST_SLOW_SELF"
 
 
+# TEST ONLY: the segment engine's segment size in bytes (default 64 MiB), so that live tests
+# of lost or cut segments fill several segments with a few MB of appends. Harmless.
+SEGMENT_BYTES_ENV = "RLOG_TEST_SEGMENT_BYTES"
+
+
+def test_segment_bytes() -> int | None:
+    """The test-only segment size (None: the default)."""
+    text = os.environ.get(SEGMENT_BYTES_ENV, "")
+    try:
+        return max(4096, int(text)) if text else None
+    except ValueError:
+        raise ConfigError(f"{SEGMENT_BYTES_ENV}={text!r}: not a number of bytes") from None
+
+
 def slow_self() -> float:
     """The test-only delay of a leader's messages to itself (0: none)."""
     text = os.environ.get(SLOW_SELF_ENV, "")

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from live import CAPPED, Writers, append_acked, check, copying, names, wait_all_voting
@@ -171,7 +172,34 @@ def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
         check(cluster, acknowledged)
 
 
+def _refusing_status(command: list[str], address: str, log_path: Path) -> pb.StatusResponse:
+    """Start a replica on a data dir it must refuse; its Status once it answers (it stays
+    up, refusing), checked not to turn VOTING for a few seconds."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        found = None
+        with Client([address], timeout=2) as client:
+            while time.monotonic() < deadline:
+                try:
+                    found = client.status()
+                    break
+                except RlogError:
+                    time.sleep(0.2)
+            assert found is not None, "the refusing replica never answered Status"
+            time.sleep(3)
+            assert client.status().status != pb.VOTING
+        assert process.poll() is None, "the refusing replica exited"
+        return found
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
 def test_a_data_dir_of_another_log_or_replica_is_refused(tmp_path):
+    """The replica stays up, answers Status with `storage_condition` "refusing" and the
+    reason, never votes, and leaves the data dir as it was (runtime/repair.py)."""
     with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
         cluster.wait_for_leader()
         cluster.stop_replica(0)
@@ -186,19 +214,28 @@ def test_a_data_dir_of_another_log_or_replica_is_refused(tmp_path):
             "--data-dir",
             str(cluster.data_dir(0)),
         ]
-        other_log = subprocess.run(
-            [*base, "--id", "0", "--log-id", "another-log"], capture_output=True, timeout=60
+        other_log = _refusing_status(
+            [*base, "--id", "0", "--log-id", "another-log"],
+            cluster.endpoints[0],
+            tmp_path / "other-log.log",
         )
-        other_id = subprocess.run(
+        other_id = _refusing_status(
             [*base, "--id", "1", "--log-id", cluster.log_id, "--listen", f"127.0.0.1:{port}"],
-            capture_output=True,
-            timeout=60,
+            f"127.0.0.1:{port}",
+            tmp_path / "other-id.log",
         )
-    for result, text in ((other_log, b"belongs to log"), (other_id, b"belongs to replica")):
-        assert result.returncode != 0
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and text in lines[0], result.stderr
-        assert b"Traceback" not in result.stderr
+        for found, text, log in (
+            (other_log, "belongs to log", "other-log.log"),
+            (other_id, "belongs to replica", "other-id.log"),
+        ):
+            assert found.storage_condition == "refusing", found
+            assert text in found.storage_fault and text in found.reason, found
+            assert found.status != pb.VOTING
+            written = (tmp_path / log).read_text()
+            assert text in written and "Traceback" not in written
+        # The data dir was left as it was: its own replica comes back on it.
+        cluster.start_replica(0)
+        wait_all_voting(cluster)
 
 
 def test_append_to_a_lone_replica_fails_clearly(tmp_path):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from rlog.storage.segment_engine import decode_snapshot, encode_snapshot
+from rlog.storage.segment_format import decode_snapshot, encode_snapshot
 from rlog.storage.segment_index import RecordIndex
 
 

@@ -16,7 +16,8 @@ import pytest
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import Storage, WriteBatch, open_storage
-from rlog.storage.segment_engine import SegmentStorage, decode_snapshot, encode_snapshot
+from rlog.storage.segment_engine import SegmentStorage
+from rlog.storage.segment_format import decode_snapshot, encode_snapshot
 
 SEGMENT = 16 << 10  # small segments: a roll (and a snapshot) every few batches
 

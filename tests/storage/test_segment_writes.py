@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage.base import WriteBatch
-from rlog.storage.segment_engine import WRITE_PIECE, SegmentStorage, write_calls
+from rlog.storage.segment_engine import SegmentStorage
+from rlog.storage.segment_format import WRITE_PIECE, write_calls
 
 parts_of = st.lists(st.binary(min_size=0, max_size=300), max_size=40)
 

@@ -30,7 +30,8 @@ from engines import (
 from rlog import packed
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import Storage, StorageError, WriteBatch, open_storage
-from rlog.storage.base import CorruptRecord
+from rlog.storage.base import CorruptRecord, StorageLost
+from rlog.storage.segment_format import MARK_NAME
 
 
 @pytest.fixture(params=ALL)
@@ -525,14 +526,21 @@ def test_segment_torn_tail_is_cut_and_corruption_is_refused(tmp_path: Path) -> N
     from rlog.storage.segment_engine import SegmentStorage
 
     store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
-    for b in range(12):
+    for b in range(11):
         store.apply(WriteBatch(actions=[action(b * 2 + i, b"v" * 1024) for i in range(2)]))
+    mark = tmp_path / "data" / "segments" / MARK_NAME
+    before = mark.read_bytes()  # a torn write never returned: the mark did not move
+    store.apply(WriteBatch(actions=[action(22 + i, b"v" * 1024) for i in range(2)]))
     store.close()
     segs = sorted((tmp_path / "data" / "segments").glob("*.seg"))
     newest = segs[-1]
     size = newest.stat().st_size
     with newest.open("r+b") as f:  # a torn last record: half of it reached the disk
         f.truncate(size - 700)
+    # Cut short below what the synced mark says was synced: acknowledged frames are gone.
+    with pytest.raises(StorageLost, match="short of the"):
+        SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
+    mark.write_bytes(before)
     store = SegmentStorage(tmp_path / "data", segment_bytes=8 << 10)
     assert positions(store) == list(range(22))  # the last batch (22, 23) is wholly gone
     store.apply(WriteBatch(actions=[action(22)]))  # appends after the cut
@@ -871,6 +879,10 @@ def test_segment_torn_run_frame_is_cut_and_a_bad_crc_ends_the_log(tmp_path: Path
     size = seg.stat().st_size
     with seg.open("r+b") as f:  # the last run's frame (~66 KiB) reached the disk in part
         f.truncate(size - 30_000)
+    # A torn write never returned, so the synced mark never said the frame was synced: a
+    # dir without a mark stands for that (with it, the cut is loss: tests above).
+    mark = tmp_path / "data" / "segments" / MARK_NAME
+    mark.unlink()
     store = SegmentStorage(tmp_path / "data")
     assert records(store) == [("run", b * 64, b * 64 + 63) for b in range(5)]
     assert store.metadata().promised == 4  # the torn batch is wholly gone, metadata too
@@ -883,6 +895,7 @@ def test_segment_torn_run_frame_is_cut_and_a_bad_crc_ends_the_log(tmp_path: Path
         byte = f.read(1)
         f.seek(size - 5000)
         f.write(bytes([byte[0] ^ 0x01]))
+    mark.unlink()
     store = SegmentStorage(tmp_path / "data")
     try:
         assert records(store) == [("run", b * 64, b * 64 + 63) for b in range(4)]

@@ -20,9 +20,10 @@ from tmpfs import remount, tiny_tmpfs
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage import StorageError, WriteBatch, open_storage
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage.base import CorruptRecord, DiskFull, StorageLost
 from rlog.storage.lmdb_engine import LmdbStorage
 from rlog.storage.records import Plan, RecordStorage, decode, encode, encode_metadata
+from rlog.storage.segment_format import MARK_NAME
 
 MARK = b"MARKED-VALUE-0123456789"
 FILE_ENGINES = {"lmdb": "lmdb/data.mdb", "segment": "segments"}
@@ -121,8 +122,13 @@ def test_a_flipped_byte_in_the_data_file(engine: str, tmp_path: Path) -> None:
     assert _flip_mark(engine, data) >= 1
     if engine == "segment":
         # The segment's frame CRC sees it first, at open. Damage to the LAST frame of the
-        # newest segment cannot be told from a torn write (docs/faults.md): it is cut off,
-        # nothing of it is served.
+        # newest segment looks like a torn write, but the synced mark says the frame was
+        # synced: acknowledged data is lost, the dir is refused as such (docs/faults.md).
+        with pytest.raises(StorageLost, match="short of the"):
+            _store(engine, data)
+        # A dir without the mark (written before it) cuts it off as before: nothing of it
+        # is served.
+        (data / "segments" / MARK_NAME).unlink()
         store = _store(engine, data)
         assert store.get(15) is None and store.get(3) is None
         store.close()

@@ -31,6 +31,9 @@ class StatusDict(TypedDict):
     leader_confirmed: bool
     transport: str
     authorization: str
+    storage_fault: str  # why the storage is not healthy, one line ("" if it is)
+    # "" (healthy) | corrupt-repaired | storage-lost | refusing | disk-failing | disk-full
+    storage_condition: str
 
 
 def status_name(status: int) -> str:
@@ -60,6 +63,8 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "leader_confirmed": status.leader_confirmed,
         "transport": status.transport or "plaintext",
         "authorization": status.authorization or "off",
+        "storage_fault": status.storage_fault,
+        "storage_condition": status.storage_condition,
     }
 
 

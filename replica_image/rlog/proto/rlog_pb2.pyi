@@ -1152,6 +1152,7 @@ class StatusResponse(_message.Message):
     STORAGE_FAULT_FIELD_NUMBER: _builtins.int
     CORRUPT_RECORDS_FIELD_NUMBER: _builtins.int
     DISK_FULL_FIELD_NUMBER: _builtins.int
+    STORAGE_CONDITION_FIELD_NUMBER: _builtins.int
     TRANSPORT_FIELD_NUMBER: _builtins.int
     AUTHORIZATION_FIELD_NUMBER: _builtins.int
     LANE_OFFSET_FIELD_NUMBER: _builtins.int
@@ -1188,6 +1189,14 @@ class StatusResponse(_message.Message):
     """stored records that failed their checksum since start"""
     disk_full: _builtins.bool
     """writes fail for lack of space; appends are refused"""
+    storage_condition: _builtins.str
+    """What the replica's storage is (docs/faults.md): "" healthy; "corrupt-repaired" a corrupt
+    record was dropped and re-fetched (kept until restart); "storage-lost" it found its
+    storage lost or damaged, set it aside and rejoined empty (recovering by catch-up);
+    "refusing" it refuses to vote on its storage (no quorum could vouch, or the data dir
+    belongs to another log or replica); "disk-failing" writes or fsyncs fail (EIO, EROFS):
+    it left the quorum; "disk-full". `storage_fault` says why.
+    """
     transport: _builtins.str
     """How the replica is secured (docs/security.md): transport "plaintext" | "tls" |
     "mutual-tls"; authorization "off" (every caller may call anything) | "roles".
@@ -1221,13 +1230,14 @@ class StatusResponse(_message.Message):
         storage_fault: _builtins.str = ...,
         corrupt_records: _builtins.int = ...,
         disk_full: _builtins.bool = ...,
+        storage_condition: _builtins.str = ...,
         transport: _builtins.str = ...,
         authorization: _builtins.str = ...,
         lane_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

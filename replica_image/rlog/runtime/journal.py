@@ -17,7 +17,12 @@ Storage faults (docs/faults.md):
 - a corrupt stored record met while planning a batch (`CorruptRecord`): `on_corrupt` returns
   the batch that repairs the replica (the record dropped, the replica RECOVERING), which is
   merged into the group, and the group is written again;
-- any other failure fails every waiter and every later batch (a broken disk).
+- a failing disk (a write or sync failed with an OS error: EIO, EROFS...): as a full disk,
+  the batches stay queued and are written again every `DISK_FAILING_RETRY` seconds (the
+  probe) until the disk takes them; every caller is answered the error at once, `failing`
+  says why and `on_failing_changed` tells the replica, which leaves the quorum until the
+  disk works again (rlog/runtime/repair.py);
+- any other failure fails every waiter and every later batch (a bug, not the disk).
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ from rlog.storage import Storage, WriteBatch
 from rlog.storage.base import CorruptRecord, DiskFull
 
 DISK_FULL_RETRY = 1.0  # seconds between writes tried on a full disk
+DISK_FAILING_RETRY = 1.0  # seconds between writes tried on a failing disk
+
+
+def disk_failure(error: BaseException) -> bool:
+    """Whether a write failed for the disk's sake (an OS error, raised as is or as the
+    cause of the engine's StorageError), so that it may work again later."""
+    return isinstance(error, OSError) or isinstance(error.__cause__, OSError)
 
 
 class Journal:
@@ -61,10 +73,12 @@ class Journal:
         self._closed = False
         self._failure: BaseException | None = None
         self.full: DiskFull | None = None  # set while the disk has no space for our batches
+        self.failing: BaseException | None = None  # set while writes fail (EIO, EROFS...)
         self._retry_timer: asyncio.TimerHandle | None = None
         # A corrupt record met while planning: the batch that repairs it (rlog.runtime.repair).
         self.on_corrupt: Callable[[CorruptRecord], WriteBatch] | None = None
         self.on_full_changed: Callable[[], None] | None = None
+        self.on_failing_changed: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -84,10 +98,11 @@ class Journal:
         at once if the disk is full or broken (a full disk keeps the batch for later)."""
         if self._failure is not None:
             raise self._failure
-        if self.full is not None:
-            # Kept and written once space returns; the caller is told now (nothing acked).
+        if self.full is not None or self.failing is not None:
+            # Kept and written once the disk takes writes; the caller is told now (nothing
+            # acknowledged).
             self._pending.append((batch, None))
-            raise self.full
+            raise self.full if self.full is not None else self.failing  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._pending.append((batch, future))
@@ -108,7 +123,7 @@ class Journal:
 
     def _lazy_flush(self) -> None:
         self._lazy_timer = None
-        if self._pending and self.full is None:  # a full disk is retried on its own timer
+        if self._pending and self.full is None and self.failing is None:  # retried on a timer
             self._due = True
             self._kick()
 
@@ -169,6 +184,8 @@ class Journal:
         self._writing = False
         if isinstance(error, DiskFull):
             self._on_full(error, group)
+        elif error is not None and disk_failure(error):
+            self._on_failing(error, group)
         elif error is not None:  # a failing disk: fail every waiter, keep failing
             self._failure = error
             for _, future in group:
@@ -179,6 +196,10 @@ class Journal:
                 self.full = None
                 if self.on_full_changed is not None:
                     self.on_full_changed()
+            if self.failing is not None:
+                self.failing = None
+                if self.on_failing_changed is not None:
+                    self.on_failing_changed()
             self.metrics.observe_flush(time.perf_counter() - started, _positions(merged))
             for batch, future in group:
                 self.core.persisted(batch)
@@ -223,6 +244,24 @@ class Journal:
         if self._retry_timer is None:
             self._retry_timer = asyncio.get_running_loop().call_later(DISK_FULL_RETRY, self._retry)
 
+    def _on_failing(
+        self, exc: BaseException, group: list[tuple[WriteBatch, asyncio.Future[None] | None]]
+    ) -> None:
+        """As `_on_full`: keep the group for later (first, in order), answer its waiters now;
+        write it again every DISK_FAILING_RETRY seconds."""
+        was_failing = self.failing is not None
+        self.failing = exc
+        for _, future in group:
+            if future is not None and not future.done():
+                future.set_exception(exc)
+        self._pending = [(batch, None) for batch, _ in group] + self._pending
+        if not was_failing and self.on_failing_changed is not None:
+            self.on_failing_changed()
+        if self._retry_timer is None:
+            self._retry_timer = asyncio.get_running_loop().call_later(
+                DISK_FAILING_RETRY, self._retry
+            )
+
     def _retry(self) -> None:
         self._retry_timer = None
         self._due = True
@@ -231,7 +270,12 @@ class Journal:
     async def close(self) -> None:
         # Drain before closing (bounded by the disk); a full or broken disk keeps what it
         # could not write: unacknowledged or re-derivable, never needed.
-        while (self._pending or self._writing) and self.full is None and self._failure is None:
+        while (
+            (self._pending or self._writing)
+            and self.full is None
+            and self.failing is None
+            and self._failure is None
+        ):
             if self._pending and not self._writing:
                 self._due = True
                 self._kick()

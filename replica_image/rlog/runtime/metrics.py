@@ -25,6 +25,15 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+# The storage conditions of Status's `storage_condition` ("" is "healthy" here).
+STORAGE_CONDITIONS = (
+    "healthy",
+    "corrupt-repaired",
+    "storage-lost",
+    "refusing",
+    "disk-failing",
+    "disk-full",
+)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
@@ -174,6 +183,16 @@ class ReplicaMetrics:
             "1 while writes fail for lack of space (ENOSPC, LMDB map full); appends refused",
             registry=r,
         )
+        self.storage_condition = Gauge(
+            "rlog_storage_condition",
+            "1 for the storage's current condition (docs/faults.md): healthy, corrupt-repaired, "
+            "storage-lost, refusing, disk-failing, disk-full",
+            ["condition"],
+            registry=r,
+        )
+        self._condition = ""
+        for name in STORAGE_CONDITIONS:
+            self.storage_condition.labels(name).set(1 if name == "healthy" else 0)
         self.disk_used = Gauge(
             "rlog_disk_data_dir_bytes", "Bytes the data dir's files occupy on disk", registry=r
         )
@@ -206,6 +225,14 @@ class ReplicaMetrics:
         self._status = status
         for value, name in enumerate(pb.Status.keys()):
             self.status.labels(name).set(1 if value == status else 0)
+
+    def set_storage_condition(self, condition: str) -> None:
+        """`condition` as Status says it ("" healthy)."""
+        if condition == self._condition:
+            return
+        self._condition = condition
+        for name in STORAGE_CONDITIONS:
+            self.storage_condition.labels(name).set(1 if name == (condition or "healthy") else 0)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)

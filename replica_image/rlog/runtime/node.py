@@ -37,7 +37,6 @@ from rlog.config import (
     UNSAFE_NO_DEDUPE_ENV,
     UNSAFE_NO_READ_INDEX_ENV,
     UNSAFE_SPLIT_FILL_ENV,
-    ConfigError,
     ReplicaConfig,
     unsafe_no_dedupe,
     unsafe_split_fill,
@@ -65,7 +64,7 @@ from rlog.runtime.pulls import Pulls
 from rlog.runtime.read_index import ReadIndexDriver
 from rlog.runtime.reads import Reads
 from rlog.runtime.recover import Report, recover
-from rlog.runtime.repair import Repair, StorageFaults, open_core
+from rlog.runtime.repair import REFUSING, Repair, SetAside, StorageFaults, open_core
 from rlog.runtime.replica import ReplicaDriver
 from rlog.runtime.tls import ReloadingCertificates
 from rlog.storage import Storage
@@ -80,7 +79,16 @@ class Node:
     """One replica: its drivers wired together (see the module's docstring), its loops
     started and supervised (`start`, `stop`)."""
 
-    def __init__(self, config: ReplicaConfig, storage: Storage) -> None:
+    def __init__(
+        self,
+        config: ReplicaConfig,
+        storage: Storage,
+        lost: SetAside | None = None,
+        refusal: str = "",
+    ) -> None:
+        """`lost`: the storage was found lost and set aside, `storage` is a fresh one;
+        `refusal`: why the data dir is refused (`storage` is then an empty memory store and
+        the replica only answers Status: runtime/repair.py)."""
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
@@ -104,13 +112,17 @@ class Node:
         # Storage faults: a corrupt record is dropped and recovered, a full disk refuses
         # appends (repair.py, docs/faults.md).
         self.faults = StorageFaults(self.metrics)
-        self.core = open_core(storage, self.faults)
+        self.core = open_core(storage, self.faults, lost)
+        if refusal:
+            self.faults.refuse(refusal)
+            self.permit = False
         self.journal = Journal(storage, self.core, self.metrics)
         self.repair = Repair(
             self.core, self.journal, config, self.faults, self._restart_recovery, self.spawn
         )
         self.journal.on_corrupt = self.repair.repair_batch
         self.journal.on_full_changed = self.repair.on_disk_full_changed
+        self.journal.on_failing_changed = self.repair.on_disk_failing_changed
         self.metrics.disk_full.set_function(lambda: 1.0 if self.repair.disk_low() else 0.0)
         self.coordinator = Coordinator(
             config.id,
@@ -242,30 +254,17 @@ class Node:
         self.appender = ReplicaAppender(
             self.coordinator_driver.append, self.repair.storage_fault_seen
         )
-        self._check_identity()
 
     # ---- lifecycle ---------------------------------------------------------------------
-
-    def _check_identity(self) -> None:
-        """Refuse a data dir stamped for another log or another replica: a log deleted and
-        recreated, or a volume attached to the wrong pod, must never reuse old data."""
-        meta = self.core.meta
-        if not meta.stamped:
-            return
-        if meta.log_id != self.config.log_id:
-            raise ConfigError(
-                f"data dir {self.config.data_dir} belongs to log {meta.log_id or '(no id)'!r}, "
-                f"not {self.config.log_id or '(no id)'!r}: refusing to start on another log's data"
-            )
-        if meta.replica_id != self.config.id:
-            raise ConfigError(
-                f"data dir {self.config.data_dir} belongs to replica {meta.replica_id}, "
-                f"not {self.config.id}: refusing to start on another replica's data"
-            )
 
     def start(self) -> None:
         self.peers.connect()
         self.journal.start()
+        if self.faults.condition == REFUSING:
+            # Status only: no recovery, no election, nothing written (runtime/repair.py).
+            self.reason = self.faults.fault
+            self._update_metrics()
+            return
         if not self.core.meta.stamped:
             self.journal.persist_nowait(self.core.stamp(self.config.log_id, self.config.id))
         loop = asyncio.get_running_loop()
@@ -316,6 +315,9 @@ class Node:
                 self.repair.storage_fault_seen(exc)
                 await asyncio.sleep(0.1)
             except Exception:
+                if self.repair.disk_failing():  # said once, by repair; tried again after
+                    await self.repair.disk_working()
+                    continue
                 log.exception("%s failed; restarting it in 1 s", loop_fn.__name__)
                 self.reason = f"{loop_fn.__name__} failed (see the log); retrying"
                 await asyncio.sleep(1.0)
@@ -356,14 +358,21 @@ class Node:
     # ---- recovery ----------------------------------------------------------------------
 
     async def _recovery_loop(self) -> None:
-        """While not VOTING: recover (`recover.recover`); then listen for a leader."""
+        """While not VOTING: recover (`recover.recover`); then listen for a leader. A failing
+        disk is waited for first (runtime/repair.py)."""
+        await self.repair.disk_working()
         await recover(
             self.core,
             self.journal,
             self.peers,
             self.config,
             lambda: self.permit,
-            Report(self._not_voting_because, self._catchup_progress, self._update_metrics),
+            Report(
+                self._not_voting_because,
+                self._catchup_progress,
+                self._recovery_changed,
+                self.faults.recover_undecided,
+            ),
         )
         self.reason = ""
         self.catchup = NO_CATCHUP
@@ -376,7 +385,7 @@ class Node:
         if self._stopped:
             return
         if self.coordinator.leading:
-            self.coordinator.step_down("a stored record is corrupt")
+            self.coordinator.step_down(f"storage fault: {self.faults.fault}")
             self.coordinator_driver.dispatch()
         self.reason = f"repairing: {self.faults.fault}"
         self._update_metrics()
@@ -385,6 +394,10 @@ class Node:
                 self._supervise(self._recovery_loop), name="recovery"
             )
             self._tasks.append(self._recovery_task)
+
+    def _recovery_changed(self) -> None:
+        self.faults.recover_decided()
+        self._update_metrics()
 
     def _not_voting_because(self, reason: str) -> None:
         self.reason = reason
@@ -469,6 +482,7 @@ class Node:
             storage_fault=self.faults.fault or (f"disk full: {low}" if low else ""),
             corrupt_records=self.faults.corrupt_records,
             disk_full=bool(low),
+            storage_condition=self.repair.condition(),
         )
 
     def _known_leader(self) -> KnownLeader:
@@ -497,6 +511,7 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
+        m.set_storage_condition(self.repair.condition())
 
 
 def _warn_test_only(unsafe_no_read_index: bool) -> None:

@@ -37,7 +37,8 @@ class Report:
 
     reason: Callable[[str], None]  # why the replica is not VOTING yet
     progress: Progress  # how far the catch-up is
-    changed: Callable[[], None]  # the replica's status changed
+    changed: Callable[[], None]  # the replica's status changed (after each decision)
+    undecided: Callable[[], None] = lambda: None  # a round ended undecided
 
 
 async def recover(
@@ -89,6 +90,7 @@ async def _recover_round(
                 return decision
     reason = round_.reason()
     report.reason(reason)
+    report.undecided()
     log.info("recover round undecided (%s): %s", pb.Status.Name(core.status), reason)
     return None
 

@@ -1,13 +1,21 @@
 """Storage faults (docs/faults.md): a corrupt record is dropped, never served, and recovered
-from the peers; a full disk refuses appends until space returns.
+from the peers; storage lost or damaged beyond a record is set aside and the replica
+rejoins empty; a data dir of another log or replica is refused, visibly; a full disk
+refuses appends until space returns.
 
+- `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short)
+  moved into `<data dir>/damaged-<time>/` (never deleted: it is evidence), so a fresh one
+  can be opened in its place;
+- `identity_refusal`: why a data dir stamped for another log or replica must not be used;
 - `open_core`: the replica's core over its storage, a corrupt record met at open dropped
-  and the replica turned RECOVERING before it serves anything;
+  and the replica turned RECOVERING before it serves anything; a fresh store that replaces
+  a lost one turned RECOVERING too (never EMPTY: see `open_core`);
 - `Repair`: the same for a record met later, by the journal while writing (`repair_batch`,
   its `on_corrupt`) or by a read or a handler (`storage_fault_seen`), the replica asked to
   recover again (`restart_recovery`); and the full disk (`on_disk_full_changed`, the
   journal's `on_full_changed`; `disk_low`, `disk_full_error` for the appends);
-- `StorageFaults`: what Status and the metrics say of them.
+- `StorageFaults`: what Status and the metrics say of them (`storage_fault`, the reason;
+  `storage_condition`, one of `CONDITIONS`).
 """
 
 from __future__ import annotations
@@ -17,16 +25,18 @@ import logging
 import os
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
-from rlog.runtime.journal import Journal
+from rlog.runtime.journal import DISK_FAILING_RETRY, Journal
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage, WriteBatch
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage._common import ENGINE_OF_SUBDIR, fsync_dir
+from rlog.storage.base import CorruptRecord, DiskFull, StorageLost
 from rlog.wire import Reason
 
 log = logging.getLogger("rlog.node")
@@ -37,15 +47,123 @@ MAX_REPAIRS_AT_OPEN = 1000
 
 FREE_CHECK_INTERVAL = 0.1  # seconds between looks at the data dir's free space
 
+# Recover rounds in a row (0.5-1 s apart) that a replica whose storage was lost waits for a
+# quorum of VOTING replicas before it says it refuses to vote (none could vouch for the data).
+REFUSE_AFTER_ROUNDS = 10
+
+# Status's `storage_condition` (docs/faults.md; "" is healthy).
+CORRUPT_REPAIRED = "corrupt-repaired"
+STORAGE_LOST = "storage-lost"
+REFUSING = "refusing"
+DISK_FAILING = "disk-failing"
+DISK_FULL = "disk-full"
+CONDITIONS = ("", CORRUPT_REPAIRED, STORAGE_LOST, REFUSING, DISK_FAILING, DISK_FULL)
+DAMAGED_PREFIX = "damaged-"
+
+
+class SetAside(NamedTuple):
+    """Storage found lost at open, moved aside: why, where, and the engine it was (the
+    fresh store is of the same engine)."""
+
+    reason: str
+    where: Path
+    engine: str
+
+
+def set_aside(data_dir: Path, lost: StorageLost) -> SetAside:
+    """Move the engine's files of a data dir found lost into `damaged-<UTC time>/` beside
+    them (renames on the same file system, made durable); the dir is left fresh but for its
+    FORMAT. Nothing is deleted: what was lost, and how, is for a human to read."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = data_dir / f"{DAMAGED_PREFIX}{stamp}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = data_dir / f"{DAMAGED_PREFIX}{stamp}-{n}"
+    aside.mkdir()
+    engine = ""
+    for sub, name in ENGINE_OF_SUBDIR.items():
+        if (data_dir / sub).exists():
+            os.rename(data_dir / sub, aside / sub)
+            engine = engine or name
+    fsync_dir(aside)
+    fsync_dir(data_dir)
+    reason = (
+        f"storage lost: {lost}; its files are set aside in {aside} (kept, never deleted): "
+        "rejoined empty, recovering every position from a quorum of the peers"
+    )
+    log.error("%s", reason)
+    return SetAside(reason, aside, engine)
+
+
+def identity_refusal(meta: pb.Metadata, config: ReplicaConfig) -> str:
+    """Why this data dir must not be used by this replica ("" if it may): one stamped for
+    another log or another replica (a log deleted and recreated, a volume attached to the
+    wrong pod) must never be reused, nor changed."""
+    if not meta.stamped:
+        return ""
+    if meta.log_id != config.log_id:
+        return (
+            f"data dir {config.data_dir} belongs to log {meta.log_id or '(no id)'!r}, "
+            f"not {config.log_id or '(no id)'!r}: refusing to start on another log's data"
+        )
+    if meta.replica_id != config.id:
+        return (
+            f"data dir {config.data_dir} belongs to replica {meta.replica_id}, "
+            f"not {config.id}: refusing to start on another replica's data"
+        )
+    return ""
+
 
 class StorageFaults:
     """A storage fault, for Status and the log: the last corrupt record found, or why the
-    disk cannot be written (`fault`, "" if none); and how many corrupt records were found."""
+    disk cannot be written (`fault`, "" if none); how many corrupt records were found; and
+    the storage's condition (`condition`, one of CONDITIONS but DISK_FULL, which
+    `Repair.condition` adds)."""
 
     def __init__(self, metrics: ReplicaMetrics) -> None:
         self.metrics = metrics
         self.fault = ""
         self.corrupt_records = 0
+        self.condition = ""
+        self.lost_reason = ""  # why the storage was set aside at open ("" if it was not)
+        self._undecided = 0  # recover rounds in a row undecided since
+
+    def set_condition(self, condition: str) -> None:
+        self.condition = condition
+        self.metrics.set_storage_condition(condition)
+
+    def lost(self, reason: str) -> None:
+        """The storage was found lost at open and set aside (`set_aside` logged it)."""
+        self.fault = self.lost_reason = reason
+        self.set_condition(STORAGE_LOST)
+
+    def recover_undecided(self) -> None:
+        """A recover round ended undecided. A replica whose storage was lost that has waited
+        REFUSE_AFTER_ROUNDS rounds in a row says it refuses to vote: no quorum of VOTING
+        replicas could vouch for the data (it goes on asking)."""
+        if not self.lost_reason or self.condition not in (STORAGE_LOST, REFUSING):
+            return
+        self._undecided += 1
+        if self._undecided == REFUSE_AFTER_ROUNDS:
+            self.refuse(
+                f"{self.lost_reason}; no quorum of VOTING replicas answered in "
+                f"{REFUSE_AFTER_ROUNDS} recover rounds to vouch for the data: refusing to vote"
+            )
+
+    def recover_decided(self) -> None:
+        """A recover round decided (a quorum answered): back to storage-lost, recovering."""
+        self._undecided = 0
+        if self.lost_reason and self.condition == REFUSING:
+            self.fault = self.lost_reason
+            self.set_condition(STORAGE_LOST)
+            log.info("a quorum of VOTING replicas answered: recovering the lost storage")
+
+    def refuse(self, reason: str) -> None:
+        """The replica refuses to vote on its storage."""
+        self.fault = reason
+        self.set_condition(REFUSING)
+        log.error("%s (answering Status only, never voting)", reason)
 
     def damaged(self, damage: list[str]) -> None:
         self.corrupt_records += len(damage)
@@ -54,7 +172,12 @@ class StorageFaults:
             f"damaged data skipped at open ({'; '.join(damage)[:300]}): recovering every "
             "position from the peers"
         )
+        self._repaired()
         log.error("%s", self.fault)
+
+    def _repaired(self) -> None:
+        if not self.condition:
+            self.set_condition(CORRUPT_REPAIRED)
 
     def corrupt(self, exc: CorruptRecord) -> None:
         self.corrupt_records += 1
@@ -63,14 +186,26 @@ class StorageFaults:
             f"corrupt record at position {exc.key} ({exc.why}): dropped, not served; "
             "recovering it from the peers"
         )
+        self._repaired()
         log.error("%s: %s", exc, "dropping it and recovering from the peers")
 
 
-def open_core(storage: Storage, faults: StorageFaults) -> ReplicaCore:
+def open_core(storage: Storage, faults: StorageFaults, lost: SetAside | None = None) -> ReplicaCore:
     """The replica's core over its storage. Opening reads every record not yet learned;
     a corrupt one is dropped and the replica turned RECOVERING before it serves anything,
     then the core is opened again. Damage the engine skipped at open (a segment frame)
-    may have held any position: the replica re-learns them all from its peers."""
+    may have held any position: the replica re-learns them all from its peers.
+
+    `lost`: the storage was found lost and set aside, this is a fresh store in its place.
+    It is turned RECOVERING, not left EMPTY: a RECOVERING replica neither votes (promises
+    and writes are IGNORED) nor takes part in auto-initialization; it rejoins only through
+    a quorum of VOTING replicas, catching up on their log and adopting their highest
+    promise (docs/recovery.md). If no such quorum answers, it waits, refusing to vote."""
+    if lost is not None:
+        faults.lost(lost.reason)
+        meta = storage.metadata()
+        meta.status = pb.RECOVERING
+        storage.apply(WriteBatch(metadata=meta))
     damage = storage.damage()
     if damage:
         faults.damaged(damage)
@@ -121,6 +256,9 @@ class Repair:
         self.restart_recovery = restart_recovery
         self.spawn = spawn
         self._repairing: set[int] = set()
+        self._condition_before_failing = ""
+        self._disk_works = asyncio.Event()  # clear while the disk's writes fail
+        self._disk_works.set()
         self._free_checked = FreeSpace(0.0, -1)
 
     def repair_batch(self, exc: CorruptRecord) -> WriteBatch:
@@ -151,6 +289,42 @@ class Repair:
                 if self.journal.full is None:
                     break
         self._repairing.discard(key)
+
+    def on_disk_failing_changed(self) -> None:
+        """The journal's writes began or stopped failing (EIO, EROFS...). Failing: the
+        replica leaves the quorum at once: RECOVERING in memory (promises and writes are
+        IGNORED from now on; the change is queued with the rest and written once the disk
+        takes writes), stepped down if it led (its waiting appends fail, retryable), and it
+        recovers again: its recovery waits for the disk (`disk_failing`), then rejoins
+        through a quorum, catching up on what it missed. Working again: say so."""
+        failing = self.journal.failing
+        if failing is not None:
+            self._condition_before_failing = self.faults.condition
+            self._disk_works.clear()
+            self.faults.fault = f"disk failing: {failing}"
+            self.faults.set_condition(DISK_FAILING)
+            log.error(
+                "disk failing, leaving the quorum until it works again (probed every %.0fs): %s",
+                DISK_FAILING_RETRY,
+                failing,
+            )
+            if self.core.status == pb.VOTING:
+                self.journal.persist_nowait(self.core.set_status(pb.RECOVERING))
+            self.restart_recovery()
+        else:
+            self._disk_works.set()
+            if self.faults.condition == DISK_FAILING:
+                self.faults.fault = ""
+                self.faults.set_condition(self._condition_before_failing)
+            log.info("the disk takes writes again: rejoining through recovery")
+
+    def disk_failing(self) -> bool:
+        """Whether the disk's writes fail (recovery waits for it to work again)."""
+        return self.journal.failing is not None
+
+    async def disk_working(self) -> None:
+        """Return once the disk takes writes (at once if it does)."""
+        await self._disk_works.wait()
 
     def on_disk_full_changed(self) -> None:
         full = self.journal.full
@@ -183,6 +357,14 @@ class Repair:
                 f"{self.config.min_free_bytes} (kept for promises and elections)"
             )
         return ""
+
+    def condition(self) -> str:
+        """Status's `storage_condition` (CONDITIONS)."""
+        if self.faults.condition in (REFUSING, DISK_FAILING, STORAGE_LOST):
+            return self.faults.condition
+        if self.disk_low():
+            return DISK_FULL
+        return self.faults.condition
 
     def disk_full_error(self) -> RpcError | None:
         """The error an append answers while the disk is full or nearly so."""

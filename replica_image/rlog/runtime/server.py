@@ -26,9 +26,12 @@ from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
+from rlog.runtime.repair import SetAside, identity_refusal, set_aside
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
+from rlog.storage.base import StorageLost
+from rlog.storage.memory import MemoryStorage
 from rlog.storage.restoring import refuse_if_restoring
 from rlog.wire import FORWARDED, SERVER_OPTIONS, Reason
 
@@ -449,8 +452,23 @@ async def start_server(
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
     interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
-    storage, opened = await open_when_free(config.data_dir, config.storage_engine, config.lock_wait)
-    node = Node(config, storage)
+    # Storage found lost is set aside and a fresh store opened; a data dir of another log or
+    # replica is closed untouched and the replica answers Status only (runtime/repair.py).
+    lost: SetAside | None = None
+    try:
+        storage, opened = await open_when_free(
+            config.data_dir, config.storage_engine, config.lock_wait
+        )
+    except StorageLost as exc:
+        lost = set_aside(config.data_dir, exc)
+        storage, opened = await open_when_free(
+            config.data_dir, lost.engine or config.storage_engine, config.lock_wait
+        )
+    refusal = identity_refusal(storage.metadata(), config)
+    if refusal:
+        storage.close()
+        storage, opened = MemoryStorage(), "no storage (refusing the data dir)"
+    node = Node(config, storage, lost, refusal)
     if certificates is not None:
         node.peers.credentials = lambda: certificates.peer_credentials(peer_token)
         node.certificates = certificates

@@ -31,6 +31,13 @@ class CorruptRecord(StorageError):
         self.why = why
 
 
+class StorageLost(StorageError):
+    """The data dir lacks what its own records say it holds (a segment file gone, a segment
+    shorter than the end it synced, an index snapshot gone with segments it covered): the
+    replica may have forgotten promises or accepts it acknowledged, so it must not vote on
+    it. The replica sets the data dir aside and rejoins empty (rlog/runtime/repair.py)."""
+
+
 class DiskFull(StorageError):
     """A write failed for lack of space (ENOSPC, EDQUOT, an LMDB map that cannot grow):
     nothing of the batch was written; reads still work, writes may succeed once space

@@ -39,242 +39,66 @@ not read at open, and damage there is found when a record is read: each record c
 own CRC32C (rlog/storage/records.py), so a damaged record raises `CorruptRecord` and the
 replica repairs it from its peers (docs/faults.md), as with LMDB.
 Segments that are only partly dead are not rewritten.
+
+The synced mark `segments/synced` says what the engine knows it holds: the newest index
+snapshot's segment, the active segment and the end of its last synced frame (CRC32C'd). It
+is rewritten in place after every synced batch (no sync of its own: one pwrite) and synced
+at each roll and at close, so after a crash or a stop it is exact, and after a power cut at
+worst as old as the last roll: never ahead of the data. Opening checks the segments against
+it and against themselves (`_check_chain`): the segments replayed run without a gap from
+the snapshot's (or from segment 0 if there never was a snapshot) to the newest; the segment
+an index snapshot starts at is there; the newest reaches the synced end. A data dir that
+fails a check has lost data it acknowledged (a file deleted, a segment cut short by a bad
+restore): `StorageLost`, and the replica rejoins empty (docs/faults.md, "Lost or cut
+segments").
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
-import struct
-import sys
-import zlib
-from array import array
-from collections.abc import Iterator
 from pathlib import Path
 
-import google_crc32c
-
-from rlog.config import UNSAFE_NO_SYNC_ENV, unsafe_no_sync
+from rlog.config import UNSAFE_NO_SYNC_ENV, test_segment_bytes, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import fsync_dir, open_data_dir
-from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.base import DiskFull, StorageError, StorageLost
 from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
-from rlog.storage.records import HEAD_BYTES, Encoded, Plan, RecordStorage, decode_metadata
+from rlog.storage.records import HEAD_BYTES, Plan, RecordStorage, decode_metadata
+from rlog.storage.segment_format import (
+    ENTRY,
+    FRAME_HEADER,
+    HAS_CUT,
+    HAS_DELETES,
+    HAS_META,
+    MARK_NAME,
+    NO_SNAPSHOT,
+    SNAPSHOT_ENTRY_BYTES,
+    U32,
+    U64,
+    SyncedMark,
+    bytes_after_frame,
+    decode_mark,
+    decode_snapshot,
+    encode_frame,
+    encode_mark,
+    encode_snapshot,
+    frame_header,
+    next_frame,
+    payload_ok,
+    segment_name,
+    snapshot_name,
+    write_calls,
+)
 from rlog.storage.segment_index import RecordIndex
 
 log = logging.getLogger("rlog.storage")
-
 SEGMENT_BYTES = 64 << 20
 # An index snapshot is written at a roll once this many times its size has been written to
 # segments since the last one (so snapshots add at most 1/SNAPSHOT_RATIO to the writing).
 SNAPSHOT_RATIO = 4
-_SNAPSHOT_MAGIC = b"RLOGIDX1"
-_SNAPSHOT_HEAD = struct.Struct(">8sQQI")  # magic, segment number, records, metadata length
-_SNAPSHOT_ENTRY_BYTES = 28  # key u64, segment u64, offset u64, length u32
-_HEADER = struct.Struct(">II")
-# Bit 31 of a frame's length says its CRC is CRC32C (storage format 4; hardware-accelerated,
-# about 8x zlib's CRC-32 here), clear in frames of formats 1-3 (zlib's CRC-32), which are
-# still read. So a frame holds at most 2 GiB - 1 bytes.
-_CRC32C_FRAME = 1 << 31
-_MAX_FRAME = _CRC32C_FRAME - 1
-_U32 = struct.Struct(">I")
-_ENTRY = struct.Struct(">QI")
-_HAS_META = 1
-_HAS_CUT = 2
-_HAS_DELETES = 4
-_U64 = struct.Struct(">Q")
-
-
-_BIG = 4096  # record bytes at least this long are written from the caller's buffer
-_IOV_MAX = 512  # parts per writev (Linux allows 1024)
-# Bytes per write call at most. A kernel that gives a large buffered write large page-cache
-# folios allocates them in high orders, and in a VM that hands free memory back to its host
-# each of those pages faults in the host again: on the Firecracker VMs rlog is benchmarked
-# on (Linux 6.18), 2 MiB and 8 MiB writes of new file data ran at 250-300 MB/s and the same
-# bytes in 1 MiB writes at about 1,070 MB/s, fdatasync included (docs/performance.md, "What
-# the host does to disk-bound figures"). Smaller calls cost a syscall per MiB, nothing measurable.
-WRITE_PIECE = 1 << 20
-
-
-def write_calls(
-    parts: list[bytes], piece: int = WRITE_PIECE, iov_max: int = _IOV_MAX
-) -> Iterator[list[bytes | memoryview]]:
-    """`parts` regrouped into the buffers of successive writev calls: each call at most
-    `piece` bytes and `iov_max` buffers, a part longer than that sliced (no copy)."""
-    call: list[bytes | memoryview] = []
-    room = piece
-    for part in parts:
-        view: bytes | memoryview = part
-        while len(view) > room:  # room > 0 here: a full call is yielded at once
-            call.append(memoryview(view)[:room])
-            view = memoryview(view)[room:]
-            yield call
-            call, room = [], piece
-        if view:
-            call.append(view)
-            room -= len(view)
-        if len(call) >= iov_max or not room:
-            yield call
-            call, room = [], piece
-    if call:
-        yield call
-
-
-def _encode(
-    meta: bytes | None, cut: int | None, deletes: list[int], puts: list[tuple[int, Encoded]]
-) -> list[bytes]:
-    """One frame as a list of byte strings (header first). Large record bodies stay the
-    caller's buffers and are never copied into a joined frame or record: with runs a frame
-    is MiBs, and each copy of a fresh MiB-sized buffer costs page faults as well as
-    bandwidth."""
-    flags = (_HAS_META if meta is not None else 0) | (_HAS_CUT if cut is not None else 0)
-    small = bytearray([flags | (_HAS_DELETES if deletes else 0)])
-    parts: list[bytes] = []
-    if meta is not None:
-        small += _U32.pack(len(meta)) + meta
-    if cut is not None:
-        small += cut.to_bytes(9, "big")
-    if deletes:
-        small += _U32.pack(len(deletes))
-        for key in deletes:
-            small += _U64.pack(key)
-    small += _U32.pack(len(puts))
-    for position, (head, body) in puts:
-        small += _ENTRY.pack(position, len(head) + len(body))
-        small += head
-        if len(body) >= _BIG:
-            parts += [bytes(small), body]
-            small.clear()
-        else:
-            small += body
-    if small:
-        parts.append(bytes(small))
-    crc = 0
-    for part in parts:
-        crc = google_crc32c.extend(crc, part)
-    length = sum(map(len, parts))
-    if length > _MAX_FRAME:
-        raise StorageError(f"a batch of {length} bytes is larger than a segment frame holds")
-    return [_HEADER.pack(length | _CRC32C_FRAME, crc), *parts]
-
-
-def _header(data: bytes, off: int) -> tuple[int, int, bool]:
-    """The frame header at `off`: payload length, CRC, and whether the CRC is CRC32C."""
-    length, crc = _HEADER.unpack_from(data, off)
-    return length & _MAX_FRAME, crc, bool(length & _CRC32C_FRAME)
-
-
-def _payload_ok(payload: bytes, crc: int, crc32c: bool) -> bool:
-    return (google_crc32c.value(payload) if crc32c else zlib.crc32(payload)) == crc
-
-
-def _frame_ok(data: bytes, off: int) -> bool:
-    if off + _HEADER.size > len(data):
-        return False
-    length, crc, crc32c = _header(data, off)
-    start = off + _HEADER.size
-    return start + length <= len(data) and _payload_ok(data[start : start + length], crc, crc32c)
-
-
-def _next_frame(data: bytes, bad: int, newest: bool) -> int | None:
-    """Where replay goes on after the damaged frame at `bad`: where its length field says
-    it ends, if that can be trusted. It can when the frames from there on lead, each by its
-    own length field, to a good frame, or (in a segment that is not the newest, so never
-    torn) to the segment's end: several damaged frames in a row (a bad sector holds many
-    small frames) are each skipped in turn. None: no such place."""
-    first: int | None = None
-    at = bad
-    while at + _HEADER.size <= len(data):
-        after = at + _HEADER.size + _header(data, at)[0]
-        if first is None:
-            first = after
-        if after == len(data):
-            return None if newest else first
-        if after > len(data):
-            return None
-        if _frame_ok(data, after):
-            return first
-        at = after
-    return None
-
-
-def _bytes_after_frame(data: bytes, bad: int) -> bool:
-    """Whether bytes follow the frame at `bad` that fails its check. Segments are written by
-    appending only, so a torn write leaves its frame last, cut short or reaching the end of
-    the file; bytes after it mean the frame was damaged after it was written. (A damaged
-    length field that points past the end reads as a torn tail: docs/faults.md.)"""
-    if bad + _HEADER.size > len(data):
-        return False
-    length = _header(data, bad)[0]
-    return bad + _HEADER.size + length < len(data)
-
-
-def _seg_name(number: int) -> str:
-    return f"{number:016x}.seg"
-
-
-def _snapshot_name(number: int) -> str:
-    return f"{number:016x}.idx"
-
-
-def _little(values: array) -> bytes:
-    if sys.byteorder == "big":
-        values = array(values.typecode, values)
-        values.byteswap()
-    return values.tobytes()
-
-
-def _unpack_array(typecode: str, data: bytes) -> array:
-    values = array(typecode)
-    values.frombytes(data)
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values
-
-
-def encode_snapshot(number: int, meta: bytes, begin: int, index: RecordIndex) -> bytes:
-    """An index snapshot: the state before segment `number`."""
-    body = b"".join(
-        [
-            _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, number, len(index), len(meta)),
-            meta,
-            begin.to_bytes(9, "big"),
-            _little(index.keys),
-            _little(array("Q", index.segments)),
-            _little(index.offsets),
-            _little(index.lengths),
-        ]
-    )
-    return body + _U32.pack(google_crc32c.value(body))
-
-
-def decode_snapshot(data: bytes) -> tuple[int, bytes, int, RecordIndex]:
-    """(segment number, metadata, begin, index) of a snapshot; ValueError if it is not one
-    or fails its checksum."""
-    if len(data) < _SNAPSHOT_HEAD.size + 9 + 4:
-        raise ValueError("too short")
-    body, (crc,) = data[:-4], _U32.unpack(data[-4:])
-    if google_crc32c.value(body) != crc:
-        raise ValueError("fails its CRC")
-    magic, number, count, meta_len = _SNAPSHOT_HEAD.unpack_from(body)
-    if magic != _SNAPSHOT_MAGIC:
-        raise ValueError("not an index snapshot")
-    p = _SNAPSHOT_HEAD.size
-    meta = body[p : p + meta_len]
-    p += meta_len
-    begin = int.from_bytes(body[p : p + 9], "big")
-    p += 9
-    if len(body) != p + count * _SNAPSHOT_ENTRY_BYTES:
-        raise ValueError("its length does not match its record count")
-    keys = _unpack_array("Q", body[p : p + 8 * count])
-    p += 8 * count
-    segments = _unpack_array("Q", body[p : p + 8 * count])
-    p += 8 * count
-    offsets = _unpack_array("Q", body[p : p + 8 * count])
-    p += 8 * count
-    lengths = _unpack_array("I", body[p : p + 4 * count])
-    return number, meta, begin, RecordIndex.from_arrays(keys, segments, offsets, lengths)
 
 
 class SegmentStorage(RecordStorage):
@@ -291,7 +115,8 @@ class SegmentStorage(RecordStorage):
         self._cached = CacheWindow(cache_behind)
         self._snapshot_ratio = snapshot_ratio
         self._dir, self._lock = open_data_dir(self.path, "segments")
-        self._segment_bytes = segment_bytes
+        self._segment_bytes = test_segment_bytes() or segment_bytes
+        self._mark_fd = -1  # the synced mark, rewritten after each synced batch
         self._fds: dict[int, int] = {}  # segment number -> read fd
         self._live: dict[int, int] = {}  # segment number -> live index entries in it
         self._index = RecordIndex()  # key -> (segment, offset, length), in key order
@@ -315,6 +140,7 @@ class SegmentStorage(RecordStorage):
             )
         try:
             self._recover()
+            self._open_mark()
         except OSError as exc:
             self._close_fds()
             self._lock.release()
@@ -325,6 +151,79 @@ class SegmentStorage(RecordStorage):
             raise
 
     # -- recovery ----------------------------------------------------------------------------
+
+    def _read_mark(self) -> SyncedMark | None:
+        """The synced mark (None: a dir written before it existed, or a fresh one)."""
+        try:
+            data = (self._dir / MARK_NAME).read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return decode_mark(data)
+        except ValueError as exc:
+            raise StorageLost(
+                f"data dir {self.path}: the synced mark {MARK_NAME} {exc}: what the segments "
+                "should hold is unknown"
+            ) from None
+
+    def _check_chain(self, numbers: list[int], replay_from: int, mark: SyncedMark | None) -> None:
+        """Before replay: the segments needed are all there (see the module's docstring).
+        Segments are reclaimed only below the newest snapshot, which the mark names (synced
+        at the roll that wrote it, before anything is reclaimed against it): from there on
+        (from segment 0 if none was ever written) none may be missing."""
+        newest = numbers[-1] if numbers else -1
+        chain_from = replay_from if self._snapshot_at is not None or not numbers else numbers[0]
+        if mark is not None:
+            if mark.active > newest:
+                raise StorageLost(
+                    f"data dir {self.path}: segment {segment_name(mark.active)} is missing (it "
+                    f"held synced frames through byte {mark.end}; the newest left is "
+                    f"{segment_name(newest) if numbers else 'none'})"
+                )
+            chain_from = max(chain_from, 0 if mark.snapshot == NO_SNAPSHOT else mark.snapshot)
+            if self._snapshot_at is None and mark.snapshot == NO_SNAPSHOT:
+                chain_from = 0
+        present = set(numbers)
+        missing = [n for n in range(chain_from, newest + 1) if n not in present]
+        if missing:
+            raise StorageLost(
+                f"data dir {self.path}: segment {segment_name(missing[0])} is missing "
+                f"({len(missing)} missing between {segment_name(chain_from)} and "
+                f"{segment_name(newest)})"
+            )
+
+    def _check_synced_end(self, mark: SyncedMark | None) -> None:
+        """After replay (a torn tail cut off): the newest segment reaches the synced end."""
+        if mark is None or mark.active != self._active:
+            return
+        size = os.fstat(self._wfd).st_size
+        if size < mark.end:
+            raise StorageLost(
+                f"data dir {self.path}: segment {segment_name(self._active)} ends at byte "
+                f"{size}, short of the {mark.end} bytes synced into it: acknowledged frames "
+                "are gone"
+            )
+
+    def _open_mark(self) -> None:
+        path = self._dir / MARK_NAME
+        if self._unsafe_no_sync:  # TEST ONLY: nothing is known synced, the mark would lie
+            path.unlink(missing_ok=True)
+            return
+        created = not path.exists()
+        os.fsync(self._wfd)  # frames a crash left unsynced are synced before the mark says so
+        self._mark_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._write_mark(sync=True)
+        if created:
+            fsync_dir(self._dir)
+
+    def _write_mark(self, sync: bool = False) -> None:
+        if self._mark_fd < 0:
+            return
+        snapshot = NO_SNAPSHOT if self._snapshot_at is None else self._snapshot_at
+        data = encode_mark(SyncedMark(snapshot, self._active, self._size))
+        os.pwrite(self._mark_fd, data, 0)
+        if sync and not self._unsafe_no_sync:
+            os.fdatasync(self._mark_fd)
 
     def _load_snapshot(self, numbers: list[int]) -> int:
         """Install the newest usable index snapshot; the first segment to replay after it
@@ -340,7 +239,12 @@ class SegmentStorage(RecordStorage):
             except ValueError:
                 continue
             if number not in existing:
-                path.unlink()
+                if numbers and number <= numbers[-1]:
+                    raise StorageLost(
+                        f"data dir {self.path}: segment {segment_name(number)} is missing (index "
+                        f"snapshot {path.name} starts at it)"
+                    )
+                path.unlink()  # written just before a crash that left its segment uncreated
                 continue
             try:
                 _, meta, begin, index = decode_snapshot(path.read_bytes())
@@ -363,9 +267,11 @@ class SegmentStorage(RecordStorage):
         for stale in self._dir.glob("*.tmp"):
             stale.unlink()
         numbers = sorted(int(p.stem, 16) for p in self._dir.glob("*.seg"))
+        mark = self._read_mark()
         replay_from = self._load_snapshot(numbers)
+        self._check_chain(numbers, replay_from, mark)
         for i, number in enumerate(numbers):
-            fd = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self._dir / segment_name(number), os.O_RDONLY | os.O_CLOEXEC)
             self._fds[number] = fd
             self._live.setdefault(number, 0)
             if number < replay_from:
@@ -375,32 +281,32 @@ class SegmentStorage(RecordStorage):
             newest = i == len(numbers) - 1
             end = self._replay(number, data)
             while end < len(data):
-                after = _next_frame(data, end, newest)
+                after = next_frame(data, end, newest)
                 if after is not None:
                     # Damage to a frame already acknowledged (frames follow it, or its
                     # segment is not the newest): skip it and say so; its records are lost
                     # here, the replica recovers them from its peers (docs/faults.md).
                     self._damage.append(
-                        f"segment {_seg_name(number)}: the frame at byte {end} fails its CRC"
+                        f"segment {segment_name(number)}: the frame at byte {end} fails its CRC"
                     )
                     end = self._replay(number, data, after)
                     continue
                 if not newest:
-                    raise StorageError(
-                        f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
+                    raise StorageLost(
+                        f"data dir {self.path}: segment {segment_name(number)} is corrupt at "
                         f"byte {end} (not the newest segment, so not a torn write)"
                     )
-                if _bytes_after_frame(data, end):
+                if bytes_after_frame(data, end):
                     # A torn write only ever leaves a bad frame last: a frame that fails its
                     # CRC with bytes after it (but no frame found where its length says) is
                     # damage to data already acknowledged, its extent unknown.
-                    raise StorageError(
-                        f"data dir {self.path}: segment {_seg_name(number)} is corrupt at "
+                    raise StorageLost(
+                        f"data dir {self.path}: segment {segment_name(number)} is corrupt at "
                         f"byte {end} (a frame fails its CRC and data follows it, so "
                         "not a torn write)"
                     )
                 # Torn tail of the newest segment: the batch never returned; cut it off.
-                wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
+                wfd = os.open(self._dir / segment_name(number), os.O_WRONLY | os.O_CLOEXEC)
                 try:
                     os.ftruncate(wfd, end)
                     os.fsync(wfd)
@@ -412,50 +318,53 @@ class SegmentStorage(RecordStorage):
         for number, live in list(self._live.items()):
             if number not in self._fds:
                 if live:
-                    raise StorageError(
-                        f"data dir {self.path}: segment {_seg_name(number)} is missing but "
+                    raise StorageLost(
+                        f"data dir {self.path}: segment {segment_name(number)} is missing but "
                         f"holds {live} live records (per the index snapshot)"
                     )
                 del self._live[number]
         if numbers:
             self._active = numbers[-1]
-            self._wfd = os.open(self._dir / _seg_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
+            self._wfd = os.open(self._dir / segment_name(self._active), os.O_WRONLY | os.O_CLOEXEC)
             self._size = os.fstat(self._wfd).st_size
+            self._check_synced_end(mark)
         else:
+            if mark is not None and mark.active >= 0:
+                raise StorageLost(f"data dir {self.path}: every segment is missing")
             self._roll()
 
     def _replay(self, number: int, data: bytes, off: int = 0) -> int:
         """Apply the valid records of one segment from `off` on to the index; return where
         they end."""
-        while off + _HEADER.size <= len(data):
-            length, crc, crc32c = _header(data, off)
-            start = off + _HEADER.size
+        while off + FRAME_HEADER.size <= len(data):
+            length, crc, crc32c = frame_header(data, off)
+            start = off + FRAME_HEADER.size
             payload = data[start : start + length]
-            if len(payload) != length or not _payload_ok(payload, crc, crc32c):
+            if len(payload) != length or not payload_ok(payload, crc, crc32c):
                 return off
             p = 0
             flags = payload[p]
             p += 1
             meta = cut = None
-            if flags & _HAS_META:
-                (n,) = _U32.unpack_from(payload, p)
+            if flags & HAS_META:
+                (n,) = U32.unpack_from(payload, p)
                 meta = payload[p + 4 : p + 4 + n]
                 p += 4 + n
-            if flags & _HAS_CUT:
+            if flags & HAS_CUT:
                 cut = int.from_bytes(payload[p : p + 9], "big")
                 p += 9
             deletes = []
-            if flags & _HAS_DELETES:
-                (n,) = _U32.unpack_from(payload, p)
+            if flags & HAS_DELETES:
+                (n,) = U32.unpack_from(payload, p)
                 p += 4
-                deletes = [_U64.unpack_from(payload, p + 8 * k)[0] for k in range(n)]
+                deletes = [U64.unpack_from(payload, p + 8 * k)[0] for k in range(n)]
                 p += 8 * n
-            (count,) = _U32.unpack_from(payload, p)
+            (count,) = U32.unpack_from(payload, p)
             p += 4
             puts = []
             for _ in range(count):
-                position, n = _ENTRY.unpack_from(payload, p)
-                p += _ENTRY.size
+                position, n = ENTRY.unpack_from(payload, p)
+                p += ENTRY.size
                 puts.append((position, (number, start + p, n)))
                 p += n
             self._install(meta, cut, deletes, puts)
@@ -500,14 +409,14 @@ class SegmentStorage(RecordStorage):
                     view = view[os.write(fd, view) :]
 
     def _snapshot_due(self) -> bool:
-        size = _SNAPSHOT_ENTRY_BYTES * len(self._index) + len(self._meta) + 64
+        size = SNAPSHOT_ENTRY_BYTES * len(self._index) + len(self._meta) + 64
         return self._since_snapshot >= self._snapshot_ratio * size
 
     def _write_snapshot(self, number: int) -> None:
         """The index as of segment `number`'s start, durable before that segment exists
         (so an existing segment's snapshot is always complete); older ones removed."""
         data = encode_snapshot(number, self._meta, self._begin, self._index)
-        path = self._dir / _snapshot_name(number)
+        path = self._dir / snapshot_name(number)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
@@ -536,8 +445,8 @@ class SegmentStorage(RecordStorage):
             self._wfd = -1
         if self._snapshot_due():
             self._write_snapshot(number)
-        frame = _encode(self._meta, self._begin, [], [])
-        tmp = self._dir / (_seg_name(number) + ".tmp")
+        frame = encode_frame(self._meta, self._begin, [], [])
+        tmp = self._dir / (segment_name(number) + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             self._write_all(fd, frame)
@@ -547,12 +456,13 @@ class SegmentStorage(RecordStorage):
             raise
         finally:
             os.close(fd)
-        os.rename(tmp, self._dir / _seg_name(number))
+        os.rename(tmp, self._dir / segment_name(number))
         fsync_dir(self._dir)
         self._active = number
-        self._wfd = os.open(self._dir / _seg_name(number), os.O_WRONLY | os.O_CLOEXEC)
+        self._wfd = os.open(self._dir / segment_name(number), os.O_WRONLY | os.O_CLOEXEC)
         self._size = sum(map(len, frame))
-        self._fds[number] = os.open(self._dir / _seg_name(number), os.O_RDONLY | os.O_CLOEXEC)
+        self._write_mark(sync=True)
+        self._fds[number] = os.open(self._dir / segment_name(number), os.O_RDONLY | os.O_CLOEXEC)
         self._live.setdefault(number, 0)
 
     def _reclaimable(self, number: int, live: int) -> bool:
@@ -565,7 +475,7 @@ class SegmentStorage(RecordStorage):
     def _reclaim(self) -> None:
         dead = [n for n, live in self._live.items() if self._reclaimable(n, live)]
         for number in dead:
-            os.unlink(self._dir / _seg_name(number))
+            os.unlink(self._dir / segment_name(number))
             os.close(self._fds.pop(number))
             del self._live[number]
             self._cached.forget(number)
@@ -622,7 +532,7 @@ class SegmentStorage(RecordStorage):
 
     def _write(self, plan: Plan) -> None:
         cut = plan.cut
-        frame = _encode(plan.metadata, cut, plan.deletes, plan.puts)
+        frame = encode_frame(plan.metadata, cut, plan.deletes, plan.puts)
         try:
             if self._size >= self._segment_bytes:
                 self._roll()
@@ -644,6 +554,13 @@ class SegmentStorage(RecordStorage):
             raise StorageError(f"data dir {self.path}: segment write failed: {exc}") from exc
         self._size = start + sum(map(len, frame))
         self._since_snapshot += self._size - start
+        if plan.sync:
+            try:
+                self._write_mark()
+            except OSError as exc:
+                raise StorageError(
+                    f"data dir {self.path}: synced mark write failed: {exc}"
+                ) from exc
         self._cached.written(self._active, start, self._size)
         if plan.sync:  # every byte written so far is on the disk: its pages are clean
             for segment, offset, length in self._cached.to_drop():
@@ -651,12 +568,12 @@ class SegmentStorage(RecordStorage):
                     drop(self._fds[segment], offset, length)
         # Locations of each record's bytes inside the frame just written.
         meta = plan.metadata
-        p = start + _HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
+        p = start + FRAME_HEADER.size + 1 + (4 + len(meta) if meta is not None else 0)
         p += (9 if cut is not None else 0) + (4 + 8 * len(plan.deletes) if plan.deletes else 0)
         p += 4
         locs = []
         for position, (head, body) in plan.puts:
-            p += _ENTRY.size
+            p += ENTRY.size
             length = len(head) + len(body)
             locs.append((position, (self._active, p, length)))
             p += length
@@ -671,6 +588,9 @@ class SegmentStorage(RecordStorage):
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        if self._mark_fd >= 0:
+            os.close(self._mark_fd)
+            self._mark_fd = -1
         if self._wfd >= 0:
             os.close(self._wfd)
             self._wfd = -1
@@ -678,5 +598,9 @@ class SegmentStorage(RecordStorage):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._mark_fd >= 0:
+                with contextlib.suppress(OSError):  # a failing disk: the mark stays older
+                    os.fsync(self._wfd)
+                    self._write_mark(sync=True)
             self._close_fds()
             self._lock.release()
