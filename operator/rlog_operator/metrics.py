@@ -41,7 +41,8 @@ STORAGE = Gauge(
 )
 CRASH_LOOPING = Gauge(
     "rlog_operator_replica_crash_looping",
-    "1 while a replica's container crash-loops (status.replicas[].crashLoop says how it ended)",
+    "1 while a replica's container crash-loops (status.replicas[].crashLoop says how it ended), "
+    "0 otherwise",
     ["namespace", "name", "pod"],
 )
 # the (pod, condition) series set per log, so that a cleared one is dropped
@@ -75,18 +76,20 @@ def observe_status(namespace: str, name: str, status: Mapping[str, Any]) -> None
 
 
 def _observe_health(namespace: str, name: str, items: list[Mapping[str, Any]]) -> None:
+    """The storage trouble and crash-loop series of a log's replicas (status.replicas): a
+    storage series only while there is trouble, a crash-loop series for every replica."""
     storage = {(str(i.get("name")), str(i["storage"])) for i in items if i.get("storage")}
-    crashing = {str(i.get("name")) for i in items if i.get("crashLoop")}
+    pods = {str(i.get("name")): bool(i.get("crashLoop")) for i in items}
     for pod, condition in _STORAGE_SERIES.get((namespace, name), set()) - storage:
         STORAGE.remove(namespace, name, pod, condition)
     for pod, condition in storage:
         STORAGE.labels(namespace, name, pod, condition).set(1)
-    for pod in _CRASH_SERIES.get((namespace, name), set()) - crashing:
+    for pod in _CRASH_SERIES.get((namespace, name), set()) - set(pods):
         CRASH_LOOPING.remove(namespace, name, pod)
-    for pod in crashing:
-        CRASH_LOOPING.labels(namespace, name, pod).set(1)
+    for pod, crashing in pods.items():
+        CRASH_LOOPING.labels(namespace, name, pod).set(1 if crashing else 0)
     _STORAGE_SERIES[(namespace, name)] = storage
-    _CRASH_SERIES[(namespace, name)] = crashing
+    _CRASH_SERIES[(namespace, name)] = set(pods)
 
 
 def forget(namespace: str, name: str) -> None:
