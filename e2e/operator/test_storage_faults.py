@@ -1,4 +1,4 @@
-"""Disk trouble the operator shows (issue 42, docs/operator.md "Storage trouble"), on a real
+"""Disk trouble the operator shows (docs/operator.md, "Storage trouble"), on a real
 Kubernetes (see conftest.py).
 
 A follower's volume loses a segment file while its pod is down: the replica finds the loss

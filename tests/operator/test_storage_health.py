@@ -1,4 +1,4 @@
-"""Disk trouble as the operator reports it (rlog_operator.storage_health, issue 42): the
+"""Disk trouble as the operator reports it (rlog_operator.storage_health): the
 StorageDegraded condition and the Events of each replica's storage condition, corrupt
 records and crash loops, on hand-built facts; what a pod's statuses say (observed.pod_info);
 how the health is kept between observations (facts.gather); one Event per change over
