@@ -13,7 +13,7 @@ from rlog_operator import storage_health as sh
 from rlog_operator.facts import ReplicaHealth, gather
 
 HEALTHY = dict.fromkeys(NAMES, ReplicaHealth())
-LOST = ReplicaHealth("storage-lost", "segment 3 is missing: set aside in lost+found/1")
+LOST = ReplicaHealth("storage-lost", "segment 3 is missing: set aside in damaged-20260101T000000Z")
 REFUSING = ReplicaHealth("refusing", "the data dir belongs to log 99")
 
 
@@ -42,7 +42,7 @@ def test_storage_degraded_names_each_replica_and_takes_the_worst_reason():
         True,
         "StorageLost",
         "orders-1 found its storage lost or damaged: it set the files aside, rejoined EMPTY "
-        "and recovers from its peers: segment 3 is missing: set aside in lost+found/1",
+        "and recovers from its peers: segment 3 is missing: set aside in damaged-20260101T000000Z",
     )
     two = st.storage_degraded_condition(with_health(**{"orders-1": LOST, "orders-2": REFUSING}))
     assert two.value and two.reason == "StorageRefused"

@@ -29,7 +29,6 @@ class StatusDict(TypedDict):
     catchup_end: int
     catchup_done: int
     leader_confirmed: bool
-    storage_fault: str
     corrupt_records: int
     disk_full: bool
     transport: str
@@ -61,7 +60,6 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "catchup_end": status.catchup_end,
         "catchup_done": status.catchup_done,
         "leader_confirmed": status.leader_confirmed,
-        "storage_fault": status.storage_fault,
         "corrupt_records": status.corrupt_records,
         "disk_full": status.disk_full,
         "transport": status.transport or "plaintext",
