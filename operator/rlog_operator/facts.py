@@ -15,6 +15,11 @@ Two facts carry memory from the previous status, because the replicas cannot tel
 * a suspected data loss (an initialized log whose every replica answers EMPTY) stays
   suspected until a VOTING quorum exists again, so the hold on permits does not lapse when
   one replica becomes unreachable.
+
+And each replica's health (`ReplicaHealth`: its storage condition, corrupt records, a crash
+loop) is what it last told, kept from the previous status while it does not answer (a
+crash-looping or restarting replica says nothing), so that a condition is reported once
+when it appears and once when it clears, not at every restart in between.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ from rlog_operator.observed import (
     status_name,
 )
 
+# the storage kind of a pod whose restore init container failed (beside the replicas' own
+# storage conditions: "corrupt-repaired", "storage-lost", "refusing", "disk-failing",
+# "disk-full"; "fault" for a storage fault reported without a condition)
+RESTORE_FAILED = "restore-failed"
+STORAGE_FAULT = "fault"
+
 # replica states in the order a summary lists them
 STATE_ORDER = (c.VOTING, c.RECOVERING, c.STARTING, c.EMPTY, UNKNOWN)
 
@@ -45,6 +56,77 @@ def condition_true(status: Mapping[str, Any], type_: str) -> bool:
         cond.get("type") == type_ and cond.get("status") == "True"
         for cond in status.get("conditions") or []
     )
+
+
+@dataclass(frozen=True)
+class ReplicaHealth:
+    """What a replica last said of its storage, and how its pod last failed."""
+
+    storage: str = ""  # a storage condition, RESTORE_FAILED or STORAGE_FAULT; "" healthy
+    detail: str = ""  # the replica's storage_fault line, or the restore's last termination
+    corrupt_records: int = 0  # corrupt records the replica found since it started
+    crash_loop: str = ""  # the replica container's last termination while it crash-loops
+
+    def as_item(self) -> dict[str, Any]:
+        """The fields of a status.replicas item that keep it (empty ones left out)."""
+        item: dict[str, Any] = {}
+        if self.storage:
+            item["storage"] = self.storage
+        if self.detail:
+            item["storageFault"] = self.detail
+        if self.corrupt_records:
+            item["corruptRecords"] = self.corrupt_records
+        if self.crash_loop:
+            item["crashLoop"] = self.crash_loop
+        return item
+
+
+def storage_kind(replica: ReplicaStatus) -> str:
+    """A replica's storage condition as it reports it (`storage_condition`); from a replica
+    that predates the field, what its other storage fields say."""
+    condition = str(replica.get("storage_condition") or "")
+    if condition:
+        return condition
+    if replica.get("disk_full"):
+        return "disk-full"
+    if replica.get("storage_fault"):
+        return "corrupt-repaired" if int(replica.get("corrupt_records") or 0) else STORAGE_FAULT
+    return ""
+
+
+def health_of(
+    replica: ReplicaStatus | None, pod: PodInfo | None, before: ReplicaHealth
+) -> ReplicaHealth:
+    """A replica's health now: what it answers, else what its pod shows (a failed restore,
+    a crash loop) over what it said before."""
+    if replica is not None:
+        return ReplicaHealth(
+            storage=storage_kind(replica),
+            detail=str(replica.get("storage_fault") or ""),
+            corrupt_records=int(replica.get("corrupt_records") or 0),
+        )
+    pod = pod or PodInfo()
+    if pod.get("restoreFailed"):
+        return ReplicaHealth(RESTORE_FAILED, str(pod["restoreFailed"]), before.corrupt_records)
+    return ReplicaHealth(
+        before.storage,
+        before.detail,
+        before.corrupt_records,
+        str(pod.get("crashLoop") or "") or before.crash_loop,
+    )
+
+
+def health_items(previous: Mapping[str, Any]) -> dict[str, ReplicaHealth]:
+    """The replicas' health as the previous status stored it, by pod name."""
+    return {
+        str(item.get("name")): ReplicaHealth(
+            storage=str(item.get("storage") or ""),
+            detail=str(item.get("storageFault") or ""),
+            corrupt_records=int(item.get("corruptRecords") or 0),
+            crash_loop=str(item.get("crashLoop") or ""),
+        )
+        for item in previous.get("replicas") or []
+    }
 
 
 @dataclass(frozen=True)
@@ -77,6 +159,8 @@ class Facts:
     was_initialized: bool  # the previous status said initialized
     was_data_loss: bool  # the previous status held the DataLoss condition
     data_loss: bool  # suspected total data loss (sticky until a VOTING quorum)
+    health: Mapping[str, ReplicaHealth]  # by pod name (kept while a replica does not answer)
+    was_health: Mapping[str, ReplicaHealth]  # by pod name, as the previous status had it
     # ---- the rolling replacement (what rolling.next_step decided) and failures
     rolling_queue: tuple[Mapping[str, Any], ...]
     rolling_message: str
@@ -159,6 +243,11 @@ def gather(
     )
     rolling = rolling_update or {}
     queue = tuple(rolling.get("queue") or ())
+    was_health = health_items(prev)
+    health = {
+        name: health_of(answers[name], by_name.get(name), was_health.get(name, ReplicaHealth()))
+        for name in names
+    }
     return Facts(
         uid=uid,
         generation=int(meta.get("generation") or 0),
@@ -191,6 +280,8 @@ def gather(
         was_initialized=bool(prev.get("initialized")),
         was_data_loss=was_data_loss,
         data_loss=data_loss,
+        health=health,
+        was_health={name: was_health.get(name, ReplicaHealth()) for name in names},
         rolling_queue=queue,
         rolling_message=str(rolling.get("message") or ""),
         rolling=bool(queue or outdated),

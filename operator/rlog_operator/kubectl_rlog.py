@@ -298,6 +298,16 @@ def status_table(log: Mapping[str, Any]) -> str:
                 + (f", through position {backup['through']}" if "through" in backup else "")
                 + (f" ({backup['message']})" if backup.get("message") else "")
             )
+    storage = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "StorageDegraded" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if storage is not None:
+        header += f"\n  storage: {storage.get('reason')}: {storage.get('message')}"
     rows = [COLUMNS]
     for item in status.get("replicas") or []:
         rows.append(

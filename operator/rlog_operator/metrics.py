@@ -32,6 +32,22 @@ PHASE = Gauge(
     "1 for the current phase of a ReplicatedLog",
     ["namespace", "name", "phase"],
 )
+STORAGE = Gauge(
+    "rlog_operator_replica_storage_condition",
+    "1 for a replica's storage trouble as the operator last observed it (status.replicas[]."
+    "storage: the replica's own storage condition, or restore-failed when its restore init "
+    "container failed)",
+    ["namespace", "name", "pod", "condition"],
+)
+CRASH_LOOPING = Gauge(
+    "rlog_operator_replica_crash_looping",
+    "1 while a replica's container crash-loops (status.replicas[].crashLoop says how it ended), "
+    "0 otherwise",
+    ["namespace", "name", "pod"],
+)
+# the (pod, condition) series set per log, so that a cleared one is dropped
+_STORAGE_SERIES: dict[tuple[str, str], set[tuple[str, str]]] = {}
+_CRASH_SERIES: dict[tuple[str, str], set[str]] = {}
 
 PHASES = (
     "Pending",
@@ -56,6 +72,24 @@ def observe_status(namespace: str, name: str, status: Mapping[str, Any]) -> None
     phase = str(status.get("phase") or "")
     for p in PHASES:
         PHASE.labels(namespace, name, p).set(1 if phase.startswith(p) else 0)
+    _observe_health(namespace, name, status.get("replicas") or [])
+
+
+def _observe_health(namespace: str, name: str, items: list[Mapping[str, Any]]) -> None:
+    """The storage trouble and crash-loop series of a log's replicas (status.replicas): a
+    storage series only while there is trouble, a crash-loop series for every replica."""
+    storage = {(str(i.get("name")), str(i["storage"])) for i in items if i.get("storage")}
+    pods = {str(i.get("name")): bool(i.get("crashLoop")) for i in items}
+    for pod, condition in _STORAGE_SERIES.get((namespace, name), set()) - storage:
+        STORAGE.remove(namespace, name, pod, condition)
+    for pod, condition in storage:
+        STORAGE.labels(namespace, name, pod, condition).set(1)
+    for pod in _CRASH_SERIES.get((namespace, name), set()) - set(pods):
+        CRASH_LOOPING.remove(namespace, name, pod)
+    for pod, crashing in pods.items():
+        CRASH_LOOPING.labels(namespace, name, pod).set(1 if crashing else 0)
+    _STORAGE_SERIES[(namespace, name)] = storage
+    _CRASH_SERIES[(namespace, name)] = set(pods)
 
 
 def forget(namespace: str, name: str) -> None:
@@ -70,6 +104,9 @@ def forget(namespace: str, name: str) -> None:
             PHASE.remove(namespace, name, p)
         except KeyError:
             pass
+    _observe_health(namespace, name, [])
+    _STORAGE_SERIES.pop((namespace, name), None)
+    _CRASH_SERIES.pop((namespace, name), None)
 
 
 def serve(port: int) -> None:

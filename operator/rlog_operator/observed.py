@@ -47,6 +47,8 @@ class PodInfo(TypedDict, total=False):
     stuck: str  # a container waiting reason from STUCK_REASONS, "" otherwise
     unschedulable: str  # the scheduler's message while PodScheduled is False, "" otherwise
     pvc: str  # name of the data PersistentVolumeClaim
+    crashLoop: str  # the replica container crash-loops: its last termination, "" otherwise
+    restoreFailed: str  # the restore init container failed: its last termination, "" otherwise
 
 
 class PvcInfo(TypedDict, total=False):
@@ -101,10 +103,17 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     if scheduled.get("status") == "False":
         unschedulable = str(scheduled.get("message") or scheduled.get("reason") or "unschedulable")
     stuck = ""
+    crash_loop = ""
     for cs in status.get("containerStatuses") or []:
         reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or ""
         if reason in STUCK_REASONS:
             stuck = reason
+        if reason == "CrashLoopBackOff" and cs.get("name") == c.CONTAINER_NAME:
+            crash_loop = last_termination(cs)
+    restore_failed = ""
+    for cs in status.get("initContainerStatuses") or []:
+        if cs.get("name") == c.RESTORE_CONTAINER and init_container_failed(cs):
+            restore_failed = last_termination(cs)
     pvc = ""
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         if volume.get("name") == c.DATA_VOLUME and volume.get("persistentVolumeClaim"):
@@ -120,7 +129,37 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         stuck=stuck,
         unschedulable=unschedulable,
         pvc=pvc,
+        crashLoop=crash_loop,
+        restoreFailed=restore_failed,
     )
+
+
+def last_termination(container_status: Mapping[str, Any]) -> str:
+    """How a container last ended, one line: the last line of its termination message (the
+    replica containers use FallbackToLogsOnError, so an rlog error line lands there) and
+    its exit code, e.g. "rlog: error: data dir ...: segment ... is missing (exit code 2)"."""
+    state = container_status.get("state") or {}
+    ended = state.get("terminated") or (container_status.get("lastState") or {}).get("terminated")
+    if not ended:
+        return "no termination recorded"
+    lines = [line.strip() for line in str(ended.get("message") or "").splitlines()]
+    message = next((line for line in reversed(lines) if line), "")
+    if not message:
+        message = str(ended.get("reason") or "terminated")
+    return f"{message} (exit code {ended.get('exitCode', '?')})"
+
+
+def init_container_failed(container_status: Mapping[str, Any]) -> bool:
+    """An init container that failed and has not succeeded since: waiting to be started
+    again after a failure (CrashLoopBackOff), or terminated with a non-zero exit code."""
+    state = container_status.get("state") or {}
+    terminated = state.get("terminated")
+    if terminated is not None:
+        return int(terminated.get("exitCode") or 0) != 0
+    if state.get("waiting"):
+        last = (container_status.get("lastState") or {}).get("terminated") or {}
+        return int(last.get("exitCode") or 0) != 0
+    return False
 
 
 def claim_record(claim: Mapping[str, Any]) -> PvcInfo:

@@ -257,7 +257,13 @@ def _resume(view: _View, entry: QueueEntry, queue: list[QueueEntry]) -> Action |
     if not entry.get("participating") and not has_quorum and view.status[name] is not None:
         return None  # it answers; VOTING may need the others: go on with them
     state = status_name(view.status[name])
-    detail = pod.get("stuck") or pod.get("unschedulable") or state
+    detail = (
+        (pod.get("restoreFailed") and f"restore failed: {pod['restoreFailed']}")
+        or (pod.get("crashLoop") and f"CrashLoopBackOff: {pod['crashLoop']}")
+        or pod.get("stuck")
+        or pod.get("unschedulable")
+        or state
+    )
     return Action(
         "wait", pod=name, reason=f"waiting for the new {name} to be VOTING ({detail})", queue=queue
     )

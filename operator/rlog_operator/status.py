@@ -21,7 +21,8 @@ Phases (one word for `kubectl get rlog`, first match wins):
 * Ready: every replica VOTING and its pod ready.
 
 Conditions: Ready (the log serves: initialized with a VOTING quorum), Initialized,
-Degraded (fewer than all replicas VOTING), Recovering, RollingUpdate, DataLoss; a
+Degraded (fewer than all replicas VOTING), Recovering, RollingUpdate, DataLoss,
+StorageDegraded (some replica reports storage trouble: `storage_health.py`); a
 condition's lastTransitionTime changes only when its status flips. docs/operator.md
 describes the Events.
 """
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlog_operator import constants as c
-from rlog_operator import permits
+from rlog_operator import permits, storage_health
 from rlog_operator.facts import Facts, condition_true, gather
 from rlog_operator.observed import (
     UNKNOWN,
@@ -47,7 +48,15 @@ from rlog_operator.observed import (
 )
 from rlog_operator.permits import PermitDecision
 
-CONDITION_TYPES = ("Ready", "Initialized", "Degraded", "Recovering", "RollingUpdate", "DataLoss")
+CONDITION_TYPES = (
+    "Ready",
+    "Initialized",
+    "Degraded",
+    "Recovering",
+    "RollingUpdate",
+    "DataLoss",
+    "StorageDegraded",
+)
 # the fields compute_status writes (all declared in the CRD's status schema)
 STATUS_FIELDS = (
     "phase",
@@ -76,6 +85,10 @@ REPLICA_FIELDS = (
     "updated",
     "catchup",
     "reason",
+    "storage",
+    "storageFault",
+    "corruptRecords",
+    "crashLoop",
 )
 
 
@@ -217,6 +230,11 @@ def data_loss_condition(facts: Facts) -> Condition:
     return Condition("DataLoss", False, "NoDataLoss", "no suspected data loss")
 
 
+def storage_degraded_condition(facts: Facts) -> Condition:
+    """True while some replica reports storage trouble or its restore failed."""
+    return Condition("StorageDegraded", *storage_health.degraded(facts))
+
+
 # the setters, in the order of CONDITION_TYPES
 CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     ready_condition,
@@ -225,6 +243,7 @@ CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     recovering_condition,
     rolling_update_condition,
     data_loss_condition,
+    storage_degraded_condition,
 )
 
 
@@ -271,6 +290,7 @@ def events(previous: Mapping[str, Any] | None, facts: Facts) -> list[Event]:
         *_replica_events(prev, facts),
         *_rolling_events(prev, facts),
         *_failure_events(prev, facts),
+        *(Event(*change) for change in storage_health.changes(facts)),
     ]
 
 
@@ -390,12 +410,17 @@ def replica_item(facts: Facts, name: str) -> dict[str, Any]:
         item["reason"] = "no pod"
     elif is_terminating(pod):
         item["reason"] = "pod terminating"
+    elif pod.get("restoreFailed"):
+        item["reason"] = f"restore failed: {pod['restoreFailed']}"
+    elif pod.get("crashLoop"):
+        item["reason"] = f"pod CrashLoopBackOff: {pod['crashLoop']}"
     elif pod.get("stuck"):
         item["reason"] = f"pod {pod['stuck']}"
     elif pod.get("unschedulable"):
         item["reason"] = f"unschedulable: {pod['unschedulable']}"
     else:
         item["reason"] = f"unreachable (pod {pod.get('phase', 'Pending')})"
+    item.update(facts.health[name].as_item())
     return item
 
 

@@ -19,6 +19,12 @@ ALERTS = {
     "RlogRollingUpdateStuck",
     "RlogDiskFull",
     "RlogArchiveLag",
+    "RlogCorruptRecordRepaired",
+    "RlogStorageLost",
+    "RlogStorageRefused",
+    "RlogDiskFailing",
+    "RlogRestoreFailed",
+    "RlogReplicaCrashLooping",
 }
 UNIT_TESTS = HERE / "alerts_test.yaml"
 
@@ -38,6 +44,8 @@ def test_the_rendered_rules_are_the_expected_alerts(chart: Chart) -> None:
     assert by_name["RlogRollingUpdateStuck"]["for"] == "30m"
     assert by_name["RlogDiskFull"]["for"] == "1m"
     assert by_name["RlogArchiveLag"]["for"] == "5m"
+    assert by_name["RlogReplicaCrashLooping"]["for"] == "5m"
+    assert by_name["RlogStorageRefused"]["for"] == by_name["RlogDiskFailing"]["for"] == "1m"
     # Grafana/Helm templating was escaped: Prometheus sees its own {{ $labels.x }}
     for rule in rules:
         assert "{{ $labels." in rule["annotations"]["summary"], rule["alert"]

@@ -66,7 +66,7 @@ def facts(**overrides):
     """Hand-built Facts of a healthy 3-replica log (orders-0 leads), with `overrides`.
 
     Fields are independent here: a test sets exactly the facts its rule reads."""
-    from rlog_operator.facts import Facts
+    from rlog_operator.facts import Facts, ReplicaHealth
 
     base = {
         "uid": UID,
@@ -92,6 +92,8 @@ def facts(**overrides):
         "was_initialized": True,
         "was_data_loss": False,
         "data_loss": False,
+        "health": dict.fromkeys(NAMES, ReplicaHealth()),
+        "was_health": dict.fromkeys(NAMES, ReplicaHealth()),
         "rolling_queue": (),
         "rolling_message": "",
         "rolling": False,

@@ -154,6 +154,15 @@ def test_status_table_shows_the_archive():
     assert lines[1] == f"  archive: position 880, lag 20, last segment {NOW}"
 
 
+def test_status_table_shows_storage_trouble():
+    degraded = {"type": "StorageDegraded", "status": "True", "reason": "StorageLost",
+                "message": "orders-2 found its storage lost"}  # fmt: skip
+    lines = kr.status_table(log(conditions=[degraded])).splitlines()
+    assert lines[1] == "  storage: StorageLost: orders-2 found its storage lost"
+    healthy = {**degraded, "status": "False", "reason": "AllHealthy"}
+    assert "storage:" not in kr.status_table(log(conditions=[healthy]))
+
+
 # ---- restore (pure) ---------------------------------------------------------------------------
 
 BACKUP = {

@@ -350,3 +350,21 @@ def test_volume_replacement_never_below_a_voting_quorum(data):
         target = statuses[a.pod]
         if target is not None and target["status"] == "VOTING":
             assert rest == n - 1 and target["role"] != "leader"
+
+
+def test_a_replacement_that_crash_loops_or_fails_its_restore_says_how():
+    pods, statuses = outdated(3)
+    a = step(3, pods, statuses)
+    assert a.kind == "delete-pod"
+    pods, statuses = replaced(pods, statuses, a.pod, ready=False)
+    statuses[a.pod] = None
+    new = pods[-1]
+    new.update(stuck="CrashLoopBackOff", crashLoop="rlog: error: no (exit code 2)")
+    waiting = step(3, pods, statuses, a.queue)
+    assert waiting.kind == "wait"
+    assert waiting.reason.endswith("to be VOTING (CrashLoopBackOff: rlog: error: no (exit code 2))")
+    new.update(restoreFailed="rlog: error: restore incomplete (exit code 1)")
+    waiting = step(3, pods, statuses, a.queue)
+    assert waiting.reason.endswith(
+        "(restore failed: rlog: error: restore incomplete (exit code 1))"
+    )

@@ -29,6 +29,8 @@ class StatusDict(TypedDict):
     catchup_end: int
     catchup_done: int
     leader_confirmed: bool
+    corrupt_records: int
+    disk_full: bool
     transport: str
     authorization: str
     storage_fault: str  # why the storage is not healthy, one line ("" if it is)
@@ -61,6 +63,8 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "catchup_end": status.catchup_end,
         "catchup_done": status.catchup_done,
         "leader_confirmed": status.leader_confirmed,
+        "corrupt_records": status.corrupt_records,
+        "disk_full": status.disk_full,
         "transport": status.transport or "plaintext",
         "authorization": status.authorization or "off",
         "storage_fault": status.storage_fault,
