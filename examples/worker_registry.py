@@ -23,6 +23,10 @@ change as fetch + store with the version read, retried when refused, instead of 
 operation decided inside the batch), and the client's security arguments (--ca, --cert,
 --key, --token-file, --server-name, or the RLOG_* variables), --patience S (how long to
 wait for a leader before giving up, default 30).
+
+On a log with roles any writing role will do: role append stores; only compaction (after
+10,000 mutations by default, more than this example makes) truncates, which needs role
+owner (docs/security.md).
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ Mode `spec.tls.mode`:
   the operator's identity and the archiver's (`certificate_requests`).
 - `disabled`: plaintext (the status and the replicas' logs say so).
 
-Roles (`spec.auth`): `subjects` map certificate names to roles, `tokens` name Secrets
-whose keys hold bearer tokens; the replicas' own certificate is role peer and the
-operator's is admin, always. The roles file lands in the Secret `<log>-auth`.
+Roles (`spec.auth`): `subjects` map certificate names to roles (read, append, owner,
+admin: rlog.runtime.authz.ROLE_GRANTS), `tokens` name Secrets whose keys hold bearer
+tokens; the replicas' own certificate is role peer and the operator's is admin, always
+(both may truncate: rlog_operator never does, the replicas forward their clients'
+truncations). The roles file lands in the Secret `<log>-auth`.
 """
 
 from __future__ import annotations

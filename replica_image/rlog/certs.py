@@ -158,8 +158,14 @@ def not_after(cert_pem: bytes) -> datetime.datetime:
 # ---- the throwaway PKI of `rlog dev --tls` ----------------------------------------------
 
 # Identities of a dev log and their roles (rlog.runtime.authz): replicas are peers; the
-# three client certificates have one role each; "guest" has none (it needs the token).
-DEV_CLIENTS = {"admin": "admin", "writer": "append", "reader": "read", "guest": "none"}
+# four client certificates have one role each; "guest" has none (it needs the token).
+DEV_CLIENTS = {
+    "admin": "admin",
+    "owner": "owner",
+    "writer": "append",
+    "reader": "read",
+    "guest": "none",
+}
 
 
 @dataclass(frozen=True)
@@ -206,9 +212,11 @@ class DevPki:
 
 def make_dev_pki(dir: Path, hosts: Sequence[str]) -> DevPki:
     """A CA, a certificate per replica (for its host), the client certificates of
-    DEV_CLIENTS, a token, and the roles file naming them. Kept if already there."""
+    DEV_CLIENTS, a token, and the roles file naming them. Kept if already there; a PKI
+    made before an identity was added to DEV_CLIENTS gets it (`_add_missing_clients`)."""
     pki = DevPki(dir)
     if pki.auth_config.exists():
+        _add_missing_clients(pki)
         return pki
     dir.mkdir(parents=True, exist_ok=True)
     ca = new_ca("rlog dev CA")
@@ -226,3 +234,18 @@ def make_dev_pki(dir: Path, hosts: Sequence[str]) -> DevPki:
     }
     _write_atomic(pki.auth_config, (json.dumps(roles, indent=2) + "\n").encode(), 0o600)
     return pki
+
+
+def _add_missing_clients(pki: DevPki) -> None:
+    """Issue the DEV_CLIENTS certificates an existing dev PKI lacks and name them in its
+    roles file (the "owner" of a dir made before that role): the rest stays as it is."""
+    missing = [name for name in DEV_CLIENTS if not pki.cert(name).exists()]
+    if not missing:
+        return
+    for name in missing:
+        pki.issue(name)
+    roles = json.loads(pki.auth_config.read_text())
+    subjects = roles.setdefault("subjects", {})
+    for name in missing:
+        subjects.setdefault(name, DEV_CLIENTS[name])
+    _write_atomic(pki.auth_config, (json.dumps(roles, indent=2) + "\n").encode(), 0o600)

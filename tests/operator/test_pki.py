@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ pytest.importorskip("cryptography")
 from cryptography import x509
 
 from rlog import certs
-from rlog.runtime.authz import parse_policy
+from rlog.runtime.authz import ROLE_GRANTS, Caller, decide, parse_policy
 from rlog_operator import pki, specs
 from rlog_operator.specs import OperatorConfig
 
@@ -189,6 +190,45 @@ def test_roles_file_is_a_valid_policy():
     assert rule is not None and rule.role == "read"
     assert len(policy.tokens) == 1  # the absent Secret grants nothing
     assert "t0ken" not in json.dumps(roles)  # only its digest
+
+
+def test_rendered_roles_give_the_operator_and_peers_what_they_call():
+    """The destroy kind (Truncate, TakeEpoch) stays with the operator (admin) and the
+    replicas (peer: they forward their clients' truncations), `spec.auth` may name the
+    owner role, and an append subject cannot destroy."""
+    log = body(
+        backup={"bucket": "b", "credentialsSecret": "s"},
+        auth={"subjects": [{"name": "spark-*", "role": "append"}, {"name": "gc", "role": "owner"}]},
+    )
+    policy = parse_policy(json.loads(json.dumps(pki.roles(log))), "roles")
+
+    def may(name: str, method: str) -> bool:
+        return decide(policy, f"/rlog.v1.{method}", Caller(names=(name,))).allowed
+
+    for method in ("Log/Truncate", "Log/TakeEpoch", "Log/Append"):
+        assert may("orders-replica", method) and may("rlog-operator", method)
+        assert may("gc", method)
+        assert not may("orders-archiver", method)
+    for method in ("Admin/StepDown", "Admin/GrantPermit", "Admin/RevokePermit"):
+        assert may("rlog-operator", method) and not may("gc", method)
+    assert may("orders-replica", "Replica/Promise") and not may("rlog-operator", "Replica/Promise")
+    assert may("orders-archiver", "Log/Tail")
+    assert may("spark-1", "Log/Append") and not may("spark-1", "Log/Truncate")
+
+
+def test_crd_offers_every_client_role():
+    """spec.auth's role enum (both copies of the CRD) is every role a client may be given:
+    all of authz.ROLE_GRANTS but peer (the replicas' own) and none (the default)."""
+    yaml = pytest.importorskip("yaml")
+    root = Path(__file__).parents[2]
+    for path in ("crds/replicatedlog.yaml", "helm/rlog-operator/crds/replicatedlog.yaml"):
+        crd = yaml.safe_load((root / path).read_text())
+        auth = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+            "properties"
+        ]["auth"]["properties"]
+        for key in ("subjects", "tokens"):
+            enum = auth[key]["items"]["properties"]["role"]["enum"]
+            assert set(enum) == set(ROLE_GRANTS) - {"peer", "none"}, (path, key)
 
 
 def test_replica_wiring():

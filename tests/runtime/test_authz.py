@@ -1,10 +1,13 @@
 """Authorization rules (rlog.runtime.authz), without a server: the RPC table covers the
-services, roles grant what docs/security.md says, and the roles file is checked."""
+services, roles grant what docs/security.md's tables say (read from the page), and the
+roles file is checked."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+from pathlib import Path
 
 import grpc
 import pytest
@@ -51,6 +54,7 @@ POLICY = parse_policy(
             "operator": "admin",
             "replica-*": "peer",
             "writer": "append",
+            "compactor": "owner",
             "reader": "read",
             "*.example.org": "read",
         },
@@ -70,9 +74,10 @@ def allowed(method: str, **caller) -> bool:
 @pytest.mark.parametrize(
     ("names", "kind_allowed"),
     [
-        (("operator",), {Kind.READ, Kind.APPEND, Kind.ADMIN}),
-        (("replica-2", "10.0.0.3"), {Kind.READ, Kind.APPEND, Kind.PEER}),
+        (("operator",), {Kind.READ, Kind.APPEND, Kind.DESTROY, Kind.ADMIN}),
+        (("replica-2", "10.0.0.3"), {Kind.READ, Kind.APPEND, Kind.DESTROY, Kind.PEER}),
         (("writer",), {Kind.READ, Kind.APPEND}),
+        (("compactor",), {Kind.READ, Kind.APPEND, Kind.DESTROY}),
         (("reader",), {Kind.READ}),
         (("someone", "app.example.org"), {Kind.READ}),  # matched by a SAN
         (("stranger",), set()),
@@ -147,9 +152,81 @@ def test_roles_file_json_and_yaml(tmp_path):
 
 
 def test_roles_grant_nested_sets():
-    assert ROLE_GRANTS["read"] < ROLE_GRANTS["append"] < ROLE_GRANTS["admin"]
+    assert ROLE_GRANTS["read"] < ROLE_GRANTS["append"] < ROLE_GRANTS["owner"]
+    assert ROLE_GRANTS["owner"] < ROLE_GRANTS["admin"]
+    assert ROLE_GRANTS["owner"] < ROLE_GRANTS["peer"]
     assert Kind.ADMIN not in ROLE_GRANTS["peer"]
     assert Kind.PEER not in ROLE_GRANTS["admin"]
+
+
+def test_destroy_calls_are_their_own_kind():
+    """Truncate and TakeEpoch take from other callers (every reader's entries below the
+    cut, every other writer's epoch): role append does not allow them; StepDown stays
+    admin."""
+    assert {m for m, k in RPC_KINDS.items() if k is Kind.DESTROY} == {
+        "/rlog.v1.Log/Truncate",
+        "/rlog.v1.Log/TakeEpoch",
+    }
+    assert RPC_KINDS["/rlog.v1.Admin/StepDown"] is Kind.ADMIN
+    assert {r for r, kinds in ROLE_GRANTS.items() if Kind.DESTROY in kinds} == {
+        "owner",
+        "admin",
+        "peer",
+    }
+
+
+@pytest.mark.parametrize("method", ["/rlog.v1.Log/Truncate", "/rlog.v1.Log/TakeEpoch"])
+def test_append_role_refused_destroy_says_what_to_change(method):
+    for caller in (Caller(names=("writer",)), Caller(token="s3cret")):
+        decision = decide(POLICY, method, caller)
+        assert not decision.allowed and decision.code == grpc.StatusCode.PERMISSION_DENIED
+        assert "\n" not in decision.reason
+        assert "needs a role allowing destroy calls" in decision.reason
+        assert "role append no longer allows Truncate or TakeEpoch" in decision.reason
+        assert "give this caller role owner" in decision.reason
+    # A reader was never allowed: no migration hint, just the refusal.
+    reader = decide(POLICY, method, Caller(names=("reader",)))
+    assert not reader.allowed and "owner" not in reader.reason
+
+
+# ---- docs/security.md's table of every RPC, checked against the code --------------------
+
+SECURITY_MD = Path(__file__).parents[2] / "docs" / "security.md"
+
+
+def table_after(header: str) -> list[list[str]]:
+    """The rows of the markdown table in docs/security.md whose header line starts with
+    `header`, as lists of stripped cells (header and rule lines left out)."""
+    lines = SECURITY_MD.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_security_md_lists_every_rpc_with_its_kind_and_roles():
+    documented = {}
+    for rpc, kind, roles in table_after("| RPC "):
+        assert re.fullmatch(r"(Log|Admin|Replica)/\w+", rpc), rpc
+        assert rpc not in documented, f"docs/security.md lists {rpc} twice"
+        documented[f"/rlog.v1.{rpc}"] = (kind, {r.strip() for r in roles.split(",")})
+    actual = {
+        method: (kind.value, {role for role, kinds in ROLE_GRANTS.items() if kind in kinds})
+        for method, kind in RPC_KINDS.items()
+    }
+    assert documented == actual, "docs/security.md's RPC table and authz disagree"
+
+
+def test_security_md_lists_every_role_with_its_kinds():
+    documented = {}
+    for role, kinds, _why in table_after("| role   | kinds"):
+        documented[role] = set() if kinds == "nothing" else {k.strip() for k in kinds.split(",")}
+    assert documented == {
+        role: {kind.value for kind in kinds} for role, kinds in ROLE_GRANTS.items()
+    }
 
 
 def test_roles_file_is_reloaded_when_it_changes(tmp_path, monkeypatch):

@@ -156,3 +156,29 @@ def test_spark_options_carry_the_credentials(pki):
         credentials({"ca": "/nonexistent/ca.pem"})
     parsed = WriteOptions.parse({"endpoints": "h:1", "token": "t", "ca": str(pki.ca)})
     assert parsed.credentials is not None and parsed.credentials.token == "t"
+
+
+def test_a_dev_pki_made_before_the_owner_role_gets_an_owner(tmp_path):
+    """`rlog dev --tls` keeps an existing PKI; one made before DEV_CLIENTS had "owner" gets
+    its certificate and roles rule added, and everything else (CA, token, rules) stays."""
+    import json
+
+    from rlog.runtime.authz import load_policy
+
+    pki = certs.make_dev_pki(tmp_path / "tls", ["127.0.0.1"])
+    pki.cert("owner").unlink()
+    pki.key("owner").unlink()
+    roles = json.loads(pki.auth_config.read_text())
+    del roles["subjects"]["owner"]
+    pki.auth_config.write_text(json.dumps(roles))
+    ca, writer, token = pki.ca.read_bytes(), pki.cert("writer").read_bytes(), pki.token
+    token_text = token.read_text()
+
+    again = certs.make_dev_pki(tmp_path / "tls", ["127.0.0.1"])
+    assert again.cert("owner").exists() and again.key("owner").exists()
+    assert again.ca.read_bytes() == ca and again.cert("writer").read_bytes() == writer
+    assert again.token.read_text() == token_text
+    policy = load_policy(again.auth_config)
+    assert policy.role_of_subject(["owner"]) == ("owner", "owner")
+    assert policy.role_of_subject(["writer"]) == ("append", "writer")
+    assert [t.role for t in policy.tokens] == ["append"]

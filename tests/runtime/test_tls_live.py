@@ -71,6 +71,56 @@ def test_roles(cluster):
         admin.append([b"admin may append"])
 
 
+def test_append_role_cannot_truncate_or_fence(cluster):
+    """Attack: a certificate with role append (a Spark job, a state client) calls Truncate
+    to the log's end and TakeEpoch, for real, on every replica (the leader, and followers
+    that would forward it): each is refused with PERMISSION_DENIED naming the destroy kind
+    and the owner role, and the log is unchanged (begin, end, epoch); appends still work.
+    A certificate with role owner may truncate."""
+    with client_as(cluster, "owner") as owner, client_as(cluster, "writer") as writer:
+        epoch = owner.take_epoch()
+        first = writer.append([b"d1", b"d2", b"d3"], epoch=epoch)[0]
+        before = cluster.statuses(timeout=5.0)
+        assert all(s is not None for s in before)
+        begin = max(s.begin for s in before if s is not None)
+        end = max(s.end for s in before if s is not None)  # the leader's: the last written
+        assert begin < first < end
+        for endpoint in cluster.endpoints:
+            channel = grpc.secure_channel(
+                endpoint, cluster.credentials("writer").channel_credentials()
+            )
+            with channel:
+                log = pbg.LogStub(channel)
+                for name, method, request in (
+                    ("Truncate", log.Truncate, pb.TruncateRequest(to=end)),
+                    ("TakeEpoch", log.TakeEpoch, pb.TakeEpochRequest()),
+                ):
+                    with pytest.raises(grpc.RpcError) as caught:
+                        method(request, timeout=5)
+                    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, endpoint
+                    details = caught.value.details()
+                    assert f"{name} needs a role allowing destroy calls" in details
+                    assert "give this caller role owner" in details and "\n" not in details
+        # Through the client: PermissionDenied in one line, never an unknown outcome.
+        with pytest.raises(PermissionDenied, match=r"destroy calls.*role owner"):
+            writer.truncate(end)
+        with pytest.raises(PermissionDenied, match=r"destroy calls.*role owner"):
+            writer.take_epoch()
+        # Nothing moved: every replica's begin is where it was, no TRUNCATE or EPOCH entry
+        # was written (the next append lands right after the old end, the last position
+        # written), the owner's epoch still holds.
+        assert all(s is not None and s.begin == begin for s in cluster.statuses(timeout=5.0))
+        assert writer.append([b"after the attack"], epoch=epoch) == [end + 1]
+        assert [e.value for e in writer.read(first, first + 2)] == [b"d1", b"d2", b"d3"]
+        # The owner may: it truncates below the entries just written.
+        owner.truncate(first)
+        cluster.wait_for(
+            lambda found: all(s is not None and s.begin == first for s in found),
+            what="the owner's truncation on every replica",
+        )
+        assert owner.take_epoch() == epoch + 1
+
+
 def test_unknown_subject_is_denied_and_token_grants(cluster):
     with client_as(cluster, "guest") as guest:
         with pytest.raises(PermissionDenied, match="'guest' has role none"):

@@ -1,6 +1,6 @@
 """Authorization of every RPC a replica serves (docs/security.md).
 
-One table says what each RPC is (`RPC_KINDS`: read, append, admin or peer); a role grants
+One table says what each RPC is (`RPC_KINDS`: read, append, destroy, admin or peer); a role grants
 kinds (`ROLE_GRANTS`); the roles file maps callers to roles: client certificates by subject
 (the common name or any subject alternative name, shell-style patterns, first match in the
 file's order) and bearer tokens (`authorization: Bearer <token>`, kept as SHA-256 digests
@@ -44,7 +44,8 @@ class Kind(enum.Enum):
     """What an RPC does, as far as authorization goes."""
 
     READ = "read"  # reads the log or the replica's status
-    APPEND = "append"  # changes the log (appends, truncations, epochs, sessions)
+    APPEND = "append"  # adds to the log (appends, sessions)
+    DESTROY = "destroy"  # takes from the log or from other writers (truncation, epochs)
     ADMIN = "admin"  # the operator's calls: permits, step-down
     PEER = "peer"  # the replication protocol between replicas
 
@@ -60,8 +61,8 @@ RPC_KINDS: dict[str, Kind] = {
     "/rlog.v1.Replica/Fetch": Kind.PEER,
     "/rlog.v1.Log/Append": Kind.APPEND,
     "/rlog.v1.Log/AppendStream": Kind.APPEND,
-    "/rlog.v1.Log/Truncate": Kind.APPEND,
-    "/rlog.v1.Log/TakeEpoch": Kind.APPEND,
+    "/rlog.v1.Log/Truncate": Kind.DESTROY,  # drops every entry below a position
+    "/rlog.v1.Log/TakeEpoch": Kind.DESTROY,  # fences every other writer's epoch
     "/rlog.v1.Log/OpenSession": Kind.APPEND,
     "/rlog.v1.Log/Read": Kind.READ,
     "/rlog.v1.Log/Tail": Kind.READ,
@@ -71,15 +72,28 @@ RPC_KINDS: dict[str, Kind] = {
     "/rlog.v1.Admin/StepDown": Kind.ADMIN,
 }
 
-# What each role may call. A peer also reads and appends: a replica forwards its clients'
-# appends, truncations and reads to the leader under its own identity (the replica that
-# received them authorized the client first). Admin is not given to peers.
+# What each role may call. `append` does not destroy: a writer that may add entries may
+# not drop them or fence the other writers; `owner` may (the log's owner: compaction,
+# retention, single-writer fencing). A peer also reads, appends and destroys: a replica
+# forwards its clients' appends, truncations, epochs and reads to the leader under its own
+# identity (the replica that received them authorized the client first). Admin is not
+# given to peers.
 ROLE_GRANTS: dict[str, frozenset[Kind]] = {
     "none": frozenset(),
     "read": frozenset({Kind.READ}),
     "append": frozenset({Kind.READ, Kind.APPEND}),
-    "admin": frozenset({Kind.READ, Kind.APPEND, Kind.ADMIN}),
-    "peer": frozenset({Kind.READ, Kind.APPEND, Kind.PEER}),
+    "owner": frozenset({Kind.READ, Kind.APPEND, Kind.DESTROY}),
+    "admin": frozenset({Kind.READ, Kind.APPEND, Kind.DESTROY, Kind.ADMIN}),
+    "peer": frozenset({Kind.READ, Kind.APPEND, Kind.DESTROY, Kind.PEER}),
+}
+
+# What a refusal adds for a caller whose role once allowed the call (roles files written
+# before the destroy kind): what to change, in the same line.
+_REFUSAL_HINTS: dict[tuple[Kind, str], str] = {
+    (Kind.DESTROY, "append"): (
+        " (role append no longer allows Truncate or TakeEpoch: "
+        "give this caller role owner, docs/security.md)"
+    ),
 }
 
 
@@ -269,11 +283,12 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
     if any(kind in ROLE_GRANTS[role] for role in roles):
         return Decision(True, roles=tuple(roles))
     name = method.rsplit("/", 1)[-1]
+    hint = next((_REFUSAL_HINTS[kind, r] for r in roles if (kind, r) in _REFUSAL_HINTS), "")
     return Decision(
         False,
         grpc.StatusCode.PERMISSION_DENIED,
         f"{name} needs a role allowing {kind.value} calls; {' and '.join(who)} "
-        f"has role {'/'.join(roles)}",
+        f"has role {'/'.join(roles)}{hint}",
         tuple(roles),
     )
 

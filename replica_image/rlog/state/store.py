@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncGenerator
@@ -28,6 +29,7 @@ from rlog.client.errors import (
     ConditionFailed,
     OutcomeUnknown,
     PastEnd,
+    PermissionDenied,
     RlogError,
     Truncated,
     Unavailable,
@@ -52,6 +54,8 @@ MAX_CHUNKS_PER_APPEND = 4
 _UNKNOWN_RETRY_SECONDS = 60.0
 _LOAD_TRIES = 5
 _POINTER_WINDOW = 4  # grows x4: a snapshot's chunks near the end are read at most once more
+
+log = logging.getLogger("rlog.state")
 
 
 class StateLost(StateError):
@@ -108,6 +112,9 @@ class AsyncState:
       state was lost), instead of starting afresh.
     - every `snapshot_every` mutations or `snapshot_bytes` bytes of diffs since the newest
       snapshot, this process appends a snapshot and truncates the log below the previous one.
+      Truncating needs the `owner` role on a log with roles (docs/security.md): with role
+      `append` the snapshots are written and the log is not truncated (`truncation_refused`
+      says why, and the logger `rlog.state` warns once).
     - `credentials` (with endpoints only): TLS / client certificate / token for a secured log.
     """
 
@@ -148,6 +155,8 @@ class AsyncState:
         self.conflicts = 0
         self.snapshots_written = 0
         self.recoveries = 0
+        # Why compaction could not truncate the log (the caller's role), once it could not.
+        self.truncation_refused: str | None = None
 
     # ---- recovery ----------------------------------------------------------------------
 
@@ -503,12 +512,14 @@ class AsyncState:
 
     async def compact(self) -> int:
         """Append a snapshot of the current state and truncate the log below the previous
-        snapshot. Returns the new snapshot's position (its `as_of`)."""
+        snapshot. Returns the new snapshot's position (its `as_of`). Raises
+        `PermissionDenied` if the caller's role may not truncate (it needs `owner`): the
+        snapshot is written then, and nothing is lost."""
         async with self._io:
             await self._catch_up()
-            return await self._compact()
+            return await self._compact(refusal_raises=True)
 
-    async def _compact(self) -> int:
+    async def _compact(self, refusal_raises: bool = False) -> int:
         image = await self._image_now()
         as_of = image.next
         previous = image.snapshot
@@ -526,9 +537,29 @@ class AsyncState:
         # The new snapshot is complete; the one before it stays, for readers in the middle
         # of loading it. Everything below the previous one goes.
         if previous != NO_SNAPSHOT:
-            with contextlib.suppress(Truncated, PastEnd):
-                await self.client.truncate(previous)
+            try:
+                with contextlib.suppress(Truncated, PastEnd):
+                    await self.client.truncate(previous)
+            except PermissionDenied as error:
+                self._truncation_was_refused(as_of, previous, error)
+                if refusal_raises:
+                    assert self.truncation_refused is not None
+                    raise PermissionDenied(
+                        self.truncation_refused, error.code, error.endpoint
+                    ) from None
         return as_of
+
+    def _truncation_was_refused(self, as_of: int, previous: int, error: RlogError) -> None:
+        """The role may write snapshots but not truncate: say so once, lose nothing (the
+        snapshot is in the log; only the entries below `previous` stay)."""
+        message = (
+            "compaction cannot truncate the log: it needs the owner role (docs/security.md); "
+            f"the snapshot as of {as_of} is written and nothing is lost, but the entries "
+            f"below {previous} stay in the log ({error})"
+        )
+        if self.truncation_refused is None:
+            log.warning("%s", message)
+        self.truncation_refused = message
 
     # ---- watching ----------------------------------------------------------------------
 

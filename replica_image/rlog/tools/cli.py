@@ -499,8 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument(
         "--auth-config",
         metavar="FILE",
-        help="roles of certificate subjects and bearer tokens (JSON or YAML); without it "
-        "authorization is off",
+        help="roles (read, append, owner, admin, peer, none) of certificate subjects and "
+        "bearer tokens (JSON or YAML; docs/security.md); without it authorization is off",
     )
     security.add_argument(
         "--auth-peer-token-file",
@@ -550,7 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_append)
 
-    p = sub.add_parser("epoch", help="writer epochs: `take` prints a new one (fences older)")
+    p = sub.add_parser(
+        "epoch",
+        help="writer epochs: `take` prints a new one (fences older; role owner or admin)",
+    )
     add_endpoint_arguments(p)
     p.add_argument("action", choices=["take"])
     p.set_defaults(func=cmd_epoch)
@@ -587,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every endpoint's status, one each")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("truncate", help="drop every entry below --to")
+    p = sub.add_parser("truncate", help="drop every entry below --to (role owner or admin)")
     add_endpoint_arguments(p)
     p.add_argument("--to", type=nonnegative, required=True, metavar="P")
     p.set_defaults(func=cmd_truncate)

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"mutual TLS and roles (certificates and roles in {tls}); as the writer:\n"
                 f"  export RLOG_ENDPOINT={cluster.endpoint} RLOG_CA={tls}/ca.pem "
-                f"RLOG_CERT={tls}/writer.pem RLOG_KEY={tls}/writer-key.pem",
+                f"RLOG_CERT={tls}/writer.pem RLOG_KEY={tls}/writer-key.pem\n"
+                f"  (role append; truncate and epochs need role owner: {tls}/owner.pem)",
                 flush=True,
             )
             print("try: rlog append hello && rlog read    (Ctrl-C stops the log)", flush=True)
