@@ -134,12 +134,16 @@ def test_only_the_operator_may_flush(s3, tmp_path):
     with DevCluster(1, tmp_path / "one", tls=True) as cluster:
         pki = DevPki(cluster.tls_dir)
         pki.issue("rlog-operator")
+        # The archiver's certificate: role read for the log, and its server name (as the
+        # operator issues `<log>-tls-archiver` with its Service's names).
+        own = issue(pki.load_ca(), "reader", ["localhost"])
+        own.write(tmp_path / "archiver.crt", tmp_path / "archiver.key")
         append(cluster, 40, "t")
         metrics_port, control_port = free_port(), free_port()
         archive = start_archiver(
             s3, cluster.endpoint, bucket, "t", "--ca", str(pki.ca), "--cert",
-            str(pki.cert("reader")), "--key", str(pki.key("reader")), "--metrics-port",
-            str(metrics_port), "--control-port", str(control_port), log=log,
+            str(tmp_path / "archiver.crt"), "--key", str(tmp_path / "archiver.key"),
+            "--metrics-port", str(metrics_port), "--control-port", str(control_port), log=log,
         )  # fmt: skip
         try:
             wait_for(lambda: metrics_up(metrics_port), 60, "the archiver's metrics")
@@ -169,12 +173,19 @@ def test_only_the_operator_may_flush(s3, tmp_path):
             polls_pass(metrics_port, 3)
             assert manifest(s3, bucket, "t") == before  # nothing was cut, nothing written
 
-            learned = cluster.status(0).learned
-            status, body = post(
-                f"https://127.0.0.1:{control_port}/flush?through={learned}",
-                tls_context(pki, "rlog-operator"),
+            # The operator's own call (archive_http.post): its certificate, the archiver's
+            # checked against the log's CA and the name dialled.
+            from rlog.client import Credentials
+            from rlog_operator.archive_http import post as operator_post
+
+            operator = Credentials.from_files(
+                pki.ca, pki.cert("rlog-operator"), pki.key("rlog-operator")
             )
-            assert status == 202 and body["through"] == learned, body
+            learned = cluster.status(0).learned
+            with pytest.raises(urllib.error.URLError) as wrong_name:  # not a name it carries
+                operator_post(f"https://127.0.0.1:{control_port}/flush?through=1", operator)
+            assert isinstance(wrong_name.value.reason, ssl.SSLCertVerificationError)
+            operator_post(f"https://localhost:{control_port}/flush?through={learned}", operator)
             wait_for(lambda: covered(s3, bucket, "t") >= learned, 60, "the operator's flush")
         finally:
             stop(archive, log)
