@@ -87,7 +87,7 @@ async def ask_flush(body: Mapping[str, Any], through: int, logger: Any) -> None:
     if specs.mode_of(body) == specs.MODE_DISABLED:
         return  # the control port is on the archiver's loopback: its periodic cut will do
     credentials = pki_secrets.credentials(body)
-    if credentials is None or credentials.cert is None:
+    if credentials is None or credentials.cert is None or credentials.ca is None:
         logger.info("backup: the operator's certificate is not there yet; flush next time")
         return
     url = (

@@ -318,3 +318,64 @@ def test_a_forward_clock_step_deletes_nothing(s3, tmp_path):
 
     with DevCluster(1, tmp_path / "one") as cluster:
         asyncio.run(scenario(cluster))
+
+
+def test_the_writing_key_cannot_delete_and_the_delete_key_does(s3, tmp_path):
+    """Credentials split for real by a bucket policy: the writing user may put, get and list,
+    never delete; the deleting user may delete. Retention with the writing credentials only:
+    the manifest drops the old segments, S3 refuses to delete their objects, the archiver
+    goes on; with the delete credentials the next start deletes them. Half a pair of delete
+    credentials is refused."""
+    import uuid
+
+    bucket, tag = s3.new_bucket(), uuid.uuid4().hex[:8]
+    writer, deleter = (f"writer{tag}", f"writer{tag}secret"), (f"deleter{tag}", f"del{tag}secret")
+    s3.create_user(*writer)
+    s3.create_user(*deleter)
+    s3.allow(
+        bucket,
+        {
+            writer[0]: ["s3:PutObject", "s3:GetObject", "s3:ListBucket"],
+            deleter[0]: ["s3:DeleteObject", "s3:GetObject", "s3:ListBucket"],
+        },
+    )
+    as_writer = {**s3.env(), "AWS_ACCESS_KEY_ID": writer[0], "AWS_SECRET_ACCESS_KEY": writer[1]}
+    with_deleter = {
+        **as_writer,
+        "RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID": deleter[0],
+        "RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY": deleter[1],
+    }
+
+    with DevCluster(1, tmp_path / "one") as cluster:
+
+        def once(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*RLOG, "archive", "run", "--once", "-e", cluster.endpoint, "--bucket", bucket,
+                 "--prefix", "w", *extra],
+                env=env, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+
+        for i in range(4):
+            append(cluster, 10, f"d{i}")
+            done = once(as_writer)
+            assert done.returncode == 0, done.stderr
+        before = [s["key"] for s in manifest(s3, bucket, "w")["segments"]]
+        assert len(before) == 4
+        keep_from = manifest(s3, bucket, "w")["segments"][2]["first"]
+
+        append(cluster, 10, "e")
+        done = once(as_writer, "--retention-keep-from", str(keep_from))
+        assert done.returncode == 0, done.stderr
+        assert "AccessDenied" in done.stderr and "cannot delete" in done.stderr
+        listed = [s["key"] for s in manifest(s3, bucket, "w")["segments"]]
+        assert listed[0] == before[2] and len(listed) == 3
+        kept = s3.keys(bucket, "w/segments/")
+        assert {f"w/{k}" for k in before[:2]} <= kept  # the writing key deleted nothing
+
+        half = {**as_writer, "RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID": deleter[0]}
+        done = once(half)
+        assert done.returncode != 0 and "need both" in done.stderr
+
+        done = once(with_deleter)  # its start deletes what the manifest no longer lists
+        assert done.returncode == 0, done.stderr
+        assert s3.keys(bucket, "w/segments/") == {f"w/{k}" for k in listed}
