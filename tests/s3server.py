@@ -79,6 +79,39 @@ class S3Server:
 
         self.client().put_object(bucket, key, io.BytesIO(body), len(body))
 
+    def create_user(self, access_key: str, secret_key: str) -> None:
+        """A user with no rights of its own (role user): a bucket policy grants them."""
+        binary = subprocess.run(
+            [str(SCRIPT), "build"], capture_output=True, text=True, timeout=900, check=True
+        ).stdout.strip()
+        done = subprocess.run(
+            [
+                binary, "admin", "--access", self.access_key, "--secret", self.secret_key,
+                "--endpoint-url", self.endpoint, "create-user", "--access", access_key,
+                "--secret", secret_key, "--role", "user",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"versitygw admin create-user failed: {done.stderr[-2000:]}")
+
+    def allow(self, bucket: str, rights: dict[str, list[str]]) -> None:
+        """Set the bucket's policy: each user (access key) may do these S3 actions on the
+        bucket and its objects, nothing else."""
+        import json
+
+        statements = [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": [user]},
+                "Action": actions,
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            }
+            for user, actions in rights.items()
+        ]
+        policy = {"Version": "2012-10-17", "Statement": statements}
+        self.client().set_bucket_policy(bucket, json.dumps(policy))
+
     def keys(self, bucket: str, prefix: str) -> set[str]:
         objects = self.client().list_objects(bucket, prefix=prefix, recursive=True)
         return {str(o.object_name) for o in objects}

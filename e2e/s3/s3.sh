@@ -10,7 +10,9 @@
 #   e2e/s3/s3.sh stop DIR              # stop the server started for DIR
 #
 # The root credentials are $RLOG_S3_ACCESS_KEY / $RLOG_S3_SECRET_KEY (defaults below, test
-# only). Buckets are created by clients (CreateBucket) as directories under DIR/data.
+# only). Buckets are created by clients (CreateBucket) as directories under DIR/data. Other
+# users live in DIR/iam (`versitygw admin create-user` on the same port; their rights come
+# from bucket policies: tests/s3server.py).
 set -euo pipefail
 
 VERSION=${RLOG_VERSITYGW_VERSION:-v1.8.0}
@@ -56,14 +58,15 @@ running() { # DIR -> true if the server started for DIR is alive
 start() {
   local dir=${1:?usage: s3.sh start DIR [PORT]} port=${2:-}
   build >/dev/null
-  mkdir -p "$dir/data"
+  mkdir -p "$dir/data" "$dir/iam"
   dir=$(cd "$dir" && pwd)
   if running "$dir"; then cat "$dir/endpoint"; return; fi
   [[ -n $port ]] || port=$(free_port)
   # --nometa would drop object metadata; the posix backend keeps it in xattrs, which the
   # filesystem must support (ext4, xfs, tmpfs on current kernels do).
   ROOT_ACCESS_KEY=$ACCESS ROOT_SECRET_KEY=$SECRET \
-    setsid "$BIN" --port "127.0.0.1:$port" posix "$dir/data" >"$dir/versitygw.log" 2>&1 &
+    setsid "$BIN" --port "127.0.0.1:$port" --iam-dir "$dir/iam" --iam-cache-disable \
+    posix "$dir/data" >"$dir/versitygw.log" 2>&1 &
   echo $! >"$dir/versitygw.pid"
   local endpoint=http://127.0.0.1:$port
   for _ in $(seq 100); do

@@ -1,5 +1,12 @@
 """The operator's HTTP calls to a log's archiver (spec.backup): `status.archive` from its
-metrics, and the flush a backup request (rlog.io/backup, backups.py) asks of it."""
+metrics, and the flush a backup request (rlog.io/backup, backups.py) asks of it.
+
+The flush goes to the archiver's control port (rlog.archive.endpoint), which takes it from
+the operator's identity only: on a TLS log the operator dials the archiver's Service over
+HTTPS with its own client certificate (`<log>-tls-operator`, `CN=rlog-operator`), checking
+the archiver's certificate against the log's CA and the Service's name. On a plaintext log
+the control port listens on the archiver pod's loopback only, so the operator asks nothing:
+the request completes at the archiver's next periodic cut (spec.backup.flushIntervalSeconds)."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from rlog_operator import archive_specs, backups, observed, specs
+from rlog_operator import archive_specs, backups, observed, pki_secrets, specs
 
 
 def fetch_text(url: str) -> str:
@@ -19,10 +26,28 @@ def fetch_text(url: str) -> str:
         return str(answer.read().decode())
 
 
-def post(url: str) -> None:
+def post(url: str, credentials: Any) -> None:
+    """POST over HTTPS with `credentials` (rlog.client.Credentials: the log's CA, the
+    operator's certificate and key, as PEM bytes)."""
+    import os
+    import ssl
+    import tempfile
     import urllib.request
 
-    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=2.0):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the chain and the name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_verify_locations(cadata=credentials.ca.decode())
+    # The ssl module loads a certificate chain from files only: a private directory, gone
+    # once loaded.
+    with tempfile.TemporaryDirectory(prefix="rlog-operator-") as private:
+        cert, key = os.path.join(private, "tls.crt"), os.path.join(private, "tls.key")
+        for path, data in ((cert, credentials.cert), (key, credentials.key)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        context.load_cert_chain(cert, key)
+    request = urllib.request.Request(url, method="POST")
+    with urllib.request.urlopen(request, timeout=2.0, context=context):
         pass
 
 
@@ -48,20 +73,31 @@ async def observe_archive(
     if backup:
         archive["backup"] = dict(backup)
     if step.kind == "flush":
-        name, namespace = archive_specs.archiver_name(body), specs.namespace_of(body)
-        url = (
-            f"http://{name}.{namespace}.svc:{archive_specs.ARCHIVER_METRICS_PORT}"
-            f"/flush?through={step.through}"
-        )
-        try:  # repeated each tick until the archive covers the position
-            await asyncio.to_thread(post, url)
-        except OSError as exc:
-            logger.warning("backup: asking the archiver to flush (%s): %s", url, exc)
+        await ask_flush(body, step.through, logger)
     if step.event:
         kind, reason, message = step.event
         kopf.event(body, type=kind, reason=reason, message=message)
     if before != archive:
         patch.status["archive"] = archive
+
+
+async def ask_flush(body: Mapping[str, Any], through: int, logger: Any) -> None:
+    """Ask the archiver to archive through `through` now (repeated each tick until the
+    archive covers it). Only on a TLS log, with the operator's certificate (module doc)."""
+    if specs.mode_of(body) == specs.MODE_DISABLED:
+        return  # the control port is on the archiver's loopback: its periodic cut will do
+    credentials = pki_secrets.credentials(body)
+    if credentials is None or credentials.cert is None or credentials.ca is None:
+        logger.info("backup: the operator's certificate is not there yet; flush next time")
+        return
+    url = (
+        f"https://{archive_specs.archiver_host(body)}:{archive_specs.ARCHIVER_CONTROL_PORT}"
+        f"/flush?through={through}"
+    )
+    try:
+        await asyncio.to_thread(post, url, credentials)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError; a bad PEM a ValueError
+        logger.warning("backup: asking the archiver to flush (%s): %s", url, exc)
 
 
 async def archive_status(body: Mapping[str, Any]) -> dict[str, Any]:

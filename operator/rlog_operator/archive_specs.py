@@ -4,7 +4,9 @@ built by pure functions like specs.py.
 * `spec.backup`: a Deployment `<name>-archiver` with one pod running `rlog archive run`
   against the log's client Service (strategy Recreate: never two archivers on one archive),
   and a Service of the same name for its metrics, which the operator reads into
-  `status.archive` and Prometheus scrapes (`rlog_archive_*`).
+  `status.archive` and Prometheus scrapes (`rlog_archive_*`), and for its control port
+  (`POST /flush`), which on a TLS log takes the operator's certificate only and on a
+  plaintext log listens on the pod's loopback only (rlog.archive.endpoint).
 * `spec.bootstrap.fromArchive`: an init container on every replica pod running `rlog
   restore --if-fresh --starting --unless-peers-voting <peers>`: a fresh volume is restored
   STARTING, and the log then initializes as usual (the operator's permit); a volume lost
@@ -23,10 +25,31 @@ Manifest = dict[str, Any]
 Body = Mapping[str, Any]
 
 ARCHIVER_METRICS_PORT = 9101
+ARCHIVER_CONTROL_PORT = 9102
+# The archiver's delete credentials (spec.backup.deleteCredentialsSecret), as `rlog archive
+# run` reads them: the Secret's keys are the usual AWS_* ones.
+DELETE_CREDENTIALS_ENV = {
+    "RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+    "RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
+}
 
 
 def archiver_name(body: Body) -> str:
     return f"{body['metadata']['name']}-archiver"
+
+
+def archiver_host(body: Body) -> str:
+    """The archiver Service's DNS name, which the operator dials (and the archiver's
+    certificate names)."""
+    return f"{archiver_name(body)}.{body['metadata'].get('namespace') or 'default'}.svc"
+
+
+def archiver_server_names(body: Body) -> list[str]:
+    """The names the archiver's certificate carries, for the operator's calls to its
+    control port: the Service's, short and qualified."""
+    namespace = body["metadata"].get("namespace") or "default"
+    name = archiver_name(body)
+    return [name, f"{name}.{namespace}", f"{name}.{namespace}.svc"]
 
 
 def archiver_labels(body: Body) -> dict[str, str]:
@@ -59,6 +82,18 @@ def credentials_env(secret: str) -> list[Manifest]:
     ]
 
 
+def delete_credentials_env(backup: Mapping[str, Any]) -> list[Manifest]:
+    """The delete credentials' variables (none without deleteCredentialsSecret: the
+    archiver then deletes with its writing credentials)."""
+    secret = backup.get("deleteCredentialsSecret")
+    if not secret:
+        return []
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": str(secret), "key": key}}}
+        for name, key in DELETE_CREDENTIALS_ENV.items()
+    ]
+
+
 CLIENT_TLS_MOUNT = "/etc/rlog/tls"
 
 
@@ -75,6 +110,7 @@ def archiver_args(body: Body, client_endpoint: str) -> list[str]:
     args = ["archive", "run", "--endpoint", client_endpoint]
     args += store_args(backup, backup.get("prefix") or default_prefix(body))
     args += ["--metrics-port", str(ARCHIVER_METRICS_PORT)]
+    args += ["--control-port", str(ARCHIVER_CONTROL_PORT)]
     if backup.get("segmentBytes"):
         args += ["--segment-bytes", str(backup["segmentBytes"])]
     if backup.get("flushIntervalSeconds"):
@@ -84,6 +120,8 @@ def archiver_args(body: Body, client_endpoint: str) -> list[str]:
         args += ["--retention-max-age", str(retention["maxAgeSeconds"])]
     if retention.get("keepFromPosition") is not None:
         args += ["--retention-keep-from", str(retention["keepFromPosition"])]
+    if retention.get("keepSegments"):
+        args += ["--retention-keep-segments", str(retention["keepSegments"])]
     return args
 
 
@@ -109,9 +147,13 @@ def archiver_deployment(
         "args": archiver_args(body, client_endpoint),
         "env": [
             *credentials_env(body["spec"]["backup"]["credentialsSecret"]),
+            *delete_credentials_env(body["spec"]["backup"]),
             *(_client_tls_env() if tls_secret else []),
         ],
-        "ports": [{"name": "metrics", "containerPort": ARCHIVER_METRICS_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "metrics", "containerPort": ARCHIVER_METRICS_PORT, "protocol": "TCP"},
+            {"name": "control", "containerPort": ARCHIVER_CONTROL_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": {
             "httpGet": {"path": "/metrics", "port": "metrics"},
             "periodSeconds": 10,
@@ -175,7 +217,13 @@ def archiver_service(body: Body) -> Manifest:
                     "port": ARCHIVER_METRICS_PORT,
                     "targetPort": "metrics",
                     "protocol": "TCP",
-                }
+                },
+                {
+                    "name": "control",
+                    "port": ARCHIVER_CONTROL_PORT,
+                    "targetPort": "control",
+                    "protocol": "TCP",
+                },
             ],
         },
     }

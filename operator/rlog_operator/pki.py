@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rlog_operator import specs
+from rlog_operator import archive_specs, specs
 from rlog_operator.specs import (
     CA_KEY,
     CERT_KEY,
@@ -213,8 +213,14 @@ def certificate_requests(body: Body, config: OperatorConfig) -> list[Manifest]:
         _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client),
     ]
     if body.get("spec", {}).get("backup"):
+        archiver = {
+            "dnsNames": archive_specs.archiver_server_names(body),
+            "usages": ["server auth", "client auth"],
+        }
         out.append(
-            _certificate(body, specs.archiver_secret_name(body), archiver_common_name(body), client)
+            _certificate(
+                body, specs.archiver_secret_name(body), archiver_common_name(body), archiver
+            )
         )
     return out
 
@@ -304,7 +310,13 @@ def plan_secrets(
         (operator_secret_name(body), OPERATOR_COMMON_NAME, []),
     ]
     if body.get("spec", {}).get("backup"):
-        identities.append((specs.archiver_secret_name(body), archiver_common_name(body), []))
+        identities.append(
+            (
+                specs.archiver_secret_name(body),
+                archiver_common_name(body),
+                archive_specs.archiver_server_names(body),  # its control port's (HTTPS)
+            )
+        )
     for name, common_name, wanted in identities:
         found = existing.get(name)
         if (

@@ -78,11 +78,12 @@ def test_manifest_round_trip_and_contiguity():
 
 
 def test_retention_cuts_a_prefix_and_keeps_the_newest():
-    segs = [SegmentInfo(f"k{i}", i * 10, i * 10 + 9, 1, 1, "h", float(i)) for i in range(4)]
-    assert Retention(keep_from=25).expired(segs, 100.0) == segs[:2]
-    assert Retention(max_age=98.5).expired(segs, 100.0) == segs[:2]
-    assert Retention(max_age=0.1).expired(segs, 100.0) == segs[:3]  # never the last
-    assert Retention().expired(segs, 100.0) == []
+    segs = [SegmentInfo(f"k{i}", i * 10, i * 10 + 9, 1, 1, "h", 0.0, i * 50.0) for i in range(4)]
+    m = Manifest("log", 0, 39, segs)
+    assert Retention(keep_from=25).expired(m, 150.0, 100) == segs[:2]
+    assert Retention(max_age=98.5).expired(m, 150.0, 100) == segs[:2]
+    assert Retention(max_age=0.1).expired(m, 150.0, 100) == segs[:3]  # never the last
+    assert Retention().expired(m, 150.0, 100) == []
 
 
 def test_restore_records_keep_positions_with_learned_nops_in_the_gaps():

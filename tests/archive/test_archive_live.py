@@ -432,21 +432,22 @@ def test_flush_archives_now_without_waiting_for_a_segment(s3, tmp_path):
     P at once; bad requests get a clear 4xx and change nothing."""
     import urllib.request
 
-    port = free_port()
+    port, control = free_port(), free_port()
     bucket = s3.new_bucket()
     with DevCluster(1, tmp_path / "one") as cluster:
         writer = Writer(cluster, "f")
         writer.append(40)
         archive = archiver(
             s3, cluster, bucket, "f", "--segment-bytes", str(1 << 30), "--flush-interval",
-            "3600", "--metrics-port", str(port), log=tmp_path / "archiver.log",
+            "3600", "--metrics-port", str(port), "--control-port", str(control),
+            log=tmp_path / "archiver.log",
         )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://127.0.0.1:{control}"  # a plaintext log: the control port on loopback
         try:
             wait_for(lambda: manifest(s3, bucket, "f") is not None, 60, "the manifest")
 
             def metrics() -> str:
-                with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     return str(r.read().decode())
 
             wait_for(lambda: "rlog_archive_archived_position" in metrics(), 30, "metrics")

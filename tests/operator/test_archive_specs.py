@@ -32,7 +32,7 @@ BACKUP = {
     "endpoint": "http://s3.shop:7070",
     "bucket": "logs",
     "credentialsSecret": "s3-creds",
-    "retention": {"maxAgeSeconds": 86400, "keepFromPosition": 0},
+    "retention": {"maxAgeSeconds": 86400, "keepFromPosition": 0, "keepSegments": 3},
     "flushIntervalSeconds": 5,
 }
 
@@ -70,12 +70,21 @@ def test_backup_adds_one_archiver_deployment_and_its_service():
     assert after(args, "--retention-max-age") == "86400"
     assert after(args, "--retention-keep-from") == "0"
     assert after(args, "--flush-interval") == "5"
+    assert after(args, "--retention-keep-segments") == "3"
     assert after(args, "--metrics-port") == str(archive_specs.ARCHIVER_METRICS_PORT)
+    # the flush is taken on the control port (the operator's certificate only), which the
+    # Service carries for the operator's calls
+    assert after(args, "--control-port") == str(archive_specs.ARCHIVER_CONTROL_PORT)
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "metrics": archive_specs.ARCHIVER_METRICS_PORT,
+        "control": archive_specs.ARCHIVER_CONTROL_PORT,
+    }
+    assert {p["name"] for p in ctr["ports"]} == {"metrics", "control"}
     secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in ctr["env"] if "valueFrom" in e}
     assert secrets == {
         "AWS_ACCESS_KEY_ID": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"},
         "AWS_SECRET_ACCESS_KEY": {"name": "s3-creds", "key": "AWS_SECRET_ACCESS_KEY"},
-    }
+    }  # no delete credentials: it deletes with these
     # a new log is mutual TLS: the archiver reads as itself (role read), its certificate
     # mounted and named to rlog through RLOG_*
     tls = {e["name"]: e["value"] for e in ctr["env"] if "value" in e}
@@ -91,6 +100,22 @@ def test_backup_adds_one_archiver_deployment_and_its_service():
     assert "orders-archiver" not in pki.roles(body())["subjects"]
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_delete_credentials_come_from_their_own_secret():
+    split = body(backup={**BACKUP, "deleteCredentialsSecret": "s3-delete"})
+    deployment = next(o for o in specs.desired_objects(split, CONFIG) if o["kind"] == "Deployment")
+    (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in ctr["env"] if "valueFrom" in e}
+    assert secrets["AWS_ACCESS_KEY_ID"] == {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}
+    assert secrets["RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID"] == {
+        "name": "s3-delete",
+        "key": "AWS_ACCESS_KEY_ID",
+    }
+    assert secrets["RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY"] == {
+        "name": "s3-delete",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
 
 
 def test_bootstrap_adds_a_restore_init_container_that_defers_to_a_running_log():
@@ -142,8 +167,46 @@ def test_the_archiver_gets_its_own_certificate_and_keeps_it():
     log = body(backup=BACKUP)
     written = {s["metadata"]["name"]: s for s in pki.plan_secrets(log, CONFIG, {}, now)}
     assert "orders-tls-archiver" in written
+    # it serves the control port as its Service's name, which the operator checks
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(
+        pki.secret_bytes(written["orders-tls-archiver"], specs.CERT_KEY) or b""
+    )
+    alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert archive_specs.archiver_host(log) == "orders-archiver.shop.svc"
+    assert "orders-archiver.shop.svc" in alt.get_values_for_type(x509.DNSName)
+    # an archiver certificate issued before it had those names is issued again
+    old = {**written, "orders-tls-archiver": pki.tls_secret(
+        log, "orders-tls-archiver", pki.secret_bytes(written["orders-tls-ca"], specs.CA_KEY) or b"",
+        *_unnamed(written, log),
+    )}  # fmt: skip
+    again = pki.plan_secrets(log, CONFIG, old, now)
+    assert [s["metadata"]["name"] for s in again] == ["orders-tls-archiver"]
     # nothing to renew the next time round: the archiver's Secret is not issued again
     assert pki.plan_secrets(log, CONFIG, written, now) == []
+
+
+def _unnamed(written, log):
+    from rlog import certs
+
+    ca = written["orders-tls-ca"]
+    pem = certs.issue(
+        certs.Pem(pki.secret_bytes(ca, specs.CA_KEY), pki.secret_bytes(ca, pki.CA_PRIVATE_KEY)),
+        pki.archiver_common_name(log),
+    )
+    return pem.cert, pem.key
+
+
+def test_cert_manager_issues_the_archiver_a_server_certificate_too():
+    log = body(backup=BACKUP, tls={"mode": "certManager", "issuerRef": {"name": "ca"}})
+    (archiver,) = [
+        r
+        for r in pki.certificate_requests(log, CONFIG)
+        if r["spec"]["secretName"] == "orders-tls-archiver"
+    ]
+    assert "server auth" in archiver["spec"]["usages"]
+    assert "orders-archiver.shop.svc" in archiver["spec"]["dnsNames"]
 
 
 def test_archive_status_from_metrics():
@@ -178,7 +241,9 @@ def test_crd_schema_has_backup_bootstrap_and_archive_status():
         assert set(spec["backup"]["properties"]["retention"]["properties"]) == {
             "maxAgeSeconds",
             "keepFromPosition",
+            "keepSegments",
         }
+        assert "deleteCredentialsSecret" in spec["backup"]["properties"]
         source = spec["bootstrap"]["properties"]["fromArchive"]
         assert "toPosition" in source["properties"]
         assert spec["bootstrap"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"

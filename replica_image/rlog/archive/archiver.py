@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlog.archive import metrics
@@ -21,7 +23,6 @@ from rlog.archive.format import (
     Manifest,
     SegmentInfo,
     encode_segment,
-    now,
     sha256,
 )
 from rlog.archive.store import ObjectStore
@@ -40,16 +41,36 @@ class ArchiveFatal(ArchiveError):
 
 @dataclass
 class Retention:
-    """Which segments to delete: older than `max_age` seconds, or wholly below position
-    `keep_from`. The newest segment is always kept (it carries the archived position)."""
+    """Which segments to delete (`expired`): by position, those wholly below `keep_from`;
+    by age, those older than `max_age` seconds of the archive's own clock. The newest
+    `keep_newest` segments are always kept (the newest carries the archived position)."""
 
     max_age: float | None = None
     keep_from: int | None = None
+    keep_newest: int = 1
 
-    def expired(self, segments: list[SegmentInfo], at: float) -> list[SegmentInfo]:
+    def expired(self, manifest: Manifest, clock: float, log_begin: int) -> list[SegmentInfo]:
+        """The oldest segments to delete, a pure function of the manifest, the archive's
+        clock now (`Manifest.clock` as advanced by this archiver) and the log's first
+        position. A segment is old only by the archive's clock, measured back from the
+        newest segment's listing (never past `clock`), and only once the log no longer
+        holds any of its positions: neither a stepped wall clock nor a clock the archive
+        did not see pass can age it. A segment archived before the archive kept a clock
+        counts as listed just now."""
+        segments = manifest.segments
+        keep = max(self.keep_newest, 1)
+        if len(segments) <= keep:
+            return []
+        newest = segments[-1].archived_at
+        reference = clock if newest is None else min(clock, newest)
         doomed: list[SegmentInfo] = []
-        for s in segments[:-1]:  # a prefix: segments are contiguous and in order
-            old = self.max_age is not None and at - s.created > self.max_age
+        for s in segments[:-keep]:  # a prefix: segments are contiguous and in order
+            listed = reference if s.archived_at is None else s.archived_at
+            old = (
+                self.max_age is not None
+                and reference - listed > self.max_age
+                and s.last < log_begin
+            )
             below = self.keep_from is not None and s.last < self.keep_from
             if not (old or below):
                 break
@@ -73,7 +94,7 @@ class _Pending:
     covered_through: int
     runs: list[pb.Run] = field(default_factory=list)
     bytes: int = 0
-    since: float | None = None  # when the first uncovered news arrived
+    since: float | None = None  # when the first uncovered news arrived (monotonic clock)
 
     def add(self, runs: list[pb.Run]) -> None:
         self.runs += runs
@@ -82,17 +103,31 @@ class _Pending:
 
 
 class Archiver:
+    """`store` writes; `deleter` (default: `store`) deletes, so that the writing
+    credentials may lack the right to delete (docs/backup.md). `wall` stamps what people
+    read (`SegmentInfo.created`, `Manifest.updated`); `monotonic` measures every interval
+    the archiver acts on (flush interval, the archive's clock for retention)."""
+
     def __init__(
         self,
         client: AsyncClient,
         store: ObjectStore,
         config: ArchiverConfig | None = None,
+        *,
+        deleter: ObjectStore | None = None,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.store = store
+        self.deleter = deleter or store
         self.config = config or ArchiverConfig()
+        self.wall = wall
+        self.monotonic = monotonic
         self.manifest: Manifest | None = None
         self.log_learned = 0
+        self.log_begin = 0  # the log's first position (retention keeps what it holds)
+        self._clock_mark: float | None = None  # `monotonic()` when the clock last advanced
         # "Archive now" (`request_flush`): cut segments, whatever is pending, until the
         # archive covers this position; -1 when nobody asked.
         self.flush_through = -1
@@ -123,13 +158,30 @@ class Archiver:
                 f"this log ({status.log_id!r}): use another bucket or prefix"
             )
         self.manifest = manifest
+        self._clock_mark = self.monotonic()  # the time before this open is not counted
         listed = {s.key for s in manifest.segments}
-        for key in await self.store.list(SEGMENTS_DIR):
-            if key not in listed:
-                log.info("deleting %s: not in the manifest (an interrupted upload)", key)
-                await self.store.delete(key)
+        unlisted = [key for key in await self.store.list(SEGMENTS_DIR) if key not in listed]
+        await self._delete(unlisted, "not in the manifest (an interrupted upload or delete)")
         self._observe()
         return manifest
+
+    async def _delete(self, keys: list[str], why: str) -> None:
+        """Delete unlisted segment objects. A refusal is not fatal: the manifest no
+        longer lists them (they are garbage, never read), and the next `open` tries again."""
+        for key in keys:
+            log.info("deleting %s: %s", key, why)
+            try:
+                await self.deleter.delete(key)
+            except ArchiveError as exc:
+                metrics.ERRORS.inc()
+                log.warning("cannot delete %s (left for the next start): %s", key, exc)
+
+    def _advance_clock(self, manifest: Manifest) -> None:
+        """Add the monotonic time since the last advance to the archive's clock."""
+        t = self.monotonic()
+        if self._clock_mark is not None:
+            manifest.clock += max(0.0, t - self._clock_mark)
+        self._clock_mark = t
 
     async def _write_manifest(self, manifest: Manifest, expect_generation: int | None) -> None:
         """Write the manifest, first checking that nobody else wrote it since we read it
@@ -144,7 +196,8 @@ class Archiver:
                     "archiver writes this prefix; run one archiver per archive"
                 )
         manifest.generation += 1
-        manifest.updated = now()
+        manifest.updated = self.wall()
+        self._advance_clock(manifest)
         await self.store.put(MANIFEST_NAME, manifest.to_json())
 
     # ---- archiving ---------------------------------------------------------------------
@@ -164,12 +217,14 @@ class Archiver:
             entries=sum(run_count(r) for r in runs),
             bytes=len(body),
             sha256=sha256(body),
-            created=now(),
+            created=self.wall(),
         )
         # The segment first, then the manifest that lists it: a crash in between leaves
         # an unlisted object, deleted by the next `open`.
         await self.store.put(info.key, body, info.sha256)
         generation = manifest.generation
+        self._advance_clock(manifest)
+        info.archived_at = manifest.clock
         manifest.segments.append(info)
         manifest.archived_through = last
         try:
@@ -195,7 +250,8 @@ class Archiver:
     async def _apply_retention(self) -> None:
         manifest = self.manifest
         assert manifest is not None
-        doomed = self.config.retention.expired(manifest.segments, now())
+        self._advance_clock(manifest)
+        doomed = self.config.retention.expired(manifest, manifest.clock, self.log_begin)
         if not doomed:
             return
         generation = manifest.generation
@@ -204,8 +260,7 @@ class Archiver:
         # The manifest first: a segment it no longer lists is garbage even if the deletes
         # below are cut short (the next `open` finishes them).
         await self._write_manifest(manifest, expect_generation=generation)
-        for s in doomed:
-            await self.store.delete(s.key)
+        await self._delete([s.key for s in doomed], "retention")
         metrics.DELETED_SEGMENTS.inc(len(doomed))
         log.info(
             "retention: deleted %d segments, the archive begins at %d", len(doomed), manifest.begin
@@ -225,6 +280,7 @@ class Archiver:
     async def _learned_end(self) -> int:
         status = await self.client.status()
         self.log_learned = status.learned
+        self.log_begin = status.begin
         return int(status.learned)
 
     async def _read_into(self, pending: _Pending, to: int) -> _Pending:
@@ -235,7 +291,7 @@ class Archiver:
         try:
             async for runs in columns:
                 if pending.since is None:
-                    pending.since = now()
+                    pending.since = self.monotonic()
                 pending.add(runs)
                 if pending.bytes >= self.config.segment_bytes:
                     pending = await self._cut(pending, pending.covered_through)
@@ -250,20 +306,29 @@ class Archiver:
         if to > pending.covered_through:
             pending.covered_through = to
             if pending.since is None:
-                pending.since = now()
+                pending.since = self.monotonic()
         return pending
 
     async def step(self, pending: _Pending, flush: bool) -> _Pending:
         """One round: read what the log learned since, cut a segment if one is due (or if
         `flush`, whatever is pending)."""
         to = await self._learned_end()
+        if self.flush_through > to:
+            # Nothing past the learned end can be archived: asking for it means "all the
+            # log learned now", one cut, not a cut on every poll until the log gets there.
+            log.info("flush through %d: taken as the log's learned end %d", self.flush_through, to)
+            self.flush_through = to
         if to >= pending.covered_through + 1:
             try:
                 pending = await self._read_into(pending, to)
             except PastEnd:
                 pass  # the replica that answered the read has not learned `to` yet
+        metrics.POLLS.inc()
         self._observe()
-        due = pending.since is not None and now() - pending.since >= self.config.flush_interval
+        due = (
+            pending.since is not None
+            and self.monotonic() - pending.since >= self.config.flush_interval
+        )
         if pending.covered_through >= pending.first and (flush or due):
             pending = await self._cut(pending, pending.covered_through)
         return pending
@@ -279,8 +344,8 @@ class Archiver:
     def request_flush(self, through: int) -> int:
         """Ask `run` to archive through position `through` now instead of when a segment
         fills or `flush_interval` passes; returns the position archived so far. Asking
-        again (or for less) is harmless: the largest position asked for stands. Call it
-        on the event loop's thread."""
+        again (or for less) is harmless: the largest position asked for stands, clamped
+        to the log's learned end at the next step. Call it on the event loop's thread."""
         if through < 0:
             raise ValueError(f"position {through} is negative")
         if through > self.archived_through:

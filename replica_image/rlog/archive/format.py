@@ -49,7 +49,10 @@ class SegmentInfo:
     entries: int  # APPEND entries in it
     bytes: int  # size of the object
     sha256: str
-    created: float  # unix time the segment was cut
+    created: float  # unix time the segment was cut (for people: retention never reads it)
+    # The archive's clock (`Manifest.clock`) when the manifest first listed the segment:
+    # what retention measures its age by. None: archived by an rlog that kept no clock.
+    archived_at: float | None = None
 
     @staticmethod
     def key_for(first: int, last: int) -> str:
@@ -65,6 +68,11 @@ class Manifest:
     generation: int = 0  # +1 on every write: a second writer is detected by a mismatch
     format: int = FORMAT_VERSION
     updated: float = 0.0
+    # The archive's own clock: seconds the archivers of this archive have run, each adding
+    # what its monotonic clock measured between its manifest writes (never the wall clock:
+    # a clock stepped forward must not age the archive). Time no archiver ran is not
+    # counted, so retention errs on keeping.
+    clock: float = 0.0
 
     @property
     def next_position(self) -> int:
@@ -106,6 +114,7 @@ class Manifest:
                 segments=segments,
                 generation=int(body["generation"]),
                 updated=float(body.get("updated", 0.0)),
+                clock=float(body.get("clock", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArchiveError(f"the manifest at {where} is malformed: {exc!r}") from None

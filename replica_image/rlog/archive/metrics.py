@@ -24,3 +24,8 @@ ERRORS = Counter("rlog_archive_errors_total", "Archiving rounds that failed (the
 DELETED_SEGMENTS = Counter(
     "rlog_archive_retention_deleted_segments_total", "Segments deleted by the retention rules"
 )
+POLLS = Counter("rlog_archive_polls_total", "Rounds of asking the log for news")
+CONTROL_REFUSED = Counter(
+    "rlog_archive_control_refused_total",
+    "Callers the control port refused: no certificate, a name not allowed, a failed handshake",
+)

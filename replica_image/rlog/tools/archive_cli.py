@@ -9,8 +9,11 @@ the command line (docs/backup.md).
     rlog restore --bucket B --data-dir DIR [--data-dir DIR ...] [--to-position P]
 
 The S3 credentials are the usual $AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, or files
-(--access-key-file, --secret-key-file: a Kubernetes Secret mounted as files). `--json`
-prints one JSON object.
+(--access-key-file, --secret-key-file: a Kubernetes Secret mounted as files). `archive run`
+may delete with other credentials ($RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID /
+$RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY, or --delete-access-key-file/--delete-secret-key-file),
+so that the writing ones need no right to delete; without them it deletes with the writing
+ones. `--json` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -98,7 +101,43 @@ def add_archive_arguments(
         metavar="P",
         help="run: delete segments wholly below position P",
     )
-    parser.add_argument("--metrics-port", type=nonnegative, metavar="PORT")
+    parser.add_argument(
+        "--retention-keep-segments",
+        type=nonnegative,
+        default=1,
+        metavar="N",
+        help="run: never delete the newest N segments (default 1; at least 1)",
+    )
+    parser.add_argument(
+        "--delete-access-key-file",
+        metavar="FILE",
+        help="run: delete with this access key (default $RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID; "
+        "none: with the writing credentials)",
+    )
+    parser.add_argument(
+        "--delete-secret-key-file",
+        metavar="FILE",
+        help="run: ... and this secret (default $RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=nonnegative,
+        metavar="PORT",
+        help="run: serve GET /metrics on PORT (every interface)",
+    )
+    parser.add_argument(
+        "--control-port",
+        type=nonnegative,
+        metavar="PORT",
+        help="run: take POST /flush on PORT: HTTPS for --flush-subject's certificates with "
+        "--ca/--cert/--key, else on 127.0.0.1 only (docs/backup.md)",
+    )
+    parser.add_argument(
+        "--flush-subject",
+        action="append",
+        metavar="NAME",
+        help="run: a certificate name allowed to flush (repeat; default rlog-operator)",
+    )
     parser.add_argument(
         "--create-bucket", action="store_true", help="run: create the bucket if it is missing"
     )
@@ -170,6 +209,52 @@ def store_of(args: argparse.Namespace, usage: Callable[[str], Exception]) -> Obj
     )
 
 
+ENV_DELETE_ACCESS_KEY = "RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID"
+ENV_DELETE_SECRET_KEY = "RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY"
+
+
+def deleter_of(args: argparse.Namespace, usage: Callable[[str], Exception]) -> ObjectStore | None:
+    """The store that deletes with the delete credentials; None: none given (the writing
+    credentials delete). Half of a pair is refused: it would silently delete as the writer."""
+    from rlog.archive.store import ObjectStore, StoreConfig
+
+    access = _read_secret(args.delete_access_key_file, "the delete access key") or (
+        os.environ.get(ENV_DELETE_ACCESS_KEY) or None
+    )
+    secret = _read_secret(args.delete_secret_key_file, "the delete secret key") or (
+        os.environ.get(ENV_DELETE_SECRET_KEY) or None
+    )
+    if access is None and secret is None:
+        return None
+    if access is None or secret is None:
+        raise usage(
+            "the delete credentials need both an access key and a secret "
+            f"(${ENV_DELETE_ACCESS_KEY} and ${ENV_DELETE_SECRET_KEY}, or --delete-*-file)"
+        )
+    return ObjectStore(
+        StoreConfig(
+            bucket=args.bucket,
+            prefix=args.prefix or "",
+            endpoint=args.s3_endpoint or None,
+            region=args.region,
+            access_key=access,
+            secret_key=secret,
+        )
+    )
+
+
+def control_policy_of(args: argparse.Namespace) -> Any:
+    """Who may POST /flush (rlog.archive.endpoint.ControlPolicy): with the archiver's own
+    certificate, key and the log's CA, callers with a certificate named by --flush-subject;
+    without, callers on loopback."""
+    from rlog.archive.endpoint import OPERATOR_SUBJECT, ControlPolicy, TlsFiles
+
+    subjects = frozenset(args.flush_subject or [OPERATOR_SUBJECT])
+    if args.ca and args.cert and args.key:
+        return ControlPolicy(TlsFiles(args.ca, args.cert, args.key), subjects)
+    return ControlPolicy(None, subjects)
+
+
 def _print(args: argparse.Namespace, body: dict[str, Any], text: str) -> None:
     print(json.dumps(body) if args.json else text, flush=True)
 
@@ -184,6 +269,7 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
     from rlog.client import AsyncClient
 
     store = store_of(args, usage)
+    deleter = deleter_of(args, usage) if args.action == "run" else None
     credentials = credentials_of(args)
     try:
         if args.action == "list":
@@ -221,19 +307,25 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
             segment_bytes=args.segment_bytes,
             flush_interval=args.flush_interval,
             poll_interval=args.poll_interval,
-            retention=Retention(args.retention_max_age, args.retention_keep_from),
+            retention=Retention(
+                args.retention_max_age, args.retention_keep_from, args.retention_keep_segments
+            ),
         )
         async with AsyncClient(endpoint, timeout=args.timeout, credentials=credentials) as client:
-            archiver = Archiver(client, store, config)
+            archiver = Archiver(client, store, config, deleter=deleter)
             if args.once:
                 manifest = await archiver.archive_now()
                 body = manifest.summary()
                 _print(args, body, f"archived through {manifest.archived_through}")
                 return 0
-            if args.metrics_port is not None:  # metrics, and "archive now" (POST /flush)
-                from rlog.archive import endpoint as http_endpoint
+            from rlog.archive import endpoint as http_endpoint
 
-                http_endpoint.serve(archiver, asyncio.get_running_loop(), args.metrics_port)
+            if args.metrics_port is not None:
+                http_endpoint.serve_metrics(args.metrics_port)
+            if args.control_port is not None:  # "archive now" (POST /flush)
+                http_endpoint.serve_control(
+                    archiver, asyncio.get_running_loop(), args.control_port, control_policy_of(args)
+                )
             await archiver.open()  # fail fast on a wrong bucket, credentials or log
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -243,6 +335,8 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
             return 0
     finally:
         store.close()
+        if deleter is not None:
+            deleter.close()
 
 
 async def _verify(args: argparse.Namespace, store: ObjectStore) -> int:
