@@ -289,6 +289,9 @@ Global___Metadata: _TypeAlias = Metadata  # noqa: Y015
 @_typing.final
 class PromiseRequest(_message.Message):
     """---- Peer protocol -------------------------------------------------------------------------
+    Every request below carries the sender's `log_id`; a replica refuses one whose id is not
+    its own (empty included) with FAILED_PRECONDITION, reason LOG_ID_MISMATCH, before any rule
+    sees it (protocol/log_identity.py has the contract).
 
     Implicit promise when `positions` is empty (covers every position without a record);
     explicit promise for each listed position otherwise (fill and catch-up).
@@ -454,7 +457,7 @@ class LaneHello(_message.Message):
     A client's hello is version 2, which a replica that serves writes only refuses.
     """
     log_id: _builtins.str
-    """the sender's log id (empty: not checked)"""
+    """the sender's log id, the replica's own (protocol/log_identity.py)"""
     replica_id: _builtins.int
     """the replica the sender means to reach"""
     kind: Global___LaneKind.ValueType
@@ -672,6 +675,7 @@ class FetchRequest(_message.Message):
     MAX_ACTIONS_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    LOG_ID_FIELD_NUMBER: _builtins.int
     to: _builtins.int
     """inclusive"""
     max_actions: _builtins.int
@@ -679,6 +683,10 @@ class FetchRequest(_message.Message):
     """on a fetch lane: echoed in its FetchAnswers"""
     max_bytes: _builtins.int
     """on a fetch lane: stop once the answers hold this many bytes of"""
+    log_id: _builtins.str
+    """values (at least one answer; 0: the lane's own bound)
+    the sender's log id (protocol/log_identity.py)
+    """
     def __init__(
         self,
         *,
@@ -686,10 +694,11 @@ class FetchRequest(_message.Message):
         max_actions: _builtins.int = ...,
         id: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        log_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "log_id", b"log_id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,6 +23,7 @@ from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
+from rlog.runtime.foreign import ForeignMessages
 from rlog.runtime.node import Node
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
@@ -386,19 +387,25 @@ def _register(
     service: object,
     server: grpc.aio.Server,
     without: tuple[str, ...] = (),
+    same_log: ForeignMessages | None = None,
 ) -> None:
     """Register a generated service's methods with tolerant request deserializers (a request
     that does not parse reaches the handler as `Malformed`, answered INVALID_ARGUMENT, where
     gRPC would answer UNKNOWN), without the methods named (the server then answers
-    UNIMPLEMENTED to them, as a build without them does)."""
+    UNIMPLEMENTED to them, as a build without them does). With `same_log` (the peer
+    protocol) every request of another log is refused before its handler
+    (runtime/foreign.py)."""
     taken = _Handlers()
     add(service, taken)
     methods = pb.DESCRIPTOR.services_by_name[taken.service.rpartition(".")[2]].methods_by_name
+
+    def deserializer(name: str, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+        parsing = tolerant(parse, methods[name].input_type.full_name)
+        return parsing if same_log is None else same_log.deserializer(name, parsing)
+
     handlers = {
         name: h._replace(
-            request_deserializer=tolerant(
-                h.request_deserializer, methods[name].input_type.full_name
-            ),
+            request_deserializer=deserializer(name, h.request_deserializer),
             response_serializer=passing_bytes(h.response_serializer),
         )
         for name, h in taken.handlers.items()
@@ -481,7 +488,9 @@ async def start_server(
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
         without = ("WriteStream",)
-    _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without)
+    # The one place the peer protocol's log ids are checked (the lane checks its own).
+    same_log = ForeignMessages(config.log_id, node.metrics)
+    _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without, same_log)
     _register(pbg.add_LogServicer_to_server, LogService(node), server)
     _register(pbg.add_AdminServicer_to_server, AdminService(node), server)
     try:
@@ -511,6 +520,7 @@ async def start_server(
                 node.metrics.append_requests.labels("lane").inc,
                 lane_tls.server if lane_tls is not None else None,
                 _lane_admission(policy) if policy is not None else None,
+                same_log.seen,
             )
         except OSError as exc:
             storage.close()
