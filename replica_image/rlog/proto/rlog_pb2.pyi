@@ -1165,6 +1165,8 @@ class StatusResponse(_message.Message):
     TRANSPORT_FIELD_NUMBER: _builtins.int
     AUTHORIZATION_FIELD_NUMBER: _builtins.int
     LANE_OFFSET_FIELD_NUMBER: _builtins.int
+    ADMIN_FIELD_NUMBER: _builtins.int
+    INSECURE_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1215,6 +1217,15 @@ class StatusResponse(_message.Message):
     """The replica's lane is at its gRPC port + lane_offset (0: it serves none): leaders'
     writes, and clients' appends (docs/data-path.md, "The client's append lane").
     """
+    admin: _builtins.str
+    """Who may call the Admin API (docs/security.md): "loopback" (plaintext: callers on this
+    host only), "anywhere" (plaintext with --admin-from-anywhere; TLS without a roles file),
+    "roles" (the roles file). Empty: a replica that predates it (anywhere).
+    """
+    insecure: _builtins.bool
+    """Started with --insecure: plaintext allowed beyond loopback, where anyone who reaches
+    the address may read, append and speak the peer protocol.
+    """
     def __init__(
         self,
         *,
@@ -1243,10 +1254,12 @@ class StatusResponse(_message.Message):
         transport: _builtins.str = ...,
         authorization: _builtins.str = ...,
         lane_offset: _builtins.int = ...,
+        admin: _builtins.str = ...,
+        insecure: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "admin", b"admin", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "insecure", b"insecure", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,6 +25,7 @@ from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.foreign import ForeignMessages
 from rlog.runtime.node import Node
+from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refusal
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
 from rlog.runtime.repair import SetAside, identity_refusal, set_aside
@@ -300,9 +301,17 @@ class AdminService(pbg.AdminServicer):
     def __init__(self, node: Node) -> None:
         self.node = node
 
+    async def _check_caller(self, context: grpc.aio.ServicerContext) -> None:
+        """Plaintext: callers on loopback only, unless --admin-from-anywhere
+        (runtime/plaintext.py); with TLS the roles file has decided already."""
+        if why := admin_refusal(self.node.config, context.peer()):
+            log.warning("Admin call refused: %s", why)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
     async def _check_identity(
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
     ) -> None:
+        await self._check_caller(context)
         if self.node.config.log_id and request.log_id != self.node.config.log_id:
             error = RpcError(
                 Reason.LOG_ID_MISMATCH,
@@ -328,6 +337,7 @@ class AdminService(pbg.AdminServicer):
     async def StepDown(
         self, request: pb.StepDownRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
+        await self._check_caller(context)
         self.node.election.step_down()
         return self.node.status()
 
@@ -454,7 +464,14 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, Node, asyncio.Server | None]:
     """Open the storage, bind the port (and the write lane's) and start the node; errors
     are one-line messages."""
-    # Certificates and roles first: a bad file stops the start before the data is opened.
+    # Plaintext beyond loopback only with --insecure (runtime/plaintext.py), and
+    # certificates and roles: a refusal or a bad file stops the start before the data is
+    # opened.
+    if config.transport == "plaintext":
+        loop = asyncio.get_running_loop()
+        addresses = await loop.run_in_executor(None, listen_addresses, config.listen)
+        if why := listen_refusal(config, addresses):
+            raise ConfigError(why)
     certificates = certificates_of(config)
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
@@ -570,10 +587,21 @@ def _log_security(config: ReplicaConfig) -> None:
             config.tls_cert,
             config.tls_client_ca,
         )
-    if config.auth_config is None:
-        log.warning("authorization: OFF: every caller that connects may call every RPC")
-    else:
+    if config.insecure:
+        log.warning(
+            "--insecure: serving PLAINTEXT on %s, which may be beyond loopback: anyone who "
+            "reaches it may read, append and speak the peer protocol",
+            config.listen,
+        )
+    if config.auth_config is not None:
         log.info("authorization: roles from %s", config.auth_config)
+    elif config.transport == "plaintext" and not config.admin_from_anywhere:
+        log.warning(
+            "authorization: OFF for the Log API; the Admin API (permits, step-down) answers "
+            "callers on loopback only (--admin-from-anywhere opens it)"
+        )
+    else:
+        log.warning("authorization: OFF: every caller that connects may call every RPC")
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
