@@ -13,25 +13,29 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
-from live import append_acked, check, scrape
+from live import append_acked, check, scrape, wait_until
 from raw_sockets import closed, recv_exactly
 
+from rlog.client import Client
+from rlog.client.errors import RlogError
 from rlog.lane.framed import KINDS_VERSION, VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.tools.dev import DevCluster
+from rlog.tools.dev import DevCluster, free_port
 from rlog.wire import ErrorDetails, Reason
 
 OFFSET = 1
 
 
-@pytest.fixture
-def logs(tmp_path: Path) -> Iterator[tuple[DevCluster, DevCluster]]:
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevCluster, DevCluster]]:
+    tmp_path = tmp_path_factory.mktemp("logs")
     a = DevCluster(3, tmp_path / "a", log_id="log-a", metrics=True, write_lane_offset=OFFSET)
     b = DevCluster(3, tmp_path / "b", log_id="log-b")
     try:
@@ -151,3 +155,36 @@ def test_every_peer_message_of_another_log_is_refused_and_changes_nothing(logs):
             (position,) = append_acked(client, [f"after{k}".encode()])
             acknowledged[position] = f"after{k}".encode()
     check(a, acknowledged)
+
+
+def test_a_recovering_replica_refused_by_another_logs_replicas_says_so(logs, tmp_path):
+    """A new replica of log C whose --peers name two replicas of log A: they refuse its
+    Recover, and its Status says they belong to another log (not merely "unreachable")."""
+    a, _ = logs
+    port = free_port()
+    peers = ",".join([a.endpoints[0], a.endpoints[1], f"127.0.0.1:{port}"])
+    log = tmp_path / "c.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "rlog.tools.cli", "replica", "--id", "2"),
+                *("--peers", peers, "--data-dir", str(tmp_path / "c"), "--log-id", "log-c"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=5) as client:
+
+            def reason() -> str:
+                try:
+                    return client.status().reason
+                except RlogError:
+                    return ""
+
+            wait_until(lambda: "belong to another log" in reason(), 30, "the foreign reason")
+            assert "replicas 0, 1 belong to another log" in reason()
+            assert client.status().status == pb.EMPTY
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
