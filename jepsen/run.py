@@ -350,7 +350,11 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         election_timeout=config.election_timeout,
         python=(str(network.python_wrapper(out, sys.executable)) if network else sys.executable),
         write_lane_offset=config.write_lane_offset,
-        replica_args=["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else (),
+        replica_args=[
+            *(["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else ()),
+            # In network namespaces the replicas listen on 10.213.x.y, beyond loopback.
+            *(["--insecure"] if network else ()),
+        ],
         env={**os.environ, UNSAFE_NO_SYNC_ENV: "1"} if config.unsafe_no_sync else None,
     )
     # Power cuts need every data dir on powerfs, from before the cluster initializes them.

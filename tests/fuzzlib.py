@@ -182,17 +182,22 @@ PEER_FULL = os.environ.get("RLOG_FUZZ_PEER_FULL") == "1"
 PLAUSIBLE = 1024
 
 
-def plausible(raw: bytes, desc: d.Descriptor) -> bytes:
-    """`raw` with every integer field (nested ones too) taken modulo PLAUSIBLE, if it parses;
-    unchanged if it does not (the replica refuses it whole) or under RLOG_FUZZ_PEER_FULL."""
-    if PEER_FULL:
+def plausible(raw: bytes, desc: d.Descriptor, log_id: str | None = None) -> bytes:
+    """`raw` with every integer field (nested ones too) taken modulo PLAUSIBLE, and with
+    `log_id` as its log id if given (a peer message of the log, not refused at the door), if
+    it parses; unchanged if it does not (the replica refuses it whole) or under
+    RLOG_FUZZ_PEER_FULL (integers only: the log id is still set)."""
+    if PEER_FULL and log_id is None:
         return raw
     msg = GetMessageClass(desc)()
     try:
         msg.ParseFromString(raw)
     except Exception:
         return raw
-    _clamp(msg)
+    if not PEER_FULL:
+        _clamp(msg)
+    if log_id is not None and "log_id" in desc.fields_by_name:
+        msg.log_id = log_id  # type: ignore[attr-defined]
     return msg.SerializeToString()
 
 

@@ -227,10 +227,17 @@ def auth_secret_name(body: Body) -> str:
     return f"{name_of(body)}-auth"
 
 
+# Mode disabled: the replicas serve plaintext on the pod's address (`--listen 0.0.0.0`),
+# which a replica refuses without --insecure, and the operator calls their Admin API
+# (permits, step-down: replica_calls.py) from its own pod, which a plaintext replica answers
+# only from loopback without --admin-from-anywhere (docs/security.md, "Plaintext").
+PLAINTEXT_ARGS = ("--insecure", "--admin-from-anywhere")
+
+
 def security_args(body: Body) -> list[str]:
-    """The replica's security flags for the mode (none for disabled)."""
+    """The replica's security flags for the mode (disabled: plaintext, said explicitly)."""
     if mode_of(body) == MODE_DISABLED:
-        return []
+        return list(PLAINTEXT_ARGS)
     return [
         "--tls-cert",
         f"{TLS_MOUNT}/{CERT_KEY}",

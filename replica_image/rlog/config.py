@@ -206,6 +206,11 @@ class ReplicaConfig:
     # A bearer token this replica sends to its peers (when they know peers by token, not by
     # certificate).
     auth_peer_token_file: Path | None = None
+    # Plaintext (runtime/plaintext.py, docs/security.md): serve without TLS beyond loopback
+    # (--insecure), and answer Admin calls from any address, not loopback only
+    # (--admin-from-anywhere). Both are refused with TLS, where they would mean nothing.
+    insecure: bool = False
+    admin_from_anywhere: bool = False
     # Asked to stop (SIGTERM) while leading: step down first and keep serving (forwarding to
     # the next leader) until another replica leads, at most this long; 0 = stop at once.
     drain_timeout: float = 0.0
@@ -281,6 +286,15 @@ class ReplicaConfig:
             raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (TLS to verify with)")
+        for flag, given in (
+            ("--insecure", self.insecure),
+            ("--admin-from-anywhere", self.admin_from_anywhere),
+        ):
+            if given and self.tls_cert is not None:
+                raise ConfigError(
+                    f"{flag} is for a replica without TLS; with TLS the roles file "
+                    "(--auth-config) says who may call what"
+                )
         if self.auth_peer_token_file is not None and self.tls_cert is None:
             raise ConfigError("--auth-peer-token-file needs TLS: a token never travels in clear")
         for flag, path in (

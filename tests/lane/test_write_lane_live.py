@@ -160,7 +160,10 @@ def test_a_stranger_on_the_lane_is_refused_and_the_log_goes_on(tmp_path):
         assert welcome.error == f"this is replica {follower}, not {other}"
         assert closed(sock)
         sock, welcome = hello(host, port, version=VERSION, log_id="other", replica_id=follower)
-        assert "belongs to log 'lanes', not 'other'" in welcome.error
+        assert "of log 'other'; this replica belongs to log 'lanes'" in welcome.error
+        assert closed(sock)
+        sock, welcome = hello(host, port, version=VERSION, replica_id=follower)  # no log id
+        assert "carries no log id; this replica belongs to log 'lanes'" in welcome.error
         assert closed(sock)
         sock, welcome = hello(host, port, version=VERSION + 2, replica_id=follower)
         assert welcome.error == f"lane version {VERSION + 2} is not {VERSION} or {VERSION + 1}"

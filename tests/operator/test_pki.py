@@ -236,7 +236,8 @@ def test_replica_wiring():
     args = specs.security_args(on)
     assert args[args.index("--tls-client-ca") + 1] == "/etc/rlog/tls/ca.crt"
     assert args[args.index("--auth-config") + 1] == "/etc/rlog/auth/roles.json"
-    assert specs.security_args(off) == [] and specs.security_volumes(off) == ([], [])
+    assert specs.security_args(off) == ["--insecure", "--admin-from-anywhere"]
+    assert specs.security_volumes(off) == ([], [])
     vols, mounts = specs.security_volumes(on)
     assert {v["secret"]["secretName"] for v in vols} == {"orders-tls", "orders-auth"}
     assert all("subPath" not in m for m in mounts)  # subPath mounts never update
@@ -247,6 +248,7 @@ def test_replica_wiring():
     assert {m["mountPath"] for m in ctr["volumeMounts"]} >= {"/etc/rlog/tls", "/etc/rlog/auth"}
     (plain,) = specs.statefulset(off, CONFIG)["spec"]["template"]["spec"]["containers"]
     assert "--tls-cert" not in plain["args"] and "RLOG_CERT" not in str(plain["env"])
+    assert plain["args"][-2:] == ["--insecure", "--admin-from-anywhere"]
     assert pki.tls_status(on)["transport"] == "mutual-tls"
     assert pki.tls_status(off) == {
         "mode": "disabled",

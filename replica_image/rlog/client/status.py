@@ -33,6 +33,8 @@ class StatusDict(TypedDict):
     disk_full: bool
     transport: str
     authorization: str
+    admin: str  # who may call the Admin API: loopback | anywhere | roles
+    insecure: bool  # plaintext beyond loopback (--insecure)
     storage_fault: str  # why the storage is not healthy, one line ("" if it is)
     # "" (healthy) | corrupt-repaired | storage-lost | refusing | disk-failing | disk-full
     storage_condition: str
@@ -67,6 +69,8 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "disk_full": status.disk_full,
         "transport": status.transport or "plaintext",
         "authorization": status.authorization or "off",
+        "admin": status.admin or "anywhere",
+        "insecure": status.insecure,
         "storage_fault": status.storage_fault,
         "storage_condition": status.storage_condition,
     }

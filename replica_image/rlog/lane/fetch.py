@@ -45,6 +45,7 @@ class FetchLane(CallingLane[pb.FetchAnswers]):
         tls: Callable[[], ssl.SSLContext | None] = lambda: None,
     ) -> None:
         self.host, self.port = host, port
+        self._log_id = log_id
         hello = pb.LaneHello(
             version=KINDS_VERSION, log_id=log_id, replica_id=replica_id, kind=pb.LANE_FETCH
         )
@@ -70,7 +71,11 @@ class FetchLane(CallingLane[pb.FetchAnswers]):
         while `usable()`."""
         request_id = self._caller.next_id()
         request = pb.FetchRequest(
-            to=last, max_actions=max_actions, id=request_id, max_bytes=max_bytes
+            to=last,
+            max_actions=max_actions,
+            id=request_id,
+            max_bytes=max_bytes,
+            log_id=self._log_id,
         )
         setattr(request, "from", first)  # a Python keyword
         return await self._caller.send(request_id, [request.SerializeToString()], time_limit)

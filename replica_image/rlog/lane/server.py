@@ -13,7 +13,8 @@ the other; a client's append lane carries `AppendRequest`s and `AppendResponse`s
   log id, the replica id it means to reach); the follower answers a `LaneWelcome`, whose
   `error` says why it refuses (another replica, another log, another version). A lane
   reached at the wrong address is refused before any write travels, so an answer is never
-  counted for the wrong replica.
+  counted for the wrong replica. A peer's log id must equal this replica's, the empty id
+  included (protocol/log_identity.py), in the hello and in every write and fetch frame.
 - The leader opens a lane in the background and writes on it only once it is open
   (`write`).
 - The follower decides each write as it arrives (`ReplicaDriver.start_write`, in order) and answers
@@ -49,6 +50,7 @@ from rlog.lane.framed import (
     tune,
 )
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.log_identity import refusal
 from rlog.runtime.appends import Appender
 from rlog.runtime.fetch import FETCH_METHOD
 from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
@@ -72,6 +74,9 @@ class LaneReplica:
 # Why a welcomed caller is refused, given its connection and the RPC the lane stands in
 # for ("" to let it in): the roles of the gRPC port.
 Admission = Callable[[asyncio.Transport, str], str]
+# Told of each peer message of another log the lane refuses: (what: "lane hello", "lane
+# write", "lane fetch"; the log id it carried; why), runtime/foreign.py.
+ForeignSeen = Callable[[str, str, str], None]
 
 
 class LaneServer(asyncio.BufferedProtocol):
@@ -88,9 +93,11 @@ class LaneServer(asyncio.BufferedProtocol):
         on_write: Callable[[], None],
         on_append: Callable[[], None],
         admit: Admission | None = None,
+        foreign_seen: ForeignSeen | None = None,
     ) -> None:
         self._replica = replica
         self._admit = admit
+        self._foreign_seen = foreign_seen
         self._log_id = log_id
         self._replica_id = replica_id
         self._frames = FrameBuffer(MAX_SMALL)
@@ -166,8 +173,12 @@ class LaneServer(asyncio.BufferedProtocol):
             # (a client's appends are the same at every replica: any replica of the log
             # takes them, e.g. one reached through a Service)
             error = f"this is replica {self._replica_id}, not {hello.replica_id}"
-        elif self._log_id and hello.log_id and hello.log_id != self._log_id:
+        elif kind == pb.LANE_APPENDS and hello.log_id and hello.log_id != self._log_id:
+            # A client's hello: one that names a log must name this one; one that names none
+            # is taken, as a gRPC Append is (a client need not know the log's id).
             error = f"this replica belongs to log {self._log_id!r}, not {hello.log_id!r}"
+        elif kind != pb.LANE_APPENDS and (why := self._foreign("lane hello", hello.log_id)):
+            error = why  # a peer's lane: its log id must be this log's (protocol/log_identity.py)
         elif self._admit is not None and self._transport is not None:
             error = self._admit(self._transport, method)
         self._send(pb.LaneWelcome(error=error).SerializeToString())
@@ -186,6 +197,13 @@ class LaneServer(asyncio.BufferedProtocol):
                 self._replica.appender, self._transport, self._send, self._on_append
             )
 
+    def _foreign(self, what: str, sent: str) -> str:
+        """Why a peer message of log id `sent` is refused ("": it is this log's), reported."""
+        why = refusal(self._log_id, sent)
+        if why and self._foreign_seen is not None:
+            self._foreign_seen(what, sent, why)
+        return why
+
     def pause_writing(self) -> None:
         if self._fetches and self._transport is not None:
             self._transport.pause_reading()  # no more requests until the answers are taken
@@ -202,6 +220,9 @@ class LaneServer(asyncio.BufferedProtocol):
             request = parse(pb.FetchRequest, raw)
         except Exception as exc:
             self._close(f"a frame does not parse as FetchRequest: {exc}")
+            return
+        if why := self._foreign("lane fetch", request.log_id):
+            self._close(f"refused (LOG_ID_MISMATCH): {why}")
             return
         try:
             parts = self._replica.lane_fetch(request)
@@ -222,6 +243,9 @@ class LaneServer(asyncio.BufferedProtocol):
             request = parse(pb.WriteRequest, raw)
         except Exception as exc:
             self._close(f"a frame does not parse as WriteRequest: {exc}")
+            return
+        if why := self._foreign("lane write", request.log_id):
+            self._close(f"refused (LOG_ID_MISMATCH): {why}")
             return
         self._on_write()
         try:
@@ -259,13 +283,17 @@ async def serve_lane(
     on_append: Callable[[], None],
     tls: ssl.SSLContext | None = None,
     admit: Admission | None = None,
+    foreign_seen: ForeignSeen | None = None,
 ) -> asyncio.Server:
     """Serve the lane on host:port; with `tls`, only over TLS (mutual: the context asks
     every caller for its certificate); `admit` says why a welcomed caller is refused
-    (authorization), "" to let it in."""
+    (authorization), "" to let it in; `foreign_seen` is told of each peer message of
+    another log refused."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(replica, log_id, replica_id, max_frame, on_write, on_append, admit),
+        lambda: LaneServer(
+            replica, log_id, replica_id, max_frame, on_write, on_append, admit, foreign_seen
+        ),
         host or None,
         port,
         ssl=tls,

@@ -289,6 +289,9 @@ Global___Metadata: _TypeAlias = Metadata  # noqa: Y015
 @_typing.final
 class PromiseRequest(_message.Message):
     """---- Peer protocol -------------------------------------------------------------------------
+    Every request below carries the sender's `log_id`; a replica refuses one whose id is not
+    its own (empty included) with FAILED_PRECONDITION, reason LOG_ID_MISMATCH, before any rule
+    sees it (protocol/log_identity.py has the contract).
 
     Implicit promise when `positions` is empty (covers every position without a record);
     explicit promise for each listed position otherwise (fill and catch-up).
@@ -454,7 +457,7 @@ class LaneHello(_message.Message):
     A client's hello is version 2, which a replica that serves writes only refuses.
     """
     log_id: _builtins.str
-    """the sender's log id (empty: not checked)"""
+    """the sender's log id, the replica's own (protocol/log_identity.py)"""
     replica_id: _builtins.int
     """the replica the sender means to reach"""
     kind: Global___LaneKind.ValueType
@@ -672,6 +675,7 @@ class FetchRequest(_message.Message):
     MAX_ACTIONS_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    LOG_ID_FIELD_NUMBER: _builtins.int
     to: _builtins.int
     """inclusive"""
     max_actions: _builtins.int
@@ -679,6 +683,10 @@ class FetchRequest(_message.Message):
     """on a fetch lane: echoed in its FetchAnswers"""
     max_bytes: _builtins.int
     """on a fetch lane: stop once the answers hold this many bytes of"""
+    log_id: _builtins.str
+    """values (at least one answer; 0: the lane's own bound)
+    the sender's log id (protocol/log_identity.py)
+    """
     def __init__(
         self,
         *,
@@ -686,10 +694,11 @@ class FetchRequest(_message.Message):
         max_actions: _builtins.int = ...,
         id: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        log_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "log_id", b"log_id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1156,6 +1165,8 @@ class StatusResponse(_message.Message):
     TRANSPORT_FIELD_NUMBER: _builtins.int
     AUTHORIZATION_FIELD_NUMBER: _builtins.int
     LANE_OFFSET_FIELD_NUMBER: _builtins.int
+    ADMIN_FIELD_NUMBER: _builtins.int
+    INSECURE_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     status: Global___Status.ValueType
     role: _builtins.str
@@ -1206,6 +1217,15 @@ class StatusResponse(_message.Message):
     """The replica's lane is at its gRPC port + lane_offset (0: it serves none): leaders'
     writes, and clients' appends (docs/data-path.md, "The client's append lane").
     """
+    admin: _builtins.str
+    """Who may call the Admin API (docs/security.md): "loopback" (plaintext: callers on this
+    host only), "anywhere" (plaintext with --admin-from-anywhere; TLS without a roles file),
+    "roles" (the roles file). Empty: a replica that predates it (anywhere).
+    """
+    insecure: _builtins.bool
+    """Started with --insecure: plaintext allowed beyond loopback, where anyone who reaches
+    the address may read, append and speak the peer protocol.
+    """
     def __init__(
         self,
         *,
@@ -1234,10 +1254,12 @@ class StatusResponse(_message.Message):
         transport: _builtins.str = ...,
         authorization: _builtins.str = ...,
         lane_offset: _builtins.int = ...,
+        admin: _builtins.str = ...,
+        insecure: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "admin", b"admin", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "insecure", b"insecure", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

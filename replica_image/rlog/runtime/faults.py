@@ -6,7 +6,9 @@ corrupt stored record or a full disk ends with a clear error instead of a crashe
 record and recovers (`Repair.storage_fault_seen`, runtime/repair.py), the call ends with DATA_LOSS
 (CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL). Anything already sent on a
 stream was checked record by record before it left. A request that does not parse (the
-server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error.
+server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error;
+a request a deserializer refused (`Refused`: a peer message of another log,
+runtime/foreign.py) -> the refusal's error, before the handler sees it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ class Malformed:
         self.message = f"the request does not parse as {type_name}: {error}"
 
 
+class Refused:
+    """What a request deserializer hands a handler for a request refused before any handler
+    may see it (runtime/foreign.py): the call ends with `error` and the request changes
+    nothing."""
+
+    def __init__(self, error: RpcError) -> None:
+        self.error = error
+
+
 def tolerant(parse: Callable[[bytes], Any], type_name: str) -> Callable[[bytes], Any]:
     """A request deserializer that returns `Malformed` instead of raising."""
 
@@ -44,24 +55,30 @@ def tolerant(parse: Callable[[bytes], Any], type_name: str) -> Callable[[bytes],
 
 
 class _CheckedStream:
-    """A stream of requests that ends at the first one that does not parse (as if the
-    client had closed it there) and keeps it, for the call to end with INVALID_ARGUMENT
+    """A stream of requests that ends at the first one that does not parse or is refused
+    (as if the client had closed it there) and keeps its error, for the call to end with it
     once the requests before it are answered."""
 
     def __init__(self, requests: AsyncIterator[Any]) -> None:
         self._requests = requests
-        self.malformed: Malformed | None = None
+        self.error: RpcError | None = None
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for request in self._requests:
-            if isinstance(request, Malformed):
-                self.malformed = request
+            self.error = _refusal_of(request)
+            if self.error is not None:
                 return
             yield request
 
 
-def _malformed_error(malformed: Malformed) -> RpcError:
-    return RpcError(Reason.INVALID_ARGUMENT, malformed.message)
+def _refusal_of(request: Any) -> RpcError | None:
+    """The error a request that does not parse or was refused is answered with (None: the
+    handler takes it)."""
+    if isinstance(request, Malformed):
+        return RpcError(Reason.INVALID_ARGUMENT, request.message)
+    if isinstance(request, Refused):
+        return request.error
+    return None
 
 
 class _FaultSink(Protocol):
@@ -91,8 +108,8 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def stream(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
-            if isinstance(request, Malformed):
-                await _abort(context, _malformed_error(request))
+            if (refused := _refusal_of(request)) is not None:
+                await _abort(context, refused)
             checked = _CheckedStream(request) if hasattr(request, "__aiter__") else None
             try:
                 async for item in method(self, checked or request, context):
@@ -101,15 +118,15 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
                 error = error_of(exc, self.node.repair)
                 assert error is not None
                 await _abort(context, error)
-            if checked is not None and checked.malformed is not None:
-                await _abort(context, _malformed_error(checked.malformed))
+            if checked is not None and checked.error is not None:
+                await _abort(context, checked.error)
 
         return stream
 
     @functools.wraps(method)
     async def unary(self: Any, request: Any, context: Any) -> Any:
-        if isinstance(request, Malformed):
-            await _abort(context, _malformed_error(request))
+        if (refused := _refusal_of(request)) is not None:
+            await _abort(context, refused)
         try:
             return await method(self, request, context)
         except (CorruptRecord, DiskFull) as exc:

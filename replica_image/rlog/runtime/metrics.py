@@ -108,6 +108,13 @@ class ReplicaMetrics:
             ["rpc"],
             registry=r,
         )
+        self.foreign_messages = Counter(
+            "rlog_foreign_messages",
+            "Peer messages of another log refused (LOG_ID_MISMATCH), by RPC (lane: a lane's "
+            "hello or frame): an address shared by two logs, or a misconfigured --peers",
+            ["rpc"],
+            registry=r,
+        )
         self.append_requests = Counter(
             "rlog_append_requests",
             "Append requests from clients this replica handled, by RPC (unary: Append, "

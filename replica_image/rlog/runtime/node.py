@@ -60,6 +60,7 @@ from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
     Peers,
 )
+from rlog.runtime.plaintext import admin_callers
 from rlog.runtime.pulls import Pulls
 from rlog.runtime.read_index import ReadIndexDriver
 from rlog.runtime.reads import Reads
@@ -475,6 +476,8 @@ class Node:
             ),
             transport=self.config.transport,
             authorization="roles" if self.config.auth_config is not None else "off",
+            admin=admin_callers(self.config),
+            insecure=self.config.insecure,
             lane_offset=self.config.write_lane_offset,
             catchup_begin=self.catchup.begin,
             catchup_end=self.catchup.end,

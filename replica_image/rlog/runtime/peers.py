@@ -486,7 +486,7 @@ class Peers(Mapping[int, Peer]):
                 raise FetchFailed(f"on its fetch lane: {exc or type(exc).__name__}") from None
             return list(answers.answers), not answers.cut
         spans.labels("grpc").inc()
-        request = pb.FetchRequest(to=last, max_actions=last - first + 1)
+        request = pb.FetchRequest(to=last, max_actions=last - first + 1, log_id=self.config.log_id)
         setattr(request, "from", first)  # a Python keyword
         call = self._peers[source].replica.Fetch(request, timeout=time_limit)
         chunks, held = [], 0

@@ -27,6 +27,7 @@ from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.catchup import Progress, catch_up
 from rlog.runtime.journal import Journal
 from rlog.runtime.peers import Peer, Peers
+from rlog.wire import ErrorDetails, Reason
 
 log = logging.getLogger("rlog.node")
 
@@ -79,7 +80,10 @@ async def _recover_round(
     async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
         try:
             return peer.id, await peer.replica.Recover(request, timeout=2.0)
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            details = ErrorDetails.from_metadata(exc.trailing_metadata())
+            if details is not None and details.reason == Reason.LOG_ID_MISMATCH:
+                round_.foreign[peer.id] = exc.details() or "another log"  # it refused us
             return peer.id, None
 
     for next_reply in asyncio.as_completed([ask(p) for p in peers.values()]):

@@ -23,7 +23,9 @@ from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
+from rlog.runtime.foreign import ForeignMessages
 from rlog.runtime.node import Node
+from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refusal
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
 from rlog.runtime.repair import SetAside, identity_refusal, set_aside
@@ -299,9 +301,17 @@ class AdminService(pbg.AdminServicer):
     def __init__(self, node: Node) -> None:
         self.node = node
 
+    async def _check_caller(self, context: grpc.aio.ServicerContext) -> None:
+        """Plaintext: callers on loopback only, unless --admin-from-anywhere
+        (runtime/plaintext.py); with TLS the roles file has decided already."""
+        if why := admin_refusal(self.node.config, context.peer()):
+            log.warning("Admin call refused: %s", why)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
     async def _check_identity(
         self, request: pb.PermitRequest, context: grpc.aio.ServicerContext
     ) -> None:
+        await self._check_caller(context)
         if self.node.config.log_id and request.log_id != self.node.config.log_id:
             error = RpcError(
                 Reason.LOG_ID_MISMATCH,
@@ -327,6 +337,7 @@ class AdminService(pbg.AdminServicer):
     async def StepDown(
         self, request: pb.StepDownRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
+        await self._check_caller(context)
         self.node.election.step_down()
         return self.node.status()
 
@@ -386,19 +397,25 @@ def _register(
     service: object,
     server: grpc.aio.Server,
     without: tuple[str, ...] = (),
+    same_log: ForeignMessages | None = None,
 ) -> None:
     """Register a generated service's methods with tolerant request deserializers (a request
     that does not parse reaches the handler as `Malformed`, answered INVALID_ARGUMENT, where
     gRPC would answer UNKNOWN), without the methods named (the server then answers
-    UNIMPLEMENTED to them, as a build without them does)."""
+    UNIMPLEMENTED to them, as a build without them does). With `same_log` (the peer
+    protocol) every request of another log is refused before its handler
+    (runtime/foreign.py)."""
     taken = _Handlers()
     add(service, taken)
     methods = pb.DESCRIPTOR.services_by_name[taken.service.rpartition(".")[2]].methods_by_name
+
+    def deserializer(name: str, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+        parsing = tolerant(parse, methods[name].input_type.full_name)
+        return parsing if same_log is None else same_log.deserializer(name, parsing)
+
     handlers = {
         name: h._replace(
-            request_deserializer=tolerant(
-                h.request_deserializer, methods[name].input_type.full_name
-            ),
+            request_deserializer=deserializer(name, h.request_deserializer),
             response_serializer=passing_bytes(h.response_serializer),
         )
         for name, h in taken.handlers.items()
@@ -447,7 +464,14 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, Node, asyncio.Server | None]:
     """Open the storage, bind the port (and the write lane's) and start the node; errors
     are one-line messages."""
-    # Certificates and roles first: a bad file stops the start before the data is opened.
+    # Plaintext beyond loopback only with --insecure (runtime/plaintext.py), and
+    # certificates and roles: a refusal or a bad file stops the start before the data is
+    # opened.
+    if config.transport == "plaintext":
+        loop = asyncio.get_running_loop()
+        addresses = await loop.run_in_executor(None, listen_addresses, config.listen)
+        if why := listen_refusal(config, addresses):
+            raise ConfigError(why)
     certificates = certificates_of(config)
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
@@ -481,7 +505,9 @@ async def start_server(
     if no_write_stream():
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
         without = ("WriteStream",)
-    _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without)
+    # The one place the peer protocol's log ids are checked (the lane checks its own).
+    same_log = ForeignMessages(config.log_id, node.metrics)
+    _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without, same_log)
     _register(pbg.add_LogServicer_to_server, LogService(node), server)
     _register(pbg.add_AdminServicer_to_server, AdminService(node), server)
     try:
@@ -511,6 +537,7 @@ async def start_server(
                 node.metrics.append_requests.labels("lane").inc,
                 lane_tls.server if lane_tls is not None else None,
                 _lane_admission(policy) if policy is not None else None,
+                same_log.seen,
             )
         except OSError as exc:
             storage.close()
@@ -560,10 +587,21 @@ def _log_security(config: ReplicaConfig) -> None:
             config.tls_cert,
             config.tls_client_ca,
         )
-    if config.auth_config is None:
-        log.warning("authorization: OFF: every caller that connects may call every RPC")
-    else:
+    if config.insecure:
+        log.warning(
+            "--insecure: serving PLAINTEXT on %s, which may be beyond loopback: anyone who "
+            "reaches it may read, append and speak the peer protocol",
+            config.listen,
+        )
+    if config.auth_config is not None:
         log.info("authorization: roles from %s", config.auth_config)
+    elif config.transport == "plaintext" and not config.admin_from_anywhere:
+        log.warning(
+            "authorization: OFF for the Log API; the Admin API (permits, step-down) answers "
+            "callers on loopback only (--admin-from-anywhere opens it)"
+        )
+    else:
+        log.warning("authorization: OFF: every caller that connects may call every RPC")
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:

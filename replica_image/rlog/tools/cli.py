@@ -146,6 +146,8 @@ def cmd_replica(args: argparse.Namespace) -> int:
         tls_client_ca=_path(args.tls_client_ca),
         auth_config=_path(args.auth_config),
         auth_peer_token_file=_path(args.auth_peer_token_file),
+        insecure=args.insecure,
+        admin_from_anywhere=args.admin_from_anywhere,
         **{
             key: getattr(args, key)
             for key in (
@@ -507,6 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="bearer token this replica sends to its peers (when they know peers by token)",
     )
+    for flag, what in (
+        ("--insecure", "serve PLAINTEXT beyond loopback (refused without it)"),
+        ("--admin-from-anywhere", "in plaintext, answer Admin calls from beyond loopback too"),
+    ):
+        security.add_argument(flag, action="store_true", help=what)
     p.add_argument(
         "--drain-timeout",
         type=nonnegative_float,

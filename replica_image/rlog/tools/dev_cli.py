@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mutual TLS and roles, with a throwaway CA and certificates in <dir>/tls",
     )
     parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="without --tls, let the replicas serve PLAINTEXT on a --host beyond loopback "
+        "(rlog replica --insecure; they refuse to otherwise)",
+    )
+    parser.add_argument(
         "--write-lane-offset",
         type=int,
         default=0,
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         metrics=args.metrics,
         tls=args.tls,
         write_lane_offset=args.write_lane_offset,
+        replica_args=["--insecure"] if args.insecure and not args.tls else (),
     )
     stop = threading.Event()
 
