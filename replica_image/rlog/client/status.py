@@ -33,6 +33,7 @@ class StatusDict(TypedDict):
     disk_full: bool
     transport: str
     authorization: str
+    peer_trust: str  # "ca" | "names" (peers trusted by name: a warning) | "" (no roles)
     storage_fault: str  # why the storage is not healthy, one line ("" if it is)
     # "" (healthy) | corrupt-repaired | storage-lost | refusing | disk-failing | disk-full
     storage_condition: str
@@ -67,6 +68,7 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "disk_full": status.disk_full,
         "transport": status.transport or "plaintext",
         "authorization": status.authorization or "off",
+        "peer_trust": status.peer_trust,
         "storage_fault": status.storage_fault,
         "storage_condition": status.storage_condition,
     }

@@ -475,6 +475,7 @@ class Node:
             ),
             transport=self.config.transport,
             authorization="roles" if self.config.auth_config is not None else "off",
+            peer_trust=self.config.peer_trust,
             lane_offset=self.config.write_lane_offset,
             catchup_begin=self.catchup.begin,
             catchup_end=self.catchup.end,

@@ -144,6 +144,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         tls_cert=_path(args.tls_cert),
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
+        tls_peer_ca=_path(args.tls_peer_ca),
         auth_config=_path(args.auth_config),
         auth_peer_token_file=_path(args.auth_peer_token_file),
         **{
@@ -494,7 +495,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-client-ca",
         metavar="FILE",
         help="require a client certificate of this CA on every connection (mutual TLS); "
-        "peers' certificates are verified against it too",
+        "without --tls-peer-ca, peers' certificates are verified against it too",
+    )
+    security.add_argument(
+        "--tls-peer-ca",
+        metavar="FILE",
+        help="the CA of the replicas and the operator (PEM; reloaded): only certificates it "
+        "issued get the peer and admin roles, peers' certificates are verified against it, "
+        "and --tls-cert must be one of its; without it peers are trusted by name",
     )
     security.add_argument(
         "--auth-config",
