@@ -190,6 +190,10 @@ CA_KEY = "ca.crt"
 CERT_KEY = "tls.crt"
 KEY_KEY = "tls.key"
 ROLES_KEY = "roles.json"
+# The replicas' Secret in mode operator also holds the two CAs apart (docs/security.md,
+# "PKI"): the peer CA (replicas and operator) and the client CA (every other client).
+PEER_CA_KEY = "peer-ca.crt"
+CLIENT_CA_KEY = "client-ca.crt"
 
 
 def mode_of(body: Body) -> str:
@@ -228,16 +232,28 @@ def auth_secret_name(body: Body) -> str:
 
 
 def security_args(body: Body) -> list[str]:
-    """The replica's security flags for the mode (none for disabled)."""
-    if mode_of(body) == MODE_DISABLED:
+    """The replica's security flags for the mode (none for disabled). Mode operator keeps
+    peers apart from clients (`--tls-peer-ca`: only the peer CA's certificates are peers or
+    admins); mode certManager has one issuer for everybody: peers are known by name (the
+    replicas warn; docs/security.md)."""
+    mode = mode_of(body)
+    if mode == MODE_DISABLED:
         return []
+    if mode == MODE_OPERATOR:
+        trust = [
+            "--tls-client-ca",
+            f"{TLS_MOUNT}/{CLIENT_CA_KEY}",
+            "--tls-peer-ca",
+            f"{TLS_MOUNT}/{PEER_CA_KEY}",
+        ]
+    else:
+        trust = ["--tls-client-ca", f"{TLS_MOUNT}/{CA_KEY}"]
     return [
         "--tls-cert",
         f"{TLS_MOUNT}/{CERT_KEY}",
         "--tls-key",
         f"{TLS_MOUNT}/{KEY_KEY}",
-        "--tls-client-ca",
-        f"{TLS_MOUNT}/{CA_KEY}",
+        *trust,
         "--auth-config",
         f"{AUTH_MOUNT}/{ROLES_KEY}",
     ]
@@ -246,10 +262,12 @@ def security_args(body: Body) -> list[str]:
 def security_env(body: Body) -> list[Manifest]:
     """The probes' and `kubectl exec ... rlog` credentials: the replica's own certificate
     (role peer: it may read Status) through the RLOG_* variables."""
-    if mode_of(body) == MODE_DISABLED:
+    mode = mode_of(body)
+    if mode == MODE_DISABLED:
         return []
+    server_ca = PEER_CA_KEY if mode == MODE_OPERATOR else CA_KEY  # what verifies the replicas
     return [
-        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{CA_KEY}"},
+        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{server_ca}"},
         {"name": "RLOG_CERT", "value": f"{TLS_MOUNT}/{CERT_KEY}"},
         {"name": "RLOG_KEY", "value": f"{TLS_MOUNT}/{KEY_KEY}"},
     ]
