@@ -500,9 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument(
         "--tls-peer-ca",
         metavar="FILE",
-        help="the CA of the replicas and the operator (PEM; reloaded): only certificates it "
-        "issued get the peer and admin roles, peers' certificates are verified against it, "
-        "and --tls-cert must be one of its; without it peers are trusted by name",
+        help="the CA of the replicas and the operator: only its certificates may be peers or "
+        "admins (--tls-cert must be one); without it peers are trusted by name",
     )
     security.add_argument(
         "--auth-config",
