@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from live import wait_until
 from raw_sockets import closed, recv_exactly
 
 from rlog import certs
@@ -46,6 +47,7 @@ def cluster(tmp_path_factory):
         write_lane_offset=OFFSET,
     ) as c:
         c.wait_for_leader()
+        c.wait_for(lambda found: all(s is not None for s in found), what="every Status")
         yield c
 
 
@@ -85,10 +87,12 @@ def denied(call, request, what: str) -> None:
 def test_replicas_say_peers_are_known_by_their_ca(cluster):
     for status in cluster.statuses(timeout=5.0):
         assert status is not None and status.peer_trust == "ca"
-    for i in range(cluster.replicas):
-        assert "peers and admins: only certificates of the peer CA" in (
-            cluster.log_file(i).read_text()
-        )
+    said = "peers and admins: only certificates of the peer CA"
+    wait_until(  # logged once the replica serves
+        lambda: all(said in cluster.log_file(i).read_text() for i in range(cluster.replicas)),
+        30,
+        "every replica saying how it knows its peers",
+    )
 
 
 def test_a_client_certificate_with_a_replicas_names_is_no_peer(cluster):
@@ -178,3 +182,29 @@ def test_real_peers_elect_append_and_catch_up(cluster):
         what=f"replica {wiped} (wiped) catching up from its peers",
     )
     assert stale_read(cluster, wiped, positions[-1]) == b"after the wipe"
+
+
+def test_without_a_peer_ca_peers_are_known_by_name_and_the_replica_says_so(tmp_path):
+    """The compatible default: a dev PKI made before the peer CA (one CA for everybody)
+    starts its replicas without --tls-peer-ca; they work as before, warn, and report
+    `peer_trust: names`."""
+    import json
+
+    one = certs.DevPki(tmp_path / "tls")
+    one.dir.mkdir()
+    certs.new_ca("rlog dev CA").write(one.ca, one.ca_key)
+    one.issue(one.replica(0), ["127.0.0.1", "localhost"])
+    one.issue("admin")
+    roles = {"subjects": {"replica-*": "peer", "admin": "admin"}, "default": "none"}
+    one.auth_config.write_text(json.dumps(roles))
+    with DevCluster(1, tmp_path, election_timeout=0.5, tls=True) as cluster:
+        assert not certs.DevPki(cluster.tls_dir).split
+        cluster.wait_for_leader()
+        status = cluster.status(0, timeout=5.0)
+        assert status.peer_trust == "names" and status.transport == "mutual-tls"
+        wait_until(
+            lambda: "peers are trusted BY NAME" in cluster.log_file(0).read_text(),
+            30,
+            "the replica warning that peers are trusted by name",
+        )
+        assert "--tls-peer-ca" not in cluster.command(0)

@@ -584,9 +584,11 @@ def _log_security(config: ReplicaConfig) -> None:
         log.info("authorization: roles from %s", config.auth_config)
     if config.peer_trust == "names":
         log.warning(
-            "peers are trusted BY NAME: any certificate of %s carrying a name the roles file "
-            "makes peer or admin is one (give --tls-peer-ca, docs/security.md)",
-            config.tls_client_ca or "any CA",
+            "peers are trusted BY NAME: whoever presents %s the roles file makes peer or "
+            "admin is one (give --tls-peer-ca, docs/security.md)",
+            f"a certificate of {config.tls_client_ca} with a name"
+            if config.tls_client_ca is not None
+            else "a token",
         )
     elif config.peer_trust == "ca":
         log.info("peers and admins: only certificates of the peer CA %s", config.tls_peer_ca)
