@@ -176,10 +176,10 @@ def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
     return base64.b64decode(value) if value else None
 
 
-def _issuer_ref(body: Body) -> dict[str, str]:
-    issuer = (body.get("spec", {}).get("tls") or {}).get("issuerRef") or {}
+def _issuer_ref(body: Body, key: str = "issuerRef") -> dict[str, str]:
+    issuer = (body.get("spec", {}).get("tls") or {}).get(key) or {}
     if not issuer.get("name"):
-        raise ValueError("spec.tls.mode certManager needs spec.tls.issuerRef.name")
+        raise ValueError(f"spec.tls.mode certManager needs spec.tls.{key}.name")
     return {
         "name": str(issuer["name"]),
         "kind": str(issuer.get("kind", "Issuer")),
@@ -187,7 +187,24 @@ def _issuer_ref(body: Body) -> dict[str, str]:
     }
 
 
-def _certificate(body: Body, secret_name: str, common_name: str, spec: Body) -> Manifest:
+def _peer_issuer_ref(body: Body) -> dict[str, str]:
+    """The issuer of the log's own identities: `spec.tls.peerIssuerRef`, which must not be
+    the clients' issuer (then any client could be a peer); `spec.tls.issuerRef` without it
+    (one issuer: peers known by name)."""
+    if not specs.peer_issuer_given(body):
+        return _issuer_ref(body)
+    peer = _issuer_ref(body, "peerIssuerRef")
+    if peer == _issuer_ref(body):
+        raise ValueError(
+            "spec.tls.peerIssuerRef names the same issuer as spec.tls.issuerRef: the peers' "
+            "issuer must sign only the log's replicas and operator (docs/security.md, PKI)"
+        )
+    return peer
+
+
+def _certificate(
+    body: Body, secret_name: str, common_name: str, spec: Body, issuer: dict[str, str]
+) -> Manifest:
     """A cert-manager Certificate (cert-manager.io/v1) writing `secret_name` with the keys
     the pods read (ca.crt, tls.crt, tls.key), a new ECDSA P-256 key at every issue."""
     return {
@@ -203,14 +220,14 @@ def _certificate(body: Body, secret_name: str, common_name: str, spec: Body) -> 
             "commonName": common_name,
             **spec,
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "issuerRef": _issuer_ref(body),
+            "issuerRef": issuer,
         },
     }
 
 
 def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
     """The cert-manager Certificate of mode certManager for the replicas: `<log>-tls`
-    from `spec.tls.issuerRef`, with every name `server_names` gives."""
+    from the peers' issuer (`_peer_issuer_ref`), with every name `server_names` gives."""
     names = server_names(body, config)
     return _certificate(
         body,
@@ -221,22 +238,37 @@ def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
             "ipAddresses": [n for n in names if n[0].isdigit()],
             "usages": ["server auth", "client auth"],
         },
+        _peer_issuer_ref(body),
     )
 
 
 def certificate_requests(body: Body, config: OperatorConfig) -> list[Manifest]:
-    """Every Certificate of mode certManager, all from `spec.tls.issuerRef`: the replicas'
-    (`certificate_request`), the operator's client identity (`<log>-tls-operator`,
-    `CN=rlog-operator`, role admin) and, with `spec.backup`, the archiver's
-    (`<log>-tls-archiver`, role read): the same identities mode operator issues itself."""
+    """Every Certificate of mode certManager: the replicas' (`certificate_request`), the
+    operator's client identity (`<log>-tls-operator`, `CN=rlog-operator`, role admin) and,
+    with `spec.backup`, the archiver's (`<log>-tls-archiver`, role read): the same
+    identities mode operator issues itself, all from the peers' issuer
+    (`spec.tls.peerIssuerRef`, else `spec.tls.issuerRef`). With a peers' issuer, one more
+    from the clients' issuer (`spec.tls.issuerRef`): `<log>-tls-client-ca`, whose ca.crt
+    tells the replicas the client CA (its certificate, `CN=<log>-client-ca`, has no role)."""
     client = {"usages": ["client auth"]}
+    peers = _peer_issuer_ref(body)
     out = [
         certificate_request(body, config),
-        _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client),
+        _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client, peers),
     ]
     if body.get("spec", {}).get("backup"):
+        # The archiver verifies the replicas with its Secret's ca.crt: of the peers' issuer.
+        archiver = archiver_common_name(body)
+        out.append(_certificate(body, specs.archiver_secret_name(body), archiver, client, peers))
+    if specs.peer_issuer_given(body):
         out.append(
-            _certificate(body, specs.archiver_secret_name(body), archiver_common_name(body), client)
+            _certificate(
+                body,
+                specs.client_ca_secret_name(body),
+                f"{specs.name_of(body)}-client-ca",
+                client,
+                _issuer_ref(body),
+            )
         )
     return out
 

@@ -269,6 +269,51 @@ def test_cert_manager_issues_every_identity_of_the_log():
         pki.certificate_requests(body(tls={"mode": "certManager", "issuerRef": {}}), CONFIG)
 
 
+def test_cert_manager_with_a_peer_issuer_keeps_peers_apart():
+    """spec.tls.peerIssuerRef: the log's own identities come from the peers' issuer, the
+    clients' issuer signs only a CA anchor (no role) whose ca.crt the replicas trust for
+    clients, and the replicas run with --tls-peer-ca on their own Secret's ca.crt."""
+    clients = {"name": "corp-clients", "kind": "ClusterIssuer"}
+    peers = {"name": "orders-peers"}
+    log = body(
+        tls={"mode": "certManager", "issuerRef": clients, "peerIssuerRef": peers},
+        backup={"s3": {}},
+    )
+    requests = {r["metadata"]["name"]: r for r in pki.certificate_requests(log, CONFIG)}
+    issuer_of = {name: r["spec"]["issuerRef"]["name"] for name, r in requests.items()}
+    assert issuer_of == {
+        "orders-tls": "orders-peers",
+        "orders-tls-operator": "orders-peers",
+        "orders-tls-archiver": "orders-peers",
+        "orders-tls-client-ca": "corp-clients",
+    }
+    anchor = requests["orders-tls-client-ca"]["spec"]
+    assert anchor["usages"] == ["client auth"]
+    policy = parse_policy(json.loads(json.dumps(pki.roles(log))), "roles")
+    assert policy.role_of_subject([anchor["commonName"]]) is None  # no role
+    args = specs.security_args(log)
+    assert args[args.index("--tls-peer-ca") + 1] == "/etc/rlog/tls/ca.crt"
+    assert args[args.index("--tls-client-ca") + 1] == "/etc/rlog/client-ca/ca.crt"
+    vols, mounts = specs.security_volumes(log)
+    (client_ca,) = [v for v in vols if v["name"] == "client-ca"]
+    assert client_ca["secret"]["secretName"] == "orders-tls-client-ca"
+    assert client_ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # no key
+    assert {"name": "client-ca", "mountPath": "/etc/rlog/client-ca", "readOnly": True} in mounts
+    (ctr,) = specs.statefulset(log, CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert "--tls-peer-ca" in ctr["args"]
+    # The peers' issuer must be another issuer than the clients'.
+    same = body(tls={"mode": "certManager", "issuerRef": peers, "peerIssuerRef": peers})
+    with pytest.raises(ValueError, match="same issuer"):
+        pki.certificate_requests(same, CONFIG)
+    # Without it: one issuer, no anchor, peers known by name (as before).
+    one = body(tls={"mode": "certManager", "issuerRef": clients})
+    assert "orders-tls-client-ca" not in {
+        r["metadata"]["name"] for r in pki.certificate_requests(one, CONFIG)
+    }
+    assert "--tls-peer-ca" not in specs.security_args(one)
+    assert [v["name"] for v in specs.security_volumes(one)[0]] == ["tls", "auth"]
+
+
 def test_roles_file_is_a_valid_policy():
     log = body(
         auth={
