@@ -1,14 +1,21 @@
 """The operator's PKI for a ReplicatedLog (docs/security.md), as pure builders.
 
 Mode `spec.tls.mode`:
-- `operator` (the default): the operator runs a CA per log, kept in the Secret
-  `<log>-tls-ca`; it issues the replicas' certificate (`<log>-tls`: one certificate for
+- `operator` (the default): the operator runs two CAs per log. The peer CA
+  (`<log>-tls-peer-ca`) issues the replicas' certificate (`<log>-tls`: one certificate for
   every replica, with every pod's DNS name, the client Service's names and the loopback
-  names the probes use) and its own client identity (`<log>-tls-operator`, common name
-  `rlog-operator`, role admin); it renews a certificate `RENEW_MARGIN` before it expires
-  (`needs_renewal`), and the replicas take the new files without a restart.
+  names the probes use) and its own identity (`<log>-tls-operator`, common name
+  `rlog-operator`, role admin): only its certificates may be peers or admins (`rlog replica
+  --tls-peer-ca`), whatever names a client's certificate carries. The client CA
+  (`<log>-tls-ca`; a log made before the peer CA keeps its one CA as the client CA, so its
+  clients' certificates stay valid) issues the archiver's and every other client's. Neither
+  CA key leaves its Secret; the operator renews a certificate `RENEW_MARGIN` before it
+  expires (`needs_renewal`), or when its CA changed, and the replicas take the new files
+  without a restart.
 - `certManager`: cert-manager Certificates with `spec.tls.issuerRef` write `<log>-tls`,
-  the operator's identity and the archiver's (`certificate_requests`).
+  the operator's identity and the archiver's (`certificate_requests`). One issuer signs
+  everybody: peers are known by name (the replicas warn; docs/security.md says how to keep
+  peers apart with a separate Issuer).
 - `disabled`: plaintext (the status and the replicas' logs say so).
 
 Roles (`spec.auth`): `subjects` map certificate names to roles (read, append, owner,
@@ -32,9 +39,11 @@ from rlog_operator import archive_specs, specs
 from rlog_operator.specs import (
     CA_KEY,
     CERT_KEY,
+    CLIENT_CA_KEY,
     KEY_KEY,
     MODE_DISABLED,
     MODE_OPERATOR,
+    PEER_CA_KEY,
     ROLES_KEY,
     Body,
     Manifest,
@@ -53,7 +62,13 @@ CA_PRIVATE_KEY = "ca.key"
 
 
 def ca_secret_name(body: Body) -> str:
+    """The client CA (it was the log's one CA before the peer CA)."""
     return f"{specs.name_of(body)}-tls-ca"
+
+
+def peer_ca_secret_name(body: Body) -> str:
+    """The peer CA: the replicas' and the operator's certificates, nobody else's."""
+    return f"{specs.name_of(body)}-tls-peer-ca"
 
 
 def operator_secret_name(body: Body) -> str:
@@ -138,12 +153,19 @@ def _secret(body: Body, name: str, data: Mapping[str, bytes], kind: str = "Opaqu
     }
 
 
-def ca_secret(body: Body, ca_cert: bytes, ca_key: bytes) -> Manifest:
-    return _secret(body, ca_secret_name(body), {CA_KEY: ca_cert, CA_PRIVATE_KEY: ca_key})
+def issued_by(cert_pem: bytes | None, ca_pem: bytes) -> bool:
+    """Whether the certificate was signed by the CA (issuer name and signature)."""
+    if not cert_pem:
+        return False
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
 
-
-def tls_secret(body: Body, name: str, ca_cert: bytes, cert: bytes, key: bytes) -> Manifest:
-    return _secret(body, name, {CA_KEY: ca_cert, CERT_KEY: cert, KEY_KEY: key}, "kubernetes.io/tls")
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
@@ -154,10 +176,10 @@ def secret_bytes(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
     return base64.b64decode(value) if value else None
 
 
-def _issuer_ref(body: Body) -> dict[str, str]:
-    issuer = (body.get("spec", {}).get("tls") or {}).get("issuerRef") or {}
+def _issuer_ref(body: Body, key: str = "issuerRef") -> dict[str, str]:
+    issuer = (body.get("spec", {}).get("tls") or {}).get(key) or {}
     if not issuer.get("name"):
-        raise ValueError("spec.tls.mode certManager needs spec.tls.issuerRef.name")
+        raise ValueError(f"spec.tls.mode certManager needs spec.tls.{key}.name")
     return {
         "name": str(issuer["name"]),
         "kind": str(issuer.get("kind", "Issuer")),
@@ -165,7 +187,24 @@ def _issuer_ref(body: Body) -> dict[str, str]:
     }
 
 
-def _certificate(body: Body, secret_name: str, common_name: str, spec: Body) -> Manifest:
+def _peer_issuer_ref(body: Body) -> dict[str, str]:
+    """The issuer of the log's own identities: `spec.tls.peerIssuerRef`, which must not be
+    the clients' issuer (then any client could be a peer); `spec.tls.issuerRef` without it
+    (one issuer: peers known by name)."""
+    if not specs.peer_issuer_given(body):
+        return _issuer_ref(body)
+    peer = _issuer_ref(body, "peerIssuerRef")
+    if peer == _issuer_ref(body):
+        raise ValueError(
+            "spec.tls.peerIssuerRef names the same issuer as spec.tls.issuerRef: the peers' "
+            "issuer must sign only the log's replicas and operator (docs/security.md, PKI)"
+        )
+    return peer
+
+
+def _certificate(
+    body: Body, secret_name: str, common_name: str, spec: Body, issuer: dict[str, str]
+) -> Manifest:
     """A cert-manager Certificate (cert-manager.io/v1) writing `secret_name` with the keys
     the pods read (ca.crt, tls.crt, tls.key), a new ECDSA P-256 key at every issue."""
     return {
@@ -181,14 +220,14 @@ def _certificate(body: Body, secret_name: str, common_name: str, spec: Body) -> 
             "commonName": common_name,
             **spec,
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "issuerRef": _issuer_ref(body),
+            "issuerRef": issuer,
         },
     }
 
 
 def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
     """The cert-manager Certificate of mode certManager for the replicas: `<log>-tls`
-    from `spec.tls.issuerRef`, with every name `server_names` gives."""
+    from the peers' issuer (`_peer_issuer_ref`), with every name `server_names` gives."""
     names = server_names(body, config)
     return _certificate(
         body,
@@ -199,27 +238,45 @@ def certificate_request(body: Body, config: OperatorConfig) -> Manifest:
             "ipAddresses": [n for n in names if n[0].isdigit()],
             "usages": ["server auth", "client auth"],
         },
+        _peer_issuer_ref(body),
     )
 
 
 def certificate_requests(body: Body, config: OperatorConfig) -> list[Manifest]:
-    """Every Certificate of mode certManager, all from `spec.tls.issuerRef`: the replicas'
-    (`certificate_request`), the operator's client identity (`<log>-tls-operator`,
-    `CN=rlog-operator`, role admin) and, with `spec.backup`, the archiver's
-    (`<log>-tls-archiver`, role read): the same identities mode operator issues itself."""
+    """Every Certificate of mode certManager: the replicas' (`certificate_request`), the
+    operator's client identity (`<log>-tls-operator`, `CN=rlog-operator`, role admin) and,
+    with `spec.backup`, the archiver's (`<log>-tls-archiver`, role read): the same
+    identities mode operator issues itself, all from the peers' issuer
+    (`spec.tls.peerIssuerRef`, else `spec.tls.issuerRef`). With a peers' issuer, one more
+    from the clients' issuer (`spec.tls.issuerRef`): `<log>-tls-client-ca`, whose ca.crt
+    tells the replicas the client CA (its certificate, `CN=<log>-client-ca`, has no role)."""
     client = {"usages": ["client auth"]}
+    peers = _peer_issuer_ref(body)
     out = [
         certificate_request(body, config),
-        _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client),
+        _certificate(body, operator_secret_name(body), OPERATOR_COMMON_NAME, client, peers),
     ]
     if body.get("spec", {}).get("backup"):
+        # Its control port serves the operator over HTTPS (archive_http.py verifies it with
+        # the operator's ca.crt: the peers' issuer), and it verifies the replicas with its
+        # Secret's ca.crt: of the peers' issuer too.
         archiver = {
             "dnsNames": archive_specs.archiver_server_names(body),
             "usages": ["server auth", "client auth"],
         }
         out.append(
             _certificate(
-                body, specs.archiver_secret_name(body), archiver_common_name(body), archiver
+                body, specs.archiver_secret_name(body), archiver_common_name(body), archiver, peers
+            )
+        )
+    if specs.peer_issuer_given(body):
+        out.append(
+            _certificate(
+                body,
+                specs.client_ca_secret_name(body),
+                f"{specs.name_of(body)}-client-ca",
+                client,
+                _issuer_ref(body),
             )
         )
     return out
@@ -275,13 +332,14 @@ def plan_secrets(
     tokens: Mapping[str, bytes] = {},
 ) -> list[Manifest]:
     """The Secrets to write (create or replace) so the log's PKI is whole and current,
-    given the Secrets there now by name (None: absent). Keeps the CA while it is valid
+    given the Secrets there now by name (None: absent). Keeps each CA while it is valid
     (the replicas' trust rests on it); issues the replicas' and the operator's certificates
-    when absent, expiring, or (replicas) lacking a name; always rewrites the roles file
-    when it differs. Mode certManager leaves the replicas' certificate to cert-manager;
-    mode disabled writes nothing."""
-    from rlog import certs
-
+    from the peer CA and the archiver's from the client CA when absent, expiring, not of
+    that CA, carrying other CAs than the current ones, or (replicas) lacking a name; always
+    rewrites the roles file when it differs. The CAs' Secrets come first in the list (a CA
+    raced by another writer stops what it would have issued: pki_secrets.SecretRaced).
+    Mode certManager leaves the certificates to cert-manager; mode disabled writes
+    nothing."""
     mode = mode_of(body)
     if mode == MODE_DISABLED:
         return []
@@ -293,37 +351,88 @@ def plan_secrets(
         out.append(auth)
     if mode != MODE_OPERATOR:
         return out
-    ca_found = existing.get(ca_secret_name(body))
-    ca_cert = secret_bytes(ca_found, CA_KEY)
-    ca_key = secret_bytes(ca_found, CA_PRIVATE_KEY)
-    # A CA is replaced only once it is past use: then every certificate goes with it.
-    renew_all = ca_key is None or needs_renewal(ca_cert, now, datetime.timedelta(days=1))
-    if renew_all:
-        ca = certs.new_ca(f"rlog {specs.namespace_of(body)}/{specs.name_of(body)} CA")
-        out.append(ca_secret(body, ca.cert, ca.key))
-    else:
-        assert ca_cert is not None and ca_key is not None
-        ca = certs.Pem(ca_cert, ca_key)
-    names = server_names(body, config)
+    from rlog import certs
+
+    where = f"{specs.namespace_of(body)}/{specs.name_of(body)}"
+    peer_ca = _current_ca(
+        body, peer_ca_secret_name(body), f"rlog {where} peer CA", existing, now, out
+    )
+    # The client CA's Secret also carries the peer CA's certificate (public): what a client
+    # verifies the replicas with, for whoever issues clients from it (no other Secret to read).
+    client_ca = _current_ca(
+        body,
+        ca_secret_name(body),
+        f"rlog {where} client CA",
+        existing,
+        now,
+        out,
+        {PEER_CA_KEY: peer_ca.cert},
+    )
+    # What each identity's Secret says to trust besides its own certificate: ca.crt always
+    # verifies the replicas (the peer CA). The replicas' also carries both CAs apart, and in
+    # ca.crt both together: what a replica started before the peer CA (--tls-client-ca
+    # ca.crt) trusts while the pods roll to the new flags.
+    server_trust = {
+        CA_KEY: peer_ca.cert.rstrip(b"\n") + b"\n" + client_ca.cert,
+        PEER_CA_KEY: peer_ca.cert,
+        CLIENT_CA_KEY: client_ca.cert,
+    }
     identities = [
-        (server_secret_name(body), replica_common_name(body), names),
-        (operator_secret_name(body), OPERATOR_COMMON_NAME, []),
+        (
+            server_secret_name(body),
+            replica_common_name(body),
+            server_names(body, config),
+            peer_ca,
+            server_trust,
+        ),
+        (operator_secret_name(body), OPERATOR_COMMON_NAME, [], peer_ca, {CA_KEY: peer_ca.cert}),
     ]
     if body.get("spec", {}).get("backup"):
         identities.append(
             (
                 specs.archiver_secret_name(body),
                 archiver_common_name(body),
-                archive_specs.archiver_server_names(body),  # its control port's (HTTPS)
+                # its control port's names (HTTPS): the operator verifies them against
+                # its own ca.crt, the peer CA, which the operator alone issues from
+                archive_specs.archiver_server_names(body),
+                peer_ca,
+                {CA_KEY: peer_ca.cert},
             )
         )
-    for name, common_name, wanted in identities:
+    for name, common_name, wanted, issuer, trust in identities:
         found = existing.get(name)
+        cert = secret_bytes(found, CERT_KEY)
         if (
-            renew_all
-            or secret_bytes(found, CA_KEY) != ca.cert
-            or needs_renewal(secret_bytes(found, CERT_KEY), now, names=wanted)
+            any(secret_bytes(found, key) != value for key, value in trust.items())
+            or not issued_by(cert, issuer.cert)
+            or needs_renewal(cert, now, names=wanted)
         ):
-            pem = certs.issue(ca, common_name, wanted, days=CERT_DAYS)
-            out.append(tls_secret(body, name, ca.cert, pem.cert, pem.key))
+            pem = certs.issue(issuer, common_name, wanted, days=CERT_DAYS)
+            data = {**trust, CERT_KEY: pem.cert, KEY_KEY: pem.key}
+            out.append(_secret(body, name, data, "kubernetes.io/tls"))
     return out
+
+
+def _current_ca(
+    body: Body,
+    name: str,
+    common_name: str,
+    existing: Mapping[str, Mapping[str, Any] | None],
+    now: datetime.datetime,
+    out: list[Manifest],
+    extra: Mapping[str, bytes] = {},
+) -> Any:
+    """The CA kept in the Secret `name`, or a new one (its Secret appended to `out`) if it
+    is absent or past use; the certificates it issued are then issued again (they are no
+    longer the new CA's). `extra`: keys the Secret holds besides (rewritten if not)."""
+    from rlog import certs
+
+    found = existing.get(name)
+    cert, key = secret_bytes(found, CA_KEY), secret_bytes(found, CA_PRIVATE_KEY)
+    if cert is None or key is None or needs_renewal(cert, now, datetime.timedelta(days=1)):
+        ca = certs.new_ca(common_name)
+        out.append(_secret(body, name, {CA_KEY: ca.cert, CA_PRIVATE_KEY: ca.key, **extra}))
+        return ca
+    if any(secret_bytes(found, k) != v for k, v in extra.items()):
+        out.append(_secret(body, name, {CA_KEY: cert, CA_PRIVATE_KEY: key, **extra}))
+    return certs.Pem(cert, key)

@@ -46,6 +46,7 @@ def secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bytes
     namespace = specs.namespace_of(body)
     names = [
         pki.ca_secret_name(body),
+        pki.peer_ca_secret_name(body),
         specs.server_secret_name(body),
         pki.operator_secret_name(body),
         specs.auth_secret_name(body),

@@ -190,6 +190,13 @@ CA_KEY = "ca.crt"
 CERT_KEY = "tls.crt"
 KEY_KEY = "tls.key"
 ROLES_KEY = "roles.json"
+# The replicas' Secret in mode operator also holds the two CAs apart (docs/security.md,
+# "PKI"): the peer CA (replicas and operator) and the client CA (every other client).
+PEER_CA_KEY = "peer-ca.crt"
+CLIENT_CA_KEY = "client-ca.crt"
+# Mode certManager with spec.tls.peerIssuerRef: the clients' issuer's CA (ca.crt of the
+# Secret `client_ca_secret_name`) for the replicas.
+CLIENT_CA_MOUNT = "/etc/rlog/client-ca"
 
 
 def mode_of(body: Body) -> str:
@@ -222,6 +229,18 @@ def archiver_secret_name(body: Body) -> str:
     return f"{name_of(body)}-tls-archiver"
 
 
+def client_ca_secret_name(body: Body) -> str:
+    """Mode certManager with a peers' issuer: the clients' issuer's CA (its ca.crt)."""
+    return f"{name_of(body)}-tls-client-ca"
+
+
+def peer_issuer_given(body: Body) -> bool:
+    """Mode certManager with `spec.tls.peerIssuerRef`: the log's own identities (replicas,
+    operator, archiver) from an issuer of their own, clients from `spec.tls.issuerRef`."""
+    tls = body.get("spec", {}).get("tls") or {}
+    return mode_of(body) == MODE_CERT_MANAGER and bool(tls.get("peerIssuerRef"))
+
+
 def auth_secret_name(body: Body) -> str:
     """The replicas' roles file."""
     return f"{name_of(body)}-auth"
@@ -235,16 +254,36 @@ PLAINTEXT_ARGS = ("--insecure", "--admin-from-anywhere")
 
 
 def security_args(body: Body) -> list[str]:
-    """The replica's security flags for the mode (disabled: plaintext, said explicitly)."""
-    if mode_of(body) == MODE_DISABLED:
+    """The replica's security flags for the mode (disabled: plaintext, said explicitly).
+    Mode operator keeps peers apart from clients (`--tls-peer-ca`: only the peer CA's
+    certificates are peers or admins), and so does mode certManager with
+    `spec.tls.peerIssuerRef`; mode certManager with one issuer for everybody knows peers by
+    name (the replicas warn; docs/security.md)."""
+    mode = mode_of(body)
+    if mode == MODE_DISABLED:
         return list(PLAINTEXT_ARGS)
+    if mode == MODE_OPERATOR:
+        trust = [
+            "--tls-client-ca",
+            f"{TLS_MOUNT}/{CLIENT_CA_KEY}",
+            "--tls-peer-ca",
+            f"{TLS_MOUNT}/{PEER_CA_KEY}",
+        ]
+    elif peer_issuer_given(body):
+        trust = [
+            "--tls-client-ca",
+            f"{CLIENT_CA_MOUNT}/{CA_KEY}",
+            "--tls-peer-ca",
+            f"{TLS_MOUNT}/{CA_KEY}",
+        ]
+    else:
+        trust = ["--tls-client-ca", f"{TLS_MOUNT}/{CA_KEY}"]
     return [
         "--tls-cert",
         f"{TLS_MOUNT}/{CERT_KEY}",
         "--tls-key",
         f"{TLS_MOUNT}/{KEY_KEY}",
-        "--tls-client-ca",
-        f"{TLS_MOUNT}/{CA_KEY}",
+        *trust,
         "--auth-config",
         f"{AUTH_MOUNT}/{ROLES_KEY}",
     ]
@@ -253,10 +292,12 @@ def security_args(body: Body) -> list[str]:
 def security_env(body: Body) -> list[Manifest]:
     """The probes' and `kubectl exec ... rlog` credentials: the replica's own certificate
     (role peer: it may read Status) through the RLOG_* variables."""
-    if mode_of(body) == MODE_DISABLED:
+    mode = mode_of(body)
+    if mode == MODE_DISABLED:
         return []
+    server_ca = PEER_CA_KEY if mode == MODE_OPERATOR else CA_KEY  # what verifies the replicas
     return [
-        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{CA_KEY}"},
+        {"name": "RLOG_CA", "value": f"{TLS_MOUNT}/{server_ca}"},
         {"name": "RLOG_CERT", "value": f"{TLS_MOUNT}/{CERT_KEY}"},
         {"name": "RLOG_KEY", "value": f"{TLS_MOUNT}/{KEY_KEY}"},
     ]
@@ -267,22 +308,29 @@ def security_volumes(body: Body) -> tuple[list[Manifest], list[Manifest]]:
     subPath): the kubelet swaps the files in place when the Secret changes."""
     if mode_of(body) == MODE_DISABLED:
         return [], []
-    return (
-        [
-            {
-                "name": "tls",
-                "secret": {"secretName": server_secret_name(body), "defaultMode": 0o440},
-            },
-            {
-                "name": "auth",
-                "secret": {"secretName": auth_secret_name(body), "defaultMode": 0o440},
-            },
-        ],
-        [
-            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
-            {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
-        ],
-    )
+    volumes: list[Manifest] = [
+        {
+            "name": "tls",
+            "secret": {"secretName": server_secret_name(body), "defaultMode": 0o440},
+        },
+        {
+            "name": "auth",
+            "secret": {"secretName": auth_secret_name(body), "defaultMode": 0o440},
+        },
+    ]
+    mounts: list[Manifest] = [
+        {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
+        {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
+    ]
+    if peer_issuer_given(body):  # only the CA's certificate of that Secret
+        secret = {
+            "secretName": client_ca_secret_name(body),
+            "defaultMode": 0o440,
+            "items": [{"key": CA_KEY, "path": CA_KEY}],
+        }
+        volumes.append({"name": "client-ca", "secret": secret})
+        mounts.append({"name": "client-ca", "mountPath": CLIENT_CA_MOUNT, "readOnly": True})
+    return volumes, mounts
 
 
 # ---- the StatefulSet ------------------------------------------------------------------------

@@ -4,7 +4,8 @@ tests, and the operator's PKI (rlog_operator.pki).
 
 Keys are ECDSA P-256 (small and fast to make); every certificate may serve and connect
 (serverAuth and clientAuth): a replica presents the same certificate to its clients and to
-its peers.
+its peers. A log has two CAs: the peer CA issues the replicas' and the operator's (admin)
+certificates, the client CA every client's (docs/security.md, "PKI").
 """
 
 from __future__ import annotations
@@ -166,21 +167,59 @@ DEV_CLIENTS = {
     "reader": "read",
     "guest": "none",
 }
+# The identities the peer CA issues (with the replicas): the operator's stand-in.
+DEV_PEER_CA_CLIENTS = frozenset({"admin"})
 
 
 @dataclass(frozen=True)
 class DevPki:
-    """The files of a dev log's PKI, under `dir`."""
+    """The files of a dev log's PKI, under `dir`: two CAs (docs/security.md, "PKI"):
+
+    - the peer CA (`peer-ca.pem`, `peer-ca-key.pem`) issues the replicas' certificates and
+      the admin's: only its certificates may be peers or admins;
+    - the client CA (`client-ca.pem`, `client-ca-key.pem`) issues every other client's;
+    - `ca.pem` is what clients verify the replicas with (the peer CA's certificate).
+
+    A dir made before there were two CAs has `ca.pem` and `ca-key.pem` only (one CA for
+    everybody): it is kept, and its replicas trust peers by name (`split` is False)."""
 
     dir: Path
 
     @property
     def ca(self) -> Path:
+        """What clients verify the replicas with (`--ca`, RLOG_CA)."""
         return self.dir / "ca.pem"
 
     @property
     def ca_key(self) -> Path:
+        """The one CA's key, in a dir made before there were two CAs."""
         return self.dir / "ca-key.pem"
+
+    @property
+    def peer_ca(self) -> Path:
+        return self.dir / "peer-ca.pem"
+
+    @property
+    def peer_ca_key(self) -> Path:
+        return self.dir / "peer-ca-key.pem"
+
+    @property
+    def client_ca(self) -> Path:
+        """The CA callers are verified with (`rlog replica --tls-client-ca`)."""
+        return self.client_ca_cert if self.split else self.ca
+
+    @property
+    def client_ca_cert(self) -> Path:
+        return self.dir / "client-ca.pem"
+
+    @property
+    def client_ca_key(self) -> Path:
+        return self.dir / "client-ca-key.pem"
+
+    @property
+    def split(self) -> bool:
+        """Whether the peer CA is apart from the client CA (a dir made by this version)."""
+        return self.peer_ca.exists()
 
     def cert(self, name: str) -> Path:
         return self.dir / f"{name}.pem"
@@ -201,30 +240,54 @@ class DevPki:
         return f"replica-{i}"
 
     def load_ca(self) -> Pem:
+        """The CA that onboards clients (the client CA; the one CA of an older dir)."""
+        if self.split:
+            return Pem(self.client_ca_cert.read_bytes(), self.client_ca_key.read_bytes())
+        return Pem(self.ca.read_bytes(), self.ca_key.read_bytes())
+
+    def load_peer_ca(self) -> Pem:
+        """The CA of the replicas and the admin (the one CA of an older dir)."""
+        if self.split:
+            return Pem(self.peer_ca.read_bytes(), self.peer_ca_key.read_bytes())
         return Pem(self.ca.read_bytes(), self.ca_key.read_bytes())
 
     def issue(self, name: str, names: Sequence[str] = (), **kwargs: object) -> Pem:
-        """Issue (and write) a certificate `name` from this PKI's CA."""
+        """Issue (and write) a client certificate `name` from this PKI's client CA."""
         pem = issue(self.load_ca(), name, names, **kwargs)  # type: ignore[arg-type]
         pem.write(self.cert(name), self.key(name))
         return pem
 
+    def issue_peer(self, name: str, names: Sequence[str] = (), **kwargs: object) -> Pem:
+        """Issue (and write) a certificate `name` from the peer CA (replicas, admin)."""
+        pem = issue(self.load_peer_ca(), name, names, **kwargs)  # type: ignore[arg-type]
+        pem.write(self.cert(name), self.key(name))
+        return pem
+
+    def issue_as(self, name: str, names: Sequence[str] = (), **kwargs: object) -> Pem:
+        """Issue `name` from the CA its identity comes from (DEV_PEER_CA_CLIENTS: peer)."""
+        if name in DEV_PEER_CA_CLIENTS:
+            return self.issue_peer(name, names, **kwargs)
+        return self.issue(name, names, **kwargs)
+
 
 def make_dev_pki(dir: Path, hosts: Sequence[str]) -> DevPki:
-    """A CA, a certificate per replica (for its host), the client certificates of
-    DEV_CLIENTS, a token, and the roles file naming them. Kept if already there; a PKI
-    made before an identity was added to DEV_CLIENTS gets it (`_add_missing_clients`)."""
+    """Two CAs (`DevPki`), a certificate per replica (for its host) from the peer CA, the
+    client certificates of DEV_CLIENTS (the admin's from the peer CA), a token, and the
+    roles file naming them. Kept if already there; a PKI made before an identity was added
+    to DEV_CLIENTS gets it (`_add_missing_clients`)."""
     pki = DevPki(dir)
     if pki.auth_config.exists():
         _add_missing_clients(pki)
         return pki
     dir.mkdir(parents=True, exist_ok=True)
-    ca = new_ca("rlog dev CA")
-    ca.write(pki.ca, pki.ca_key)
+    peer_ca = new_ca("rlog dev peer CA")
+    peer_ca.write(pki.peer_ca, pki.peer_ca_key)
+    _write_atomic(pki.ca, peer_ca.cert, 0o644)
+    new_ca("rlog dev client CA").write(pki.client_ca_cert, pki.client_ca_key)
     for i, host in enumerate(hosts):
-        pki.issue(pki.replica(i), sorted({host, "localhost"}))
+        pki.issue_peer(pki.replica(i), sorted({host, "localhost"}))
     for name in DEV_CLIENTS:
-        pki.issue(name)
+        pki.issue_as(name)
     token = secrets.token_urlsafe(24)
     _write_atomic(pki.token, token.encode() + b"\n", 0o600)
     roles = {
@@ -243,7 +306,7 @@ def _add_missing_clients(pki: DevPki) -> None:
     if not missing:
         return
     for name in missing:
-        pki.issue(name)
+        pki.issue_as(name)
     roles = json.loads(pki.auth_config.read_text())
     subjects = roles.setdefault("subjects", {})
     for name in missing:

@@ -201,6 +201,9 @@ class ReplicaConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    # The peer CA (rlog.runtime.tls): only certificates it issued may be peers or admins,
+    # whatever names they carry. None: peers are trusted by name (a warning says so).
+    tls_peer_ca: Path | None = None
     # Authorization: the roles file (rlog.runtime.authz); None: every caller may call anything.
     auth_config: Path | None = None
     # A bearer token this replica sends to its peers (when they know peers by token, not by
@@ -295,12 +298,18 @@ class ReplicaConfig:
                     f"{flag} is for a replica without TLS; with TLS the roles file "
                     "(--auth-config) says who may call what"
                 )
+        if self.tls_peer_ca is not None and self.tls_client_ca is None:
+            raise ConfigError(
+                "--tls-peer-ca needs --tls-client-ca: peers are told from clients among "
+                "callers that all present a certificate (mutual TLS)"
+            )
         if self.auth_peer_token_file is not None and self.tls_cert is None:
             raise ConfigError("--auth-peer-token-file needs TLS: a token never travels in clear")
         for flag, path in (
             ("--tls-cert", self.tls_cert),
             ("--tls-key", self.tls_key),
             ("--tls-client-ca", self.tls_client_ca),
+            ("--tls-peer-ca", self.tls_peer_ca),
             ("--auth-config", self.auth_config),
             ("--auth-peer-token-file", self.auth_peer_token_file),
         ):
@@ -314,6 +323,15 @@ class ReplicaConfig:
         if self.tls_cert is None:
             return "plaintext"
         return "mutual-tls" if self.tls_client_ca is not None else "tls"
+
+    @property
+    def peer_trust(self) -> str:
+        """How peers and admins are told from clients: "ca" (only certificates of the peer
+        CA), "names" (any certificate carrying a name the roles file makes peer or admin),
+        or "" (no authorization: everybody may do anything)."""
+        if self.auth_config is None:
+            return ""
+        return "ca" if self.tls_peer_ca is not None else "names"
 
     @property
     def address(self) -> str:

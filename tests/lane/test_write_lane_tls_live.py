@@ -240,7 +240,7 @@ def test_a_renewed_certificate_is_served_on_the_lane(cluster):
     _, _, before = lane_hello(cluster, follower, "replica-0")
     assert before == ssl.PEM_cert_to_DER_cert(pki.cert(pki.replica(follower)).read_text())
     host = cluster.host_of(follower)
-    pki.issue(pki.replica(follower), sorted({host, "localhost"}))
+    pki.issue_peer(pki.replica(follower), sorted({host, "localhost"}))
     renewed = ssl.PEM_cert_to_DER_cert(pki.cert(pki.replica(follower)).read_text())
     assert renewed != before
     deadline = time.monotonic() + 20

@@ -177,10 +177,10 @@ def test_the_archiver_gets_its_own_certificate_and_keeps_it():
     assert archive_specs.archiver_host(log) == "orders-archiver.shop.svc"
     assert "orders-archiver.shop.svc" in alt.get_values_for_type(x509.DNSName)
     # an archiver certificate issued before it had those names is issued again
-    old = {**written, "orders-tls-archiver": pki.tls_secret(
-        log, "orders-tls-archiver", pki.secret_bytes(written["orders-tls-ca"], specs.CA_KEY) or b"",
-        *_unnamed(written, log),
-    )}  # fmt: skip
+    cert, key = _unnamed(written, log)
+    peer_ca = pki.secret_bytes(written["orders-tls-peer-ca"], specs.CA_KEY) or b""
+    data = {specs.CA_KEY: peer_ca, specs.CERT_KEY: cert, pki.KEY_KEY: key}
+    old = {**written, "orders-tls-archiver": pki._secret(log, "orders-tls-archiver", data)}
     again = pki.plan_secrets(log, CONFIG, old, now)
     assert [s["metadata"]["name"] for s in again] == ["orders-tls-archiver"]
     # nothing to renew the next time round: the archiver's Secret is not issued again
@@ -190,7 +190,7 @@ def test_the_archiver_gets_its_own_certificate_and_keeps_it():
 def _unnamed(written, log):
     from rlog import certs
 
-    ca = written["orders-tls-ca"]
+    ca = written["orders-tls-peer-ca"]
     pem = certs.issue(
         certs.Pem(pki.secret_bytes(ca, specs.CA_KEY), pki.secret_bytes(ca, pki.CA_PRIVATE_KEY)),
         pki.archiver_common_name(log),

@@ -244,3 +244,30 @@ def test_roles_file_is_reloaded_when_it_changes(tmp_path, monkeypatch):
     path.write_text("{not json")
     assert roles.current().role_of_subject(["b"]) == ("read", "b")
     assert roles.reloads == 1
+
+
+def test_peer_and_admin_rules_need_a_certificate_of_the_peer_ca():
+    """With a peer CA, a caller whose certificate it did not issue never gets peer or admin
+    from a rule or a token, whatever names it carries: the next rule that names it decides.
+    Without a peer CA (from_peer_ca None) the names alone decide, as before."""
+    policy = parse_policy(
+        {
+            "subjects": {"replica-*": "peer", "rlog-operator": "admin", "*": "read"},
+            "tokens": [{"name": "ops", "token": "t0k", "role": "admin"}],
+        }
+    )
+    learned, step_down = "/rlog.v1.Replica/Learned", "/rlog.v1.Admin/StepDown"
+    status = "/rlog.v1.Log/Status"
+    for names, method in ((("replica-1",), learned), (("x", "rlog-operator"), step_down)):
+        forged = decide(policy, method, Caller(names, from_peer_ca=False))
+        assert not forged.allowed and forged.code == grpc.StatusCode.PERMISSION_DENIED
+        assert "not issued by the peer CA" in forged.reason and forged.roles == ("read",)
+        assert decide(policy, status, Caller(names, from_peer_ca=False)).allowed
+        assert decide(policy, method, Caller(names, from_peer_ca=True)).allowed
+        assert decide(policy, method, Caller(names)).allowed  # no peer CA: by name
+    token = Caller(("writer",), token="t0k", from_peer_ca=False)
+    assert not decide(policy, step_down, token).allowed
+    assert decide(policy, step_down, Caller(("writer",), token="t0k", from_peer_ca=True)).allowed
+    # A certificate of the peer CA still needs a rule: the CA says "one of ours", the name
+    # says which (a replica is no admin).
+    assert not decide(policy, step_down, Caller(("replica-0",), from_peer_ca=True)).allowed

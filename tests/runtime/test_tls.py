@@ -182,3 +182,32 @@ def test_a_dev_pki_made_before_the_owner_role_gets_an_owner(tmp_path):
     assert policy.role_of_subject(["owner"]) == ("owner", "owner")
     assert policy.role_of_subject(["writer"]) == ("append", "writer")
     assert [t.role for t in policy.tokens] == ["append"]
+
+
+def test_the_peer_ca_is_a_ca_of_its_own_and_issued_the_replicas_certificate(tmp_path, pki):
+    """--tls-peer-ca: the dev PKI's replicas are the peer CA's; the client CA given as the
+    peer CA, or a replica certificate of the client CA, stop the start with one line."""
+    cert, key = pki.cert("replica-0"), pki.key("replica-0")
+    loaded = ReloadingCertificates(cert, key, pki.client_ca, pki.peer_ca)
+    authority = loaded.peer_authority()
+    assert authority is not None
+    assert authority.issued(pki.cert("replica-0").read_bytes())
+    assert authority.issued(pki.cert("admin").read_bytes())  # the operator's stand-in
+    assert not authority.issued(pki.cert("writer").read_bytes())
+    forged = certs.issue(pki.load_ca(), "replica-0", ["127.0.0.1"])  # the client CA's
+    assert not authority.issued(forged.cert)
+    assert not authority.issued(b"not a certificate")
+    # The server trusts both CAs; a peer is verified against the peer CA only.
+    assert (
+        loaded.current.trusted is not None and loaded.current.peers_ca == pki.peer_ca.read_bytes()
+    )
+    with pytest.raises(ConfigError, match="shares a CA with --tls-client-ca"):
+        ReloadingCertificates(cert, key, pki.client_ca, pki.client_ca)
+    with pytest.raises(ConfigError, match="was not issued by --tls-peer-ca"):
+        ReloadingCertificates(pki.cert("writer"), pki.key("writer"), pki.client_ca, pki.peer_ca)
+    with pytest.raises(ConfigError, match="--tls-peer-ca needs --tls-client-ca"):
+        config(tmp_path, tls_cert=cert, tls_key=key, tls_peer_ca=pki.peer_ca)
+    both = config(
+        tmp_path, tls_cert=cert, tls_key=key, tls_client_ca=pki.client_ca, tls_peer_ca=pki.peer_ca
+    )
+    assert both.peer_trust == "" and both.transport == "mutual-tls"  # no roles file: off

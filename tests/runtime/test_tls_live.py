@@ -43,6 +43,7 @@ def test_status_says_mutual_tls_and_roles(cluster):
         assert status is not None
         assert status.transport == "mutual-tls"
         assert status.authorization == "roles"
+        assert status.peer_trust == "ca"  # rlog dev --tls makes a peer CA
     for i in range(cluster.replicas):
         assert "transport: mutual TLS" in cluster.log_file(i).read_text()
 
@@ -176,16 +177,14 @@ def test_connections_refused(cluster, tmp_path):
     error = refused(cluster, Credentials(ca=other.cert, cert=admin.cert, key=admin.key))
     assert "TLS handshake failed" in str(error)
     # An expired client certificate of the right CA.
-    ca = certs.Pem(
-        (cluster.tls_dir / "ca.pem").read_bytes(), (cluster.tls_dir / "ca-key.pem").read_bytes()
-    )
     expired = certs.issue(
-        ca,
-        "admin",
+        certs.DevPki(cluster.tls_dir).load_ca(),
+        "writer",
         days=1,
         not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3),
     )
-    refused(cluster, Credentials(ca=ca.cert, cert=expired.cert, key=expired.key))
+    server_ca = (cluster.tls_dir / "ca.pem").read_bytes()
+    refused(cluster, Credentials(ca=server_ca, cert=expired.cert, key=expired.key))
     # The replicas are still up and serve the right credentials.
     with cluster.client() as client:
         assert client.append([b"still serving"])
@@ -276,7 +275,7 @@ def test_rotated_certificates_are_taken_while_appending(cluster):
         time.sleep(0.5)
         for i in range(cluster.replicas):
             host = cluster.host_of(i)
-            pki.issue(pki.replica(i), sorted({host, "localhost"}))
+            pki.issue_peer(pki.replica(i), sorted({host, "localhost"}))
         rotated = [der_of(pki.cert(pki.replica(i))) for i in range(cluster.replicas)]
         deadline = time.monotonic() + 20
         while [served_certificate(cluster, i) for i in range(cluster.replicas)] != rotated:

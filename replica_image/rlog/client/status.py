@@ -35,6 +35,7 @@ class StatusDict(TypedDict):
     authorization: str
     admin: str  # who may call the Admin API: loopback | anywhere | roles
     insecure: bool  # plaintext beyond loopback (--insecure)
+    peer_trust: str  # "ca" | "names" (peers trusted by name: a warning) | "" (no roles)
     storage_fault: str  # why the storage is not healthy, one line ("" if it is)
     # "" (healthy) | corrupt-repaired | storage-lost | refusing | disk-failing | disk-full
     storage_condition: str
@@ -71,6 +72,7 @@ def status_to_dict(status: pb.StatusResponse) -> StatusDict:
         "authorization": status.authorization or "off",
         "admin": status.admin or "anywhere",
         "insecure": status.insecure,
+        "peer_trust": status.peer_trust,
         "storage_fault": status.storage_fault,
         "storage_condition": status.storage_condition,
     }

@@ -1,15 +1,16 @@
 """Mutual TLS on the write lane (docs/security.md, "The write lane"): the same certificate,
 key and client CA as the replica's gRPC port, in the standard library's `ssl` contexts.
 
-- The server's context verifies every leader's certificate against the client CA (mutual
-  TLS, as the gRPC port requires of peers) and presents the replica's certificate; a
+- The server's context verifies every caller's certificate against the client CA and the
+  peer CA if there is one (mutual TLS, as the gRPC port does; the lane's admission tells
+  peers by their CA, rlog.runtime.authz) and presents the replica's certificate; a
   certificate renewed on disk is taken at the next handshake (`ReloadingCertificates`, one
   `stat` of the files per handshake, as gRPC's certificate fetcher does), through the
   context's SNI callback, which hands the handshake a context built from the new files.
   Connections already open keep the certificate they were made with.
 - A leader's context, built again for every connection it opens (a lane opens rarely),
-  presents the replica's certificate and verifies the follower's against the client CA and
-  its host name, as the gRPC peer channel does.
+  presents the replica's certificate and verifies the follower's against the peer CA (the
+  client CA without one) and its host name, as the gRPC peer channel does.
 - `caller_names` gives the authorization rules the same names gRPC's auth context does:
   the certificate's common name and its subject alternative names.
 """
@@ -44,12 +45,12 @@ class LaneTls:
         self.server.sni_callback = self._pick
 
     def _server_context(self) -> ssl.SSLContext:
-        pair = self._certificates.current
-        assert pair.client_ca is not None
+        trusted = self._certificates.current.trusted
+        assert trusted is not None
         context = _base(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(self._certificates.cert), str(self._certificates.key))
         context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cadata=pair.client_ca.decode("ascii"))
+        context.load_verify_locations(cadata=trusted.decode("ascii"))
         return context
 
     def _pick(self, connection: ssl.SSLObject, name: str | None, given: ssl.SSLContext) -> None:
@@ -66,10 +67,10 @@ class LaneTls:
     def client(self) -> ssl.SSLContext:
         """A leader's context for one new lane connection."""
         self._certificates.refresh()
-        pair = self._certificates.current
-        assert pair.client_ca is not None
+        peers_ca = self._certificates.current.peers_ca
+        assert peers_ca is not None
         context = _base(ssl.PROTOCOL_TLS_CLIENT)  # verifies the host name and the chain
-        context.load_verify_locations(cadata=pair.client_ca.decode("ascii"))
+        context.load_verify_locations(cadata=peers_ca.decode("ascii"))
         context.load_cert_chain(str(self._certificates.cert), str(self._certificates.key))
         return context
 

@@ -1164,6 +1164,7 @@ class StatusResponse(_message.Message):
     STORAGE_CONDITION_FIELD_NUMBER: _builtins.int
     TRANSPORT_FIELD_NUMBER: _builtins.int
     AUTHORIZATION_FIELD_NUMBER: _builtins.int
+    PEER_TRUST_FIELD_NUMBER: _builtins.int
     LANE_OFFSET_FIELD_NUMBER: _builtins.int
     ADMIN_FIELD_NUMBER: _builtins.int
     INSECURE_FIELD_NUMBER: _builtins.int
@@ -1213,6 +1214,11 @@ class StatusResponse(_message.Message):
     "mutual-tls"; authorization "off" (every caller may call anything) | "roles".
     """
     authorization: _builtins.str
+    peer_trust: _builtins.str
+    """How peers and admins are told from clients (docs/security.md): "ca" only certificates
+    of the peer CA (--tls-peer-ca); "names" any certificate carrying a name the roles file
+    makes peer or admin (no peer CA: a warning); "" authorization off.
+    """
     lane_offset: _builtins.int
     """The replica's lane is at its gRPC port + lane_offset (0: it serves none): leaders'
     writes, and clients' appends (docs/data-path.md, "The client's append lane").
@@ -1253,13 +1259,14 @@ class StatusResponse(_message.Message):
         storage_condition: _builtins.str = ...,
         transport: _builtins.str = ...,
         authorization: _builtins.str = ...,
+        peer_trust: _builtins.str = ...,
         lane_offset: _builtins.int = ...,
         admin: _builtins.str = ...,
         insecure: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "admin", b"admin", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "insecure", b"insecure", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "admin", b"admin", "authorization", b"authorization", "begin", b"begin", "catchup_begin", b"catchup_begin", "catchup_done", b"catchup_done", "catchup_end", b"catchup_end", "corrupt_records", b"corrupt_records", "disk_full", b"disk_full", "end", b"end", "id", b"id", "insecure", b"insecure", "lane_offset", b"lane_offset", "leader", b"leader", "leader_confirmed", b"leader_confirmed", "learned", b"learned", "log_id", b"log_id", "peer_trust", b"peer_trust", "permit", b"permit", "promised", b"promised", "proposal", b"proposal", "reason", b"reason", "replicas", b"replicas", "role", b"role", "status", b"status", "storage_condition", b"storage_condition", "storage_fault", b"storage_fault", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,6 +17,11 @@ Roles file (JSON; YAML when the name ends in .yaml/.yml):
 
 Without a roles file every caller may call anything (the transport alone decides who can
 connect); the replica says so at start and in its Status.
+
+Peers apart from clients: with a peer CA (`rlog replica --tls-peer-ca`, rlog.runtime.tls),
+the roles peer and admin (`PEER_CA_ROLES`) go only to callers whose certificate the peer CA
+issued: a rule or token giving them is skipped for any other caller, whatever names its
+certificate carries. Without one, the names alone decide (Status `peer_trust: names`).
 """
 
 from __future__ import annotations
@@ -87,6 +92,11 @@ ROLE_GRANTS: dict[str, frozenset[Kind]] = {
     "peer": frozenset({Kind.READ, Kind.APPEND, Kind.DESTROY, Kind.PEER}),
 }
 
+# The roles only a certificate of the peer CA may have when a peer CA is configured: the
+# replication protocol and the operator's calls. A client CA signs whatever name a client
+# asks for; its certificates must not become peers by carrying a replica's name.
+PEER_CA_ROLES = frozenset({"peer", "admin"})
+
 # What a refusal adds for a caller whose role once allowed the call (roles files written
 # before the destroy kind): what to change, in the same line.
 _REFUSAL_HINTS: dict[tuple[Kind, str], str] = {
@@ -113,10 +123,14 @@ class Policy:
     default: str = "none"  # the role of a caller no rule names
     source: str = ""  # where it was read from
 
-    def role_of_subject(self, names: Iterable[str]) -> tuple[str, str] | None:
-        """(role, name matched) of the first rule matching any of a certificate's names."""
+    def role_of_subject(self, names: Iterable[str], peer_ca: bool = True) -> tuple[str, str] | None:
+        """(role, name matched) of the first rule matching any of a certificate's names;
+        without `peer_ca` (the certificate is not of the peer CA) rules giving a role of
+        PEER_CA_ROLES are skipped."""
         names = list(names)
         for pattern, role in self.subjects:
+            if not peer_ca and role in PEER_CA_ROLES:
+                continue
             for name in names:
                 if fnmatch.fnmatchcase(name, pattern):
                     return role, name
@@ -246,6 +260,9 @@ class Caller:
     names: tuple[str, ...] = ()  # the client certificate's common name and SANs
     token: str | None = None  # the bearer token, if one was sent
     peer: str = ""  # the address, for the reason text
+    # Whether the peer CA issued the certificate; None: no peer CA is configured (the
+    # names alone decide, as before there was one).
+    from_peer_ca: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -263,13 +280,15 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
         return Decision(False, grpc.StatusCode.PERMISSION_DENIED, f"{method} is not authorized")
     roles: list[str] = []
     who: list[str] = []
+    peer_ca = caller.from_peer_ca is not False
     if caller.token is not None:
         rule = policy.role_of_token(caller.token)
         if rule is None:
             return Decision(False, grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token")
-        roles.append(rule.role)
-        who.append(f"token {rule.name!r}")
-    by_subject = policy.role_of_subject(caller.names)
+        if peer_ca or rule.role not in PEER_CA_ROLES:
+            roles.append(rule.role)
+            who.append(f"token {rule.name!r}")
+    by_subject = policy.role_of_subject(caller.names, peer_ca)
     if by_subject is not None:
         roles.append(by_subject[0])
         who.append(f"certificate {by_subject[1]!r}")
@@ -280,6 +299,8 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
             if caller.names
             else "an anonymous caller"
         )
+    if not peer_ca and kind in (Kind.PEER, Kind.ADMIN):
+        who[-1] += " (not issued by the peer CA: never a peer or admin)"
     if any(kind in ROLE_GRANTS[role] for role in roles):
         return Decision(True, roles=tuple(roles))
     name = method.rsplit("/", 1)[-1]
@@ -293,9 +314,21 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
     )
 
 
-def caller_of(context: grpc.aio.ServicerContext) -> Caller:
-    """The caller of a call: its certificate's names (mutual TLS) and bearer token."""
+# Whether the peer CA issued a certificate (PEM); None: no peer CA is configured.
+PeerCheck = Callable[[bytes], bool]
+
+
+def caller_of(
+    context: grpc.aio.ServicerContext, peer_check: Callable[[], PeerCheck | None] | None = None
+) -> Caller:
+    """The caller of a call: its certificate's names (mutual TLS), bearer token and whether
+    the peer CA issued its certificate."""
     auth = context.auth_context() or {}
+    check = peer_check() if peer_check is not None else None
+    from_peer_ca = None
+    if check is not None:
+        pem = next(iter(auth.get("x509_pem_cert", ())), b"")  # the caller's leaf certificate
+        from_peer_ca = bool(pem) and check(pem)
     names: list[str] = []
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         for value in auth.get(key, ()):
@@ -308,17 +341,23 @@ def caller_of(context: grpc.aio.ServicerContext) -> Caller:
             header = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
             scheme, _, rest = header.partition(" ")
             token = rest.strip() if scheme.lower() == "bearer" else ""
-    return Caller(tuple(names), token, context.peer())
+    return Caller(tuple(names), token, context.peer(), from_peer_ca)
 
 
 Handler = Callable[..., Any]
 
 
 class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
-    """Checks every call against the policy before its handler runs."""
+    """Checks every call against the policy before its handler runs; `peer_check` gives the
+    peer CA's check in force (None: no peer CA)."""
 
-    def __init__(self, roles: PolicyFile | Policy) -> None:
+    def __init__(
+        self,
+        roles: PolicyFile | Policy,
+        peer_check: Callable[[], PeerCheck | None] | None = None,
+    ) -> None:
         self._roles = roles
+        self._peer_check = peer_check
         self.denied = 0
 
     @property
@@ -336,7 +375,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         return self._guarded(handler, handler_call_details.method)
 
     async def _check(self, method: str, context: grpc.aio.ServicerContext) -> None:
-        decision = decide(self.policy, method, caller_of(context))
+        decision = decide(self.policy, method, caller_of(context, self._peer_check))
         if not decision.allowed:
             self.denied += 1
             log.info("denied %s from %s: %s", method, context.peer(), decision.reason)

@@ -478,6 +478,7 @@ class Node:
             authorization="roles" if self.config.auth_config is not None else "off",
             admin=admin_callers(self.config),
             insecure=self.config.insecure,
+            peer_trust=self.config.peer_trust,
             lane_offset=self.config.write_lane_offset,
             catchup_begin=self.catchup.begin,
             catchup_end=self.catchup.end,

@@ -20,7 +20,7 @@ from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values
-from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
+from rlog.runtime.authz import AuthorizationInterceptor, Caller, PeerCheck, PolicyFile, decide
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.foreign import ForeignMessages
@@ -29,7 +29,7 @@ from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refus
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
 from rlog.runtime.repair import SetAside, identity_refusal, set_aside
-from rlog.runtime.tls import certificates_of, read_token
+from rlog.runtime.tls import ReloadingCertificates, certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
 from rlog.storage.base import StorageLost
@@ -475,7 +475,8 @@ async def start_server(
     certificates = certificates_of(config)
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
-    interceptors = [AuthorizationInterceptor(policy)] if policy is not None else []
+    peer_check = _peer_check(certificates)
+    interceptors = [AuthorizationInterceptor(policy, peer_check)] if policy is not None else []
     # Storage found lost is set aside and a fresh store opened; a data dir of another log or
     # replica is closed untouched and the replica answers Status only (runtime/repair.py).
     lost: SetAside | None = None
@@ -536,7 +537,7 @@ async def start_server(
                 lane_writes.inc,
                 node.metrics.append_requests.labels("lane").inc,
                 lane_tls.server if lane_tls is not None else None,
-                _lane_admission(policy) if policy is not None else None,
+                _lane_admission(policy, peer_check) if policy is not None else None,
                 same_log.seen,
             )
         except OSError as exc:
@@ -552,17 +553,34 @@ async def start_server(
     return server, node, lane
 
 
-def _lane_admission(policy: PolicyFile) -> Admission:
+def _peer_check(certificates: ReloadingCertificates | None) -> Callable[[], PeerCheck | None]:
+    """The peer CA's check in force (it follows the files' rotation); None: no peer CA."""
+
+    def current() -> PeerCheck | None:
+        authority = certificates.peer_authority() if certificates is not None else None
+        return authority.issued if authority is not None else None
+
+    return current
+
+
+def _lane_admission(policy: PolicyFile, peer_check: Callable[[], PeerCheck | None]) -> Admission:
     """Why a caller on the lane is refused ("" if its certificate's role may make the call
     the lane stands in for: WriteStream for a leader, Append for a client): the roles of
     the gRPC port."""
 
     def refusal(transport: asyncio.Transport, method: str) -> str:
         peer = transport.get_extra_info("peername")
+        check = peer_check()
+        from_peer_ca = None
+        if check is not None:
+            tls = transport.get_extra_info("ssl_object")
+            der = tls.getpeercert(binary_form=True) if tls is not None else None
+            from_peer_ca = der is not None and check(der)
         caller = Caller(
             caller_names(transport.get_extra_info("peercert")),
             None,
             f"{peer[0]}:{peer[1]}" if peer else "",
+            from_peer_ca,
         )
         decision = decide(policy.current(), method, caller)
         return "" if decision.allowed else decision.reason
@@ -602,6 +620,16 @@ def _log_security(config: ReplicaConfig) -> None:
         )
     else:
         log.warning("authorization: OFF: every caller that connects may call every RPC")
+    if config.peer_trust == "names":
+        log.warning(
+            "peers are trusted BY NAME: whoever presents %s the roles file makes peer or "
+            "admin is one (give --tls-peer-ca, docs/security.md)",
+            f"a certificate of {config.tls_client_ca} with a name"
+            if config.tls_client_ca is not None
+            else "a token",
+        )
+    elif config.peer_trust == "ca":
+        log.info("peers and admins: only certificates of the peer CA %s", config.tls_peer_ca)
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:

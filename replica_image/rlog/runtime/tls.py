@@ -8,6 +8,15 @@ gRPC the new certificate only when they changed and the new key matches the new
 certificate: a rotation caught half-written (the certificate replaced, not yet the key) is
 not taken, and the next connection looks again. Connections already open keep the
 certificate they were made with (TLS does not renegotiate); clients reconnect on their own.
+
+Peers apart from clients (`--tls-peer-ca`): the server trusts the client CA and the peer CA
+(a bundle of both as gRPC's root certificates), and `PeerAuthority.issued` tells which one
+a caller's certificate comes from: the peer and admin roles go only to certificates the peer
+CA issued (rlog.runtime.authz). The replica's own certificate must then be one of the peer
+CA's: it is what it serves with and what it presents to its peers, and it verifies its peers'
+certificates against the peer CA alone. Without a peer CA, one CA verifies everybody and a
+peer is whoever has a certificate carrying a peer's name (the replica warns, and its Status
+says `peer_trust: names`).
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from rlog.config import ConfigError, ReplicaConfig
 
@@ -30,11 +41,65 @@ Stamp = tuple[tuple[str, int, int], ...]
 
 @dataclass(frozen=True)
 class KeyPair:
-    """A certificate chain, its private key and the CA that verifies callers (PEM)."""
+    """A certificate chain, its private key, the CA that verifies clients and the one that
+    verifies peers (PEM)."""
 
     cert: bytes
     key: bytes
     client_ca: bytes | None
+    peer_ca: bytes | None = None
+
+    @property
+    def trusted(self) -> bytes | None:
+        """Every CA a caller's certificate may chain to (gRPC's root certificates)."""
+        if self.peer_ca is None:
+            return self.client_ca
+        return (self.client_ca or b"").rstrip(b"\n") + b"\n" + self.peer_ca
+
+    @property
+    def peers_ca(self) -> bytes | None:
+        """The CA a peer's certificate must chain to."""
+        return self.peer_ca if self.peer_ca is not None else self.client_ca
+
+
+class PeerAuthority:
+    """Which callers' certificates the peer CA issued. The transport verified the chain to
+    one of the trusted CAs already; this checks the leaf's issuer name and signature
+    against each certificate of the peer CA file (several during a rotation of the CA).
+    Peer certificates are issued directly by the peer CA (no intermediate). Answers are
+    kept for the certificates seen last (a check per call would cost a signature check)."""
+
+    KEEP = 1024
+
+    def __init__(self, pem: bytes) -> None:
+        self.pem = pem
+        self.cas = x509.load_pem_x509_certificates(pem)
+        self._seen: dict[bytes, bool] = {}
+
+    def issued(self, certificate: bytes) -> bool:
+        """Whether `certificate` (PEM or DER; the leaf) was signed by the peer CA."""
+        known = self._seen.get(certificate)
+        if known is None:
+            if len(self._seen) >= self.KEEP:
+                self._seen.clear()
+            known = self._seen[certificate] = self._verify(certificate)
+        return known
+
+    def _verify(self, certificate: bytes) -> bool:
+        try:
+            if certificate.lstrip().startswith(b"-----BEGIN"):
+                leaf = x509.load_pem_x509_certificate(certificate)
+            else:
+                leaf = x509.load_der_x509_certificate(certificate)
+        except ValueError:
+            return False
+        for ca in self.cas:
+            try:
+                leaf.verify_directly_issued_by(ca)
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+            return True
+        return False
 
 
 def _stamp(paths: list[Path]) -> Stamp:
@@ -56,16 +121,21 @@ def check_pair(cert: Path, key: Path) -> None:
 
 
 class ReloadingCertificates:
-    """The replica's certificate, key and client CA, read again when the files change."""
+    """The replica's certificate, key, client CA and peer CA, read again when the files
+    change."""
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+    def __init__(
+        self, cert: Path, key: Path, client_ca: Path | None, peer_ca: Path | None = None
+    ) -> None:
         self.cert = cert
         self.key = key
         self.client_ca = client_ca
-        self._paths = [p for p in (cert, key, client_ca) if p is not None]
+        self.peer_ca = peer_ca
+        self._paths = [p for p in (cert, key, client_ca, peer_ca) if p is not None]
         self._lock = threading.Lock()
         self.reloads = 0  # how many times a changed set of files was taken
         self.current, self._stamp = self._load()
+        self._authority = self._authority_of(self.current)
         self._served = 0  # the reload count of the certificate the server was last given
 
     def _load(self) -> tuple[KeyPair, Stamp]:
@@ -75,12 +145,23 @@ class ReloadingCertificates:
             self.cert.read_bytes(),
             self.key.read_bytes(),
             self.client_ca.read_bytes() if self.client_ca is not None else None,
+            self.peer_ca.read_bytes() if self.peer_ca is not None else None,
         )
         if pair.client_ca is not None and b"-----BEGIN CERTIFICATE-----" not in pair.client_ca:
             raise ConfigError(f"--tls-client-ca {self.client_ca}: no PEM certificate in it")
+        if pair.peer_ca is not None:
+            _check_peer_ca(pair, self)
         if _stamp(self._paths) != before:
             raise ConfigError("the certificate files changed while they were read")
         return pair, before
+
+    @staticmethod
+    def _authority_of(pair: KeyPair) -> PeerAuthority | None:
+        return PeerAuthority(pair.peer_ca) if pair.peer_ca is not None else None
+
+    def peer_authority(self) -> PeerAuthority | None:
+        """The peer CA in force (None: none is configured; peers are known by name)."""
+        return self._authority
 
     @property
     def stamp(self) -> Stamp:
@@ -93,6 +174,7 @@ class ReloadingCertificates:
                 if _stamp(self._paths) == self._stamp:
                     return False
                 self.current, self._stamp = self._load()
+                self._authority = self._authority_of(self.current)
             except (OSError, ConfigError) as exc:
                 log.warning("certificate files changed but cannot be used yet: %s", exc)
                 return False
@@ -103,7 +185,7 @@ class ReloadingCertificates:
     def _configuration(self) -> grpc.ServerCertificateConfiguration:
         pair = self.current
         return grpc.ssl_server_certificate_configuration(
-            [(pair.key, pair.cert)], root_certificates=pair.client_ca
+            [(pair.key, pair.cert)], root_certificates=pair.trusted
         )
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
@@ -129,12 +211,12 @@ class ReloadingCertificates:
 
     def peer_credentials(self, token: str | None = None) -> grpc.ChannelCredentials:
         """What this replica presents to its peers: its own certificate (peers verify it
-        against their client CA) and, if given, a bearer token; it verifies theirs against
-        its client CA."""
+        against their peer CA, else their client CA) and, if given, a bearer token; it
+        verifies theirs against its peer CA (else its client CA)."""
         self.refresh()
         pair = self.current
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=pair.client_ca, private_key=pair.key, certificate_chain=pair.cert
+            root_certificates=pair.peers_ca, private_key=pair.key, certificate_chain=pair.cert
         )
         if token:
             return grpc.composite_channel_credentials(
@@ -147,7 +229,31 @@ def certificates_of(config: ReplicaConfig) -> ReloadingCertificates | None:
     """The replica's certificates, None for plaintext; ConfigError if they are unusable."""
     if config.tls_cert is None or config.tls_key is None:
         return None
-    return ReloadingCertificates(config.tls_cert, config.tls_key, config.tls_client_ca)
+    return ReloadingCertificates(
+        config.tls_cert, config.tls_key, config.tls_client_ca, config.tls_peer_ca
+    )
+
+
+def _check_peer_ca(pair: KeyPair, files: ReloadingCertificates) -> None:
+    """The peer CA must hold certificates, be a CA of its own (not the client CA: then any
+    client could be a peer) and have issued the replica's own certificate (its peers
+    verify it against their peer CA)."""
+    assert pair.peer_ca is not None
+    try:
+        authority = PeerAuthority(pair.peer_ca)
+    except ValueError:
+        raise ConfigError(f"--tls-peer-ca {files.peer_ca}: no PEM certificate in it") from None
+    client_cas = x509.load_pem_x509_certificates(pair.client_ca) if pair.client_ca else []
+    if set(authority.cas) & set(client_cas):
+        raise ConfigError(
+            f"--tls-peer-ca {files.peer_ca} shares a CA with --tls-client-ca "
+            f"{files.client_ca}: the peer CA must sign only replicas and the operator"
+        )
+    if not authority.issued(pair.cert):
+        raise ConfigError(
+            f"--tls-cert {files.cert} was not issued by --tls-peer-ca {files.peer_ca}: "
+            "the replica's certificate must be a peer certificate (its peers verify it)"
+        )
 
 
 def read_token(path: Path | None) -> str | None:

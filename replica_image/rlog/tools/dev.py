@@ -357,7 +357,9 @@ class DevCluster:
             pki = DevPki(self.tls_dir)
             name = pki.replica(i)
             cmd += ["--tls-cert", str(pki.cert(name)), "--tls-key", str(pki.key(name))]
-            cmd += ["--tls-client-ca", str(pki.ca), "--auth-config", str(pki.auth_config)]
+            cmd += ["--tls-client-ca", str(pki.client_ca), "--auth-config", str(pki.auth_config)]
+            if pki.split:  # a dir made before the peer CA trusts peers by name
+                cmd += ["--tls-peer-ca", str(pki.peer_ca)]
         return cmd + self.replica_args
 
     def start_replica(self, i: int) -> None:
