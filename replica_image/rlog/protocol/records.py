@@ -33,6 +33,7 @@ def same_value(a: pb.Action, b: pb.Action) -> bool:
         and a.session == b.session
         and a.sequence == b.sequence
         and a.epoch == b.epoch
+        and a.session_check == b.session_check
     )
 
 
