@@ -27,7 +27,6 @@ from rlog.protocol.replica import ReplicaCore
 from rlog.runtime import admission
 from rlog.storage.memory import MemoryStorage
 
-
 SECRET = b"s" * 16  # every session's secret here (the session-owner tests use others)
 CHECK = session_check(SECRET)
 

@@ -42,9 +42,9 @@ Rules, in this order (`admit`):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 import hashlib
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlog.packed import expand, run_count
