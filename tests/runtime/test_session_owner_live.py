@@ -4,7 +4,8 @@ the sequence numbers that client will use next is refused (PERMISSION_DENIED,
 SESSION_NOT_YOURS) on every way in (a unary `Append` to the leader or to a follower, the
 `AppendStream`, the append lane), and the owner's own appends with those numbers are then
 in the log, read back, instead of being answered as duplicates of the intruder's. The
-secret survives a leader change: the new leader learned it with the SESSION entry.
+secret survives a leader change (the new leader learned it with the SESSION entry) and a
+restart of every replica (each rebuilds it from its disk).
 
 The attack is made for real: the intruder's requests go out exactly as a client without
 the secret (or with a guessed one) would send them."""
@@ -57,6 +58,18 @@ def unary(endpoint: str, request: pb.AppendRequest) -> list[int]:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, endpoint, mutating=True) from None
         return list(answered_positions(response))
+
+
+def resent(endpoint: str, request: pb.AppendRequest) -> list[int]:
+    """`unary`, sent again while the replica cannot take appends yet (after an election or
+    a restart it answers so before it has done anything: Unavailable, not attempted)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return unary(endpoint, request)
+        except Unavailable:
+            assert time.monotonic() < deadline, "no leader took the append"
+            time.sleep(0.05)
 
 
 def streamed(endpoint: str, requests: list[pb.AppendRequest]) -> list[pb.AppendResponse]:
@@ -206,15 +219,7 @@ def test_the_secret_survives_a_leader_change(cluster):
         at_new = cluster.endpoints[new_leader]
 
         def sent(request: pb.AppendRequest) -> list[int]:
-            """Sent again while the new leader cannot take appends yet (it answers so
-            before it has done anything: Unavailable, not attempted)."""
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    return unary(at_new, request)
-                except Unavailable:
-                    assert time.monotonic() < deadline, "the new leader never took the append"
-                    time.sleep(0.05)
+            return resent(at_new, request)
 
         for n in (4, 5, 6):
             with pytest.raises(SessionNotYours):
@@ -251,3 +256,26 @@ def test_an_old_client_without_the_secret_gets_a_clear_refusal(cluster):
     assert read_back(cluster, [position]) == [b"old, no session"]
     with Client([endpoint]) as reader:
         assert b"old" not in [e.value for e in reader.read()]
+
+
+def test_the_secret_survives_a_restart_of_every_replica(cluster):
+    """Each replica rebuilds its admission state from its own disk at start (the check is
+    in the SESSION entry it stored): the intruder is still refused, the owner goes on."""
+    leader = cluster.wait_for_leader()
+    with cluster.client(leader) as owner_client:
+        grant = owner_client.open_session()
+    at_leader = cluster.endpoints[leader]
+    owned = [unary(at_leader, in_session(grant, n, b"restart-%d" % n))[0] for n in (1, 2)]
+    for i in range(3):
+        cluster.restart(i)
+    cluster.wait_for(all, what="every replica answering")
+    endpoint = cluster.endpoints[cluster.wait_for_leader()]
+
+    def sent(request: pb.AppendRequest) -> list[int]:
+        return resent(endpoint, request)
+
+    with pytest.raises(SessionNotYours):
+        sent(in_session(grant, 3, b"intruder-3", GUESSED))
+    assert sent(in_session(grant, 2, b"restart-2")) == [owned[1]]
+    owned += sent(in_session(grant, 3, b"restart-3"))
+    assert read_back(cluster, owned) == [b"restart-%d" % n for n in (1, 2, 3)]
