@@ -196,11 +196,19 @@ def test_an_intruder_on_the_lane_is_refused_and_the_owners_appends_are_in_the_lo
 
 
 def test_the_client_appends_in_its_own_session_with_its_secret(cluster):
-    """The client sends its session's secret by itself, on gRPC and on the lane: its
-    exactly-once appends (the default) go through."""
+    """The client sends its session's secret by itself on each carrier (unary calls, the
+    AppendStream, the lane once open): its exactly-once appends (the default) go through."""
     leader = cluster.wait_for_leader()
-    for lane in (False, True):
-        with cluster.client(leader, lane=lane) as client:
+    for carrier in ({}, {"stream": True}, {"lane": True}):
+        with cluster.client(leader, **carrier) as client:
+            if carrier.get("lane"):
+                deadline = time.monotonic() + 20
+                while True:  # the first appends go on gRPC while the lane opens
+                    client.append([b"opening the lane"])
+                    lane = client._async._lanes.get(client._async._endpoints.current)
+                    if lane is not None and lane.is_open:
+                        break
+                    assert time.monotonic() < deadline, "the lane never opened"
             positions = [client.append([b"mine-%d" % k])[0] for k in range(20)]
             assert read_back(cluster, positions) == [b"mine-%d" % k for k in range(20)]
 
