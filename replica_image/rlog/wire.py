@@ -22,7 +22,7 @@ Session secrets (docs/security.md, "Sessions"). `OpenSessionResponse.secret` is 
 16-byte secret the leader chose; every append in the session carries it
 (`AppendRequest.session_secret`), on gRPC and on the append lane alike, and the log
 refuses a session append without it (PERMISSION_DENIED, `SESSION_NOT_YOURS`) before it
-looks at the sequence. A client that predates secrets never sends one, so its session
+looks up the sequence's answer. A client that predates secrets never sends one, so its session
 appends are refused, loudly, with that reason; it can still append without a session (at
 most once). Rejected: taking a session append without a secret as before (for old
 clients), which is the hole itself: anyone could send (session, n) for a session not

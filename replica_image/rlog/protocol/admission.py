@@ -26,7 +26,7 @@ entries (`runtime/admission.py` scans them when it becomes the leader):
 
 Rules, in this order (`admit`):
 1. a session append without its session's secret is refused (SESSION_NOT_YOURS), before
-   its sequence is looked at: otherwise anyone could send (session, n) for a session not
+   its sequence's answer is looked up: otherwise anyone could send (session, n) for a session not
    theirs, and the owner's own append n would come back as a Duplicate of it, acknowledged
    but not in the log. A session opened before sessions had secrets (no check) takes no
    append at all. Then a session append whose sequence has an answer is a Duplicate of it
