@@ -17,6 +17,18 @@ trailer that must be decoded before it says anything, and still cannot travel in
 `AppendResponse.reason` field carries the same `Reason` values there). A trailer is readable
 with `trailing_metadata()` on both the blocking and the asyncio gRPC APIs and by any gRPC
 tool, and an rlog server that predates it is recognisable by its absence.
+
+Session secrets (docs/security.md, "Sessions"). `OpenSessionResponse.secret` is a random
+16-byte secret the leader chose; every append in the session carries it
+(`AppendRequest.session_secret`), on gRPC and on the append lane alike, and the log
+refuses a session append without it (PERMISSION_DENIED, `SESSION_NOT_YOURS`) before it
+looks up the sequence's answer. A client that predates secrets never sends one, so its session
+appends are refused, loudly, with that reason; it can still append without a session (at
+most once). Rejected: taking a session append without a secret as before (for old
+clients), which is the hole itself: anyone could send (session, n) for a session not
+theirs, and the owner's own append n would come back a duplicate of it, acknowledged but
+not in the log. A refusal is the one answer that neither loses an acknowledged append nor
+needs the old client to know anything new.
 """
 
 from __future__ import annotations
@@ -103,6 +115,9 @@ class Reason(enum.Enum):
     SESSION_EXPIRED = "SESSION_EXPIRED"  # the session is past the window (or truncated)
     # the sequence is below the answers the client acknowledged: its answer is forgotten
     SEQUENCE_FORGOTTEN = "SEQUENCE_FORGOTTEN"
+    # PERMISSION_DENIED: a session append without its session's secret (docs/security.md,
+    # "Sessions"); nothing was appended or answered from the session
+    SESSION_NOT_YOURS = "SESSION_NOT_YOURS"
     # UNAVAILABLE, not attempted
     NO_LEADER = "NO_LEADER"  # no leader is known or elected
     NOT_LEADER = "NOT_LEADER"  # this replica does not lead (any more), and did nothing
@@ -163,6 +178,7 @@ _CODES = {
     Reason.CONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SESSION_EXPIRED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.SEQUENCE_FORGOTTEN: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.SESSION_NOT_YOURS: grpc.StatusCode.PERMISSION_DENIED,
     Reason.NO_LEADER: grpc.StatusCode.UNAVAILABLE,
     Reason.NOT_LEADER: grpc.StatusCode.UNAVAILABLE,
     Reason.LEADER_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,

@@ -17,6 +17,7 @@ from rlog.client.errors import (
     RlogError,
     SessionExpired,
     SessionExpiredOutcomeUnknown,
+    SessionNotYours,
     Timeout,
     Unavailable,
     UnknownSession,
@@ -49,7 +50,13 @@ def expired() -> SessionExpired:
 
 
 @pytest.mark.parametrize(
-    "error", [expired(), UnknownSession("no session 7", grpc.StatusCode.NOT_FOUND, "a:1")]
+    "error",
+    [
+        expired(),
+        UnknownSession("no session 7", grpc.StatusCode.NOT_FOUND, "a:1"),
+        # A session opened through a leader that predates secrets, refused by a newer one.
+        SessionNotYours("session 7 was opened without a secret", grpc.StatusCode.PERMISSION_DENIED),
+    ],
 )
 def test_a_session_gone_on_a_first_try_is_renewed(error):
     turn = next_turn(failed(error))

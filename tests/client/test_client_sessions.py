@@ -347,14 +347,14 @@ async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal(
     follow the order of asking. The fourth used to take the new session at once, ahead of
     the third still waking from the lock: sent out of order. The server's OpenSession is
     held by a gate here, the one way to place the fourth exactly there."""
-    from rlog.client.sessions import OpenSession, Session
+    from rlog.client.sessions import OpenSession, Session, SessionGrant
 
     gate = asyncio.Event()
 
     class Opener:  # the client's side of OpenSession: answers once the gate opens
-        async def open_session(self) -> tuple[int, int]:
+        async def open_session(self) -> SessionGrant:
             await gate.wait()
-            return 1_000, 100
+            return SessionGrant(1_000, 100, b"secret")
 
     sessions = Session()
     aging = OpenSession(1, 10)
@@ -389,15 +389,15 @@ async def test_appends_get_their_session_in_the_order_they_ask_across_a_renewal(
 async def test_an_expired_session_is_replaced_even_while_others_wait_for_it():
     """`renew` of a session that is not aging (the server said it expired) opens a new one;
     a caller queued only because a renewal was under way keeps the current one."""
-    from rlog.client.sessions import OpenSession, Session
+    from rlog.client.sessions import OpenSession, Session, SessionGrant
 
     opened: list[int] = []
 
     class Opener:
-        async def open_session(self) -> tuple[int, int]:
+        async def open_session(self) -> SessionGrant:
             opened.append(len(opened))
             await asyncio.sleep(0.01)
-            return 2_000 + len(opened), 100
+            return SessionGrant(2_000 + len(opened), 100, b"secret")
 
     sessions = Session()
     expired = OpenSession(5, 100)

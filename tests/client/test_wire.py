@@ -32,6 +32,7 @@ from rlog.client.errors import (
     RlogError,
     SequenceForgotten,
     SessionExpired,
+    SessionNotYours,
     Timeout,
     Truncated,
     Unavailable,
@@ -78,6 +79,7 @@ EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),
     Reason.EPOCH_FROM_FUTURE: (EpochFromFuture, EpochFromFuture),
     Reason.UNKNOWN_SESSION: (UnknownSession, UnknownSession),
+    Reason.SESSION_NOT_YOURS: (SessionNotYours, SessionNotYours),
     # Nothing was proposed: a full disk or a limit refuses the request before the protocol.
     Reason.DISK_FULL: (ResourceExhausted, ResourceExhausted),
     Reason.LIMIT_EXCEEDED: (ResourceExhausted, ResourceExhausted),

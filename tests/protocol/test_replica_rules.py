@@ -164,6 +164,21 @@ def test_write_to_learned_position_of_identical_content_from_another_write_rejec
     assert r.get(1).origin_proposal == 1 and r.get(1).origin_leader == 0
 
 
+def test_a_fill_without_a_learned_session_entrys_check_is_the_same_write():
+    """A replica that predates session secrets fills a SESSION entry without its check (it
+    copies the fields it knows): an upgraded replica that learned the entry takes that
+    write as the same one (same origin), and keeps the check it learned."""
+    r = core()
+    promise(r, 1)
+    session = pb.Action(position=1, type=pb.SESSION, origin_proposal=1, session_check=b"c" * 32)
+    apply(r, r.on_write(pb.WriteRequest(proposal=1, actions=[session])).persist)
+    learn_range(r, 1, 1, 1)
+    old_fill = pb.Action(position=1, type=pb.SESSION, origin_proposal=1)
+    reply = r.on_write(pb.WriteRequest(proposal=2, actions=[old_fill]))
+    assert reply.response.verdict == pb.ACCEPT and reply.persist is None
+    assert r.get(1).session_check == b"c" * 32
+
+
 @pytest.mark.parametrize("status", [pb.EMPTY, pb.STARTING, pb.RECOVERING])
 def test_not_voting_ignores_promise_and_write_but_applies_learned(status):
     r = core(status)

@@ -10,7 +10,7 @@ from replica_runs import apply, learn_range, run_of, write_run
 
 from rlog.packed import expand, pack, run_last, values_of
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import AdmissionState, Conditions
+from rlog.protocol.admission import AdmissionState, Conditions, session_check
 from rlog.protocol.coordinator import Coordinator, CoordinatorConfig, Done, Leading, Send
 from rlog.protocol.records import span
 from rlog.protocol.replica import ReplicaCore
@@ -430,13 +430,16 @@ def _deliver(coordinator: Coordinator, replica: ReplicaCore, sent: list[pb.Write
 
 def test_the_leader_sends_one_run_per_append_and_dedupes_its_retry():
     coordinator, replica, sent = _leading()
-    coordinator.propose("session", [pb.Action(type=pb.SESSION)])
+    secret = b"k" * 16
+    coordinator.propose(
+        "session", [pb.Action(type=pb.SESSION, session_check=session_check(secret))]
+    )
     coordinator.pump()
     (session,) = next(
         o for o in _deliver(coordinator, replica, sent) if isinstance(o, Done)
     ).positions
     data, offsets = pack(values(64))
-    conditions = Conditions(session=session, sequence=1)
+    conditions = Conditions(session=session, sequence=1, secret=secret)
     sent.clear()
     coordinator.propose("a1", pb.Run(data=data, offsets=offsets), conditions)
     coordinator.propose("single", pb.Run(data=b"s", offsets=pack([b"s"])[1]))

@@ -151,9 +151,11 @@ def test_the_cli_appends_only_if_the_condition_holds(cluster):
 def test_a_retried_session_append_keeps_its_positions_through_a_kill_and_a_restart(cluster):
     leader = cluster.wait_for_leader()
     with Client(cluster.endpoints) as client:
-        session, window = client.open_session()
+        session, window, secret = client.open_session()
         assert window == WINDOW
-        request = pb.AppendRequest(values=[b"once-a", b"once-b"], session=session, sequence=1)
+        request = pb.AppendRequest(
+            values=[b"once-a", b"once-b"], session=session, sequence=1, session_secret=secret
+        )
         original = raw_append(cluster.endpoints[leader], request)
         assert len(original) == 2
         assert raw_append(cluster.endpoints[(leader + 1) % 3], request) == original
@@ -166,7 +168,9 @@ def test_a_retried_session_append_keeps_its_positions_through_a_kill_and_a_resta
         cluster.wait_for_leader()
         assert raw_append_retrying(cluster.endpoints[leader], request) == original
         assert values_of(client).count(b"once-a") == 1
-        second = pb.AppendRequest(values=[b"twice"], session=session, sequence=2)
+        second = pb.AppendRequest(
+            values=[b"twice"], session=session, sequence=2, session_secret=secret
+        )
         (position,) = raw_append_retrying(cluster.endpoints[leader], second)
         assert position > original[-1]
         assert values_of(client).count(b"twice") == 1
@@ -175,29 +179,47 @@ def test_a_retried_session_append_keeps_its_positions_through_a_kill_and_a_resta
 def test_bad_session_requests_get_their_error_and_change_nothing(cluster):
     endpoint = cluster.endpoints[cluster.wait_for_leader()]
     with Client(cluster.endpoints, exactly_once=False) as client:
-        session, _ = client.open_session()
+        session, _, secret = client.open_session()
         (plain,) = client.append(b"plain")
         before = values_of(client)
         cases = [
             (pb.AppendRequest(values=[b"u"], session=plain, sequence=1), UnknownSession),
             (pb.AppendRequest(values=[b"u"], session=plain + 1000, sequence=1), UnknownSession),
-            (pb.AppendRequest(values=[b"z"], session=session, sequence=0), InvalidArgument),
+            (
+                pb.AppendRequest(values=[b"z"], session=session, sequence=0, session_secret=secret),
+                InvalidArgument,
+            ),
         ]
         for request, error in cases:
             with pytest.raises(error):
                 raw_append(endpoint, request)
-        raw_append(endpoint, pb.AppendRequest(values=[b"s3"], session=session, sequence=3))
         raw_append(
             endpoint,
-            pb.AppendRequest(values=[b"s4"], session=session, sequence=4, acked_below=4),
+            pb.AppendRequest(values=[b"s3"], session=session, sequence=3, session_secret=secret),
+        )
+        raw_append(
+            endpoint,
+            pb.AppendRequest(
+                values=[b"s4"], session=session, sequence=4, acked_below=4, session_secret=secret
+            ),
         )
         with pytest.raises(SequenceForgotten):
-            raw_append(endpoint, pb.AppendRequest(values=[b"s2"], session=session, sequence=2))
+            raw_append(
+                endpoint,
+                pb.AppendRequest(
+                    values=[b"s2"], session=session, sequence=2, session_secret=secret
+                ),
+            )
         assert values_of(client) == [*before, b"s3", b"s4"]
         # Past the window the session expires: its appends are refused, never re-applied.
         client.append([b"filler"] * WINDOW)
         with pytest.raises(SessionExpired) as expired:
-            raw_append(endpoint, pb.AppendRequest(values=[b"s3"], session=session, sequence=3))
+            raw_append(
+                endpoint,
+                pb.AppendRequest(
+                    values=[b"s3"], session=session, sequence=3, session_secret=secret
+                ),
+            )
         assert expired.value.code == grpc.StatusCode.FAILED_PRECONDITION
         assert values_of(client).count(b"s3") == 1
 

@@ -19,6 +19,8 @@ from rlog.spark.source import ARROW_SCHEMA, read_range, to_arrow
 
 pytestmark = pytest.mark.spark
 
+KEY = b"k" * 32  # the markers' key here (rlog.spark.markers.marker_key)
+
 
 def run(first: int, values: list[bytes]) -> pb.Run:
     data, offsets = packed.pack(values)
@@ -26,7 +28,7 @@ def run(first: int, values: list[bytes]) -> pb.Run:
 
 
 def test_arrow_batches_from_runs():
-    marker = encode_marker("s", 0, 0, 0, 2)
+    marker = encode_marker("s", 0, 0, 0, 2, key=KEY)
     runs = [run(5, [b"a", b"", b"ccc"]), run(9, [b"d", marker]), run(20, [b"e"])]
     batch = to_arrow(runs, skip_markers=False)
     assert batch.schema == ARROW_SCHEMA

@@ -39,6 +39,8 @@ from rlog.spark import (
 
 pytestmark = pytest.mark.spark
 
+KEY = b"k" * 32  # the markers' key here (rlog.spark.markers.marker_key)
+
 RLOG = [sys.executable, "-m", "rlog.tools.cli"]
 N = 100_000
 
@@ -188,10 +190,12 @@ def test_replica_down_during_a_read(spark, fresh_cluster):
 
 
 def test_markers_encoding_and_skipping(spark, cluster):
-    marker = encode_marker("s", 3, 1, 2, 10)
+    marker = encode_marker("s", 3, 1, 2, 10, key=KEY)
     assert marker.startswith(MARKER_MAGIC)
-    assert decode_marker(marker) == {
-        "v": 1,
+    fields = decode_marker(marker)
+    assert fields is not None and fields.pop("tag")
+    assert fields == {
+        "v": 2,
         "kind": "data",
         "sink": "s",
         "batch": 3,
@@ -239,19 +243,53 @@ def test_sink_replay_skips_chunks_already_appended(cluster):
     endpoints = tuple(cluster.endpoints)
     sink = "replay-" + os.urandom(4).hex()
     table = pa.RecordBatch.from_pydict({"value": [b"v%d" % i for i in range(250)]})
-    assert find_markers(endpoints, sink, 0, 0, None, 10_000) == set()
-    first = write_chunks(endpoints, iter([table]), sink, 0, 0, 100, set())
+    assert find_markers(endpoints, sink, 0, 0, None, 10_000, key=KEY) == set()
+    first = write_chunks(endpoints, iter([table]), sink, 0, 0, 100, set(), key=KEY)
     assert (first.rows, first.chunks) == (250, 3)
-    write_chunks(endpoints, iter([table]), sink, 0, 1, 100, set())  # another partition
+    write_chunks(endpoints, iter([table]), sink, 0, 1, 100, set(), key=KEY)  # another partition
     # The attempt died after two chunks of partition 0 of batch 1: the replay adds the third.
-    write_chunks(endpoints, iter([table.slice(0, 200)]), sink, 1, 0, 100, set())
-    done = find_markers(endpoints, sink, 1, 0, None, 10_000)
+    write_chunks(endpoints, iter([table.slice(0, 200)]), sink, 1, 0, 100, set(), key=KEY)
+    done = find_markers(endpoints, sink, 1, 0, None, 10_000, key=KEY)
     assert done == {0, 1}
-    again = write_chunks(endpoints, iter([table]), sink, 1, 0, 100, done)
+    again = write_chunks(endpoints, iter([table]), sink, 1, 0, 100, done, key=KEY)
     assert (again.rows, again.skipped_chunks) == (50, 2)
-    assert find_markers(endpoints, sink, 1, 0, None, 10_000) == {0, 1, 2}
+    assert find_markers(endpoints, sink, 1, 0, None, 10_000, key=KEY) == {0, 1, 2}
     # The scan for batch 1 stops at batch 0's markers (it never needs the whole log).
-    assert find_markers(endpoints, sink, 0, 0, None, 10_000) == {0, 1, 2}
+    assert find_markers(endpoints, sink, 0, 0, None, 10_000, key=KEY) == {0, 1, 2}
+
+
+def test_markers_forged_by_another_writer_do_not_make_a_task_skip_its_chunks(cluster):
+    """The attack on a real log: another writer reads the sink id (in the clear in the
+    markers) and appends markers for chunks the task has not appended yet, signed with a
+    key of its own, and unsigned as sinks before signing made them. The task's scan finds
+    none of them, and every one of its rows is in the log."""
+    import pyarrow as pa
+
+    endpoints = tuple(cluster.endpoints)
+    sink = "forged-" + os.urandom(4).hex()
+    table = pa.RecordBatch.from_pydict(
+        {"value": [b"%s-%d" % (sink.encode(), i) for i in range(250)]}
+    )
+    forged = [encode_marker(sink, 0, 0, chunk, 100, key=b"x" * 32) for chunk in range(3)]
+    forged += [
+        MARKER_MAGIC
+        + json.dumps(
+            {"v": 1, "kind": "data", "sink": sink, "batch": 0, "part": 0, "chunk": c, "rows": 100}
+        ).encode()
+        for c in range(3)
+    ]
+    with Client(cluster.endpoint) as intruder:
+        intruder.append(forged)
+    assert find_markers(endpoints, sink, 0, 0, None, 10_000, key=KEY) == set()
+    written = write_chunks(endpoints, iter([table]), sink, 0, 0, 100, set(), key=KEY)
+    assert (written.rows, written.skipped_chunks) == (250, 0)
+    assert find_markers(endpoints, sink, 0, 0, None, 10_000, key=KEY) == {0, 1, 2}
+    wait_learned(cluster.endpoints, written.positions[1])
+    with Client(cluster.endpoint) as reader:
+        ours = [
+            e.value for e in reader.read(*written.positions) if e.value.startswith(sink.encode())
+        ]
+    assert ours == table.column(0).to_pylist()
 
 
 def test_example_script_batch(cluster, loaded, tmp_path: Path):

@@ -34,6 +34,8 @@ from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.spark
 
+KEY = b"k" * 32  # the markers' key here (rlog.spark.markers.marker_key)
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "spark_replay.py"
 RLOG = [sys.executable, "-m", "rlog.tools.cli"]
@@ -153,9 +155,11 @@ def test_single_endpoint_contacts_only_that_address(log: DevCluster):
     # (a follower forwards pipelined calls in no guaranteed order), and the replay's scan for
     # markers reads past the follower's learned end through the follower (forwarded).
     table = pa.RecordBatch.from_pydict({"value": [b"s%d" % i for i in range(1000)]})
-    message = write_chunks(endpoints, iter([table]), "one-ep", 0, 0, 300, set(), in_flight=4)
+    message = write_chunks(
+        endpoints, iter([table]), "one-ep", 0, 0, 300, set(), in_flight=4, key=KEY
+    )
     assert (message.rows, message.chunks, message.in_flight) == (1000, 4, 1)
-    assert find_markers(endpoints, "one-ep", 0, 0, None, 100_000) == {0, 1, 2, 3}
+    assert find_markers(endpoints, "one-ep", 0, 0, None, 100_000, key=KEY) == {0, 1, 2, 3}
 
     contacted = connections.known_endpoints()
     assert contacted == {follower}

@@ -3,10 +3,21 @@ sink's markers and the marker search, range splitting."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlog.client.errors import InvalidArgument
-from rlog.spark.markers import MarkerSearch, decode_marker, encode_marker, is_marker
+from rlog.spark.markers import (
+    MARKER_MAGIC,
+    MarkerSearch,
+    decode_marker,
+    encode_marker,
+    is_marker,
+    open_key,
+    random_key,
+    secret_key,
+)
 from rlog.spark.options import (
     DEFAULT_APPENDS_IN_FLIGHT,
     DEFAULT_BATCH_SIZE,
@@ -19,6 +30,8 @@ from rlog.spark.options import (
 from rlog.spark.source import split_range
 
 pytestmark = pytest.mark.spark
+
+KEY = b"k" * 32  # the markers' key here (rlog.spark.markers.marker_key)
 
 EP = {"endpoints": "127.0.0.1:7000, 127.0.0.1:7001"}
 
@@ -82,10 +95,12 @@ def test_filter_pushdown_option():
 
 
 def test_markers_and_the_search():
-    data = encode_marker("s", 3, 1, 2, 10)
+    data = encode_marker("s", 3, 1, 2, 10, key=KEY)
     assert is_marker(data) and not is_marker(b"plain")
-    assert decode_marker(data) == {
-        "v": 1,
+    fields = decode_marker(data)
+    assert fields is not None and len(fields.pop("tag")) == 32
+    assert fields == {
+        "v": 2,
         "kind": "data",
         "sink": "s",
         "batch": 3,
@@ -93,13 +108,66 @@ def test_markers_and_the_search():
         "chunk": 2,
         "rows": 10,
     }
-    commit = decode_marker(encode_marker("s", 3, kind="commit"))
-    assert commit == {"v": 1, "kind": "commit", "sink": "s", "batch": 3}
-    search = MarkerSearch("s", 3, 1)
-    assert not search.look([data, encode_marker("s", 3, 0, 5), encode_marker("t", 1, 1, 7)])
+    commit = decode_marker(encode_marker("s", 3, kind="commit", key=KEY))
+    assert commit is not None and commit.pop("tag")
+    assert commit == {"v": 2, "kind": "commit", "sink": "s", "batch": 3}
+    search = MarkerSearch("s", 3, 1, KEY)
+    assert not search.look(
+        [data, encode_marker("s", 3, 0, 5, key=KEY), encode_marker("t", 1, 1, 7, key=KEY)]
+    )
     assert search.found == {2}  # only (s, 3, 1): not another partition, not another sink
-    assert search.look([b"row", encode_marker("s", 2, kind="commit"), encode_marker("s", 3, 1, 4)])
+    assert search.look(
+        [
+            b"row",
+            encode_marker("s", 2, kind="commit", key=KEY),
+            encode_marker("s", 3, 1, 4, key=KEY),
+        ]
+    )
     assert search.found == {2, 4}
+
+
+def test_a_marker_another_writer_made_counts_for_nothing():
+    """The forgeries another writer can append (the sink id is in the clear): a marker
+    signed with its own key, an unsigned one (as sinks before signing made), one whose
+    fields were changed under a genuine tag. None of them makes a chunk count as appended,
+    nor stops the scan as an earlier batch's marker would."""
+    genuine = encode_marker("s", 3, 1, 2, 10, key=KEY)
+    unsigned = (
+        MARKER_MAGIC
+        + json.dumps(
+            {"v": 1, "kind": "data", "sink": "s", "batch": 3, "part": 1, "chunk": 0, "rows": 10}
+        ).encode()
+    )
+    fields = decode_marker(genuine)
+    assert fields is not None
+    tampered = MARKER_MAGIC + json.dumps({**fields, "chunk": 1}).encode()
+    forged = [
+        encode_marker("s", 3, 1, 5, 10, key=b"x" * 32),
+        unsigned,
+        tampered,
+        encode_marker("s", 2, kind="commit", key=b"x" * 32),  # a fake earlier batch
+    ]
+    search = MarkerSearch("s", 3, 1, KEY)
+    assert not search.look(forged)
+    assert search.found == set()
+    assert not search.look([genuine]) and search.found == {2}
+
+
+def test_the_markers_key():
+    """From `sinkKey`, else the writer's token, else its client key: the same again (a
+    restarted query finds its markers), another for other credentials; None without."""
+    assert (
+        secret_key("k", None, None) == secret_key("k", "t", b"pem") != secret_key("j", None, None)
+    )
+    assert (
+        secret_key(None, "t", None) == secret_key(None, "t", b"pem") != secret_key(None, "u", None)
+    )
+    assert secret_key(None, None, b"pem") not in (None, secret_key(None, None, b"other"))
+    assert secret_key(None, None, None) is None
+    assert random_key() != random_key()
+    assert open_key("s") == open_key("s") != open_key("t")
+    assert WriteOptions.parse({**EP, "sinkKey": "k"}).sink_key == "k"
+    assert WriteOptions.parse(EP).sink_key is None
 
 
 def test_split_range():

@@ -22,6 +22,8 @@ from rlog.spark import (
 
 pytestmark = pytest.mark.spark
 
+KEY = b"k" * 32  # the markers' key here (rlog.spark.markers.marker_key)
+
 
 def log_entries(endpoint: str, first: int, last: int) -> list[tuple[int, bytes]]:
     with Client(endpoint) as client:
@@ -40,7 +42,9 @@ def test_pipelined_appends_keep_the_task_order(cluster):
     sink = "order-" + os.urandom(4).hex()
     values = [b"%s-%05d" % (sink.encode(), i) for i in range(5000)]
     start = observe(cluster.endpoints).learned + 1
-    message = write_chunks(endpoints, batches(values, 700), sink, 0, 0, 250, set(), in_flight=4)
+    message = write_chunks(
+        endpoints, batches(values, 700), sink, 0, 0, 250, set(), in_flight=4, key=KEY
+    )
     assert (message.rows, message.chunks, message.in_flight) == (5000, 20, 4)
     wait_learned(cluster.endpoints, message.positions[1])
     entries = log_entries(cluster.endpoint, start, message.positions[1])
@@ -63,11 +67,15 @@ def test_a_failed_pipelined_task_leaves_nothing_in_flight_and_replays_once(clust
     start = observe(cluster.endpoints).learned + 1
     with pytest.raises(RuntimeError, match="input failed"):
         # 7 input batches of 100 read: chunks 0..5 of 100 were submitted (6 is still filling)
-        write_chunks(endpoints, batches(values, 100, 7), sink, 0, 0, 100, set(), in_flight=4)
+        write_chunks(
+            endpoints, batches(values, 100, 7), sink, 0, 0, 100, set(), in_flight=4, key=KEY
+        )
     # Raised only once every submitted append had settled: all of them are in the log now.
-    done = find_markers(endpoints, sink, 0, 0, None, 100_000)
+    done = find_markers(endpoints, sink, 0, 0, None, 100_000, key=KEY)
     assert done == set(range(6))
-    again = write_chunks(endpoints, batches(values, 100), sink, 0, 0, 100, done, in_flight=4)
+    again = write_chunks(
+        endpoints, batches(values, 100), sink, 0, 0, 100, done, in_flight=4, key=KEY
+    )
     assert (again.rows, again.chunks, again.skipped_chunks) == (2400, 30, 6)
     wait_learned(cluster.endpoints, again.positions[1])
     ours = [v for _, v in log_entries(cluster.endpoint, start, again.positions[1])]

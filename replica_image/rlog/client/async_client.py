@@ -37,7 +37,7 @@ from rlog.client.grouping import AppendGroups
 from rlog.client.packing import Payload, answered_positions, pairs_of, runs_of
 from rlog.client.reads import read_responses, tail_responses
 from rlog.client.security import Credentials
-from rlog.client.sessions import ExactlyOnce
+from rlog.client.sessions import ExactlyOnce, SessionGrant
 from rlog.client.values import Entry, Value, encode_value, parse_endpoints
 from rlog.lane.client import AppendLane, ConnectionBroken
 from rlog.proto import rlog_pb2 as pb
@@ -275,14 +275,15 @@ class AsyncClient:
             return None
         raise error
 
-    async def open_session(self) -> tuple[int, int]:
-        """Open a new session in the log: (session id, window in positions). The client's
-        own appends use one it opens itself; this is for callers that manage sessions."""
+    async def open_session(self) -> SessionGrant:
+        """Open a new session in the log: its id, window (in positions) and secret, which
+        every append in it carries (`session_secret`). The client's own appends use one it
+        opens itself; this is for callers that manage sessions."""
         response = await self._endpoints.call(
             lambda e: e.log.OpenSession(pb.OpenSessionRequest(), timeout=self.append_timeout),
             mutating=True,
         )
-        return int(response.session), int(response.window)
+        return SessionGrant(int(response.session), int(response.window), response.secret)
 
     async def append_one(self, value: Value) -> int:
         """Append one value; returns its position."""

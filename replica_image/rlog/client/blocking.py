@@ -25,6 +25,7 @@ from rlog.client.async_client import (
 )
 from rlog.client.errors import RlogError
 from rlog.client.security import Credentials
+from rlog.client.sessions import SessionGrant
 from rlog.client.values import Entry, Value
 from rlog.proto import rlog_pb2 as pb
 
@@ -117,7 +118,7 @@ class Client:
     def take_epoch(self) -> int:
         return self._run(self._async.take_epoch())
 
-    def open_session(self) -> tuple[int, int]:
+    def open_session(self) -> SessionGrant:
         return self._run(self._async.open_session())
 
     def submit_append(

@@ -18,6 +18,7 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | SEQUENCE_FORGOTTEN         | FAILED_PRECONDITION | `SequenceForgotten`           |
 | EPOCH_FROM_FUTURE          | INVALID_ARGUMENT    | `EpochFromFuture`             |
 | UNKNOWN_SESSION            | NOT_FOUND           | `UnknownSession`              |
+| SESSION_NOT_YOURS          | PERMISSION_DENIED   | `SessionNotYours`             |
 | NO_LEADER, NOT_LEADER,     | UNAVAILABLE         | `Unavailable` (the request    |
 | LEADER_UNAVAILABLE,        |                     | changed nothing)              |
 | NOT_LEARNED,               |                     |                               |
@@ -198,6 +199,11 @@ class PermissionDenied(RlogError):
     """The caller's role does not allow the call (docs/security.md); it changed nothing."""
 
 
+class SessionNotYours(PermissionDenied):
+    """A session append without the secret OpenSession gave the session's opener (or in a
+    session opened before sessions had secrets): nothing was appended."""
+
+
 class Unauthenticated(PermissionDenied):
     """The replica does not know the caller's credentials (an unknown bearer token)."""
 
@@ -258,6 +264,7 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),
     Reason.EPOCH_FROM_FUTURE: (EpochFromFuture, EpochFromFuture),
     Reason.UNKNOWN_SESSION: (UnknownSession, UnknownSession),
+    Reason.SESSION_NOT_YOURS: (SessionNotYours, SessionNotYours),
     Reason.NO_LEADER: (Unavailable, Unavailable),
     Reason.NOT_LEADER: (Unavailable, Unavailable),
     Reason.LEADER_UNAVAILABLE: (Unavailable, Unavailable),
@@ -444,6 +451,7 @@ __all__ = [
     "SequenceForgotten",
     "SessionExpired",
     "SessionExpiredOutcomeUnknown",
+    "SessionNotYours",
     "Timeout",
     "Truncated",
     "Unauthenticated",

@@ -28,6 +28,7 @@ from rlog.client.errors import (
     RlogError,
     SessionExpired,
     SessionExpiredOutcomeUnknown,
+    SessionNotYours,
     Timeout,
     Unavailable,
     UnknownSession,
@@ -80,7 +81,9 @@ def resend_delay(count: int) -> float:
 def next_turn(failed: TryFailed) -> Turn:
     error = failed.error
     tries = replace(failed.before, count=failed.before.count + 1)
-    if isinstance(error, UnknownSession | SessionExpired):
+    if isinstance(error, UnknownSession | SessionExpired | SessionNotYours):
+        # (SessionNotYours reaches an honest client only for a session opened through a
+        # leader that predates session secrets, during a rolling upgrade: it took no append.)
         return _session_gone(error, tries)
     if isinstance(error, OutcomeUnknown | Unavailable):
         return _unsettled(error, tries, failed)
@@ -94,7 +97,7 @@ def next_turn(failed: TryFailed) -> Turn:
 
 
 def _session_gone(error: RlogError, tries: Tries) -> Turn:
-    """The log does not know the session, or it expired."""
+    """The log does not know the session, or it expired, or it takes no append of ours."""
     if tries.renewed and not tries.uncertain:
         return Turn(
             Next.GIVE_UP,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from rlog.client.errors import OutcomeUnknown, RlogError
 from rlog.client.packing import Payload
@@ -23,9 +23,19 @@ from rlog.client.retry import Next, Tries, TryFailed, next_turn
 from rlog.proto import rlog_pb2 as pb
 
 
+class SessionGrant(NamedTuple):
+    """A session the log opened: its id, its window (in positions) and its secret, which
+    every append in it must carry (`AppendRequest.session_secret`, docs/security.md,
+    "Sessions"). Empty from a replica that predates session secrets."""
+
+    session: int
+    window: int
+    secret: bytes
+
+
 class SessionOpener(Protocol):
-    async def open_session(self) -> tuple[int, int]:
-        """Open a new session in the log: (session id, window in positions)."""
+    async def open_session(self) -> SessionGrant:
+        """Open a new session in the log."""
         ...
 
 
@@ -36,9 +46,10 @@ SendOnce = Callable[[Payload, pb.AppendRequest, float | None], Awaitable[Sequenc
 class OpenSession:
     """One session of a client: its id, next sequence, and the sequences in flight."""
 
-    def __init__(self, session_id: int, window: int) -> None:
+    def __init__(self, session_id: int, window: int, secret: bytes = b"") -> None:
         self.id = session_id
         self.window = window
+        self.secret = secret
         self.next_sequence = 1
         self.pending: set[int] = set()
         self.highest_position = session_id
@@ -128,14 +139,14 @@ class Session:
         while True:
             attempt += 1
             try:
-                session_id, window = await opener.open_session()
+                grant = await opener.open_session()
                 break
             except OutcomeUnknown:
                 # A SESSION entry nobody uses is harmless: open another.
                 if deadline is not None and loop.time() >= deadline:
                     raise
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
-        self._current = OpenSession(session_id, window)
+        self._current = OpenSession(*grant)
         return self._current
 
 
@@ -168,6 +179,7 @@ class ExactlyOnce:
         try:
             while True:
                 fields.session = session.id
+                fields.session_secret = session.secret
                 fields.sequence = sequence
                 fields.acked_below = session.acked_below()
                 budget = None if deadline is None else max(deadline - loop.time(), 0.001)
@@ -196,4 +208,4 @@ class ExactlyOnce:
             session.pending.discard(sequence)
 
 
-__all__ = ["ExactlyOnce", "OpenSession", "SendOnce", "Session", "SessionOpener"]
+__all__ = ["ExactlyOnce", "OpenSession", "SendOnce", "Session", "SessionGrant", "SessionOpener"]

@@ -138,6 +138,7 @@ class Action(_message.Message):
     SESSION_FIELD_NUMBER: _builtins.int
     SEQUENCE_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    SESSION_CHECK_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     promised: _builtins.int
     """proposal this position was last explicitly promised to"""
@@ -177,6 +178,12 @@ class Action(_message.Message):
     """The log's writer epoch as of this entry (EPOCH: the epoch it takes). Every entry a
     leader assigns but NOPs carries it, so the epoch survives truncation and a bounded scan.
     """
+    session_check: _builtins.bytes
+    """SESSION: SHA-256 of the session's secret (OpenSessionResponse.secret), so that every
+    replica that learns the entry can check a session append's secret, and the secret itself
+    is on no disk and in no archive. Empty in SESSION entries stored before sessions had
+    secrets: such a session takes no sequenced append (docs/security.md, "Sessions").
+    """
     def __init__(
         self,
         *,
@@ -195,10 +202,11 @@ class Action(_message.Message):
         session: _builtins.int = ...,
         sequence: _builtins.int = ...,
         epoch: _builtins.int = ...,
+        session_check: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_first", b"batch_first", "batch_last", b"batch_last", "epoch", b"epoch", "learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "sequence", b"sequence", "session", b"session", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_first", b"batch_first", "batch_last", b"batch_last", "epoch", b"epoch", "learned", b"learned", "origin_leader", b"origin_leader", "origin_proposal", b"origin_proposal", "performed", b"performed", "position", b"position", "promised", b"promised", "sequence", b"sequence", "session", b"session", "session_check", b"session_check", "tombstone", b"tombstone", "truncate_to", b"truncate_to", "type", b"type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -803,6 +811,7 @@ class AppendRequest(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    SESSION_SECRET_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """AppendStream: echoed in the response (responses may be reordered)"""
     session: _builtins.int
@@ -819,6 +828,11 @@ class AppendRequest(_message.Message):
     data: _builtins.bytes
     """Packed values (docs/data-path.md), instead of `values` (never both): count+1 LE uint32"""
     offsets: _builtins.bytes
+    session_secret: _builtins.bytes
+    """The secret OpenSession gave the session's opener (OpenSessionResponse.secret): a session
+    append without the right one is refused (PERMISSION_DENIED, SESSION_NOT_YOURS) before
+    anything else is looked at (docs/security.md, "Sessions").
+    """
     @_builtins.property
     def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
@@ -833,10 +847,11 @@ class AppendRequest(_message.Message):
         epoch: _builtins.int = ...,
         data: _builtins.bytes = ...,
         offsets: _builtins.bytes = ...,
+        session_secret: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "if_next", b"if_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "acked_below", b"acked_below", "data", b"data", "epoch", b"epoch", "id", b"id", "if_next", b"if_next", "offsets", b"offsets", "sequence", b"sequence", "session", b"session", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_next", b"_if_next", "acked_below", b"acked_below", "data", b"data", "epoch", b"epoch", "id", b"id", "if_next", b"if_next", "offsets", b"offsets", "sequence", b"sequence", "session", b"session", "session_secret", b"session_secret", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__if_next: _TypeAlias = _typing.Literal["if_next"]  # noqa: Y015
     _WhichOneofArgType__if_next: _TypeAlias = _typing.Literal["_if_next", b"_if_next"]  # noqa: Y015
@@ -960,19 +975,27 @@ class OpenSessionResponse(_message.Message):
 
     SESSION_FIELD_NUMBER: _builtins.int
     WINDOW_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
     session: _builtins.int
     """the session id (the position of its SESSION entry)"""
     window: _builtins.int
     """the session expires once the log's next position passes"""
+    secret: _builtins.bytes
+    """session + window (the leader's setting)
+    The session's secret (16 random bytes, chosen by the leader): every append in the
+    session carries it (AppendRequest.session_secret). Only its opener is told it; the log
+    keeps its SHA-256 (Action.session_check).
+    """
     def __init__(
         self,
         *,
         session: _builtins.int = ...,
         window: _builtins.int = ...,
+        secret: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["secret", b"secret", "session", b"session", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

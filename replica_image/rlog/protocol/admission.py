@@ -16,16 +16,23 @@ entries (`runtime/admission.py` scans them when it becomes the leader):
   position; it expires once the next position passes id + window, or when a truncation
   removes its SESSION entry. Expired sessions are forgotten, and an append in one is
   refused (SESSION_EXPIRED), never applied again;
+- per session, the check of its secret (`Action.session_check`, the SHA-256 of the secret
+  the leader gave its opener): the SESSION entry carries it, so every replica that learns
+  the entry (a new leader, one caught up or restarted) checks appends in it the same way;
 - per session, the answer (first position, count) of each sequence applied in it. A client
   says which answers it holds (`acked_below`); the leader forgets those (a soft, local
   saving: a leader that rebuilt its state still has them, and answers a replay of one with
   its positions instead of an error; neither is ever a duplicate).
 
 Rules, in this order (`admit`):
-1. a session append whose sequence has an answer is a Duplicate of it (before the
-   conditions: the original was admitted under them, and the next position has moved since);
-   an unknown session, an expired one, a sequence of 0 or below the forgotten answers are
-   refused;
+1. a session append without its session's secret is refused (SESSION_NOT_YOURS), before
+   its sequence's answer is looked up: otherwise anyone could send (session, n) for a session not
+   theirs, and the owner's own append n would come back as a Duplicate of it, acknowledged
+   but not in the log. A session opened before sessions had secrets (no check) takes no
+   append at all. Then a session append whose sequence has an answer is a Duplicate of it
+   (before the conditions: the original was admitted under them, and the next position has
+   moved since); an unknown session, an expired one, a sequence of 0 or below the forgotten
+   answers are refused;
 2. an epoch above the log's is refused (EPOCH_FROM_FUTURE); a lower one fails the condition;
 3. `if_next` below the log's beginning is refused (TRUNCATED); another one than the next
    position fails the condition;
@@ -35,6 +42,8 @@ Rules, in this order (`admit`):
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +61,7 @@ class Conditions:
     acked_below: int = 0
     if_next: int | None = None
     epoch: int = 0  # 0: no epoch condition
+    secret: bytes = b""  # the session's secret (OpenSession gave it to the opener)
 
     @property
     def any(self) -> bool:
@@ -70,6 +80,7 @@ class Refusal(enum.Enum):
     UNKNOWN_SESSION = "UNKNOWN_SESSION"
     SESSION_EXPIRED = "SESSION_EXPIRED"
     SEQUENCE_FORGOTTEN = "SEQUENCE_FORGOTTEN"
+    SESSION_NOT_YOURS = "SESSION_NOT_YOURS"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
 
 
@@ -95,8 +106,18 @@ class Refuse:
 Verdict = Admit | Duplicate | Refuse
 
 
+SESSION_SECRET_BYTES = 16  # a session's secret: 128 random bits, chosen by the leader
+
+
+def session_check(secret: bytes) -> bytes:
+    """What a SESSION entry records of its secret (`Action.session_check`): its SHA-256,
+    so the secret is on no replica's disk and in no archive, only with the session's opener."""
+    return hashlib.sha256(secret).digest()
+
+
 @dataclass
 class _Session:
+    check: bytes  # session_check of its secret; empty: opened before sessions had secrets
     answers: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq -> (first, count)
     forgotten_below: int = 0  # answers below this sequence were dropped (acked)
 
@@ -147,7 +168,7 @@ class AdmissionState:
             if entry.epoch > self.epoch:
                 self.epoch = entry.epoch
             if kind == pb.SESSION:
-                self.sessions[position] = _Session()
+                self.sessions[position] = _Session(entry.session_check)
             elif kind == pb.TRUNCATE and entry.truncate_to > self.begin:
                 self.begin = entry.truncate_to
         if self.sessions and self._oldest_session() < self.horizon:
@@ -213,7 +234,9 @@ class AdmissionState:
     def clone(self) -> AdmissionState:
         copy = AdmissionState(self.window, self.next_position, self.begin, self.epoch)
         for session_id, session in self.sessions.items():
-            copy.sessions[session_id] = _Session(dict(session.answers), session.forgotten_below)
+            copy.sessions[session_id] = _Session(
+                session.check, dict(session.answers), session.forgotten_below
+            )
         return copy
 
     def apply_all(self, entries: Iterable[pb.Action]) -> None:
@@ -270,6 +293,19 @@ class AdmissionState:
                     )
                 return self._refuse(
                     Refusal.UNKNOWN_SESSION, f"session {c.session} was never opened in this log"
+                )
+            if not session.check:
+                return self._refuse(
+                    Refusal.SESSION_NOT_YOURS,
+                    f"session {c.session} was opened without a secret (by a replica that "
+                    "predates session secrets): it takes no appends; open a new session",
+                )
+            if not hmac.compare_digest(session_check(c.secret), session.check):
+                return self._refuse(
+                    Refusal.SESSION_NOT_YOURS,
+                    f"session {c.session} is not yours: the append "
+                    + ("carries no session secret" if not c.secret else "has the wrong secret")
+                    + " (a session append needs the secret OpenSession gave its opener)",
                 )
             answer = session.answers.get(c.sequence)
             if answer is not None:

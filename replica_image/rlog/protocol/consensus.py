@@ -107,6 +107,7 @@ def entry_of(action: pb.Action) -> pb.Action:
         session=action.session,
         sequence=action.sequence,
         epoch=action.epoch,
+        session_check=action.session_check,
     )
 
 

@@ -50,6 +50,7 @@ def conditions_of(request: pb.AppendRequest) -> Conditions:
         acked_below=request.acked_below,
         if_next=request.if_next if request.HasField("if_next") else None,
         epoch=request.epoch,
+        secret=request.session_secret,
     )
 
 

@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 
 from rlog.config import ReplicaConfig
 from rlog.packed import PackedError, count_of, max_size, run_count
 from rlog.proto import rlog_pb2 as pb
-from rlog.protocol.admission import NO_CONDITIONS, Conditions, Refuse
+from rlog.protocol.admission import (
+    NO_CONDITIONS,
+    SESSION_SECRET_BYTES,
+    Conditions,
+    Refuse,
+    session_check,
+)
 from rlog.protocol.coordinator import (
     Coordinator,
     Demoted,
@@ -217,12 +224,19 @@ class CoordinatorDriver:
             self._epochs.pop(token, None)
 
     async def open_session(self, forwarded: bool) -> pb.OpenSessionResponse:
-        """Append a SESSION entry; the session id is its position."""
+        """Append a SESSION entry; the session id is its position. Its secret is chosen
+        here and told only to the opener; the entry carries its check (protocol/admission.py),
+        so every replica that learns it checks the session's appends."""
         leader = await self.forwarding.await_leader(forwarded)
         if leader is not None:
             return await self.forwarding.open_session(leader)
-        (position,) = await self._propose_one(pb.Action(type=pb.SESSION))
-        return pb.OpenSessionResponse(session=position, window=self.config.session_window)
+        secret = secrets.token_bytes(SESSION_SECRET_BYTES)
+        (position,) = await self._propose_one(
+            pb.Action(type=pb.SESSION, session_check=session_check(secret))
+        )
+        return pb.OpenSessionResponse(
+            session=position, window=self.config.session_window, secret=secret
+        )
 
     async def _propose_one(self, action: pb.Action, token: object | None = None) -> list[int]:
         token = token if token is not None else object()

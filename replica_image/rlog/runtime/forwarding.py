@@ -103,6 +103,7 @@ class Forwarding:
             sequence=conditions.sequence,
             acked_below=conditions.acked_below,
             epoch=conditions.epoch,
+            session_secret=conditions.secret,
         )
         if conditions.if_next is not None:
             request.if_next = conditions.if_next

@@ -200,6 +200,7 @@ class WriteOptions:
     sink_id: str | None  # `sinkId` (stream): else the streaming query's id
     dedupe_window: int  # `dedupeWindow` (stream): how far back a replay looks for markers
     credentials: Credentials | None = None
+    sink_key: str | None = None  # `sinkKey`: a secret the markers are signed with
 
     @classmethod
     def parse(cls, options: Options) -> WriteOptions:
@@ -210,4 +211,5 @@ class WriteOptions:
             in_flight=count(options, "appendsInFlight", DEFAULT_APPENDS_IN_FLIGHT),
             sink_id=text(options, "sinkId"),
             dedupe_window=count(options, "dedupeWindow", DEFAULT_DEDUPE_WINDOW),
+            sink_key=text(options, "sinkKey") or None,
         )

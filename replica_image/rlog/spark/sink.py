@@ -22,10 +22,10 @@ from pyspark.sql.datasource import (
 )
 
 from rlog import packed
-from rlog.client import Client
+from rlog.client import Client, Credentials
 from rlog.client.errors import InvalidArgument, PastEnd, RlogError, Truncated
 from rlog.spark.connections import client_of, use_credentials
-from rlog.spark.markers import MarkerSearch, encode_marker
+from rlog.spark.markers import MarkerSearch, encode_marker, open_key, random_key, secret_key
 from rlog.spark.options import Options, WriteOptions
 from rlog.spark.source import observe
 
@@ -126,13 +126,16 @@ def find_markers(
     part: int,
     low: int | None,
     window: int,
+    *,
+    key: bytes,
 ) -> set[int]:
-    """The chunk numbers of (sink, batch, part) already in the log. Scans back from the
-    learned end in windows, down to `low` if given (exact), else until a marker of `sink` for
-    an earlier batch, the log's begin, or `window` positions."""
+    """The chunk numbers of (sink, batch, part) already in the log, by their markers signed
+    with `key` (any other is ignored: rlog.spark.markers). Scans back from the learned end
+    in windows, down to `low` if given (exact), else until a marker of `sink` for an earlier
+    batch, the log's begin, or `window` positions."""
     client = client_of(endpoints)
     status = client.status()
-    search = MarkerSearch(sink, batch, part)
+    search = MarkerSearch(sink, batch, part, key)
 
     def look(batches: Iterable[list[bytes]]) -> bool:
         """Look at the values; True if the scan may stop here."""
@@ -180,8 +183,11 @@ def write_chunks(
     rows: int,
     done: set[int],
     in_flight: int = 1,
+    *,
+    key: bytes,
 ) -> RlogCommitMessage:
-    """Append each chunk not in `done` with its marker as the last entry of the same call.
+    """Append each chunk not in `done` with its marker (signed with `key`) as the last entry
+    of the same call.
 
     `in_flight` > 1: keep up to that many append calls in flight, sent in chunk order on one
     AppendStream, provided the endpoint the stream goes to is the leader now (a leader assigns
@@ -207,7 +213,7 @@ def write_chunks(
                 message.skipped_chunks += 1
                 continue
             count = sum(len(piece) for piece in pieces)
-            marker = encode_marker(sink, batch, part, number, count)
+            marker = encode_marker(sink, batch, part, number, count, key=key)
             yield count, *packed_chunk(pieces, marker)
 
     stream: Client | None = None
@@ -243,6 +249,15 @@ def write_chunks(
     return message
 
 
+def _secret_key(options: WriteOptions) -> bytes | None:
+    """`secret_key` of the writer's options and credentials (the options', else the
+    environment's, as `client_of`)."""
+    credentials = options.credentials or Credentials.from_env()
+    if credentials is None:
+        return secret_key(options.sink_key, None, None)
+    return secret_key(options.sink_key, credentials.token, credentials.key)
+
+
 def leader_first(endpoints: tuple[str, ...]) -> tuple[str, ...]:
     """The endpoints with the leader (if it is one of them) first: appends go straight there."""
     try:
@@ -269,6 +284,8 @@ class RlogWriter(DataSourceArrowWriter):
         use_credentials(self.options.credentials)
         self.endpoints = leader_first(self.options.endpoints)
         self.write_id = "write-" + uuid.uuid4().hex
+        # Signs the markers (rlog.spark.markers): made here, carried to the tasks.
+        self.key = _secret_key(self.options) or random_key()
         try:  # where this write starts: a retried task scans for its markers from here
             self.start: int | None = observe(self.endpoints).learned + 1
         except RlogError:
@@ -284,7 +301,13 @@ class RlogWriter(DataSourceArrowWriter):
         done: set[int] = set()
         if retry:
             done = find_markers(
-                self.endpoints, self.write_id, 0, part, self.start, self.options.dedupe_window
+                self.endpoints,
+                self.write_id,
+                0,
+                part,
+                self.start,
+                self.options.dedupe_window,
+                key=self.key,
             )
         return write_chunks(
             self.endpoints,
@@ -295,6 +318,7 @@ class RlogWriter(DataSourceArrowWriter):
             self.options.batch_size,
             done,
             self.options.in_flight,
+            key=self.key,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -321,6 +345,8 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
         self.options = WriteOptions.parse(options)
         use_credentials(self.options.credentials)
         self.endpoints = leader_first(self.options.endpoints)
+        # Signs the markers (rlog.spark.markers); None: the open key of the sink id.
+        self.key = _secret_key(self.options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RlogCommitMessage:
         from pyspark import TaskContext
@@ -333,7 +359,10 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
         sink = self.options.sink_id or context.getLocalProperty("sql.streaming.queryId")
         sink = sink or "query"
         part = context.partitionId()
-        done = find_markers(self.endpoints, sink, batch, part, None, self.options.dedupe_window)
+        key = self.key or open_key(sink)
+        done = find_markers(
+            self.endpoints, sink, batch, part, None, self.options.dedupe_window, key=key
+        )
         return write_chunks(
             self.endpoints,
             iterator,
@@ -343,13 +372,17 @@ class RlogStreamWriter(DataSourceStreamArrowWriter):
             self.options.batch_size,
             done,
             self.options.in_flight,
+            key=key,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sinks = {m.sink for m in messages if isinstance(m, RlogCommitMessage)}
         if sinks:  # a stop for the next batch's marker scan
             client_of(self.endpoints).append(
-                [encode_marker(s, batchId, kind="commit") for s in sinks]
+                [
+                    encode_marker(s, batchId, kind="commit", key=self.key or open_key(s))
+                    for s in sinks
+                ]
             )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
