@@ -10,10 +10,12 @@ share one ReplicatedLog.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from e2elib import Kubectl, delete_and_wait, wait_until
 from oplib import PORT, Log, delete_logs, exists, manifest, pod_ready
 
@@ -270,6 +272,89 @@ def test_a_replicas_change_past_the_crd_is_refused_by_the_operator(k: Kubectl) -
         current["spec"] = original["spec"]
         k.run("replace", "-f", "-", input=json.dumps(current), namespaced=False)
     test_replicas_is_immutable(k)  # the rule is back
+
+
+CRD_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "crds",
+                        "replicatedlog.yaml")  # fmt: skip
+# status.tls of a log the operator built in mode operator (a default log: no spec.tls)
+MUTUAL_TLS = {"mode": "operator", "transport": "mutual-tls", "authorization": "roles"}
+TO_PLAINTEXT = '{"spec":{"tls":{"mode":"disabled"}}}'
+
+
+def _install_crd(k: Kubectl, spec: dict) -> None:
+    current = k.json("get", "crd", CRD, namespaced=False)
+    current["spec"] = spec
+    k.run("replace", "-f", "-", input=json.dumps(current), namespaced=False)
+
+
+def _to_plaintext(k: Kubectl, *dry_run: str) -> str:
+    """Patch spec.tls.mode: disabled into the log: "" if accepted, else the refusal."""
+    p = k.run("patch", "replicatedlog", NAME, "--type=merge", "-p", TO_PLAINTEXT, *dry_run,
+              check=False)  # fmt: skip
+    return "" if p.returncode == 0 else p.stderr
+
+
+def test_a_tls_mode_change_past_the_crd_is_refused_by_the_operator(k: Kubectl) -> None:
+    """`spec.tls.mode: disabled` patched into the running default log: the repository's CRD
+    refuses it (e2e/operator/test_immutable.py tests its rules in full); on a CRD without the
+    rule (an API server without CEL) the operator refuses it: phase Failed, a TLSModeChanged
+    Event, the StatefulSet not rendered plaintext, status.tls and the replica calls still
+    mutual TLS, the log still served; removing the mode again restores Ready. The cluster's
+    CRD is restored afterwards."""
+    original = k.json("get", "crd", CRD, namespaced=False)
+    with open(CRD_FILE) as f:
+        repository = yaml.safe_load(f)["spec"]
+    without_rule = json.loads(json.dumps(repository))
+    for version in without_rule["versions"]:
+        schema = version["schema"]["openAPIV3Schema"]
+        rules = schema["x-kubernetes-validations"]
+        schema["x-kubernetes-validations"] = [r for r in rules if "tls.mode" not in r["rule"]]
+    template = k.json("get", "statefulset", NAME)["spec"]["template"]
+    try:
+        _install_crd(k, repository)
+        refusal = wait_until(
+            "the repository's CRD to refuse the mode change",
+            lambda: _to_plaintext(k, "--dry-run=server"),
+            60,
+        )
+        assert "spec.tls.mode is immutable" in refusal, refusal
+        assert "immutable" in _to_plaintext(k)  # for real, not only in a dry run
+        _install_crd(k, without_rule)
+        wait_until(
+            "the API server to accept the mode change",
+            lambda: _to_plaintext(k, "--dry-run=server") == "",
+            60,
+        )
+        assert _to_plaintext(k) == ""
+
+        def refused() -> bool:
+            st = rlog_status(k)
+            return st.get("phase") == "Failed" and "cannot change (operator -> disabled)" in str(
+                st.get("message")
+            )
+
+        wait_until("phase Failed with the refusal", refused, 60)
+        events = k("get", "events", "--field-selector",
+                   f"involvedObject.name={NAME},reason=TLSModeChanged")  # fmt: skip
+        assert "TLS and plaintext replicas cannot talk to each other" in events, events
+        st = rlog_status(k)
+        assert st.get("tls") == MUTUAL_TLS, st
+        # observed over mutual TLS with the operator's certificate, as built
+        assert all(r.get("status") == "VOTING" for r in st.get("replicas") or []), st
+        sts = k.json("get", "statefulset", NAME)
+        assert sts["spec"]["template"] == template  # not rendered plaintext
+        (container,) = [
+            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "replica"
+        ]
+        args = " ".join(container.get("args") or [])
+        assert "--tls-cert" in args and "--auth-config" in args, args
+        replica(k, pods()[0], "append", "--endpoint", f"{NAME}:{PORT}", "while-refused")
+
+        k("patch", "replicatedlog", NAME, "--type=merge", "-p", '{"spec":{"tls":null}}')
+        wait_until("Ready again once the mode is removed", lambda: all_voting(k), 120)
+        assert rlog_status(k).get("tls") == MUTUAL_TLS
+    finally:
+        _install_crd(k, original["spec"])
 
 
 MANUAL = "e2e-manual"

@@ -2,9 +2,12 @@
 
 Every object `children.desired` lists is created, or patched where it exists, adopted by the
 ReplicatedLog (`kopf.adopt(..., strict=True)`); the log's Secrets are written first (the pods
-mount them). A change of `spec.replicas` that slipped past the CRD's CEL rule is refused
-before anything is applied (a Ready=False condition, phase Failed, and a PermanentError):
-rlog has no reconfiguration. Nothing is applied while the log is paused.
+mount them). A change of `spec.replicas` or of the TLS mode (`spec.tls.mode` set, changed or
+removed) that slipped past the CRD's CEL rules is refused before anything is applied (a
+Ready=False condition, phase Failed, a Warning Event ReplicasChanged or TLSModeChanged, and a
+PermanentError): rlog has no reconfiguration, and TLS and plaintext replicas cannot talk to
+each other, so the StatefulSet is never rendered in another mode than the log's. Nothing is
+applied while the log is paused.
 """
 
 from __future__ import annotations
@@ -42,21 +45,8 @@ async def apply_objects(
     wanted = specs.replicas_of(body)
     if existing is not None:
         have = int((existing.get("spec") or {}).get("replicas") or 0)
-        message = observed.replicas_changed(have, wanted)
-        if message:
-            now = st.now()
-            previous = list((body.get("status") or {}).get("conditions") or [])
-            patch.status["conditions"] = _with_condition(
-                previous,
-                st.condition(
-                    "Ready", False, "ReplicasChanged", message, previous, now, _generation(body)
-                ),
-            )
-            patch.status["phase"] = "Failed"
-            patch.status["message"] = message
-            kopf.warn(body, reason="ReplicasChanged", message=message)
-            metrics.ERRORS.labels(handler="apply").inc()
-            raise kopf.PermanentError(message)
+        _refuse_if(body, patch, "ReplicasChanged", observed.replicas_changed(have, wanted))
+    _refuse_if(body, patch, "TLSModeChanged", observed.tls_mode_changed(body))
     if existing is not None:
         # volumeClaimTemplates are immutable: keep the built one (the observe timer replaces
         # the StatefulSet when spec.storage changed, see storage.py)
@@ -84,6 +74,25 @@ async def apply_objects(
                 raise kopf.PermanentError(message) from e
             raise kube.temporary(e, f"applying {obj['kind']} {obj['metadata']['name']}") from e
         logger.info("%s %s %s", what, obj["kind"], obj["metadata"]["name"])
+
+
+def _refuse_if(body: kopf.Body, patch: kopf.Patch, reason: str, message: str) -> None:
+    """Refuse the spec (nothing applied) when `message` says why: Ready False with `reason`,
+    phase Failed, a Warning Event, and a PermanentError (the next change of the spec is
+    reconciled again). No-op for an empty message."""
+    if not message:
+        return
+    now = st.now()
+    previous = list((body.get("status") or {}).get("conditions") or [])
+    patch.status["conditions"] = _with_condition(
+        previous,
+        st.condition("Ready", False, reason, message, previous, now, _generation(body)),
+    )
+    patch.status["phase"] = "Failed"
+    patch.status["message"] = message
+    kopf.warn(body, reason=reason, message=message)
+    metrics.ERRORS.labels(handler="apply").inc()
+    raise kopf.PermanentError(message)
 
 
 def _with_condition(

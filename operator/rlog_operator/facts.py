@@ -166,7 +166,7 @@ class Facts:
     rolling_message: str
     rolling: bool  # a replacement is queued or some pod is outdated
     error: str  # a reconcile failure to surface ("" if none)
-    refused: str  # the refusal of a spec.replicas change ("" if none)
+    refused: str  # the refusal of a spec.replicas or TLS mode change ("" if none)
 
     @property
     def size(self) -> int:
@@ -212,7 +212,7 @@ def gather(
     `statuses` maps pod name -> the replica's status dict (None: unreachable); `previous`
     is the status stored on the CR; `rolling_update` is what rolling.next_step decided
     (queue, message); `error` a reconcile failure; `refused` the refusal of a replicas
-    change (observed.replicas_changed)."""
+    or TLS mode change (observed.replicas_changed, observed.tls_mode_changed)."""
     prev = previous or {}
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}

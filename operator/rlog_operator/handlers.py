@@ -2,7 +2,7 @@
 
 * startup (`configure`): kopf's settings, the kube config, the metrics endpoint.
 * create/update/resume (`reconcile`): apply.py applies the desired objects, refusing a change
-  of `spec.replicas` that slipped past the CRD's CEL rule.
+  of `spec.replicas` or of the TLS mode that slipped past the CRD's CEL rules.
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
   label selector), of existing PersistentVolume names, and of the operator's labelled
   Services, budgets, policies and Deployments (children.py): no list calls in the loop.
@@ -249,23 +249,29 @@ async def observe(
         indexes["persistent_volumes"],
     )
     update_revision = sts["updateRevision"] if sts else ""
-    # A replicas change that got past the CRD (no CEL) is refused by `reconcile`; until it is
-    # undone, observe the log as built, report the refusal, and take no action on it.
+    # A replicas or TLS mode change that got past the CRD (no CEL) is refused by `reconcile`;
+    # until it is undone, observe the log as built (its pods, its mode: certificates, the
+    # credentials of the replica calls, status.tls), report the refusal, take no action.
     refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
     view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
+    tls_refused = observed.tls_mode_changed(body)
+    if tls_refused:
+        view = observed.with_built_tls(view)
+        refused = f"{refused}; {tls_refused}" if refused else tls_refused
+    built = body if view is body else kopf.Body(cast(kopf.RawBody, view))
 
     try:  # renewals; and the operator's own credentials after a restart
-        await pki_secrets.ensure_pki(body, CONFIG, logger)
+        await pki_secrets.ensure_pki(built, CONFIG, logger)
     except ApiException as e:
         metrics.ERRORS.labels(handler="pki").inc()
         logger.warning("the log's certificates: HTTP %s %s", e.status, e.reason)
     except pki_secrets.SecretRaced as raced:
         logger.info("Secret %s was created meanwhile: planned again next tick", raced)
     names = [specs.pod_name(view, i) for i in range(specs.replicas_of(view))]
-    statuses = await replica_calls.ask_statuses(body, names, pki_secrets.credentials(body), CONFIG)
+    statuses = await replica_calls.ask_statuses(view, names, pki_secrets.credentials(view), CONFIG)
 
     previous = dict(body.get("status") or {})
-    tls = pki.tls_status(body)
+    tls = pki.tls_status(view)
     if previous.get("tls") != tls:
         patch.status["tls"] = tls
     queue = list((previous.get("rollingUpdate") or {}).get("queue") or [])
@@ -318,7 +324,7 @@ async def observe(
     )
     await actions.carry_out(
         chosen,
-        body,
+        built,
         patch,
         CONFIG,
         sts=sts,

@@ -16,6 +16,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from rlog_operator import constants as c
+from rlog_operator import specs
 
 LogKey = tuple[str, str]  # (namespace, ReplicatedLog name)
 UNKNOWN = "Unknown"  # the status of a replica that does not answer
@@ -213,6 +214,32 @@ def as_built(body: Mapping[str, Any], replicas: int) -> dict[str, Any]:
     """The ReplicatedLog as its StatefulSet was built: what to observe while a refused
     replicas change stands in the spec."""
     return {**body, "spec": {**(body.get("spec") or {}), "replicas": replicas}}
+
+
+def tls_mode_changed(body: Mapping[str, Any]) -> str:
+    """The refusal of a TLS mode other than the one the log was built with
+    (specs.built_mode_of), through spec.tls.mode set, changed or removed past the CRD's
+    rule; "" if none (also for a log not built yet). Rendering the new mode would roll the
+    replicas one at a time into TLS and plaintext halves that cannot reach each other (and,
+    to `disabled`, turn authorization off)."""
+    built = specs.built_mode_of(body)
+    given = ((body.get("spec") or {}).get("tls") or {}).get("mode")
+    wanted = str(given) if given else built
+    if not built or wanted == built:
+        return ""
+    return (
+        f"spec.tls.mode cannot change ({built} -> {wanted}): TLS and plaintext replicas"
+        f" cannot talk to each other; create a new ReplicatedLog instead, or set"
+        f" spec.tls.mode back to {built}"
+    )
+
+
+def with_built_tls(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The ReplicatedLog with the TLS mode it was built with: what to observe, certify and
+    call the replicas with while a refused mode change stands in the spec."""
+    spec = body.get("spec") or {}
+    tls = {**(spec.get("tls") or {}), "mode": specs.built_mode_of(body)}
+    return {**body, "spec": {**spec, "tls": tls}}
 
 
 def claims_by_name(claims: Iterable[PvcInfo], volumes: Container[str] | None) -> dict[str, PvcInfo]:

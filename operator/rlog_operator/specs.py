@@ -199,21 +199,24 @@ CLIENT_CA_KEY = "client-ca.crt"
 CLIENT_CA_MOUNT = "/etc/rlog/client-ca"
 
 
-def mode_of(body: Body) -> str:
-    """`spec.tls.mode`: operator, certManager or disabled. Unset: the mode the log was
-    built with (`status.tls.mode`), else `operator` for a new log, but `disabled` for a log
-    initialized before the operator knew TLS (no `status.tls`): a rolling change of the
-    mode would leave TLS and plaintext replicas unable to talk to each other, so a mode
-    changes only when the spec says so."""
-    given = (body.get("spec", {}).get("tls") or {}).get("mode")
+def built_mode_of(body: Body) -> str:
+    """The mode the log was built with: `status.tls.mode`, else `disabled` for a log
+    initialized before the operator knew TLS (no `status.tls`); "" for a log not built yet.
+    A running log's mode never changes (observed.tls_mode_changed, and the CRD's rule)."""
     status = body.get("status") or {}
     built = (status.get("tls") or {}).get("mode")
-    if given:
-        mode = str(given)
-    elif built:
-        mode = str(built)
-    else:
-        mode = MODE_DISABLED if status.get("initialized") else MODE_OPERATOR
+    if built:
+        return str(built)
+    return MODE_DISABLED if status.get("initialized") else ""
+
+
+def mode_of(body: Body) -> str:
+    """`spec.tls.mode`: operator, certManager or disabled. Unset: the mode the log was
+    built with (`built_mode_of`), else `operator` for a new log: a rolling change of the
+    mode would leave TLS and plaintext replicas unable to talk to each other, so unset
+    never means another mode than the one the log runs."""
+    given = (body.get("spec", {}).get("tls") or {}).get("mode")
+    mode = str(given) if given else built_mode_of(body) or MODE_OPERATOR
     if mode not in MODES:
         raise ValueError(f"spec.tls.mode {mode!r} is not one of {', '.join(MODES)}")
     return mode

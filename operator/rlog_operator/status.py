@@ -7,8 +7,8 @@ decision of `permits.decide`. None of them does I/O.
 
 Phases (one word for `kubectl get rlog`, first match wins):
 
-* Failed: the operator cannot reconcile (an error passed in, a refused replicas change, or a
-  replica stamped with another log's identity).
+* Failed: the operator cannot reconcile (an error passed in, a refused replicas or TLS mode
+  change, or a replica stamped with another log's identity).
 * DataLoss: the log was initialized (status.initialized is sticky) and every replica came
   back EMPTY: a suspected total data loss. No permit until the user sets the annotation
   `rlog.io/reinitialize=<metadata.uid>`; the condition clears once a VOTING quorum exists

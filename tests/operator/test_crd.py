@@ -140,6 +140,14 @@ def test_cel_rules(schema):
     assert "has(self.replicas) == has(oldSelf.replicas)" in spec_rules
     root = rules(schema)
     assert any("self.metadata.name" in rule for rule in root)
+    # a rule on a field does not run when the field appears or goes: the immutable ones
+    # that may be absent hold one level up too (e2e/operator/test_immutable.py runs them)
+    assert "has(self.bootstrap) == has(oldSelf.bootstrap)" in spec_rules
+    assert "self == oldSelf" in rules(props["bootstrap"])
+    (tls_mode,) = [rule for rule in root if "tls.mode" in rule]
+    for unset_means in ("oldSelf.status.tls.mode", "'disabled'", "'operator'"):
+        assert unset_means in tls_mode  # the mode the log was built with (specs.mode_of)
+    assert "spec.tls.mode is immutable" in root[tls_mode]
     # every rule has a message: kubectl shows it on rejection
     for _, node in walk(schema):
         for v in node.get("x-kubernetes-validations", []):
