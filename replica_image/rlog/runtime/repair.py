@@ -214,6 +214,10 @@ def open_core(storage: Storage, faults: StorageFaults, lost: SetAside | None = N
             meta.status = pb.RECOVERING
         meta.learned_below = meta.begin
         storage.apply(WriteBatch(metadata=meta))
+        # Now that the loss is on record (RECOVERING, nothing learned: synced), the damage
+        # may go: left in place, every later open would report it again and send the
+        # replica back to RECOVERING after it recovered (docs/faults.md).
+        storage.forget_damage()
     for _ in range(MAX_REPAIRS_AT_OPEN):
         try:
             return ReplicaCore(storage)
