@@ -4,8 +4,11 @@ corrupt stored record or a full disk ends with a clear error instead of a crashe
 
 `guarded` wraps every RPC method of a servicer: `CorruptRecord` -> the replica drops the
 record and recovers (`Repair.storage_fault_seen`, runtime/repair.py), the call ends with DATA_LOSS
-(CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL). Anything already sent on a
-stream was checked record by record before it left. A request that does not parse (the
+(CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL); any other storage error (a
+failing disk: EIO, EROFS; the journal has the replica leave the quorum) -> UNAVAILABLE
+(DISK_FAILING), where gRPC would end the call with UNKNOWN "Unexpected [StorageError]": a
+follower's `WriteStream` ends so under the leader. Anything already sent on a stream was
+checked record by record before it left. A request that does not parse (the
 server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error.
 """
 
@@ -19,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from rlog.runtime.errors import RpcError
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage.base import CorruptRecord, DiskFull, StorageError
 from rlog.wire import Reason
 
 
@@ -79,6 +82,12 @@ def error_of(exc: BaseException, sink: _FaultSink) -> RpcError | None:
         )
     if isinstance(exc, DiskFull):
         return RpcError(Reason.DISK_FULL, str(exc))
+    if isinstance(exc, StorageError):
+        return RpcError(
+            Reason.DISK_FAILING,
+            f"disk failing: {exc}: not stored; this replica leaves the quorum until its disk "
+            "takes writes again",
+        )
     return None
 
 
@@ -97,7 +106,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 async for item in method(self, checked or request, context):
                     yield item
-            except (CorruptRecord, DiskFull) as exc:
+            except StorageError as exc:
                 error = error_of(exc, self.node.repair)
                 assert error is not None
                 await _abort(context, error)
@@ -112,7 +121,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             await _abort(context, _malformed_error(request))
         try:
             return await method(self, request, context)
-        except (CorruptRecord, DiskFull) as exc:
+        except StorageError as exc:
             error = error_of(exc, self.node.repair)
             assert error is not None
             await _abort(context, error)
