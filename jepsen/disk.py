@@ -49,7 +49,7 @@ STOPPED = {LOSE_SEGMENT, TRUNCATE_SEGMENT, BIT_FLIP}
 NEEDS_QUORUM = STOPPED | {EIO}
 
 # Segments small enough that a run of seconds rolls many (so there is a middle one to lose,
-# and index snapshots): rlog's test-only RLOG_TEST_SEGMENT_BYTES.
+# and index snapshots): rlog's test-only RLOG_TEST_SEGMENT_BYTES (in the runs of odd seeds).
 SEGMENT_BYTES = 4096
 TMPFS_SIZE = "48m"  # each data dir's tmpfs with disk-full
 # --min-free-bytes with disk-full: appends are refused only when the tmpfs is nearly full.
