@@ -159,6 +159,7 @@ def summarize(results: list[RunResult], wall: float) -> str:
     for r in results:
         kinds.update(r.faults_by_kind)
     skipped = sum(r.skipped for r in results)
+    exited = sum(r.exited for r in results)
     lines = [
         "",
         f"runs: {len(results)}   faults injected: {sum(r.faults for r in results)}   "
@@ -171,7 +172,8 @@ def summarize(results: list[RunResult], wall: float) -> str:
             f"   (skipped: {skipped} wipes or disk faults without a VOTING quorum of the others)"
             if skipped
             else ""
-        ),
+        )
+        + (f"   (replicas that exited by themselves, restarted: {exited})" if exited else ""),
         f"checker: {sum(checks_s):.3f} s in all, longest {max(checks_s, default=0):.3f} s; "
         f"wall time {wall:.0f} s",
     ]

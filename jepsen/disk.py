@@ -11,6 +11,9 @@
   test-only shim tests/eio_shim/ (on the replicas' PYTHONPATH when `eio` is asked for) while
   `<data dir>.eio` exists: the replica leaves the quorum and rejoins once its disk works.
 
+The damage is made durable (fsync of the file or of its directory): on powerfs a later
+power cut would otherwise undo it, which no bad disk does.
+
 The choices (which segment, which byte) are drawn from a `random.Random` the nemesis seeds
 from the step, so a seed picks the same ones given the same files.
 """
@@ -25,6 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rlog.storage._common import fsync_dir
 from rlog.storage.segment_format import (
     FRAME_HEADER,
     MARK_NAME,
@@ -139,6 +143,7 @@ def lose_segment(data_dir: Path, rng: random.Random) -> dict[str, Any]:
     older = segments[:-1]
     victim = segments[-1] if not older or rng.random() < 0.5 else rng.choice(older)
     victim.unlink()
+    fsync_dir(victim.parent)
     return {"lost": victim.name, "segments": len(segments)}
 
 
@@ -150,7 +155,12 @@ def truncate_segment(data_dir: Path, rng: random.Random) -> dict[str, Any]:
     newest = segments[-1]
     size = newest.stat().st_size
     to = rng.randrange(size) if size else 0
-    os.truncate(newest, to)
+    fd = os.open(newest, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, to)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return {"cut": newest.name, "from_bytes": size, "to_bytes": to}
 
 
@@ -198,6 +208,8 @@ def flip_byte(data_dir: Path, rng: random.Random) -> dict[str, Any]:
         old = f.read(1)[0]
         f.seek(at)
         f.write(bytes([old ^ mask]))
+        f.flush()
+        os.fsync(f.fileno())
     return {
         "flipped": path.name,
         "byte": at,

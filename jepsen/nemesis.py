@@ -159,6 +159,9 @@ class Nemesis:
     skipped: list[str] = field(default_factory=list)  # kinds whose precondition never held
     wiped: set[int] = field(default_factory=set)  # every replica wiped in this run
     damaged: set[int] = field(default_factory=set)  # every replica a disk fault took out
+    # Replicas that exited by themselves (a start that failed: a full disk at open), each
+    # restarted at the next heal as a supervisor (Kubernetes) would: (replica, exit status).
+    exited: list[tuple[int, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _paused: set[int] = field(default_factory=set)
     _killed: set[int] = field(default_factory=set)
@@ -353,6 +356,10 @@ class Nemesis:
         for i in sorted(self._killed):
             self.cluster.start_replica(i)
         self._killed.clear()
+        for i, process in enumerate(self.cluster.processes):
+            if process is not None and process.poll() is not None:
+                self.exited.append((i, process.returncode))
+                self.cluster.start_replica(i)
         if self.network is not None:
             self.network.heal()
         for fault in self.faults:
@@ -388,6 +395,8 @@ class Nemesis:
         with open(path, "w") as out:
             for fault in self.faults:
                 out.write(json.dumps(fault.to_json(self.history.start)) + "\n")
+            for i, status in self.exited:
+                out.write(json.dumps({"kind": "exited", "replica": i, "status": status}) + "\n")
             for kind in self.skipped:
                 out.write(json.dumps({"kind": kind, "skipped": "no VOTING quorum without it"}))
                 out.write("\n")

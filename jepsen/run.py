@@ -111,6 +111,7 @@ class RunResult:
     faults: int = 0
     faults_by_kind: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # wipes skipped: the others were not a VOTING quorum in time
+    exited: int = 0  # replicas that exited by themselves (restarted at the next heal)
     verdict: linearizability.Verdict | None = None
     problems: dict[str, list[str]] = field(default_factory=dict)
     stale_reads: int = 0
@@ -495,6 +496,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
     result.faults = len(nemesis.faults)
     result.faults_by_kind = nemesis.by_kind()
     result.skipped = len(nemesis.skipped)
+    result.exited = len(nemesis.exited)
     result.recorded = len(ops)
     result.problems = checks.all_problems(ops, final, replica_logs)
     result.problems["wiped replicas recovered"] = recovered
@@ -515,6 +517,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
                 "check_seconds": result.verdict.seconds,
                 "faults": result.faults_by_kind,
                 "skipped_faults": result.skipped,
+                "exited": nemesis.exited,
                 "problems": result.problems,
                 "first_stale_read_s": result.first_stale_read_s,
                 "first_stale_after_fault_s": result.first_stale_after_fault_s,
