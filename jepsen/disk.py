@@ -118,8 +118,11 @@ def fill(data_dir: Path) -> dict[str, Any]:
 
 
 def unfill(data_dir: Path) -> None:
+    """Remove the filler, durably: on powerfs an unlink not yet synced keeps its file (a
+    power cut would bring it back), and with it the space."""
     with contextlib.suppress(FileNotFoundError):
         (data_dir / FILLER).unlink()
+        fsync_dir(data_dir)
 
 
 def _segments(data_dir: Path) -> list[Path]:
