@@ -118,9 +118,11 @@ def fill(data_dir: Path) -> dict[str, Any]:
 
 
 def unfill(data_dir: Path) -> None:
-    """Remove the filler, durably: on powerfs an unlink not yet synced keeps its file (a
-    power cut would bring it back), and with it the space."""
+    """Remove the filler: cut to nothing first (powerfs keeps a handle on a file it served
+    until the kernel forgets it, so an unlink alone may free no space), then unlinked and
+    the unlink synced (else a power cut on powerfs brings the file back)."""
     with contextlib.suppress(FileNotFoundError):
+        os.truncate(data_dir / FILLER, 0)
         (data_dir / FILLER).unlink()
         fsync_dir(data_dir)
 
