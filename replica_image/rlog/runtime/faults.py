@@ -83,11 +83,13 @@ def error_of(exc: BaseException, sink: _FaultSink) -> RpcError | None:
     if isinstance(exc, DiskFull):
         return RpcError(Reason.DISK_FULL, str(exc))
     if isinstance(exc, StorageError):
-        return RpcError(
-            Reason.DISK_FAILING,
-            f"disk failing: {exc}: not stored; this replica leaves the quorum until its disk "
-            "takes writes again",
-        )
+        if isinstance(exc.__cause__, OSError):  # the disk: the replica leaves the quorum
+            return RpcError(
+                Reason.DISK_FAILING,
+                f"disk failing: {exc}: not stored; this replica leaves the quorum until its "
+                "disk takes writes again",
+            )
+        return RpcError(Reason.DISK_FAILING, f"storage failed: {exc}: not stored")
     return None
 
 

@@ -34,10 +34,11 @@ last snapshot (a snapshot is written once at least `SNAPSHOT_RATIO` times its ow
 been written since the one before: at most a quarter more writing), not the whole log.
 
 Frames replayed at open are checked as before (their CRC; a torn tail of the newest segment
-cut off, a damaged frame elsewhere skipped and reported); the segments a snapshot covers are
-not read at open, and damage there is found when a record is read: each record carries its
-own CRC32C (rlog/storage/records.py), so a damaged record raises `CorruptRecord` and the
-replica repairs it from its peers (docs/faults.md), as with LMDB.
+cut off, a damaged frame elsewhere skipped and reported, then blanked in place once the
+replica has recorded that it recovers what it held: `forget_damage`); the segments a
+snapshot covers are not read at open, and damage there is found when a record is read: each
+record carries its own CRC32C (rlog/storage/records.py), so a damaged record raises
+`CorruptRecord` and the replica repairs it from its peers (docs/faults.md), as with LMDB.
 Segments that are only partly dead are not rewritten.
 
 The synced mark `segments/synced` says what the engine knows it holds: the newest index
