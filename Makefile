@@ -148,7 +148,9 @@ jepsen-checker:
 # JEPSEN_NO_SYNC_CHECK=1 does it for power loss: power cuts of every replica at once (data
 # dirs on powerfs, FUSE), with replicas that skip each batch's fdatasync
 # (RLOG_UNSAFE_NO_SYNC=1), must lose an acknowledged append. The power cuts themselves:
-# JEPSEN_NEMESIS=power-loss-one,power-loss-all (not in mix: they need FUSE).
+# JEPSEN_NEMESIS=power-loss-one,power-loss-all (not in mix: they need FUSE). The disk faults:
+# JEPSEN_NEMESIS=disk (lose-segment, truncate-segment, bit-flip, disk-full, eio; not in mix:
+# disk-full needs root for its tmpfs), alone or with the power cuts (disk,power-loss-all).
 JEPSEN_RUNS ?= 3
 JEPSEN_SECONDS ?= 20
 JEPSEN_SEED ?= 1

@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jepsen import linearizability, network, powerfs
-from jepsen.nemesis import KINDS, PARTITIONS, POWER, expand
+from jepsen import disk, linearizability, network, powerfs
+from jepsen.nemesis import GROUPS, KINDS, PARTITIONS, POWER, expand
 from jepsen.run import MIXES, UNSAFE_SPLIT_FILL_ENV, RunConfig, RunResult, run_once
 from rlog.config import UNSAFE_NO_DEDUPE_ENV, UNSAFE_NO_READ_INDEX_ENV
 
@@ -63,8 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--nemesis",
         default=DEFAULT_NEMESIS,
-        help=f"comma-separated kinds, 'mix' (every kind but split-batch and the power cuts; "
-        f"the partitions only with root), or 'none' (kinds: {', '.join(KINDS)})",
+        help=f"comma-separated kinds, 'mix' (every kind but split-batch, the power cuts and "
+        f"the disk faults; the partitions only with root), 'disk' (every disk fault: "
+        f"{', '.join(disk.DISK)}), or 'none' (kinds: {', '.join(KINDS)})",
     )
     p.add_argument(
         "--hold",
@@ -158,6 +159,7 @@ def summarize(results: list[RunResult], wall: float) -> str:
     for r in results:
         kinds.update(r.faults_by_kind)
     skipped = sum(r.skipped for r in results)
+    exited = sum(r.exited for r in results)
     lines = [
         "",
         f"runs: {len(results)}   faults injected: {sum(r.faults for r in results)}   "
@@ -166,7 +168,12 @@ def summarize(results: list[RunResult], wall: float) -> str:
         f"violations: {len(violations)}   run errors: {sum(1 for r in results if r.error)}",
         "faults by kind: "
         + (", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
-        + (f"   (skipped: {skipped} wipes without a VOTING quorum)" if skipped else ""),
+        + (
+            f"   (skipped: {skipped} wipes or disk faults without a VOTING quorum of the others)"
+            if skipped
+            else ""
+        )
+        + (f"   (replicas that exited by themselves, restarted: {exited})" if exited else ""),
         f"checker: {sum(checks_s):.3f} s in all, longest {max(checks_s, default=0):.3f} s; "
         f"wall time {wall:.0f} s",
     ]
@@ -200,14 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.unsafe_no_dedupe:
         os.environ[UNSAFE_NO_DEDUPE_ENV] = "1"
     kinds = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
-    bad = set(kinds) - {*KINDS, "mix"}
+    bad = set(kinds) - {*KINDS, "mix", *GROUPS}
     if bad:
         print(
-            f"unknown nemesis {sorted(bad)}; choose from mix, {', '.join(KINDS)}",
+            f"unknown nemesis {sorted(bad)}; choose from mix, {', '.join(GROUPS)}, "
+            f"{', '.join(KINDS)}",
             file=sys.stderr,
         )
         return 2
     kinds = expand(kinds, partitions=args.inside is not None or network.available())
+    if disk.DISK_FULL in kinds and os.geteuid() != 0:
+        print("disk-full needs root (a small tmpfs under each data dir)", file=sys.stderr)
+        return 2
     needs_netns = bool(PARTITIONS & set(kinds))
     if POWER & set(kinds):
         why = powerfs.unavailable()

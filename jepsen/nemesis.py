@@ -19,6 +19,13 @@ Kinds (`--nemesis` takes a comma-separated list, or `mix`; each fault picks one 
   (jepsen/powerfs.py; the data dirs are powerfs mounts when a power-loss kind is asked
   for), restarted on what is left after the hold: a replica must never have acknowledged,
   accepted or promised what it had not synced;
+- `lose-segment`, `truncate-segment`, `bit-flip`, `disk-full`, `eio` (the group `disk`):
+  disk faults of a random replica (jepsen/disk.py): a segment deleted, the newest one cut
+  short or a byte of a synced frame flipped while it is stopped (SIGKILL, restarted on what
+  is left after the hold); its data dir's tmpfs filled up, then freed; its writes failing
+  with EIO, then working again. All but disk-full only while the others hold a quorum of
+  VOTING members (the target leaves the quorum and must rejoin through one: as a wipe),
+  and the target must be VOTING and hold the whole log after healing;
 - `split-batch`: the leader cut off alone while its clients keep sending batches (which
   only it accepts: minority-accepted batches); once the others elected a new leader and it
   wrote its first entries (over the head of that range, at a higher proposal), that one cut
@@ -45,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jepsen import disk
 from jepsen.history import History, now
 from jepsen.network import Netns
 from jepsen.powerfs import PowerFS, power_cut
@@ -65,20 +73,24 @@ KINDS = (
     "split-batch",
     "power-loss-one",
     "power-loss-all",
+    *disk.DISK,
 )
 PARTITIONS = {"partition-leader", "partition-random", "split-batch"}
 # Kinds that need the data dirs on powerfs (FUSE; jepsen/powerfs.py).
 POWER = {"power-loss-one", "power-loss-all"}
 # What `mix` means: every kind that needs no extra setup (split-batch is the scenario for
 # one proof, asked for by name; the power cuts need FUSE mounts, asked for by name).
-MIX = tuple(k for k in KINDS if k != "split-batch" and k not in POWER)
+MIX = tuple(k for k in KINDS if k != "split-batch" and k not in POWER and k not in disk.DISK)
+# Names that stand for several kinds (besides `mix`).
+GROUPS = {"disk": disk.DISK}
 
 
 def expand(kinds: Sequence[str], partitions: bool) -> list[str]:
-    """`mix` stands for every kind of MIX (the partitions only when they are possible)."""
+    """`mix` stands for every kind of MIX (the partitions only when they are possible), a
+    group (`disk`) for its kinds."""
     out: list[str] = []
     for kind in kinds:
-        for k in MIX if kind == "mix" else (kind,):
+        for k in MIX if kind == "mix" else GROUPS.get(kind, (kind,)):
             if kind == "mix" and k in PARTITIONS and not partitions:
                 continue
             if k not in out:
@@ -139,15 +151,22 @@ class Nemesis:
     history: History
     network: Netns | None = None
     mounts: list[PowerFS] | None = None  # each replica's data dir on powerfs (power-loss)
+    tmpfs: bool = False  # each replica's data dir on a small tmpfs (disk-full)
     interval: tuple[float, float] = (1.0, 3.0)  # healthy time before a fault
     hold: tuple[float, float] = (3.0, 6.0)  # how long a fault lasts (elections take ~2 s)
     quorum_wait: float = 30.0  # how long a wipe waits for the others to be a VOTING quorum
     faults: list[Fault] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # kinds whose precondition never held
     wiped: set[int] = field(default_factory=set)  # every replica wiped in this run
+    damaged: set[int] = field(default_factory=set)  # every replica a disk fault took out
+    # Replicas that exited by themselves (a start that failed: a full disk at open), each
+    # restarted at the next heal as a supervisor (Kubernetes) would: (replica, exit status).
+    exited: list[tuple[int, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _paused: set[int] = field(default_factory=set)
     _killed: set[int] = field(default_factory=set)
+    _filled: set[int] = field(default_factory=set)  # disk-full in force
+    _failing: set[int] = field(default_factory=set)  # eio in force
 
     def __post_init__(self) -> None:
         unknown = set(self.kinds) - set(KINDS)
@@ -157,6 +176,8 @@ class Nemesis:
             raise ValueError("partitions need network namespaces (root and `ip netns`)")
         if POWER & set(self.kinds) and self.mounts is None:
             raise ValueError("power cuts need the data dirs on powerfs (jepsen/powerfs.py)")
+        if disk.DISK_FULL in self.kinds and not self.tmpfs:
+            raise ValueError("disk-full needs the data dirs on tmpfs mounts (jepsen/disk.py)")
 
     # ---- observing ------------------------------------------------------------------------
 
@@ -215,14 +236,15 @@ class Nemesis:
     def inject(self, step: Step) -> Fault | None:
         """Start the fault of `step`; None if its precondition did not hold (skipped)."""
         kind = step.kind
-        if kind.startswith("wipe") and not self._wait(
+        quorum_needed = kind.startswith("wipe") or kind in disk.NEEDS_QUORUM
+        if quorum_needed and not self._wait(
             lambda: self._voting_quorum_without(self._target(step)[0][0]), self.quorum_wait
         ):
             if not self._stop.is_set():  # the run ending is no reason to count it
                 self.skipped.append(kind)
             return None
         targets, leader_known = self._target(step)
-        if kind.startswith("wipe") and not self._voting_quorum_without(targets[0]):
+        if quorum_needed and not self._voting_quorum_without(targets[0]):
             self.skipped.append(kind)  # the leader moved while we waited
             return None
         fault = Fault(kind, targets, now(), leader_known=leader_known)
@@ -239,6 +261,8 @@ class Nemesis:
                 self.cluster.wipe(i)  # SIGKILL, then the data dir emptied
                 self._killed.add(i)
                 self.wiped.add(i)
+        elif kind in disk.DISK:
+            fault.detail.update(self._disk_fault(kind, targets[0], step))
         elif kind in POWER:
             assert self.mounts is not None
             # All killed first, then what each had not synced dropped: restarted at heal.
@@ -250,6 +274,22 @@ class Nemesis:
             self.network.partition([targets, rest])
         self.faults.append(fault)
         return fault
+
+    def _disk_fault(self, kind: str, target: int, step: Step) -> dict[str, Any]:
+        """Start a disk fault on `target` (jepsen/disk.py); what it did."""
+        data_dir = self.cluster.data_dir(target)
+        if kind in disk.STOPPED:
+            self.cluster.kill(target)  # SIGKILL: the damage is done to a dead replica
+            self._killed.add(target)
+            self.damaged.add(target)
+            return disk.DAMAGE[kind](data_dir, random.Random(step.pick))
+        if kind == disk.DISK_FULL:
+            self._filled.add(target)
+            return disk.fill(data_dir)
+        disk.eio_control(data_dir).touch()
+        self._failing.add(target)
+        self.damaged.add(target)
+        return {}
 
     def _split_batch(self, step: Step, fault: Fault) -> None:
         """Phase two of split-batch. The first leader, cut off, accepted its clients' last
@@ -302,13 +342,24 @@ class Nemesis:
             fault.detail["third_leader"] = self._leaders(self._statuses(), others)
 
     def heal(self) -> None:
-        """Undo every fault in force: resume, restart, remove every partition."""
+        """Undo every fault in force: resume, restart, remove every partition, free the
+        filled disks, let the failing ones work."""
+        for i in sorted(self._filled):
+            disk.unfill(self.cluster.data_dir(i))
+        self._filled.clear()
+        for i in sorted(self._failing):
+            disk.eio_control(self.cluster.data_dir(i)).unlink(missing_ok=True)
+        self._failing.clear()
         for i in sorted(self._paused):
             self.cluster.resume(i)
         self._paused.clear()
         for i in sorted(self._killed):
             self.cluster.start_replica(i)
         self._killed.clear()
+        for i, process in enumerate(self.cluster.processes):
+            if process is not None and process.poll() is not None:
+                self.exited.append((i, process.returncode))
+                self.cluster.start_replica(i)
         if self.network is not None:
             self.network.heal()
         for fault in self.faults:
@@ -344,6 +395,8 @@ class Nemesis:
         with open(path, "w") as out:
             for fault in self.faults:
                 out.write(json.dumps(fault.to_json(self.history.start)) + "\n")
+            for i, status in self.exited:
+                out.write(json.dumps({"kind": "exited", "replica": i, "status": status}) + "\n")
             for kind in self.skipped:
                 out.write(json.dumps({"kind": kind, "skipped": "no VOTING quorum without it"}))
                 out.write("\n")

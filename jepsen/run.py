@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from jepsen import checks, linearizability
+from jepsen import checks, disk, linearizability
 from jepsen.history import (
     APPEND,
     APPEND_EPOCH,
@@ -44,7 +44,7 @@ from jepsen.network import Netns
 from jepsen.powerfs import PowerFS, mount_data_dirs, unmount_all
 from rlog.client import Client
 from rlog.client.errors import ConditionFailed, OutcomeUnknown, RlogError, from_rpc_error
-from rlog.config import UNSAFE_NO_SYNC_ENV
+from rlog.config import SEGMENT_BYTES_ENV, UNSAFE_NO_SYNC_ENV
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
@@ -111,6 +111,7 @@ class RunResult:
     faults: int = 0
     faults_by_kind: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # wipes skipped: the others were not a VOTING quorum in time
+    exited: int = 0  # replicas that exited by themselves (restarted at the next heal)
     verdict: linearizability.Verdict | None = None
     problems: dict[str, list[str]] = field(default_factory=dict)
     stale_reads: int = 0
@@ -312,18 +313,43 @@ def _final_read(cluster: DevCluster, leader: int, history: History) -> list[tupl
 
 
 def _not_voting(cluster: DevCluster, wiped: set[int]) -> list[str]:
-    """Every wiped replica that is not VOTING after healing (it must have recovered: the
-    others never let it lose a value, see Nemesis)."""
+    """Every wiped (or disk-damaged) replica that is not VOTING after healing (it must have
+    recovered: the others never let it lose a value, see Nemesis)."""
     statuses = cluster.statuses(timeout=5.0)
     problems = []
     for i in sorted(wiped):
         status = statuses[i]
         if status is None:
-            problems.append(f"replica {i} was wiped and is down")
+            problems.append(f"replica {i} was wiped or damaged and is down")
         elif status.status != pb.VOTING:
             name = pb.Status.Name(status.status)
-            problems.append(f"replica {i} was wiped and is {name}: {status.reason}")
+            problems.append(
+                f"replica {i} was wiped or damaged and is {name}: {status.reason} "
+                f"{status.storage_fault}".strip()
+            )
     return problems
+
+
+def _cluster_setup(config: RunConfig) -> tuple[dict[str, str] | None, list[str], str]:
+    """The replicas' environment, extra arguments and storage engine for the run's kinds."""
+    env: dict[str, str] | None = None
+    if config.unsafe_no_sync:
+        env = {**os.environ, UNSAFE_NO_SYNC_ENV: "1"}
+    args = ["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else []
+    engine = "auto"
+    if set(disk.DISK) & set(config.nemesis):
+        # The segment engine, whose files the faults damage. Odd seeds: small segments
+        # (many, so one can be lost from the middle, and index snapshots, so that damage
+        # in an older segment is met on reads); even seeds: the default size (one
+        # segment, replayed at every open: damage left in it is met at each open).
+        engine = "segment"
+        if config.seed % 2:
+            env = {**(env or os.environ), SEGMENT_BYTES_ENV: str(disk.SEGMENT_BYTES)}
+    if disk.EIO in config.nemesis:
+        env = disk.eio_env(env or dict(os.environ))
+    if disk.DISK_FULL in config.nemesis:
+        args += ["--min-free-bytes", str(disk.MIN_FREE_BYTES)]
+    return env, args, engine
 
 
 def _replica_logs(cluster: DevCluster) -> list[list[tuple[int, str]] | None]:
@@ -344,21 +370,34 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
     result = RunResult(config.seed, out)
     rng = random.Random(config.seed)
     network = config.network
+    env, replica_args, engine = _cluster_setup(config)
     cluster = DevCluster(
         config.replicas,
         out / "cluster",
         election_timeout=config.election_timeout,
         python=(str(network.python_wrapper(out, sys.executable)) if network else sys.executable),
         write_lane_offset=config.write_lane_offset,
-        replica_args=[
-            *(["--catchup-rate", str(config.catchup_rate)] if config.catchup_rate else ()),
-            # In network namespaces the replicas listen on 10.213.x.y, beyond loopback.
-            *(["--insecure"] if network else ()),
-        ],
-        env={**os.environ, UNSAFE_NO_SYNC_ENV: "1"} if config.unsafe_no_sync else None,
+        # In network namespaces the replicas listen on 10.213.x.y, beyond loopback.
+        replica_args=[*replica_args, *(["--insecure"] if network else ())],
+        env=env,
+        storage_engine=engine,
     )
-    # Power cuts need every data dir on powerfs, from before the cluster initializes them.
-    mounts: list[PowerFS] | None = mount_data_dirs(cluster) if POWER & set(config.nemesis) else None
+    # A full disk needs a small file system under every data dir (under powerfs's backing
+    # dir with power cuts), mounted before the cluster initializes them.
+    power = bool(POWER & set(config.nemesis))
+    tmpfs: list[Path] = []
+    try:
+        if disk.DISK_FULL in config.nemesis:
+            for i in range(config.replicas):
+                where = cluster.replica_dir(i) / "backing" if power else cluster.data_dir(i)
+                disk.mount_tmpfs(where)
+                tmpfs.append(where)
+        # Power cuts need every data dir on powerfs, from before the cluster initializes them.
+        mounts: list[PowerFS] | None = mount_data_dirs(cluster) if power else None
+    except BaseException:
+        for where in tmpfs:
+            disk.unmount(where)
+        raise
     if network is not None:
         network.heal()
         cluster.addresses = network.endpoints()
@@ -370,6 +409,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         history,
         network,
         mounts,
+        tmpfs=bool(tmpfs),
         interval=config.interval,
         hold=config.hold,
     )
@@ -425,18 +465,18 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
                     all(s is not None and s.status == pb.VOTING for s in sts)
                     and len({s.learned for s in sts if s is not None}) == 1
                 ),
-                timeout=config.recovery_timeout if nemesis.wiped else 10,
+                timeout=config.recovery_timeout if nemesis.wiped | nemesis.damaged else 10,
                 what="every replica VOTING and caught up",
             )
         except RlogError as error:  # the direct checks take a lagging log as a prefix
             say(str(error).splitlines()[0])
-        recovered = _not_voting(cluster, nemesis.wiped)
+        recovered = _not_voting(cluster, nemesis.wiped | nemesis.damaged)
         final = _final_read(cluster, leader, history)
         replica_logs = _replica_logs(cluster)
         recovered += [
-            f"replica {i} was wiped and holds {len(replica_logs[i] or [])} of the "
-            f"{len(final)} entries after healing"
-            for i in sorted(nemesis.wiped)
+            f"replica {i} was wiped or damaged and holds {len(replica_logs[i] or [])} of "
+            f"the {len(final)} entries after healing"
+            for i in sorted(nemesis.wiped | nemesis.damaged)
             if final is not None and replica_logs[i] != final
         ]
     except Exception as error:  # still judge what was recorded
@@ -448,6 +488,8 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
         cluster.stop()
         if mounts is not None:
             unmount_all(mounts)
+        for where in tmpfs:
+            disk.unmount(where)
 
     ops = history.snapshot()
     history.write(out / "history.jsonl")
@@ -455,6 +497,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
     result.faults = len(nemesis.faults)
     result.faults_by_kind = nemesis.by_kind()
     result.skipped = len(nemesis.skipped)
+    result.exited = len(nemesis.exited)
     result.recorded = len(ops)
     result.problems = checks.all_problems(ops, final, replica_logs)
     result.problems["wiped replicas recovered"] = recovered
@@ -475,6 +518,7 @@ def run_once(config: RunConfig, log: bool = True) -> RunResult:
                 "check_seconds": result.verdict.seconds,
                 "faults": result.faults_by_kind,
                 "skipped_faults": result.skipped,
+                "exited": nemesis.exited,
                 "problems": result.problems,
                 "first_stale_read_s": result.first_stale_read_s,
                 "first_stale_after_fault_s": result.first_stale_after_fault_s,

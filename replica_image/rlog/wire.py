@@ -144,6 +144,10 @@ class Reason(enum.Enum):
     # DATA_LOSS: a stored record failed its checksum; the replica served none of it and is
     # repairing itself from its peers (RECOVERING). Retry on another replica.
     CORRUPT_RECORD = "CORRUPT_RECORD"
+    # UNAVAILABLE: the replica's disk fails its writes (EIO, EROFS): it left the quorum until
+    # the disk works again, and what it was asked to store is not stored. An append or a
+    # peer's write that met it may or may not be chosen (others may have stored it).
+    DISK_FAILING = "DISK_FAILING"
 
     @property
     def not_attempted(self) -> bool:
@@ -190,6 +194,7 @@ _CODES = {
     Reason.DISK_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.LIMIT_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.CORRUPT_RECORD: grpc.StatusCode.DATA_LOSS,
+    Reason.DISK_FAILING: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -86,6 +86,8 @@ EXPECTED: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     # A read met a corrupt record (never served); an append that met one may have been
     # proposed already.
     Reason.CORRUPT_RECORD: (DataCorrupt, OutcomeUnknown),
+    # The replica's disk fails: nothing stored there, but an append may be chosen elsewhere.
+    Reason.DISK_FAILING: (Unavailable, OutcomeUnknownUnavailable),
 }
 
 

@@ -3,7 +3,8 @@
 On PYTHONPATH with RLOG_TEST_EIO=1, this makes `os.write`, `os.writev`, `os.pwrite`,
 `os.fdatasync` and `os.fsync` raise OSError(EIO) on the files of the replica's data dir
 (its `--data-dir`) while the file `<data dir>.eio` exists, as a disk whose writes fail
-would. Reads are left alone. Without RLOG_TEST_EIO=1 it does nothing.
+would; OSError(EROFS) instead if that file says `EROFS` (a file system the kernel remounted
+read-only after an error). Reads are left alone. Without RLOG_TEST_EIO=1 it does nothing.
 """
 
 from __future__ import annotations
@@ -24,22 +25,31 @@ if os.environ.get("RLOG_TEST_EIO") == "1":
             _where.append(os.path.realpath(path) if path else "")
         return _where[0]
 
-    def _failing(fd: int) -> bool:
+    def _failing(fd: int) -> int:
+        """The errno the call on `fd` fails with (0: it does not fail)."""
         data_dir = _data_dir()
-        if not data_dir or not os.path.exists(data_dir + ".eio"):
-            return False
+        if not data_dir:
+            return 0
+        try:
+            with open(data_dir + ".eio") as control:
+                name = control.read().strip()
+        except OSError:
+            return 0
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            return False
-        return target == data_dir or target.startswith(data_dir + "/")
+            return 0
+        if target != data_dir and not target.startswith(data_dir + "/"):
+            return 0
+        return errno.EROFS if name == "EROFS" else errno.EIO
 
     def _wrap(name: str):  # type: ignore[no-untyped-def]
         real = _real[name]
 
         def failing(fd: int, *args):  # type: ignore[no-untyped-def]
-            if _failing(fd):
-                raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (test: {name})")
+            code = _failing(fd)
+            if code:
+                raise OSError(code, f"{os.strerror(code)} (test: {name})")
             return real(fd, *args)
 
         return failing

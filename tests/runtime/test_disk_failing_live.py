@@ -3,7 +3,8 @@ with EIO, under load, on real replica processes. The errors come from a test-onl
 (tests/eio_shim/sitecustomize.py) that fails `os.write`/`writev`/`pwrite`/`fdatasync`/`fsync`
 on the replica's data dir while a control file exists.
 
-The replica must leave the quorum (not VOTING, Status `storage_condition` "disk-failing"
+The same with EROFS (a file system the kernel remounted read-only after an error), for a
+follower. The replica must leave the quorum (not VOTING, Status `storage_condition` "disk-failing"
 with the reason, a log line), release what it held (a leader steps down: another one takes
 over and the writes go on), and come back VOTING by itself once the disk works again;
 nothing acknowledged is lost. Without the fix the replica stays VOTING with nothing said,
@@ -13,6 +14,7 @@ and stays broken after the errors stop.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from pathlib import Path
 
@@ -28,9 +30,11 @@ pytestmark = pytest.mark.slow
 SHIM = Path(__file__).parents[1] / "eio_shim"
 
 
-@pytest.mark.parametrize("role", ["follower", "leader"])
+@pytest.mark.parametrize(
+    ("role", "error"), [("follower", "EIO"), ("leader", "EIO"), ("follower", "EROFS")]
+)
 def test_a_failing_disk_leaves_the_quorum_and_rejoins_once_it_works(
-    tmp_path: Path, role: str
+    tmp_path: Path, role: str, error: str
 ) -> None:
     env = {
         **os.environ,
@@ -59,10 +63,11 @@ def test_a_failing_disk_leaves_the_quorum_and_rejoins_once_it_works(
             task = asyncio.create_task(writers.run())
             while len(writers.acknowledged) < 2000:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
-            control.touch()  # noqa: ASYNC240
+            control.write_text(error)  # noqa: ASYNC240
             await asyncio.to_thread(cluster.wait_for, failing, 30, "the victim disk-failing")
             status = cluster.status(victim)
-            assert "disk failing" in status.storage_fault and "Input/output" in status.storage_fault
+            strerror = os.strerror(getattr(errno, error))
+            assert "disk failing" in status.storage_fault and strerror in status.storage_fault
             # The others keep serving (a new leader if the victim led).
             await asyncio.to_thread(cluster.wait_for_leader, 30, [victim])
             acked = len(writers.acknowledged)

@@ -21,7 +21,9 @@ from live import Writers, check
 
 from rlog.config import SEGMENT_BYTES_ENV
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.repair import DAMAGED_PREFIX, REFUSING, STORAGE_LOST
+from rlog.runtime.repair import DAMAGED_PREFIX, REFUSING, STORAGE_LOST, set_aside
+from rlog.storage import open_storage
+from rlog.storage.base import StorageLost
 from rlog.storage.segment_format import MARK_NAME
 from rlog.tools.dev import DevCluster
 
@@ -202,4 +204,30 @@ def test_with_no_quorum_to_vouch_a_lost_replica_refuses_to_vote_until_one_answer
             "every replica VOTING",
         )
         assert cluster.status(0).storage_condition == STORAGE_LOST
+        check(cluster, writers.acknowledged)
+
+
+def test_storage_set_aside_by_a_start_that_stopped_early_is_still_lost(tmp_path: Path) -> None:
+    """A start that set the storage aside and stopped before it stamped the fresh store
+    RECOVERING (its disk full at open, in the consistency suite) left a fresh store beside
+    `damaged-*`: the next start must take it as lost (RECOVERING, storage-lost, through a
+    quorum), not as a fresh EMPTY replica (which may take part in auto-initialization)."""
+    with DevCluster(3, tmp_path, election_timeout=0.5, storage_engine="segment") as cluster:
+        writers = Writers(cluster.endpoints, clients=4, per_call=5)
+        asyncio.run(writers.run(limit=1000))
+        leader = cluster.wait_for_leader()
+        victim = next(i for i in range(3) if i != leader)
+        cluster.stop_replica(victim)
+        data = cluster.data_dir(victim)
+        aside = set_aside(data, StorageLost("test: a segment is missing"))
+        open_storage(data, "segment").close()  # the fresh store, never stamped
+        cluster.start_replica(victim)
+        cluster.wait_for(
+            lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
+            60,
+            "the victim VOTING again",
+        )
+        status = cluster.status(victim)
+        assert status.storage_condition == STORAGE_LOST, status
+        assert str(aside.where) in status.storage_fault and "earlier start" in status.storage_fault
         check(cluster, writers.acknowledged)

@@ -277,6 +277,7 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.DISK_FULL: (ResourceExhausted, ResourceExhausted),
     Reason.LIMIT_EXCEEDED: (ResourceExhausted, ResourceExhausted),
     Reason.CORRUPT_RECORD: (DataCorrupt, OutcomeUnknown),
+    Reason.DISK_FAILING: (Unavailable, OutcomeUnknownUnavailable),
 }
 
 

@@ -14,7 +14,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.admission import Conditions
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import error_of
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage.base import CorruptRecord, StorageError
 from rlog.wire import Reason
 
 
@@ -91,13 +91,14 @@ class ReplicaAppender:
 async def answer(node: Appender, request: pb.AppendRequest, forwarded: bool) -> pb.AppendResponse:
     """Append one request and answer it as a stream or a lane does: its positions, or the
     error the replica refused it with, or a storage fault's error (a full disk: DISK_FULL; a
-    corrupt record: CORRUPT_RECORD, the replica repairing it). Other exceptions propagate."""
+    corrupt record: CORRUPT_RECORD, the replica repairing it; a failing disk: DISK_FAILING).
+    Other exceptions propagate."""
     try:
         data, offsets = packed_values(request)
         positions = await node.append(data, offsets, forwarded, conditions_of(request))
     except RpcError as error:
         return refused(request.id, error)
-    except (CorruptRecord, DiskFull) as exc:
+    except StorageError as exc:
         fault = error_of(exc, node)
         assert fault is not None
         return refused(request.id, fault)

@@ -4,8 +4,11 @@ corrupt stored record or a full disk ends with a clear error instead of a crashe
 
 `guarded` wraps every RPC method of a servicer: `CorruptRecord` -> the replica drops the
 record and recovers (`Repair.storage_fault_seen`, runtime/repair.py), the call ends with DATA_LOSS
-(CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL). Anything already sent on a
-stream was checked record by record before it left. A request that does not parse (the
+(CORRUPT_RECORD); `DiskFull` -> RESOURCE_EXHAUSTED (DISK_FULL); any other storage error (a
+failing disk: EIO, EROFS; the journal has the replica leave the quorum) -> UNAVAILABLE
+(DISK_FAILING), where gRPC would end the call with UNKNOWN "Unexpected [StorageError]": a
+follower's `WriteStream` ends so under the leader. Anything already sent on a stream was
+checked record by record before it left. A request that does not parse (the
 server's deserializers are `tolerant`) -> INVALID_ARGUMENT naming the type and the error;
 a request a deserializer refused (`Refused`: a peer message of another log,
 runtime/foreign.py) -> the refusal's error, before the handler sees it.
@@ -21,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from rlog.runtime.errors import RpcError
-from rlog.storage.base import CorruptRecord, DiskFull
+from rlog.storage.base import CorruptRecord, DiskFull, StorageError
 from rlog.wire import Reason
 
 
@@ -96,6 +99,14 @@ def error_of(exc: BaseException, sink: _FaultSink) -> RpcError | None:
         )
     if isinstance(exc, DiskFull):
         return RpcError(Reason.DISK_FULL, str(exc))
+    if isinstance(exc, StorageError):
+        if isinstance(exc.__cause__, OSError):  # the disk: the replica leaves the quorum
+            return RpcError(
+                Reason.DISK_FAILING,
+                f"disk failing: {exc}: not stored; this replica leaves the quorum until its "
+                "disk takes writes again",
+            )
+        return RpcError(Reason.DISK_FAILING, f"storage failed: {exc}: not stored")
     return None
 
 
@@ -114,7 +125,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 async for item in method(self, checked or request, context):
                     yield item
-            except (CorruptRecord, DiskFull) as exc:
+            except StorageError as exc:
                 error = error_of(exc, self.node.repair)
                 assert error is not None
                 await _abort(context, error)
@@ -129,7 +140,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             await _abort(context, refused)
         try:
             return await method(self, request, context)
-        except (CorruptRecord, DiskFull) as exc:
+        except StorageError as exc:
             error = error_of(exc, self.node.repair)
             assert error is not None
             await _abort(context, error)

@@ -6,6 +6,8 @@ refuses appends until space returns.
 - `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short)
   moved into `<data dir>/damaged-<time>/` (never deleted: it is evidence), so a fresh one
   can be opened in its place;
+- `lost_earlier`: storage set aside by a start that stopped before it stamped the fresh
+  store RECOVERING is lost all the same;
 - `identity_refusal`: why a data dir stamped for another log or replica must not be used;
 - `open_core`: the replica's core over its storage, a corrupt record met at open dropped
   and the replica turned RECOVERING before it serves anything; a fresh store that replaces
@@ -37,6 +39,7 @@ from rlog.runtime.metrics import ReplicaMetrics
 from rlog.storage import Storage, WriteBatch
 from rlog.storage._common import ENGINE_OF_SUBDIR, fsync_dir
 from rlog.storage.base import CorruptRecord, DiskFull, StorageLost
+from rlog.storage.memory import MemoryStorage
 from rlog.wire import Reason
 
 log = logging.getLogger("rlog.node")
@@ -94,6 +97,27 @@ def set_aside(data_dir: Path, lost: StorageLost) -> SetAside:
     )
     log.error("%s", reason)
     return SetAside(reason, aside, engine)
+
+
+def lost_earlier(data_dir: Path, storage: Storage) -> SetAside | None:
+    """Storage set aside by an earlier start that stopped before it stamped the fresh store
+    RECOVERING (a full disk at open, a crash, a power cut): a fresh, EMPTY store beside a
+    `damaged-*` dir. It is lost all the same: never EMPTY (see `open_core`). None if not."""
+    if isinstance(storage, MemoryStorage):
+        return None
+    meta = storage.metadata()
+    if meta.status != pb.EMPTY or meta.stamped or storage.first_position() is not None:
+        return None
+    asides = sorted(p for p in data_dir.glob(f"{DAMAGED_PREFIX}*") if p.is_dir())
+    if not asides:
+        return None
+    reason = (
+        f"storage lost: found set aside in {asides[-1]} by an earlier start (kept, never "
+        "deleted), the store in its place fresh: rejoined empty, recovering every position "
+        "from a quorum of the peers"
+    )
+    log.error("%s", reason)
+    return SetAside(reason, asides[-1], "")
 
 
 def identity_refusal(meta: pb.Metadata, config: ReplicaConfig) -> str:
@@ -214,6 +238,10 @@ def open_core(storage: Storage, faults: StorageFaults, lost: SetAside | None = N
             meta.status = pb.RECOVERING
         meta.learned_below = meta.begin
         storage.apply(WriteBatch(metadata=meta))
+        # Now that the loss is on record (RECOVERING, nothing learned: synced), the damage
+        # may go: left in place, every later open would report it again and send the
+        # replica back to RECOVERING after it recovered (docs/faults.md).
+        storage.forget_damage()
     for _ in range(MAX_REPAIRS_AT_OPEN):
         try:
             return ReplicaCore(storage)

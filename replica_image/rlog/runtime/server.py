@@ -28,7 +28,7 @@ from rlog.runtime.node import Node
 from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refusal
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
-from rlog.runtime.repair import SetAside, identity_refusal, set_aside
+from rlog.runtime.repair import SetAside, identity_refusal, lost_earlier, set_aside
 from rlog.runtime.tls import ReloadingCertificates, certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
@@ -489,6 +489,7 @@ async def start_server(
         storage, opened = await open_when_free(
             config.data_dir, lost.engine or config.storage_engine, config.lock_wait
         )
+    lost = lost or lost_earlier(config.data_dir, storage)
     refusal = identity_refusal(storage.metadata(), config)
     if refusal:
         storage.close()

@@ -157,5 +157,11 @@ class Storage(abc.ABC):
         Empty for an intact store."""
         return []
 
+    def forget_damage(self) -> None:
+        """The damage `damage` reported is accounted for durably (the replica stored that it
+        must recover every position from its peers): neutralize it, so that later opens do
+        not report it again. Nothing to do for an intact store."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -34,10 +34,11 @@ last snapshot (a snapshot is written once at least `SNAPSHOT_RATIO` times its ow
 been written since the one before: at most a quarter more writing), not the whole log.
 
 Frames replayed at open are checked as before (their CRC; a torn tail of the newest segment
-cut off, a damaged frame elsewhere skipped and reported); the segments a snapshot covers are
-not read at open, and damage there is found when a record is read: each record carries its
-own CRC32C (rlog/storage/records.py), so a damaged record raises `CorruptRecord` and the
-replica repairs it from its peers (docs/faults.md), as with LMDB.
+cut off, a damaged frame elsewhere skipped and reported, then blanked in place once the
+replica has recorded that it recovers what it held: `forget_damage`); the segments a
+snapshot covers are not read at open, and damage there is found when a record is read: each
+record carries its own CRC32C (rlog/storage/records.py), so a damaged record raises
+`CorruptRecord` and the replica repairs it from its peers (docs/faults.md), as with LMDB.
 Segments that are only partly dead are not rewritten.
 
 The synced mark `segments/synced` says what the engine knows it holds: the newest index
@@ -79,6 +80,7 @@ from rlog.storage.segment_format import (
     U32,
     U64,
     SyncedMark,
+    blank_frame,
     bytes_after_frame,
     decode_mark,
     decode_snapshot,
@@ -127,6 +129,7 @@ class SegmentStorage(RecordStorage):
         self._size = 0
         self._closed = False
         self._damage: list[str] = []  # damaged frames skipped at open
+        self._damaged: list[tuple[int, int, int]] = []  # their (segment, start, end)
         self._since_snapshot = 0  # segment bytes written (or replayed) since the last snapshot
         # The newest snapshot's segment: only segments before it are ever reclaimed (see
         # `_reclaimable`); None: no snapshot yet.
@@ -289,6 +292,7 @@ class SegmentStorage(RecordStorage):
                     self._damage.append(
                         f"segment {segment_name(number)}: the frame at byte {end} fails its CRC"
                     )
+                    self._damaged.append((number, end, after))
                     end = self._replay(number, data, after)
                     continue
                 if not newest:
@@ -489,6 +493,39 @@ class SegmentStorage(RecordStorage):
 
     def damage(self) -> list[str]:
         return list(self._damage)
+
+    def forget_damage(self) -> None:
+        """Write a blank frame (valid, changing nothing) over each damaged frame skipped at
+        open, durably: replaying it is what skipping it was, so later opens see the same
+        state and no damage. Without this a frame repaired from the peers stayed damaged in
+        its segment, and every open found it again and sent the replica back to
+        RECOVERING: after a power cut of every replica, two such replicas left no VOTING
+        quorum, and no leader, for good."""
+        for number, start, end in self._damaged:
+            frame = blank_frame(end - start)
+            if frame is None:  # too short to hold a frame: reported again at the next open
+                continue
+            try:
+                fd = os.open(self._dir / segment_name(number), os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.pwrite(fd, frame, start)
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"data dir {self.path}: cannot blank the damaged frame at byte {start} of "
+                    f"segment {segment_name(number)}: {exc}"
+                ) from exc
+            log.info(
+                "data dir %s: the damaged frame at byte %d of segment %s blanked (its "
+                "records are recovered from the peers)",
+                self.path,
+                start,
+                segment_name(number),
+            )
+        self._damaged.clear()
+        self._damage.clear()
 
     def _entry(self, i: int) -> tuple[int, bytes]:
         segment, offset, length = self._index.location(i)

@@ -110,6 +110,22 @@ def encode_frame(
     return [FRAME_HEADER.pack(length | _CRC32C_FRAME, crc), *parts]
 
 
+# The smallest payload a frame can have: its flags and its record count.
+_EMPTY_PAYLOAD = 1 + U32.size
+
+
+def blank_frame(size: int) -> bytes | None:
+    """A valid frame of exactly `size` bytes that changes nothing when replayed (no flags,
+    no records, zeros after them, which replay never reads), to write over a damaged
+    frame once its loss is accounted for; None if no frame is that small."""
+    length = size - FRAME_HEADER.size
+    if length < _EMPTY_PAYLOAD or length > _MAX_FRAME:
+        return None
+    payload = bytes(length)  # flags 0, count 0, padding
+    crc = google_crc32c.value(payload)
+    return FRAME_HEADER.pack(length | _CRC32C_FRAME, crc) + payload
+
+
 def frame_header(data: bytes, off: int) -> tuple[int, int, bool]:
     """The frame header at `off`: payload length, CRC, and whether the CRC is CRC32C."""
     length, crc = FRAME_HEADER.unpack_from(data, off)
