@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import pytest
 
 from rlog.client import AsyncClient
+from rlog.config import ReplicaConfig
 from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
 from rlog.lane.append import AppendLaneHandler
 from rlog.packed import pack
@@ -24,6 +26,7 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime import appends
+from rlog.runtime.budgets import ReplicaBudget
 from rlog.runtime.errors import RpcError
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService
@@ -41,6 +44,8 @@ class Replica:
         self.next = 1
         self.faults_seen: list[CorruptRecord] = []
         self.metrics = ReplicaMetrics(0)
+        self.config = ReplicaConfig(0, ["127.0.0.1:1"], Path("unused"))
+        self.budget = ReplicaBudget(0, 1 << 30, 1 << 26)
         self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     async def append(
@@ -122,6 +127,7 @@ async def test_the_lane_answers_a_full_disk_disk_full() -> None:
         _Transport(),  # type: ignore[arg-type]
         sent.append,
         lambda: None,
+        ReplicaBudget(0, 1 << 30, 1 << 26).stream(),
     )
     assert lane.frame(request(3).SerializeToString()) == ""
     while not sent:  # noqa: ASYNC110
@@ -143,6 +149,7 @@ async def test_a_lane_append_that_raises_closes_the_lane_not_in_silence(
         transport,  # type: ignore[arg-type]
         sent.append,
         lambda: None,
+        ReplicaBudget(0, 1 << 30, 1 << 26).stream(),
     )
     with caplog.at_level(logging.ERROR, logger="rlog.lane"):
         assert lane.frame(request(3).SerializeToString()) == ""

@@ -50,6 +50,7 @@ from rlog.lane.framed import (
 )
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.appends import Appender
+from rlog.runtime.budgets import ReplicaBudget
 from rlog.runtime.fetch import FETCH_METHOD
 from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
 from rlog.storage.base import CorruptRecord
@@ -74,6 +75,20 @@ class LaneReplica:
 Admission = Callable[[asyncio.Transport, str], str]
 
 
+@dataclass
+class LaneLimits:
+    """What the lane port lets any caller hold (docs/security.md, "Budgets"): connections
+    open at once (one more is closed as soon as it is accepted, its reason logged), the
+    seconds a connection has to send its hello (and to finish its TLS handshake), and the
+    budgets a client's appends draw on (runtime/budgets.py)."""
+
+    max_connections: int
+    hello_timeout: float
+    budget: ReplicaBudget
+    on_refused: Callable[[str], None] = lambda _: None  # "cap" or "hello"
+    open: int = 0
+
+
 class LaneServer(asyncio.BufferedProtocol):
     """One connection to this replica's lane: a leader's writes or a client's appends. The
     bytes arrive in the connection's own buffer (`FrameBuffer`) and each frame is parsed
@@ -87,9 +102,13 @@ class LaneServer(asyncio.BufferedProtocol):
         max_frame: int,
         on_write: Callable[[], None],
         on_append: Callable[[], None],
+        limits: LaneLimits,
         admit: Admission | None = None,
     ) -> None:
         self._replica = replica
+        self._limits = limits
+        self._counted = False
+        self._hello_timer: asyncio.TimerHandle | None = None
         self._admit = admit
         self._log_id = log_id
         self._replica_id = replica_id
@@ -104,10 +123,33 @@ class LaneServer(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        limits = self._limits
+        limits.open += 1
+        self._counted = True
+        if limits.open > limits.max_connections:
+            limits.on_refused("cap")
+            self._close(
+                f"{limits.open - 1} lane connections are open, the cap is "
+                f"{limits.max_connections} (--max-lane-connections)"
+            )
+            return
         tune(transport)
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            limits.hello_timeout, self._no_hello
+        )
+
+    def _no_hello(self) -> None:
+        if not self._welcomed and self._transport is not None:
+            self._limits.on_refused("hello")
+            self._close(f"no hello within {self._limits.hello_timeout:g} s (--lane-hello-timeout)")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._counted:
+            self._counted = False
+            self._limits.open -= 1
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         if self._appends is not None:
             self._appends.lost()
 
@@ -115,6 +157,7 @@ class LaneServer(asyncio.BufferedProtocol):
         if self._transport is not None:
             what = "append lane" if self._appends is not None else "write lane"
             what = "fetch lane" if self._fetches else what
+            what = what if self._welcomed else "lane connection"
             log.warning("%s from %s closed: %s", what, self._peer(), why)
             self._transport.close()
             self._transport = None
@@ -144,6 +187,10 @@ class LaneServer(asyncio.BufferedProtocol):
                     self._fetch(raw)
                 else:
                     self._write(raw)
+            if self._appends is not None and self._transport is not None:
+                length = self._frames.pending_length()
+                if length is not None:
+                    self._appends.expect(length)  # before the buffer grows to hold it
         except FrameError as exc:
             self._close(str(exc))
 
@@ -183,15 +230,23 @@ class LaneServer(asyncio.BufferedProtocol):
             self._transport.set_write_buffer_limits(high=FETCH_UNSENT)
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
-                self._replica.appender, self._transport, self._send, self._on_append
+                self._replica.appender,
+                self._transport,
+                self._send,
+                self._on_append,
+                self._limits.budget.stream(),
             )
 
     def pause_writing(self) -> None:
-        if self._fetches and self._transport is not None:
+        if self._appends is not None:
+            self._appends.hold("answers")  # a client that does not read its answers
+        elif self._fetches and self._transport is not None:
             self._transport.pause_reading()  # no more requests until the answers are taken
 
     def resume_writing(self) -> None:
-        if self._fetches and self._transport is not None:
+        if self._appends is not None:
+            self._appends.unhold("answers")
+        elif self._fetches and self._transport is not None:
             self._transport.resume_reading()
 
     def _fetch(self, raw: memoryview) -> None:
@@ -257,16 +312,20 @@ async def serve_lane(
     max_frame: int,
     on_write: Callable[[], None],
     on_append: Callable[[], None],
+    limits: LaneLimits,
     tls: ssl.SSLContext | None = None,
     admit: Admission | None = None,
 ) -> asyncio.Server:
-    """Serve the lane on host:port; with `tls`, only over TLS (mutual: the context asks
-    every caller for its certificate); `admit` says why a welcomed caller is refused
-    (authorization), "" to let it in."""
+    """Serve the lane on host:port within `limits`; with `tls`, only over TLS (mutual: the
+    context asks every caller for its certificate); `admit` says why a welcomed caller is
+    refused (authorization), "" to let it in."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneServer(replica, log_id, replica_id, max_frame, on_write, on_append, admit),
+        lambda: LaneServer(
+            replica, log_id, replica_id, max_frame, on_write, on_append, limits, admit
+        ),
         host or None,
         port,
         ssl=tls,
+        ssl_handshake_timeout=limits.hello_timeout if tls is not None else None,
     )

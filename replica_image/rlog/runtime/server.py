@@ -15,12 +15,13 @@ import grpc
 from rlog import allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
-from rlog.lane.server import Admission, LaneReplica, serve_lane
+from rlog.lane.server import Admission, LaneLimits, LaneReplica, serve_lane
 from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
+from rlog.runtime.budgets import Ticket
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.node import Node
@@ -162,6 +163,13 @@ class LogService(pbg.LogServicer):
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         self._unary_appends.inc()
+        # Its bytes are held in the replica's budget until it is answered (runtime/budgets.py).
+        wait_until = time.monotonic() + self.node.config.append_timeout
+        wait_until = min(wait_until, _answer_by(context) or wait_until)
+        try:
+            ticket = await self.node.budget.admit_unary(request.ByteSize(), wait_until)
+        except RpcError as error:
+            await _abort(context, error)
         try:
             data, offsets = packed_values(request)
             positions = await self.node.appender.append(
@@ -169,6 +177,8 @@ class LogService(pbg.LogServicer):
             )
         except RpcError as error:
             await _abort(context, error)
+        finally:
+            ticket.sent()
         return answered(positions)
 
     async def AppendStream(
@@ -180,22 +190,37 @@ class LogService(pbg.LogServicer):
         status (a refusal's or a storage fault's error too: `answer`). Requests run
         concurrently, so their entries share write batches. An append that raises anything
         else (a bug) is logged and ends the stream with INTERNAL: the client fails every
-        append still pending on it, instead of waiting for an answer that never comes."""
+        append still pending on it, instead of waiting for an answer that never comes.
+
+        The stream's budget and the replica's (runtime/budgets.py): the next request is not
+        read until the last one read fits both (backpressure, never an error); an append's
+        bytes are held until its answer is handed to gRPC."""
         forwarded = _forwarded(context)
-        responses: asyncio.Queue[pb.AppendResponse | Exception | None] = asyncio.Queue()
+        budget = self.node.budget.stream()
+        responses: asyncio.Queue[tuple[pb.AppendResponse, Ticket] | Exception | None] = (
+            asyncio.Queue()
+        )
         pending: set[asyncio.Task[None]] = set()
 
-        async def one(request: pb.AppendRequest) -> None:
+        async def one(request: pb.AppendRequest, ticket: Ticket) -> None:
             self._stream_appends.inc()
             try:
-                responses.put_nowait(await answer(self.node.appender, request, forwarded))
+                response = await answer(self.node.appender, request, forwarded)
+            except asyncio.CancelledError:
+                ticket.sent()
+                raise
             except Exception as exc:
+                ticket.sent()
                 log.exception("an append on an AppendStream failed; ending the stream")
                 responses.put_nowait(exc)
+                return
+            ticket.answered()
+            responses.put_nowait((response, ticket))
 
         async def read_all() -> None:
             async for request in requests:
-                task = asyncio.get_running_loop().create_task(one(request))
+                ticket = await budget.admit(request.ByteSize())
+                task = asyncio.get_running_loop().create_task(one(request, ticket))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             while pending:
@@ -204,16 +229,24 @@ class LogService(pbg.LogServicer):
 
         reader = asyncio.get_running_loop().create_task(read_all())
         try:
-            while (response := await responses.get()) is not None:
-                if isinstance(response, Exception):
+            while (item := await responses.get()) is not None:
+                if isinstance(item, Exception):
                     await context.abort(
-                        grpc.StatusCode.INTERNAL, f"an append on this stream failed: {response!r}"
+                        grpc.StatusCode.INTERNAL, f"an append on this stream failed: {item!r}"
                     )
-                yield response
+                response, ticket = item
+                try:
+                    yield response
+                finally:
+                    ticket.sent()
         finally:
             reader.cancel()
             for task in pending:
-                task.cancel()
+                task.cancel()  # each gives its bytes back as it ends
+            while not responses.empty():  # answered, never sent
+                left = responses.get_nowait()
+                if isinstance(left, tuple):
+                    left[1].sent()
 
     async def TakeEpoch(
         self, request: pb.TakeEpochRequest, context: grpc.aio.ServicerContext
@@ -509,6 +542,12 @@ async def start_server(
                 config.max_message_size,
                 lane_writes.inc,
                 node.metrics.append_requests.labels("lane").inc,
+                LaneLimits(
+                    config.max_lane_connections,
+                    config.lane_hello_timeout,
+                    node.budget,
+                    lambda why: node.metrics.lane_connections_refused.labels(why).inc(),
+                ),
                 lane_tls.server if lane_tls is not None else None,
                 _lane_admission(policy) if policy is not None else None,
             )
