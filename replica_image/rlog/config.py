@@ -27,9 +27,10 @@ DEFAULT_TAIL_RESPONSE_BYTES = 256 * 1024
 DEFAULT_MAX_STREAM_INFLIGHT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES = 512 * 1024 * 1024
 # Lane connections open at once (more are closed at once), and the seconds a new one has
-# to send its hello (docs/security.md "Budgets").
+# to send its hello, and a client an append once its length is read (docs/security.md
+# "Budgets").
 DEFAULT_MAX_LANE_CONNECTIONS = 1024
-DEFAULT_LANE_HELLO_TIMEOUT = 10.0
+DEFAULT_LANE_FRAME_TIMEOUT = 10.0
 DEFAULT_STREAM_WINDOW = 0  # HTTP/2 flow-control window per stream; 0: gRPC's own (BDP-sized)
 # A leader refuses appends (DISK_FULL) while its data dir's file system has less than this
 # free, so that promises, elections and learned marks still find room (docs/faults.md).
@@ -201,7 +202,7 @@ class ReplicaConfig:
     max_stream_inflight_bytes: int = DEFAULT_MAX_STREAM_INFLIGHT_BYTES
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
     max_lane_connections: int = DEFAULT_MAX_LANE_CONNECTIONS
-    lane_hello_timeout: float = DEFAULT_LANE_HELLO_TIMEOUT
+    lane_frame_timeout: float = DEFAULT_LANE_FRAME_TIMEOUT
     stream_window: int = DEFAULT_STREAM_WINDOW
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     # Seconds to wait for a data dir another process still holds (a replacement pod started
@@ -254,7 +255,7 @@ class ReplicaConfig:
             ("--max-stream-inflight-bytes", self.max_stream_inflight_bytes),
             ("--max-inflight-bytes", self.max_inflight_bytes),
             ("--max-lane-connections", self.max_lane_connections),
-            ("--lane-hello-timeout", self.lane_hello_timeout),
+            ("--lane-frame-timeout", self.lane_frame_timeout),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive")

@@ -18,8 +18,8 @@ import grpc
 import pytest
 
 from rlog.client import AsyncClient
-from rlog.config import ReplicaConfig
 from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
+from rlog.config import ReplicaConfig
 from rlog.lane.append import AppendLaneHandler
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb

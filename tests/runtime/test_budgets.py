@@ -99,3 +99,25 @@ async def test_a_unary_append_without_room_in_time_is_refused_saying_which_flag(
     held.sent()
     (await waiting).sent()
     assert replica.budget.in_flight == 0
+
+
+async def test_announced_bytes_hold_at_most_half_the_replica_budget() -> None:
+    # Lane appends admitted on their length alone (their bytes still to come) cannot take
+    # the whole budget: appends that are here find the other half.
+    waits: list[str] = []
+    replica = ReplicaBudget(0, 64 * ANSWER_COST, 64 * ANSWER_COST, on_wait=waits.append)
+    first = replica.stream().try_admit(20 * ANSWER_COST, announced=True)
+    assert first is not None
+    assert replica.stream().try_admit(20 * ANSWER_COST, announced=True) is None
+    late = asyncio.ensure_future(replica.stream().admit(20 * ANSWER_COST, announced=True))
+    await settle()
+    assert not late.done() and waits == ["announced"]
+    here = replica.stream().try_admit(10 * ANSWER_COST)
+    assert here is not None  # the half of what is here
+    first.arrived()  # its bytes came: the announced half has room again
+    await settle()
+    assert late.done()
+    (await late).sent()
+    first.sent()
+    here.sent()
+    assert replica.budget.in_flight == 0 and replica.announced.in_flight == 0

@@ -161,10 +161,12 @@ def test_a_flood_of_unread_appends_stays_within_the_leaders_budget(cluster):
         try:
             # Every connection has had one append read: the flood is on.
             wait_until(
-                lambda: scrape(cluster, leader).get(
-                    ("rlog_append_requests_total", (("rpc", "lane"),)), 0
-                )
-                >= LANES,
+                lambda: (
+                    scrape(cluster, leader).get(
+                        ("rlog_append_requests_total", (("rpc", "lane"),)), 0
+                    )
+                    >= LANES
+                ),
                 60,
                 "an append read from every lane connection",
             )

@@ -45,6 +45,8 @@ class AppendLaneHandler:
         send: Callable[[bytes], None],
         on_append: Callable[[], None],
         budget: StreamBudget,
+        frame_timeout: float = 10.0,
+        close: Callable[[str], None] | None = None,
     ) -> None:
         self._node = node
         self._transport = transport
@@ -56,6 +58,11 @@ class AppendLaneHandler:
         self._holds: dict[str, int] = {}  # why the connection is not read (each a count)
         self._reserved: Ticket | None = None  # the bytes of the frame being received
         self._waiting: set[asyncio.Task[None]] = set()  # for room in the budgets
+        # A frame whose bytes are reserved must arrive whole this soon, or the connection is
+        # closed: a client that sends lengths and no bodies holds no budget for long.
+        self._frame_timeout = frame_timeout
+        self._close = close if close is not None else lambda _: transport.close()
+        self._deadline: asyncio.TimerHandle | None = None
 
     def hold(self, why: str) -> None:
         """Stop reading the connection (until `unhold(why)` as often)."""
@@ -78,9 +85,19 @@ class AppendLaneHandler:
         connection is not read until they do."""
         if self._reserved is not None or self._waiting:
             return
-        self._reserved = self._budget.try_admit(length)
+        self._reserved = self._budget.try_admit(length, announced=True)
         if self._reserved is None:
             self._wait(self._reserve(length))
+        else:
+            self._arm(length)
+
+    def _arm(self, length: int) -> None:
+        self._deadline = asyncio.get_running_loop().call_later(
+            self._frame_timeout,
+            self._close,
+            f"an append of {length} bytes did not arrive "
+            f"whole within {self._frame_timeout:g} s of its length (--lane-frame-timeout)",
+        )
 
     def _wait(self, waiting: Coroutine[Any, Any, None]) -> None:
         self.hold("budget")
@@ -93,7 +110,8 @@ class AppendLaneHandler:
         self.unhold("budget")
 
     async def _reserve(self, length: int) -> None:
-        self._reserved = await self._budget.admit(length)
+        self._reserved = await self._budget.admit(length, announced=True)
+        self._arm(length)
 
     def frame(self, raw: bytes | memoryview) -> str:
         """Take one frame (parsed at once: a view of the connection's buffer is valid only
@@ -104,6 +122,11 @@ class AppendLaneHandler:
             return f"a frame does not parse as AppendRequest: {exc}"
         self._on_append()
         ticket, self._reserved = self._reserved, None
+        if ticket is not None:
+            ticket.arrived()
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         if ticket is None:  # it came whole with its length (within one read)
             ticket = self._budget.try_admit(len(raw))
         if ticket is None:
@@ -149,6 +172,8 @@ class AppendLaneHandler:
         cancelled gRPC call's do not; the client re-sends an unknown outcome in its session
         either way), their answers dropped; those still waiting for room never start."""
         self._pending.clear()
+        if self._deadline is not None:
+            self._deadline.cancel()
         for task in list(self._waiting):
             task.cancel()
         if self._reserved is not None:

@@ -79,11 +79,12 @@ Admission = Callable[[asyncio.Transport, str], str]
 class LaneLimits:
     """What the lane port lets any caller hold (docs/security.md, "Budgets"): connections
     open at once (one more is closed as soon as it is accepted, its reason logged), the
-    seconds a connection has to send its hello (and to finish its TLS handshake), and the
-    budgets a client's appends draw on (runtime/budgets.py)."""
+    seconds a connection has to send its hello (and to finish its TLS handshake) and a
+    client to send an append whole once its length is read, and the budgets a client's
+    appends draw on (runtime/budgets.py)."""
 
     max_connections: int
-    hello_timeout: float
+    frame_timeout: float
     budget: ReplicaBudget
     on_refused: Callable[[str], None] = lambda _: None  # "cap" or "hello"
     open: int = 0
@@ -135,13 +136,13 @@ class LaneServer(asyncio.BufferedProtocol):
             return
         tune(transport)
         self._hello_timer = asyncio.get_running_loop().call_later(
-            limits.hello_timeout, self._no_hello
+            limits.frame_timeout, self._no_hello
         )
 
     def _no_hello(self) -> None:
         if not self._welcomed and self._transport is not None:
             self._limits.on_refused("hello")
-            self._close(f"no hello within {self._limits.hello_timeout:g} s (--lane-hello-timeout)")
+            self._close(f"no hello within {self._limits.frame_timeout:g} s (--lane-frame-timeout)")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -179,6 +180,8 @@ class LaneServer(asyncio.BufferedProtocol):
                 if self._transport is None:
                     return
                 if not self._welcomed:
+                    if self._hello_timer is not None:
+                        self._hello_timer.cancel()
                     self._hello(raw)
                 elif self._appends is not None:
                     if why := self._appends.frame(raw):
@@ -235,6 +238,8 @@ class LaneServer(asyncio.BufferedProtocol):
                 self._send,
                 self._on_append,
                 self._limits.budget.stream(),
+                self._limits.frame_timeout,
+                self._close,
             )
 
     def pause_writing(self) -> None:
@@ -327,5 +332,5 @@ async def serve_lane(
         host or None,
         port,
         ssl=tls,
-        ssl_handshake_timeout=limits.hello_timeout if tls is not None else None,
+        ssl_handshake_timeout=limits.frame_timeout if tls is not None else None,
     )

@@ -13,6 +13,10 @@ followers take them, and every append it sends is read, parsed and queued. The c
   whose next append would take its bytes in flight over its budget is not read until
   that append fits (backpressure: the client's sends wait in HTTP/2's or TCP's flow
   control; nothing is refused). An append larger than the budget goes alone.
+- An append-lane frame's bytes are taken from the budgets as soon as its length is read,
+  before the connection's buffer grows to hold it (its bytes are *announced*); announced
+  bytes may hold at most half of the replica's budget (so callers that announce appends
+  and never send them cannot take it all), and must arrive within --lane-frame-timeout.
 - Per replica (`--max-inflight-bytes`): every append of every stream, lane and unary call
   takes its bytes from the replica's budget before the replica works on it (proposes or
   forwards it), first come first served. A stream whose next append does not fit is not
@@ -104,24 +108,37 @@ class ByteBudget:
 
 
 class Ticket:
-    """One append's bytes held in its stream's budget and the replica's."""
+    """One append's bytes held in its stream's budget and the replica's (and, until its
+    bytes arrived, in the replica's budget of announced bytes)."""
 
-    def __init__(self, budgets: tuple[ByteBudget, ...], size: int) -> None:
+    def __init__(
+        self, budgets: tuple[ByteBudget, ...], size: int, announced: ByteBudget | None = None
+    ) -> None:
         self._budgets = budgets
         self._request = size
         self._answer = ANSWER_COST
+        self._announced = announced
+        self._announced_bytes = size + ANSWER_COST
 
     @property
     def size(self) -> int:
         return self._request + self._answer
 
+    def arrived(self) -> None:
+        """The append's bytes, announced by its length, are all here."""
+        if self._announced is not None:
+            self._announced.release(self._announced_bytes)
+            self._announced = None
+
     def answered(self) -> None:
         """The append has its answer: its request's bytes are no longer held."""
+        self.arrived()
         self._give(self._request)
         self._request = 0
 
     def sent(self) -> None:
         """The answer was handed to the connection (or dropped): nothing is held any more."""
+        self.arrived()
         self._give(self._request + self._answer)
         self._request = self._answer = 0
 
@@ -134,34 +151,52 @@ class Ticket:
 class StreamBudget:
     """The budget of one stream (an AppendStream, an append-lane connection), drawing on the
     replica's too. `admit` waits until the append fits both (the caller reads nothing more
-    meanwhile); `try_admit` admits now or not at all."""
+    meanwhile); `try_admit` admits now or not at all. An append admitted on its length alone
+    (`announced`: its bytes still to come) also draws on the replica's budget of announced
+    bytes, half of its budget: callers that announce appends and never send them hold at
+    most that half (until --lane-frame-timeout closes them), the other half stays for
+    appends that are here."""
 
     def __init__(self, replica: ReplicaBudget, limit: int) -> None:
         self.replica = replica
         self.own = ByteBudget(limit)
 
-    def try_admit(self, size: int) -> Ticket | None:
-        total = size + ANSWER_COST
-        if not self.own.try_take(total):
-            return None
-        if not self.replica.budget.try_take(total):
-            self.own.release(total)
-            return None
-        return Ticket((self.own, self.replica.budget), size)
+    def _order(self, announced: bool) -> list[tuple[str, ByteBudget]]:
+        order = [("stream", self.own), ("replica", self.replica.budget)]
+        return [("announced", self.replica.announced), *order] if announced else order
 
-    async def admit(self, size: int) -> Ticket:
+    def _ticket(self, size: int, announced: bool) -> Ticket:
+        return Ticket(
+            (self.own, self.replica.budget),
+            size,
+            self.replica.announced if announced else None,
+        )
+
+    def try_admit(self, size: int, announced: bool = False) -> Ticket | None:
         total = size + ANSWER_COST
-        if not self.own.try_take(total):
-            self.replica.waited("stream")
-            await self.own.take(total)
+        taken: list[ByteBudget] = []
+        for _, budget in self._order(announced):
+            if not budget.try_take(total):
+                for held in taken:
+                    held.release(total)
+                return None
+            taken.append(budget)
+        return self._ticket(size, announced)
+
+    async def admit(self, size: int, announced: bool = False) -> Ticket:
+        total = size + ANSWER_COST
+        taken: list[ByteBudget] = []
         try:
-            if not self.replica.budget.try_take(total):
-                self.replica.waited("replica")
-                await self.replica.budget.take(total)
+            for name, budget in self._order(announced):
+                if not budget.try_take(total):
+                    self.replica.waited(name)
+                    await budget.take(total)
+                taken.append(budget)
         except BaseException:
-            self.own.release(total)
+            for held in taken:
+                held.release(total)
             raise
-        return Ticket((self.own, self.replica.budget), size)
+        return self._ticket(size, announced)
 
 
 class ReplicaBudget:
@@ -178,6 +213,7 @@ class ReplicaBudget:
     ) -> None:
         self.replica_id = replica_id
         self.budget = ByteBudget(limit, on_change)
+        self.announced = ByteBudget(limit // 2)  # appends admitted before their bytes came
         self.stream_limit = stream_limit
         self.waited = on_wait
         self._on_refusal = on_refusal

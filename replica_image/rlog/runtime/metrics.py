@@ -123,7 +123,8 @@ class ReplicaMetrics:
         self.append_budget_waits = Counter(
             "rlog_append_budget_waits",
             "Appends that waited for room in a budget before the replica read on, by budget "
-            "(stream: --max-stream-inflight-bytes, replica: --max-inflight-bytes)",
+            "(stream: --max-stream-inflight-bytes, replica: --max-inflight-bytes, announced: "
+            "half of it, for lane appends whose bytes are still to come)",
             ["budget"],
             registry=r,
         )
@@ -135,7 +136,7 @@ class ReplicaMetrics:
         self.lane_connections_refused = Counter(
             "rlog_lane_connections_refused",
             "Lane connections closed at once, by why (cap: --max-lane-connections, hello: no "
-            "hello within --lane-hello-timeout)",
+            "hello within --lane-frame-timeout)",
             ["reason"],
             registry=r,
         )

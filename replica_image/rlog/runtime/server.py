@@ -544,7 +544,7 @@ async def start_server(
                 node.metrics.append_requests.labels("lane").inc,
                 LaneLimits(
                     config.max_lane_connections,
-                    config.lane_hello_timeout,
+                    config.lane_frame_timeout,
                     node.budget,
                     lambda why: node.metrics.lane_connections_refused.labels(why).inc(),
                 ),

@@ -33,7 +33,7 @@ from rlog.arg_types import (
 )
 from rlog.client.errors import RlogError
 from rlog.config import (
-    DEFAULT_LANE_HELLO_TIMEOUT,
+    DEFAULT_LANE_FRAME_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_RPCS,
     DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_ENTRY_SIZE,
@@ -145,7 +145,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_stream_inflight_bytes=args.max_stream_inflight_bytes,
         max_inflight_bytes=args.max_inflight_bytes,
         max_lane_connections=args.max_lane_connections,
-        lane_hello_timeout=args.lane_hello_timeout,
+        lane_frame_timeout=args.lane_frame_timeout,
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
         catchup_rate=args.catchup_rate,
@@ -492,11 +492,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="connections open on the lane port (default 1024); more are closed at once",
     )
     limits.add_argument(
-        "--lane-hello-timeout",
+        "--lane-frame-timeout",
         type=positive_float,
-        default=DEFAULT_LANE_HELLO_TIMEOUT,
+        default=DEFAULT_LANE_FRAME_TIMEOUT,
         metavar="SECONDS",
-        help="a lane connection without its hello after this long is closed (default 10)",
+        help="a lane connection without its hello after this long, or a client's append "
+        "not whole this long after its length, is closed (default 10)",
     )
     limits.add_argument(
         "--min-free-bytes",
