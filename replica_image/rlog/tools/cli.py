@@ -33,14 +33,10 @@ from rlog.arg_types import (
 )
 from rlog.client.errors import RlogError
 from rlog.config import (
-    DEFAULT_LANE_FRAME_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_RPCS,
     DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_ENTRY_SIZE,
-    DEFAULT_MAX_INFLIGHT_BYTES,
-    DEFAULT_MAX_LANE_CONNECTIONS,
     DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_MAX_STREAM_INFLIGHT_BYTES,
     DEFAULT_MAX_TAIL_READERS,
     DEFAULT_MIN_FREE_BYTES,
     DEFAULT_STREAM_WINDOW,
@@ -52,6 +48,7 @@ from rlog.config import (
 from rlog.initialize import initialize
 from rlog.storage import StorageError
 from rlog.tools.client_args import add_security_arguments, credentials_of
+from rlog.tools.replica_args import BUDGET_KEYS, add_budget_arguments
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -142,10 +139,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         max_tail_readers=args.max_tail_readers,
         tail_response_bytes=args.tail_response_bytes,
-        max_stream_inflight_bytes=args.max_stream_inflight_bytes,
-        max_inflight_bytes=args.max_inflight_bytes,
-        max_lane_connections=args.max_lane_connections,
-        lane_frame_timeout=args.lane_frame_timeout,
+        **{key: getattr(args, key) for key in BUDGET_KEYS},
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
         catchup_rate=args.catchup_rate,
@@ -468,37 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="entries' bytes in one Tail response, what a reader that stops reading pins "
         "(default 256 KiB; one larger entry still goes whole)",
     )
-    limits.add_argument(
-        "--max-stream-inflight-bytes",
-        type=nonnegative,
-        default=DEFAULT_MAX_STREAM_INFLIGHT_BYTES,
-        metavar="BYTES",
-        help="bytes of appends in flight on one AppendStream or append-lane connection "
-        "(default 64 MiB); over it the stream is not read until answers go out",
-    )
-    limits.add_argument(
-        "--max-inflight-bytes",
-        type=nonnegative,
-        default=DEFAULT_MAX_INFLIGHT_BYTES,
-        metavar="BYTES",
-        help="bytes of appends in flight on the replica (default 512 MiB); over it streams "
-        "are not read, a unary Append waits, at its deadline RESOURCE_EXHAUSTED",
-    )
-    limits.add_argument(
-        "--max-lane-connections",
-        type=nonnegative,
-        default=DEFAULT_MAX_LANE_CONNECTIONS,
-        metavar="N",
-        help="connections open on the lane port (default 1024); more are closed at once",
-    )
-    limits.add_argument(
-        "--lane-frame-timeout",
-        type=positive_float,
-        default=DEFAULT_LANE_FRAME_TIMEOUT,
-        metavar="SECONDS",
-        help="a lane connection without its hello after this long, or a client's append "
-        "not whole this long after its length, is closed (default 10)",
-    )
+    add_budget_arguments(limits)
     limits.add_argument(
         "--min-free-bytes",
         type=nonnegative,
