@@ -4,8 +4,8 @@
 Without them one client could run a leader out of memory: it sends appends faster than the
 followers take them, and every append it sends is read, parsed and queued. The contract:
 
-- An append's bytes (its request's encoded size, plus `ANSWER_COST` for its answer and its
-  task) are *in flight* from when the replica reads its request until its answer is
+- An append's bytes (its packed values, data and offsets, or on the lane its frame; plus
+  `ANSWER_COST` for its answer and its task) are *in flight* from when the replica reads its request until its answer is
   handed to the connection: the request's part is released when the append has its
   answer (its values are not held after that), the answer's part when the answer is
   handed to the connection (a gRPC stream's `yield` returns, a lane's transport takes it).

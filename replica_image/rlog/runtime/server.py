@@ -19,7 +19,7 @@ from rlog.lane.server import Admission, LaneLimits, LaneReplica, serve_lane
 from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.appends import answer, answered, conditions_of, packed_values
+from rlog.runtime.appends import answer, answered, conditions_of, packed_values, prepared
 from rlog.runtime.authz import AuthorizationInterceptor, Caller, PolicyFile, decide
 from rlog.runtime.budgets import Ticket
 from rlog.runtime.errors import RpcError
@@ -167,11 +167,11 @@ class LogService(pbg.LogServicer):
         wait_until = time.monotonic() + self.node.config.append_timeout
         wait_until = min(wait_until, _answer_by(context) or wait_until)
         try:
-            ticket = await self.node.budget.admit_unary(request.ByteSize(), wait_until)
+            data, offsets = packed_values(request)
+            ticket = await self.node.budget.admit_unary(len(data) + len(offsets), wait_until)
         except RpcError as error:
             await _abort(context, error)
         try:
-            data, offsets = packed_values(request)
             positions = await self.node.appender.append(
                 data, offsets, _forwarded(context), conditions_of(request)
             )
@@ -202,10 +202,12 @@ class LogService(pbg.LogServicer):
         )
         pending: set[asyncio.Task[None]] = set()
 
-        async def one(request: pb.AppendRequest, ticket: Ticket) -> None:
+        async def one(
+            request: pb.AppendRequest, packed: tuple[bytes, bytes] | RpcError, ticket: Ticket
+        ) -> None:
             self._stream_appends.inc()
             try:
-                response = await answer(self.node.appender, request, forwarded)
+                response = await answer(self.node.appender, request, forwarded, packed)
             except asyncio.CancelledError:
                 ticket.sent()
                 raise
@@ -219,8 +221,11 @@ class LogService(pbg.LogServicer):
 
         async def read_all() -> None:
             async for request in requests:
-                ticket = await budget.admit(request.ByteSize())
-                task = asyncio.get_running_loop().create_task(one(request, ticket))
+                # (the packed values' size: protobuf's ByteSize would encode the request)
+                packed = prepared(request)
+                size = len(packed[0]) + len(packed[1]) if isinstance(packed, tuple) else 0
+                ticket = await budget.admit(size)
+                task = asyncio.get_running_loop().create_task(one(request, packed, ticket))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             while pending:
