@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -88,6 +89,28 @@ class LaneLimits:
     budget: ReplicaBudget
     on_refused: Callable[[str], None] = lambda _: None  # "cap" or "hello"
     open: int = 0
+    # Refusals over the cap are logged at most once a second (a storm of connections is
+    # not a storm of log lines): when the last line was, and how many went unsaid since.
+    cap_logged: float = float("-inf")
+    cap_unlogged: int = 0
+
+    def over_cap(self, peer: str) -> None:
+        """Say why a connection over the cap is closed (at most once a second)."""
+        self.on_refused("cap")
+        now = time.monotonic()
+        if now - self.cap_logged < 1.0:
+            self.cap_unlogged += 1
+            return
+        more = f" ({self.cap_unlogged} more since the last line)" if self.cap_unlogged else ""
+        log.warning(
+            "lane connection from %s closed at once: %d lane connections are open, the cap "
+            "is %d (--max-lane-connections)%s",
+            peer,
+            self.open - 1,
+            self.max_connections,
+            more,
+        )
+        self.cap_logged, self.cap_unlogged = now, 0
 
 
 class LaneServer(asyncio.BufferedProtocol):
@@ -128,11 +151,9 @@ class LaneServer(asyncio.BufferedProtocol):
         limits.open += 1
         self._counted = True
         if limits.open > limits.max_connections:
-            limits.on_refused("cap")
-            self._close(
-                f"{limits.open - 1} lane connections are open, the cap is "
-                f"{limits.max_connections} (--max-lane-connections)"
-            )
+            limits.over_cap(self._peer())
+            self._transport.close()
+            self._transport = None
             return
         tune(transport)
         self._hello_timer = asyncio.get_running_loop().call_later(

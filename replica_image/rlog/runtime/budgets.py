@@ -5,10 +5,11 @@ Without them one client could run a leader out of memory: it sends appends faste
 followers take them, and every append it sends is read, parsed and queued. The contract:
 
 - An append's bytes (its packed values, data and offsets, or on the lane its frame; plus
-  `ANSWER_COST` for its answer and its task) are *in flight* from when the replica reads its request until its answer is
-  handed to the connection: the request's part is released when the append has its
-  answer (its values are not held after that), the answer's part when the answer is
-  handed to the connection (a gRPC stream's `yield` returns, a lane's transport takes it).
+  `ANSWER_COST` for its answer and its task) are *in flight* from when the replica reads
+  its request until its answer is handed to the connection: the request's part is
+  released when the append has its answer (its values are not held after that), the
+  answer's part when the answer is handed to the connection (a gRPC stream's `yield`
+  returns, a lane's transport takes it).
 - Per stream (`--max-stream-inflight-bytes`): an `AppendStream` or append-lane connection
   whose next append would take its bytes in flight over its budget is not read until
   that append fits (backpressure: the client's sends wait in HTTP/2's or TCP's flow
@@ -26,9 +27,10 @@ followers take them, and every append it sends is read, parsed and queued. The c
   nothing was appended, and a retry later is safe. An append larger than the whole
   budget goes alone.
 
-So a replica holds at most its budget of admitted appends, plus, per connection, the one
-request it read and holds back (at most `--max-message-size`), and the connections are
-capped too (`--max-lane-connections`, `--max-concurrent-streams`).
+So a replica holds at most its budget of admitted appends, plus, per connection, what
+one read brings (on gRPC the one request it read and holds back, at most
+`--max-message-size`), and the connections are capped too (`--max-lane-connections`,
+`--max-concurrent-streams`, `--max-concurrent-rpcs`).
 """
 
 from __future__ import annotations
