@@ -57,6 +57,7 @@ class AppendLaneHandler:
         self._paused = False
         self._holds: dict[str, int] = {}  # why the connection is not read (each a count)
         self._reserved: Ticket | None = None  # the bytes of the frame being received
+        self._reserving = False  # waiting for them (the connection is not read meanwhile)
         self._waiting: set[asyncio.Task[None]] = set()  # for room in the budgets
         # A frame whose bytes are reserved must arrive whole this soon, or the connection is
         # closed: a client that sends lengths and no bodies holds no budget for long.
@@ -83,10 +84,12 @@ class AppendLaneHandler:
         """A frame of `length` bytes is being received: its bytes are taken from the budgets
         before the connection's buffer grows to hold it; if they do not fit, the
         connection is not read until they do."""
-        if self._reserved is not None or self._waiting:
+        if self._reserved is not None or self._reserving:
             return
-        self._reserved = self._budget.try_admit(length, announced=True)
+        if not self._waiting:  # (else behind the frames that wait: the connection is held)
+            self._reserved = self._budget.try_admit(length, announced=True)
         if self._reserved is None:
+            self._reserving = True
             self._wait(self._reserve(length))
         else:
             self._arm(length)
@@ -110,7 +113,10 @@ class AppendLaneHandler:
         self.unhold("budget")
 
     async def _reserve(self, length: int) -> None:
-        self._reserved = await self._budget.admit(length, announced=True)
+        try:
+            self._reserved = await self._budget.admit(length, announced=True)
+        finally:
+            self._reserving = False
         self._arm(length)
 
     def frame(self, raw: bytes | memoryview) -> str:
