@@ -87,7 +87,7 @@ async def test_a_length_behind_a_waiting_frame_is_reserved_before_its_buffer_gro
         _, second = await welcomed(port)
         big = 1 << 20
         second.write(append_frame(50 * KIB) + LENGTH.pack(big))
-        await until(lambda: budget.budget._waiters, "the small append waiting for room")
+        await until(lambda: budget.budget.waiting, "the small append waiting for room")
         assert budget.budget.in_flight < HELD + big  # nothing of the large one admitted
 
         replica.go.set()  # the held append is answered: the small one goes, then the large

@@ -60,6 +60,11 @@ class ByteBudget:
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._on_change = on_change
 
+    @property
+    def waiting(self) -> int:
+        """How many wait for room."""
+        return len(self._waiters)
+
     def _fits(self, n: int) -> bool:
         # an append larger than the whole budget goes alone
         return self.in_flight + n <= self.limit or self.in_flight == 0
