@@ -213,3 +213,59 @@ async def test_a_stream_append_that_raises_ends_the_stream_not_in_silence(
     # The client opens a new stream for its next append.
     replica.fault = None
     assert await client.append([b"c"]) == [2]
+
+
+class HeldReplica(Replica):
+    """Every append waits for `go`; the appends started so far are counted, and the
+    stream-budget waits of its `budget` recorded."""
+
+    def __init__(self, stream_limit: int) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.started = 0
+        self.waits: list[str] = []
+        self.budget = ReplicaBudget(0, 1 << 30, stream_limit, on_wait=self.waits.append)
+
+    async def append(
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
+    ) -> list[int]:
+        self.started += 1
+        await self.go.wait()
+        return await super().append(data, offsets, forwarded, conditions)
+
+
+async def test_an_append_stream_over_its_budget_is_not_read_until_answers_go_out() -> None:
+    # Appends of 100 KiB against a stream budget of 256 KiB: two are admitted (with their
+    # answers' share); the stream's third is read and waits for room, and the stream is
+    # read no further (backpressure, no error) until appends are answered; then all are.
+    replica = HeldReplica(256 * 1024)
+    server, address = await serve(replica)
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        call = channel.stream_stream(
+            "/rlog.v1.Log/AppendStream",
+            request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )()
+
+        async def send() -> None:
+            for i in range(1, 11):
+                await call.write(request(i, (b"v" * 100 * 1024,)))
+            await call.done_writing()
+
+        sending = asyncio.ensure_future(send())
+        for _ in range(1000):  # the reader reaches the third append
+            if replica.waits:
+                break
+            await asyncio.sleep(0.01)
+        assert replica.waits == ["stream"], f"{replica.started} appends read, none held back"
+        assert replica.started == 2
+        replica.go.set()
+        answers = [await call.read() for _ in range(10)]
+        assert sorted(a.id for a in answers) == list(range(1, 11))
+        assert all(a.code == 0 and a.count == 1 for a in answers)
+        await sending
+        assert replica.budget.budget.in_flight == 0
+    finally:
+        await channel.close()
+        await server.stop(None)
