@@ -269,3 +269,38 @@ async def test_an_append_stream_over_its_budget_is_not_read_until_answers_go_out
     finally:
         await channel.close()
         await server.stop(None)
+
+
+async def test_a_unary_append_over_the_replica_budget_is_refused_before_its_deadline() -> None:
+    # The replica's budget holds one 100 KiB append (held); a second unary Append waits its
+    # turn until shortly before its deadline, then is refused RESOURCE_EXHAUSTED
+    # (LIMIT_EXCEEDED), nothing appended; once room comes back the same append goes through.
+    replica = HeldReplica(1 << 30)
+    replica.budget = ReplicaBudget(0, 150 * 1024, 1 << 30)
+    server, address = await serve(replica)
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        append = channel.unary_unary(
+            "/rlog.v1.Log/Append",
+            request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )
+        held = asyncio.ensure_future(append(request(1, (b"v" * 100 * 1024,)), timeout=30))
+        for _ in range(1000):
+            if replica.started:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await append(request(2, (b"w" * 100 * 1024,)), timeout=1.0)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-inflight-bytes" in (refused.value.details() or "")
+        trailers = dict(refused.value.trailing_metadata() or ())
+        assert Reason.LIMIT_EXCEEDED.value in trailers.values()
+        assert replica.started == 1  # the refused one never reached the replica
+        replica.go.set()
+        assert (await held).count == 1
+        assert (await append(request(3, (b"x" * 100 * 1024,)), timeout=30)).count == 1
+        assert replica.budget.budget.in_flight == 0
+    finally:
+        await channel.close()
+        await server.stop(None)
