@@ -2,7 +2,9 @@
 random (each forwarded chunk may close both sides), or all at once on demand (`cut_all`), so
 messages in flight are lost on real sockets, or closes every new connection at once for a
 while (`refuse_for`), or holds every new connection a while before forwarding it
-(`hold_new`). Runs its own event loop in a thread."""
+(`hold_new`), or delays every byte by `delay` seconds each way (a slow network: its bytes
+kept in order, reading never held back, so the bandwidth is the target's). Runs its own
+event loop in a thread."""
 
 from __future__ import annotations
 
@@ -16,13 +18,22 @@ from rlog.tools.dev import free_port
 
 
 class FaultProxy:
-    def __init__(self, target: str, cut: float, seed: int, host: str = "127.0.0.1") -> None:
-        self.target_host, _, port = target.rpartition(":")
-        self.target_port = int(port)
+    def __init__(
+        self,
+        target: str,
+        cut: float,
+        seed: int,
+        host: str = "127.0.0.1",
+        delay: float = 0.0,
+        port: int | None = None,
+    ) -> None:
+        self.target_host, _, target_port = target.rpartition(":")
+        self.target_port = int(target_port)
         self.cut = cut
+        self.delay = delay
         self.rng = random.Random(seed)
         self.host = host
-        self.port = free_port(host)
+        self.port = port if port is not None else free_port(host)
         self.cuts = 0
         self._refuse_until = 0.0  # time.monotonic(): new connections are closed before then
         self._hold = 0.0  # seconds each new connection waits before it is forwarded
@@ -105,7 +116,32 @@ class FaultProxy:
                 w.close()
                 self._open.discard(w)
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        async def delayed(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            loop = asyncio.get_running_loop()
+            chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+            async def forward() -> None:
+                while True:
+                    due, chunk = await chunks.get()
+                    await asyncio.sleep(max(0.0, due - loop.time()))
+                    if not chunk:
+                        break
+                    dst.write(chunk)
+                    await dst.drain()
+
+            forwarding = loop.create_task(forward())
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while chunk := await src.read(65536):
+                    chunks.put_nowait((loop.time() + self.delay, chunk))
+            chunks.put_nowait((loop.time() + self.delay, b""))
+            with contextlib.suppress(OSError):
+                await forwarding
+            for w in (writer, up_writer):
+                w.close()
+                self._open.discard(w)
+
+        way = delayed if self.delay > 0 else pipe
+        await asyncio.gather(way(reader, up_writer), way(up_reader, writer))
 
 
 async def _call(fn):  # type: ignore[no-untyped-def]

@@ -21,6 +21,16 @@ DEFAULT_MAX_TAIL_READERS = 256  # Tail calls open at once (about 1 MB each when 
 # Bytes of entries in one Tail response: what a reader that stops reading pins on the replica
 # (with its flow-control window), so far below the 4 MiB chunks of Read (docs/faults.md).
 DEFAULT_TAIL_RESPONSE_BYTES = 256 * 1024
+# Bytes of clients' appends in flight (runtime/budgets.py, docs/security.md "Budgets"): per
+# AppendStream or append-lane connection (over it the stream is not read), and on the whole
+# replica. A batched load of 8 writers of 64 x 4 KiB appends holds about 8 x 2 MiB.
+DEFAULT_MAX_STREAM_INFLIGHT_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT_BYTES = 512 * 1024 * 1024
+# Lane connections open at once (more are closed at once), and the seconds a new one has
+# to send its hello, and a client an append once its length is read (docs/security.md
+# "Budgets").
+DEFAULT_MAX_LANE_CONNECTIONS = 1024
+DEFAULT_LANE_FRAME_TIMEOUT = 10.0
 DEFAULT_STREAM_WINDOW = 0  # HTTP/2 flow-control window per stream; 0: gRPC's own (BDP-sized)
 # A leader refuses appends (DISK_FULL) while its data dir's file system has less than this
 # free, so that promises, elections and learned marks still find room (docs/faults.md).
@@ -189,6 +199,10 @@ class ReplicaConfig:
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
     max_tail_readers: int = DEFAULT_MAX_TAIL_READERS
     tail_response_bytes: int = DEFAULT_TAIL_RESPONSE_BYTES
+    max_stream_inflight_bytes: int = DEFAULT_MAX_STREAM_INFLIGHT_BYTES
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_lane_connections: int = DEFAULT_MAX_LANE_CONNECTIONS
+    lane_frame_timeout: float = DEFAULT_LANE_FRAME_TIMEOUT
     stream_window: int = DEFAULT_STREAM_WINDOW
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     # Seconds to wait for a data dir another process still holds (a replacement pod started
@@ -246,6 +260,10 @@ class ReplicaConfig:
             ("--max-concurrent-rpcs", self.max_concurrent_rpcs),
             ("--max-tail-readers", self.max_tail_readers),
             ("--tail-response-bytes", self.tail_response_bytes),
+            ("--max-stream-inflight-bytes", self.max_stream_inflight_bytes),
+            ("--max-inflight-bytes", self.max_inflight_bytes),
+            ("--max-lane-connections", self.max_lane_connections),
+            ("--lane-frame-timeout", self.lane_frame_timeout),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive")

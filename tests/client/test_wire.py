@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from log_service import serving
+from log_service import equip, serving
 
 from rlog.client import AsyncClient
 from rlog.client.errors import (
@@ -44,7 +44,6 @@ from rlog.client.errors import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.errors import RpcError
-from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService
 from rlog.wire import (
     BEGIN,
@@ -355,7 +354,7 @@ async def test_a_replica_stopping_under_an_append_is_outcome_unknown():
     the test above.)"""
     node = _StuckNode()
     server = grpc.aio.server()
-    node.metrics = ReplicaMetrics(0)  # type: ignore[attr-defined]  # the service counts its calls
+    equip(node)  # what the service reads of a node besides its drivers
     pbg.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -12,18 +12,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import pytest
 
 from rlog.client import AsyncClient
 from rlog.client.errors import OutcomeUnknown, ResourceExhausted, Timeout
+from rlog.config import ReplicaConfig
 from rlog.lane.append import AppendLaneHandler
 from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.admission import Conditions
 from rlog.runtime import appends
+from rlog.runtime.budgets import ReplicaBudget
 from rlog.runtime.errors import RpcError
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import LogService
@@ -41,6 +44,8 @@ class Replica:
         self.next = 1
         self.faults_seen: list[CorruptRecord] = []
         self.metrics = ReplicaMetrics(0)
+        self.config = ReplicaConfig(0, ["127.0.0.1:1"], Path("unused"))
+        self.budget = ReplicaBudget(0, 1 << 30, 1 << 26)
         self.appender = self.coordinator_driver = self.reads = self  # drivers the service calls
 
     async def append(
@@ -122,6 +127,7 @@ async def test_the_lane_answers_a_full_disk_disk_full() -> None:
         _Transport(),  # type: ignore[arg-type]
         sent.append,
         lambda: None,
+        ReplicaBudget(0, 1 << 30, 1 << 26).stream(),
     )
     assert lane.frame(request(3).SerializeToString()) == ""
     while not sent:  # noqa: ASYNC110
@@ -143,6 +149,7 @@ async def test_a_lane_append_that_raises_closes_the_lane_not_in_silence(
         transport,  # type: ignore[arg-type]
         sent.append,
         lambda: None,
+        ReplicaBudget(0, 1 << 30, 1 << 26).stream(),
     )
     with caplog.at_level(logging.ERROR, logger="rlog.lane"):
         assert lane.frame(request(3).SerializeToString()) == ""
@@ -206,3 +213,94 @@ async def test_a_stream_append_that_raises_ends_the_stream_not_in_silence(
     # The client opens a new stream for its next append.
     replica.fault = None
     assert await client.append([b"c"]) == [2]
+
+
+class HeldReplica(Replica):
+    """Every append waits for `go`; the appends started so far are counted, and the
+    stream-budget waits of its `budget` recorded."""
+
+    def __init__(self, stream_limit: int) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.started = 0
+        self.waits: list[str] = []
+        self.budget = ReplicaBudget(0, 1 << 30, stream_limit, on_wait=self.waits.append)
+
+    async def append(
+        self, data: bytes, offsets: bytes, forwarded: bool, conditions: Conditions
+    ) -> list[int]:
+        self.started += 1
+        await self.go.wait()
+        return await super().append(data, offsets, forwarded, conditions)
+
+
+async def test_an_append_stream_over_its_budget_is_not_read_until_answers_go_out() -> None:
+    # Appends of 100 KiB against a stream budget of 256 KiB: two are admitted (with their
+    # answers' share); the stream's third is read and waits for room, and the stream is
+    # read no further (backpressure, no error) until appends are answered; then all are.
+    replica = HeldReplica(256 * 1024)
+    server, address = await serve(replica)
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        call = channel.stream_stream(
+            "/rlog.v1.Log/AppendStream",
+            request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )()
+
+        async def send() -> None:
+            for i in range(1, 11):
+                await call.write(request(i, (b"v" * 100 * 1024,)))
+            await call.done_writing()
+
+        sending = asyncio.ensure_future(send())
+        for _ in range(1000):  # the reader reaches the third append
+            if replica.waits:
+                break
+            await asyncio.sleep(0.01)
+        assert replica.waits == ["stream"], f"{replica.started} appends read, none held back"
+        assert replica.started == 2
+        replica.go.set()
+        answers = [await call.read() for _ in range(10)]
+        assert sorted(a.id for a in answers) == list(range(1, 11))
+        assert all(a.code == 0 and a.count == 1 for a in answers)
+        await sending
+        assert replica.budget.budget.in_flight == 0
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+async def test_a_unary_append_over_the_replica_budget_is_refused_before_its_deadline() -> None:
+    # The replica's budget holds one 100 KiB append (held); a second unary Append waits its
+    # turn until shortly before its deadline, then is refused RESOURCE_EXHAUSTED
+    # (LIMIT_EXCEEDED), nothing appended; once room comes back the same append goes through.
+    replica = HeldReplica(1 << 30)
+    replica.budget = ReplicaBudget(0, 150 * 1024, 1 << 30)
+    server, address = await serve(replica)
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        append = channel.unary_unary(
+            "/rlog.v1.Log/Append",
+            request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )
+        held = asyncio.ensure_future(append(request(1, (b"v" * 100 * 1024,)), timeout=30))
+        for _ in range(1000):
+            if replica.started:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await append(request(2, (b"w" * 100 * 1024,)), timeout=1.0)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-inflight-bytes" in (refused.value.details() or "")
+        trailers = dict(refused.value.trailing_metadata() or ())
+        assert Reason.LIMIT_EXCEEDED.value in trailers.values()
+        assert replica.started == 1  # the refused one never reached the replica
+        replica.go.set()
+        assert (await held).count == 1
+        assert (await append(request(3, (b"x" * 100 * 1024,)), timeout=30)).count == 1
+        assert replica.budget.budget.in_flight == 0
+    finally:
+        await channel.close()
+        await server.stop(None)

@@ -112,6 +112,14 @@ class FrameBuffer:
             self._buffer = grown
         self._start, self._end = 0, end - start
 
+    def pending_length(self) -> int | None:
+        """The length of the frame being received once its length is in (None before): read
+        after `received`'s frames, before `buffer()` grows the buffer to hold it."""
+        if self._end - self._start < LENGTH.size:
+            return None
+        (length,) = LENGTH.unpack_from(self._buffer, self._start)
+        return int(length)
+
     def received(self, n: int) -> Iterator[memoryview]:
         """The frames complete once `n` more bytes are in `buffer()`, one at a time (so a
         change of `max_frame` after a frame counts for the next); raises FrameError for a

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -52,6 +53,7 @@ from rlog.lane.framed import (
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.log_identity import refusal
 from rlog.runtime.appends import Appender
+from rlog.runtime.budgets import ReplicaBudget
 from rlog.runtime.fetch import FETCH_METHOD
 from rlog.runtime.write_stream import WRITE_STREAM_METHOD, answer_to
 from rlog.storage.base import CorruptRecord
@@ -79,6 +81,43 @@ Admission = Callable[[asyncio.Transport, str], str]
 ForeignSeen = Callable[[str, str, str], None]
 
 
+@dataclass
+class LaneLimits:
+    """What the lane port lets any caller hold (docs/security.md, "Budgets"): connections
+    open at once (one more is closed as soon as it is accepted, its reason logged), the
+    seconds a connection has to send its hello (and to finish its TLS handshake) and a
+    client to send an append whole once its length is read, and the budgets a client's
+    appends draw on (runtime/budgets.py)."""
+
+    max_connections: int
+    frame_timeout: float
+    budget: ReplicaBudget
+    on_refused: Callable[[str], None] = lambda _: None  # "cap" or "hello"
+    open: int = 0
+    # Refusals over the cap are logged at most once a second (a storm of connections is
+    # not a storm of log lines): when the last line was, and how many went unsaid since.
+    cap_logged: float = float("-inf")
+    cap_unlogged: int = 0
+
+    def over_cap(self, peer: str) -> None:
+        """Say why a connection over the cap is closed (at most once a second)."""
+        self.on_refused("cap")
+        now = time.monotonic()
+        if now - self.cap_logged < 1.0:
+            self.cap_unlogged += 1
+            return
+        more = f" ({self.cap_unlogged} more since the last line)" if self.cap_unlogged else ""
+        log.warning(
+            "lane connection from %s closed at once: %d lane connections are open, the cap "
+            "is %d (--max-lane-connections)%s",
+            peer,
+            self.open - 1,
+            self.max_connections,
+            more,
+        )
+        self.cap_logged, self.cap_unlogged = now, 0
+
+
 class LaneServer(asyncio.BufferedProtocol):
     """One connection to this replica's lane: a leader's writes or a client's appends. The
     bytes arrive in the connection's own buffer (`FrameBuffer`) and each frame is parsed
@@ -92,10 +131,14 @@ class LaneServer(asyncio.BufferedProtocol):
         max_frame: int,
         on_write: Callable[[], None],
         on_append: Callable[[], None],
+        limits: LaneLimits,
         admit: Admission | None = None,
         foreign_seen: ForeignSeen | None = None,
     ) -> None:
         self._replica = replica
+        self._limits = limits
+        self._counted = False
+        self._hello_timer: asyncio.TimerHandle | None = None
         self._admit = admit
         self._foreign_seen = foreign_seen
         self._log_id = log_id
@@ -111,10 +154,31 @@ class LaneServer(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        limits = self._limits
+        limits.open += 1
+        self._counted = True
+        if limits.open > limits.max_connections:
+            limits.over_cap(self._peer())
+            self._transport.close()
+            self._transport = None
+            return
         tune(transport)
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            limits.frame_timeout, self._no_hello
+        )
+
+    def _no_hello(self) -> None:
+        if not self._welcomed and self._transport is not None:
+            self._limits.on_refused("hello")
+            self._close(f"no hello within {self._limits.frame_timeout:g} s (--lane-frame-timeout)")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._counted:
+            self._counted = False
+            self._limits.open -= 1
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         if self._appends is not None:
             self._appends.lost()
 
@@ -122,6 +186,7 @@ class LaneServer(asyncio.BufferedProtocol):
         if self._transport is not None:
             what = "append lane" if self._appends is not None else "write lane"
             what = "fetch lane" if self._fetches else what
+            what = what if self._welcomed else "lane connection"
             log.warning("%s from %s closed: %s", what, self._peer(), why)
             self._transport.close()
             self._transport = None
@@ -143,6 +208,8 @@ class LaneServer(asyncio.BufferedProtocol):
                 if self._transport is None:
                     return
                 if not self._welcomed:
+                    if self._hello_timer is not None:
+                        self._hello_timer.cancel()
                     self._hello(raw)
                 elif self._appends is not None:
                     if why := self._appends.frame(raw):
@@ -151,6 +218,10 @@ class LaneServer(asyncio.BufferedProtocol):
                     self._fetch(raw)
                 else:
                     self._write(raw)
+            if self._appends is not None and self._transport is not None:
+                length = self._frames.pending_length()
+                if length is not None:
+                    self._appends.expect(length)  # before the buffer grows to hold it
         except FrameError as exc:
             self._close(str(exc))
 
@@ -194,7 +265,13 @@ class LaneServer(asyncio.BufferedProtocol):
             self._transport.set_write_buffer_limits(high=FETCH_UNSENT)
         if kind == pb.LANE_APPENDS and self._transport is not None:
             self._appends = AppendLaneHandler(
-                self._replica.appender, self._transport, self._send, self._on_append
+                self._replica.appender,
+                self._transport,
+                self._send,
+                self._on_append,
+                self._limits.budget.stream(),
+                self._limits.frame_timeout,
+                self._close,
             )
 
     def _foreign(self, what: str, sent: str) -> str:
@@ -205,11 +282,15 @@ class LaneServer(asyncio.BufferedProtocol):
         return why
 
     def pause_writing(self) -> None:
-        if self._fetches and self._transport is not None:
+        if self._appends is not None:
+            self._appends.hold("answers")  # a client that does not read its answers
+        elif self._fetches and self._transport is not None:
             self._transport.pause_reading()  # no more requests until the answers are taken
 
     def resume_writing(self) -> None:
-        if self._fetches and self._transport is not None:
+        if self._appends is not None:
+            self._appends.unhold("answers")
+        elif self._fetches and self._transport is not None:
             self._transport.resume_reading()
 
     def _fetch(self, raw: memoryview) -> None:
@@ -281,20 +362,22 @@ async def serve_lane(
     max_frame: int,
     on_write: Callable[[], None],
     on_append: Callable[[], None],
+    limits: LaneLimits,
     tls: ssl.SSLContext | None = None,
     admit: Admission | None = None,
     foreign_seen: ForeignSeen | None = None,
 ) -> asyncio.Server:
-    """Serve the lane on host:port; with `tls`, only over TLS (mutual: the context asks
-    every caller for its certificate); `admit` says why a welcomed caller is refused
-    (authorization), "" to let it in; `foreign_seen` is told of each peer message of
-    another log refused."""
+    """Serve the lane on host:port within `limits`; with `tls`, only over TLS (mutual: the
+    context asks every caller for its certificate); `admit` says why a welcomed caller is
+    refused (authorization), "" to let it in; `foreign_seen` is told of each peer message
+    of another log refused."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
         lambda: LaneServer(
-            replica, log_id, replica_id, max_frame, on_write, on_append, admit, foreign_seen
+            replica, log_id, replica_id, max_frame, on_write, on_append, limits, admit, foreign_seen
         ),
         host or None,
         port,
         ssl=tls,
+        ssl_handshake_timeout=limits.frame_timeout if tls is not None else None,
     )

@@ -88,13 +88,31 @@ class ReplicaAppender:
     storage_fault_seen: Callable[[CorruptRecord], None]
 
 
-async def answer(node: Appender, request: pb.AppendRequest, forwarded: bool) -> pb.AppendResponse:
-    """Append one request and answer it as a stream or a lane does: its positions, or the
-    error the replica refused it with, or a storage fault's error (a full disk: DISK_FULL; a
-    corrupt record: CORRUPT_RECORD, the replica repairing it; a failing disk: DISK_FAILING).
-    Other exceptions propagate."""
+def prepared(request: pb.AppendRequest) -> tuple[bytes, bytes] | RpcError:
+    """An append's packed values (`packed_values`), or the error that refuses them: what a
+    stream reads once to know the append's size (its budget) and then appends."""
     try:
-        data, offsets = packed_values(request)
+        return packed_values(request)
+    except RpcError as error:
+        return error
+
+
+async def answer(
+    node: Appender,
+    request: pb.AppendRequest,
+    forwarded: bool,
+    packed: tuple[bytes, bytes] | RpcError | None = None,
+) -> pb.AppendResponse:
+    """Append one request (its values as `prepared` gave them, if it did) and answer it as
+    a stream or a lane does: its positions, or the error the replica refused it with, or a
+    storage fault's error (a full disk: DISK_FULL; a corrupt record: CORRUPT_RECORD, the
+    replica repairing it; a failing disk: DISK_FAILING). Other exceptions propagate."""
+    try:
+        if packed is None:
+            packed = packed_values(request)
+        if isinstance(packed, RpcError):
+            raise packed
+        data, offsets = packed
         positions = await node.append(data, offsets, forwarded, conditions_of(request))
     except RpcError as error:
         return refused(request.id, error)

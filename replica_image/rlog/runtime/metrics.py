@@ -122,6 +122,31 @@ class ReplicaMetrics:
             ["rpc"],
             registry=r,
         )
+        self.append_inflight_bytes = Gauge(
+            "rlog_append_inflight_bytes",
+            "Bytes of clients' appends admitted and not yet answered (--max-inflight-bytes)",
+            registry=r,
+        )
+        self.append_budget_waits = Counter(
+            "rlog_append_budget_waits",
+            "Appends that waited for room in a budget before the replica read on, by budget "
+            "(stream: --max-stream-inflight-bytes, replica: --max-inflight-bytes, announced: "
+            "half of it, for lane appends whose bytes are still to come)",
+            ["budget"],
+            registry=r,
+        )
+        self.append_budget_refusals = Counter(
+            "rlog_append_budget_refusals",
+            "Unary appends refused (LIMIT_EXCEEDED) for want of room in --max-inflight-bytes",
+            registry=r,
+        )
+        self.lane_connections_refused = Counter(
+            "rlog_lane_connections_refused",
+            "Lane connections closed at once, by why (cap: --max-lane-connections, hello: no "
+            "hello within --lane-frame-timeout)",
+            ["reason"],
+            registry=r,
+        )
         self.catchup_fetches = Counter(
             "rlog_catchup_fetches",
             "Spans a catching-up replica fetched from its peers, by how (lane: the peer's "

@@ -49,6 +49,7 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.election import Election
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
+from rlog.runtime.budgets import ReplicaBudget
 from rlog.runtime.catchup import NO_CATCHUP, CatchupProgress
 from rlog.runtime.coordinator import CoordinatorDriver
 from rlog.runtime.election import ElectionClock, ElectionDriver
@@ -254,6 +255,15 @@ class Node:
         # What the AppendStream and the append lane ask of the replica (runtime/appends.py).
         self.appender = ReplicaAppender(
             self.coordinator_driver.append, self.repair.storage_fault_seen
+        )
+        # The bytes of clients' appends this replica holds at once (runtime/budgets.py).
+        self.budget = ReplicaBudget(
+            config.id,
+            config.max_inflight_bytes,
+            config.max_stream_inflight_bytes,
+            self.metrics.append_inflight_bytes.set,
+            lambda budget: self.metrics.append_budget_waits.labels(budget).inc(),
+            self.metrics.append_budget_refusals.inc,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -15,12 +15,14 @@ import grpc
 from rlog import allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
-from rlog.lane.server import Admission, LaneReplica, serve_lane
-from rlog.lane.tls import LaneTls, caller_names
+from rlog.lane.server import LaneLimits, LaneReplica, serve_lane
+from rlog.lane.tls import LaneTls
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
-from rlog.runtime.appends import answer, answered, conditions_of, packed_values
-from rlog.runtime.authz import AuthorizationInterceptor, Caller, PeerCheck, PolicyFile, decide
+from rlog.runtime.access import lane_admission, log_security, peer_check_of
+from rlog.runtime.appends import answer, answered, conditions_of, packed_values, prepared
+from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
+from rlog.runtime.budgets import Ticket
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.foreign import ForeignMessages
@@ -29,7 +31,7 @@ from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refus
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
 from rlog.runtime.repair import SetAside, identity_refusal, lost_earlier, set_aside
-from rlog.runtime.tls import ReloadingCertificates, certificates_of, read_token
+from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
 from rlog.storage.base import StorageLost
@@ -164,13 +166,22 @@ class LogService(pbg.LogServicer):
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         self._unary_appends.inc()
+        # Its bytes are held in the replica's budget until it is answered (runtime/budgets.py).
+        wait_until = time.monotonic() + self.node.config.append_timeout
+        wait_until = min(wait_until, _answer_by(context) or wait_until)
         try:
             data, offsets = packed_values(request)
+            ticket = await self.node.budget.admit_unary(len(data) + len(offsets), wait_until)
+        except RpcError as error:
+            await _abort(context, error)
+        try:
             positions = await self.node.appender.append(
                 data, offsets, _forwarded(context), conditions_of(request)
             )
         except RpcError as error:
             await _abort(context, error)
+        finally:
+            ticket.sent()
         return answered(positions)
 
     async def AppendStream(
@@ -182,22 +193,42 @@ class LogService(pbg.LogServicer):
         status (a refusal's or a storage fault's error too: `answer`). Requests run
         concurrently, so their entries share write batches. An append that raises anything
         else (a bug) is logged and ends the stream with INTERNAL: the client fails every
-        append still pending on it, instead of waiting for an answer that never comes."""
+        append still pending on it, instead of waiting for an answer that never comes.
+
+        The stream's budget and the replica's (runtime/budgets.py): the next request is not
+        read until the last one read fits both (backpressure, never an error); an append's
+        bytes are held until its answer is handed to gRPC."""
         forwarded = _forwarded(context)
-        responses: asyncio.Queue[pb.AppendResponse | Exception | None] = asyncio.Queue()
+        budget = self.node.budget.stream()
+        responses: asyncio.Queue[tuple[pb.AppendResponse, Ticket] | Exception | None] = (
+            asyncio.Queue()
+        )
         pending: set[asyncio.Task[None]] = set()
 
-        async def one(request: pb.AppendRequest) -> None:
+        async def one(
+            request: pb.AppendRequest, packed: tuple[bytes, bytes] | RpcError, ticket: Ticket
+        ) -> None:
             self._stream_appends.inc()
             try:
-                responses.put_nowait(await answer(self.node.appender, request, forwarded))
+                response = await answer(self.node.appender, request, forwarded, packed)
+            except asyncio.CancelledError:
+                ticket.sent()
+                raise
             except Exception as exc:
+                ticket.sent()
                 log.exception("an append on an AppendStream failed; ending the stream")
                 responses.put_nowait(exc)
+                return
+            ticket.answered()
+            responses.put_nowait((response, ticket))
 
         async def read_all() -> None:
             async for request in requests:
-                task = asyncio.get_running_loop().create_task(one(request))
+                # (the packed values' size: protobuf's ByteSize would encode the request)
+                packed = prepared(request)
+                size = len(packed[0]) + len(packed[1]) if isinstance(packed, tuple) else 0
+                ticket = await budget.admit(size)
+                task = asyncio.get_running_loop().create_task(one(request, packed, ticket))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             while pending:
@@ -206,16 +237,24 @@ class LogService(pbg.LogServicer):
 
         reader = asyncio.get_running_loop().create_task(read_all())
         try:
-            while (response := await responses.get()) is not None:
-                if isinstance(response, Exception):
+            while (item := await responses.get()) is not None:
+                if isinstance(item, Exception):
                     await context.abort(
-                        grpc.StatusCode.INTERNAL, f"an append on this stream failed: {response!r}"
+                        grpc.StatusCode.INTERNAL, f"an append on this stream failed: {item!r}"
                     )
-                yield response
+                response, ticket = item
+                try:
+                    yield response
+                finally:
+                    ticket.sent()
         finally:
             reader.cancel()
             for task in pending:
-                task.cancel()
+                task.cancel()  # each gives its bytes back as it ends
+            while not responses.empty():  # answered, never sent
+                left = responses.get_nowait()
+                if isinstance(left, tuple):
+                    left[1].sent()
 
     async def TakeEpoch(
         self, request: pb.TakeEpochRequest, context: grpc.aio.ServicerContext
@@ -475,7 +514,7 @@ async def start_server(
     certificates = certificates_of(config)
     policy = PolicyFile(config.auth_config) if config.auth_config is not None else None
     peer_token = read_token(config.auth_peer_token_file)
-    peer_check = _peer_check(certificates)
+    peer_check = peer_check_of(certificates)
     interceptors = [AuthorizationInterceptor(policy, peer_check)] if policy is not None else []
     # Storage found lost is set aside and a fresh store opened; a data dir of another log or
     # replica is closed untouched and the replica answers Status only (runtime/repair.py).
@@ -537,8 +576,14 @@ async def start_server(
                 config.max_message_size,
                 lane_writes.inc,
                 node.metrics.append_requests.labels("lane").inc,
+                LaneLimits(
+                    config.max_lane_connections,
+                    config.lane_frame_timeout,
+                    node.budget,
+                    lambda why: node.metrics.lane_connections_refused.labels(why).inc(),
+                ),
                 lane_tls.server if lane_tls is not None else None,
-                _lane_admission(policy, peer_check) if policy is not None else None,
+                lane_admission(policy, peer_check) if policy is not None else None,
                 same_log.seen,
             )
         except OSError as exc:
@@ -552,85 +597,6 @@ async def start_server(
     # Said once nothing can fail any more: a start refused is one line on stderr.
     log.info("storage: %s", opened)
     return server, node, lane
-
-
-def _peer_check(certificates: ReloadingCertificates | None) -> Callable[[], PeerCheck | None]:
-    """The peer CA's check in force (it follows the files' rotation); None: no peer CA."""
-
-    def current() -> PeerCheck | None:
-        authority = certificates.peer_authority() if certificates is not None else None
-        return authority.issued if authority is not None else None
-
-    return current
-
-
-def _lane_admission(policy: PolicyFile, peer_check: Callable[[], PeerCheck | None]) -> Admission:
-    """Why a caller on the lane is refused ("" if its certificate's role may make the call
-    the lane stands in for: WriteStream for a leader, Append for a client): the roles of
-    the gRPC port."""
-
-    def refusal(transport: asyncio.Transport, method: str) -> str:
-        peer = transport.get_extra_info("peername")
-        check = peer_check()
-        from_peer_ca = None
-        if check is not None:
-            tls = transport.get_extra_info("ssl_object")
-            der = tls.getpeercert(binary_form=True) if tls is not None else None
-            from_peer_ca = der is not None and check(der)
-        caller = Caller(
-            caller_names(transport.get_extra_info("peercert")),
-            None,
-            f"{peer[0]}:{peer[1]}" if peer else "",
-            from_peer_ca,
-        )
-        decision = decide(policy.current(), method, caller)
-        return "" if decision.allowed else decision.reason
-
-    return refusal
-
-
-def _log_security(config: ReplicaConfig) -> None:
-    """Say how the replica is secured: plaintext and open access are never silent."""
-    if config.transport == "plaintext":
-        log.warning(
-            "transport: PLAINTEXT: nothing is encrypted and callers are not authenticated "
-            "(give --tls-cert/--tls-key, and --tls-client-ca for mutual TLS)"
-        )
-    elif config.transport == "tls":
-        log.info(
-            "transport: TLS with certificate %s; callers present no certificate", config.tls_cert
-        )
-    else:
-        log.info(
-            "transport: mutual TLS with certificate %s; callers' certificates verified against %s",
-            config.tls_cert,
-            config.tls_client_ca,
-        )
-    if config.insecure:
-        log.warning(
-            "--insecure: serving PLAINTEXT on %s, which may be beyond loopback: anyone who "
-            "reaches it may read, append and speak the peer protocol",
-            config.listen,
-        )
-    if config.auth_config is not None:
-        log.info("authorization: roles from %s", config.auth_config)
-    elif config.transport == "plaintext" and not config.admin_from_anywhere:
-        log.warning(
-            "authorization: OFF for the Log API; the Admin API (permits, step-down) answers "
-            "callers on loopback only (--admin-from-anywhere opens it)"
-        )
-    else:
-        log.warning("authorization: OFF: every caller that connects may call every RPC")
-    if config.peer_trust == "names":
-        log.warning(
-            "peers are trusted BY NAME: whoever presents %s the roles file makes peer or "
-            "admin is one (give --tls-peer-ca, docs/security.md)",
-            f"a certificate of {config.tls_client_ca} with a name"
-            if config.tls_client_ca is not None
-            else "a token",
-        )
-    elif config.peer_trust == "ca":
-        log.info("peers and admins: only certificates of the peer CA %s", config.tls_peer_ca)
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
@@ -648,7 +614,7 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
         how = "mutual TLS" if config.tls_cert is not None else "plaintext"
         log.info("lane: leaders' writes and clients' appends served on %s:%d (%s)", host, port, how)
     log.info("%s", allocation)
-    _log_security(config)
+    log_security(config)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

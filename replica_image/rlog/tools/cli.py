@@ -39,6 +39,7 @@ from rlog.config import (
 from rlog.initialize import initialize
 from rlog.storage import StorageError
 from rlog.tools.client_args import add_security_arguments, credentials_of
+from rlog.tools.replica_cli import BUDGET_KEYS
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -129,6 +130,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         max_tail_readers=args.max_tail_readers,
         tail_response_bytes=args.tail_response_bytes,
+        **{key: getattr(args, key) for key in BUDGET_KEYS},
         stream_window=args.stream_window,
         min_free_bytes=args.min_free_bytes,
         catchup_rate=args.catchup_rate,
