@@ -20,7 +20,13 @@ from rlog.lane.tls import LaneTls, caller_names
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values
-from rlog.runtime.authz import AuthorizationInterceptor, Caller, PeerCheck, PolicyFile, decide
+from rlog.runtime.authz import (
+    AuthorizationInterceptor,
+    PeerCheck,
+    PolicyFile,
+    caller_of_tls,
+    decide,
+)
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import guarded, tolerant
 from rlog.runtime.foreign import ForeignMessages
@@ -570,17 +576,12 @@ def _lane_admission(policy: PolicyFile, peer_check: Callable[[], PeerCheck | Non
 
     def refusal(transport: asyncio.Transport, method: str) -> str:
         peer = transport.get_extra_info("peername")
-        check = peer_check()
-        from_peer_ca = None
-        if check is not None:
-            tls = transport.get_extra_info("ssl_object")
-            der = tls.getpeercert(binary_form=True) if tls is not None else None
-            from_peer_ca = der is not None and check(der)
-        caller = Caller(
+        tls = transport.get_extra_info("ssl_object")
+        caller = caller_of_tls(
             caller_names(transport.get_extra_info("peercert")),
-            None,
+            tls.getpeercert(binary_form=True) if tls is not None else None,
             f"{peer[0]}:{peer[1]}" if peer else "",
-            from_peer_ca,
+            peer_check(),
         )
         decision = decide(policy.current(), method, caller)
         return "" if decision.allowed else decision.reason
