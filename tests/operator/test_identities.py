@@ -108,13 +108,11 @@ def test_refused_requests(now):
     assert [c.name for c in clients] == ["twice", "squat"]
     assert len(problems) == 5 and "orders-tls-ca" in problems[3]
     foreign = {"metadata": {"name": "someone-elses", "labels": {}}, "data": {}}
-    written = {
-        s["metadata"]["name"]
-        for s in pki.plan_secrets(body, CONFIG, {"someone-elses": foreign}, now)
-    }
-    assert "someone-elses" not in written and "orders-tls-ca" in written  # a new CA, not theirs
-    assert "orders-client-twice" in written
-    # no CA key leaves the operator: the client CA's Secret is written once, as a CA
+    planned = pki.plan_secrets(body, CONFIG, {"someone-elses": foreign}, now)
+    written = {s["metadata"]["name"]: s for s in planned}
+    assert "someone-elses" not in written and "orders-client-twice" in written
+    # the client CA's Secret is written as the log's CA only, never as an identity's
+    assert pki.secret_bytes(written["orders-tls-ca"], specs.KEY_KEY) is None
     from rlog_operator.pki_secrets import identity_problems
 
     assert any(
