@@ -69,9 +69,26 @@ def status(endpoint: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+def listed(log: Log) -> list[list[str]]:
+    """The identities each replica's roles file lists (what its volume holds now)."""
+    out = []
+    for pod in log.pods:
+        text = log.k("exec", pod, "-c", "replica", "--", "cat", "/etc/rlog/auth/roles.json")
+        out.append(sorted(e["name"] for e in json.loads(text).get("certificates") or []))
+    return out
+
+
 def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
     kept = issued(log, namespace, "kept", str(tmp_path))
     revoked = issued(log, namespace, "revoked", str(tmp_path))
+    # usable once the replicas have the new roles file: the kubelet refreshes a Secret
+    # volume within its sync period (about a minute)
+    wait_until(
+        "every replica's roles file with both identities",
+        lambda: all(names == ["kept", "revoked"] for names in listed(log)),
+        240,
+        5,
+    )
     with forward(log.k, f"svc/{NAME}") as endpoint:
         for env in (kept, revoked):
             assert status(endpoint, env).returncode == 0
@@ -82,15 +99,9 @@ def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
         120,
         1,
     )
-
-    def listed(pod: str) -> list[str]:
-        text = log.k("exec", pod, "-c", "replica", "--", "cat", "/etc/rlog/auth/roles.json")
-        return [e["name"] for e in json.loads(text).get("certificates") or []]
-
-    # the kubelet refreshes a Secret volume within its sync period (about a minute)
     wait_until(
         "every replica's roles file without the revoked identity",
-        lambda: all(listed(pod) == ["kept"] for pod in log.pods),
+        lambda: all(names == ["kept"] for names in listed(log)),
         240,
         5,
     )
