@@ -20,9 +20,11 @@ Mode `spec.tls.mode`:
 
 Roles (`spec.auth`): `subjects` map certificate names to roles (read, append, owner,
 admin: rlog.runtime.authz.ROLE_GRANTS), `tokens` name Secrets whose keys hold bearer
-tokens; the replicas' own certificate is role peer and the operator's is admin, always
-(both may truncate: rlog_operator never does, the replicas forward their clients'
-truncations). The roles file lands in the Secret `<log>-auth`.
+tokens, `clients` ask the operator for client identities (mode operator: identities.py,
+issued from the client CA and listed in the roles file by fingerprint); the replicas' own
+certificate is role peer and the operator's is admin, always (both may truncate:
+rlog_operator never does, the replicas forward their clients' truncations). The roles file
+lands in the Secret `<log>-auth`.
 """
 
 from __future__ import annotations
@@ -355,14 +357,16 @@ def plan_secrets(
     tokens: Mapping[str, bytes] = {},
 ) -> list[Manifest]:
     """The Secrets to write (create or replace) so the log's PKI is whole and current,
-    given the Secrets there now by name (None: absent). Keeps each CA while it is valid
-    (the replicas' trust rests on it); issues the replicas' and the operator's certificates
-    from the peer CA and the archiver's from the client CA when absent, expiring, not of
-    that CA, carrying other CAs than the current ones, or (replicas) lacking a name; always
-    rewrites the roles file when it differs. The CAs' Secrets come first in the list (a CA
-    raced by another writer stops what it would have issued: pki_secrets.SecretRaced).
-    Mode certManager leaves the certificates to cert-manager; mode disabled writes
-    nothing."""
+        given the Secrets there now by name (None: absent). Keeps each CA while it is valid
+        (the replicas' trust rests on it); issues the replicas' and the operator's certificates
+        from the peer CA and the archiver's from the client CA when absent, expiring, not of
+        that CA, carrying other CAs than the current ones, or (replicas) lacking a name; always
+        rewrites the roles file when it differs; issues the identities of `spec.auth.clients`
+    (`_plan_clients`), whose Secrets come after the roles file listing them. The CAs' Secrets
+    come first in the list (a CA
+        raced by another writer stops what it would have issued: pki_secrets.SecretRaced).
+        Mode certManager leaves the certificates to cert-manager; mode disabled writes
+        nothing."""
     mode = mode_of(body)
     if mode == MODE_DISABLED:
         return []

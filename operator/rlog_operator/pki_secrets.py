@@ -40,6 +40,8 @@ def write_secret(obj: Mapping[str, Any], new: bool) -> None:
 # Secret; None: the log is plaintext.
 _CREDENTIALS: dict[tuple[str, str], Any] = {}
 _PKI_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
+# The spec.auth.clients problems reported last per log (warned again only when they change).
+_REPORTED: dict[tuple[str, str], list[str]] = {}
 
 
 def secrets_of(body: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -141,8 +143,11 @@ async def ensure_pki(body: kopf.Body, config: specs.OperatorConfig, logger: kopf
             await asyncio.to_thread(write_secret, secret, existing.get(name) is None)
             existing[name] = secret
             logger.info("wrote Secret %s", name)
-        for problem in identity_problems(body, existing):
-            logger.warning("%s", problem)
+        problems = identity_problems(body, existing)
+        if _REPORTED.get(key) != problems:  # once per change, not at every tick
+            for problem in problems:
+                logger.warning("%s", problem)
+            _REPORTED[key] = problems
         # Revoked identities: out of the roles file (written above), then their Secrets go.
         clients, _ = identities.clients_of(body, pki.own_secret_names(body))
         for name in identities.revoked_secrets(roles_in_force, clients):
