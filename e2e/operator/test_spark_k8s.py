@@ -1,7 +1,8 @@
 """Spark on Kubernetes: examples/spark_k8s/ for real (`make e2e-spark-k8s`, not `make test`).
 
-The example's ReplicatedLog (mutual TLS, a read role for CN=spark-reader, a NetworkPolicy
-admitting the Spark pods), its RBAC, output volume and client certificate; then
+The example's ReplicatedLog (mutual TLS, a client identity spark-reader with the read role
+that the operator issues into orders-spark-client, a NetworkPolicy admitting the Spark
+pods), its RBAC and output volume; then
 examples/spark_replay.py submitted with `spark-submit --master k8s://... --deploy-mode
 cluster` (driver and 2 executors as pods of docker.io/rlog/rlog-spark:dev, reading the log
 through its client Service):
@@ -24,7 +25,7 @@ import time
 
 import pytest
 from e2elib import Kubectl, wait_until
-from oplib import Log, delete_logs
+from oplib import Log, delete_logs, exists
 
 pytestmark = [pytest.mark.spark_k8s, pytest.mark.timeout(2400)]
 
@@ -88,13 +89,13 @@ def log(operator: str, namespace: str):
     log = Log(k, NAME)
     log.wait_ready("every replica VOTING after creation")
     log.wait_settled_leader()
-    cert = subprocess.run(
-        [sys.executable, os.path.join(EXAMPLES, "client_cert.py"), NAME, "-n", namespace],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    # log.yaml's spec.auth.clients: the operator issues the jobs' certificate
+    wait_until(
+        "the operator to write the Spark jobs' client Secret",
+        lambda: exists(k, "secret", f"{NAME}-spark-client"),
+        120,
+        1,
     )
-    assert cert.returncode == 0, cert.stderr
     k.apply(f"""
 apiVersion: v1
 kind: Pod

@@ -8,8 +8,9 @@
 #   examples/spark_k8s/spark-submit.sh orders --out /out/orders-stream --stream --max-entries 5000
 #
 # Before: kubectl apply -f rbac.yaml -f output-pvc.yaml (the driver's ServiceAccount and the
-# output volume), client_cert.py LOG (the Secret LOG-spark-client with a certificate the log's
-# roles let read); the Spark image docker.io/rlog/rlog-spark:dev on the nodes (make
+# output volume), the Secret LOG-spark-client with a certificate the log's roles let read
+# (log.yaml's spec.auth.clients: the operator issues it); the Spark image
+# docker.io/rlog/rlog-spark:dev on the nodes (make
 # e2e-spark-k8s builds and imports it on the local cluster). Settings (environment):
 #   NAMESPACE     the log's namespace, where the pods run (default: the context's, else default)
 #   MASTER        k8s://<API server> (default: the current context's server)

@@ -10,6 +10,11 @@
     kubectl rlog restore SOURCE NEW [--to-position P] [--dry-run]
                                       a new ReplicatedLog NEW bootstrapped from SOURCE's
                                       archive (spec.bootstrap.fromArchive), up to P
+    kubectl rlog certificate NAME --name CLIENT --role read|append|owner [--days N]
+                                 [--secret SECRET] [--wait]
+    kubectl rlog certificate NAME --revoke CLIENT
+                                      a client identity the operator issues into a Secret
+                                      (spec.auth.clients), or revokes (docs/security.md)
 
 Installed with the package as the `kubectl-rlog` console script (kubectl finds plugins on the
 PATH by that name). Each command is a pure request builder (`Request`: what to patch) and
@@ -30,6 +35,8 @@ from rlog_operator import archive_specs
 from rlog_operator import constants as c
 
 EXIT_ERROR = 1
+# The roles a client identity may be issued for (authz.CERTIFICATE_ROLES): never peer, admin.
+CLIENT_ROLES = frozenset({"read", "append", "owner"})
 
 
 class PluginError(Exception):
@@ -104,6 +111,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     sp.add_argument(
         "--dry-run", action="store_true", help="print the new ReplicatedLog, create nothing"
     )
+    sp = sub.add_parser(
+        "certificate",
+        help="have the operator issue (or revoke) a client certificate for a role",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    what = sp.add_mutually_exclusive_group(required=True)
+    what.add_argument("--name", dest="client", metavar="CLIENT", help="the certificate's name")
+    what.add_argument("--revoke", metavar="CLIENT", help="revoke this identity")
+    sp.add_argument("--role", choices=sorted(CLIENT_ROLES), help="the role it gets")
+    sp.add_argument("--days", type=int, metavar="N", help="each certificate's validity")
+    sp.add_argument("--secret", metavar="SECRET", help="default <log>-client-<CLIENT>")
+    sp.add_argument("--wait", action="store_true", help="wait until the Secret is written")
+    sp.add_argument("--timeout", type=positive_float, default=120.0, metavar="SECONDS")
     return p.parse_args(list(argv))
 
 
@@ -220,6 +241,45 @@ def backup_outcome(log: Mapping[str, Any], request: str) -> str | None:
         f"{name}: the archive covers the log through position "
         f"{backup.get('archivedPosition')} (asked: {backup.get('through')})"
     )
+
+
+def certificate_request(
+    log: Mapping[str, Any],
+    client: str,
+    role: str | None,
+    days: int | None = None,
+    secret: str | None = None,
+    revoke: bool = False,
+) -> Request:
+    """Add (or change) `client` in spec.auth.clients, or remove it (`revoke`): the operator
+    issues the certificate into its Secret, or revokes it. The list is replaced whole, so the
+    patch carries the resourceVersion read: a concurrent change fails it (try again)."""
+    name = str(log["metadata"]["name"])
+    auth = (log.get("spec") or {}).get("auth") or {}
+    clients = [dict(e) for e in auth.get("clients") or []]
+    others = [e for e in clients if e.get("name") != client]
+    if revoke:
+        if len(others) == len(clients):
+            raise PluginError(f"{name} has no client identity {client!r} (spec.auth.clients)")
+        entries, done = others, f"{name}: client identity {client} revoked"
+    else:
+        if role not in CLIENT_ROLES:
+            raise PluginError(f"--role must be one of {', '.join(sorted(CLIENT_ROLES))}")
+        entry: dict[str, Any] = {"name": client, "role": role}
+        if days is not None:
+            entry["days"] = days
+        if secret:
+            entry["secretName"] = secret
+        entries = [*others, entry]
+        done = (
+            f"{name}: certificate {client} (role {role}) requested: the operator writes "
+            f"Secret {secret or f'{name}-client-{client}'} (tls.crt, tls.key, ca.crt)"
+        )
+    version = str(log["metadata"].get("resourceVersion") or "")
+    patch: dict[str, Any] = {"spec": {"auth": {"clients": entries}}}
+    if version:
+        patch["metadata"] = {"resourceVersion": version}
+    return Request("ReplicatedLog", name, patch, done)
 
 
 # Copied from the source log to the restored one: its shape, not its identity or history.
@@ -403,6 +463,17 @@ class Cluster:
             dict(body),
         )
 
+    def secret_written(self, namespace: str, name: str) -> bool:
+        try:
+            found = self._call(
+                f"Secret {namespace}/{name}", self.core.read_namespaced_secret, name, namespace
+            )
+        except PluginError as e:
+            if str(e).endswith("not found"):
+                return False
+            raise
+        return bool((found.data or {}).get("tls.crt"))
+
     def apply(self, namespace: str, request: Request) -> None:
         what = f"{request.kind} {namespace}/{request.name}"
         if request.kind == "Pod":
@@ -436,6 +507,10 @@ def request_for(args: argparse.Namespace, log: Mapping[str, Any], now: str) -> R
         return pause_request(log, args.command == "pause")
     if args.command == "backup":
         return backup_request(log, now)
+    if args.command == "certificate":
+        return certificate_request(
+            log, args.client or args.revoke, args.role, args.days, args.secret, bool(args.revoke)
+        )
     raise PluginError(f"unknown command {args.command!r}")
 
 
@@ -465,7 +540,24 @@ def run(args: argparse.Namespace) -> str:
     cluster.apply(namespace, request)
     if args.command == "backup" and args.wait:
         return _wait_for_backup(cluster, namespace, args.name, now, args.timeout)
+    if args.command == "certificate" and args.wait and args.client:
+        secret = args.secret or f"{args.name}-client-{args.client}"
+        _wait_for_secret(cluster, namespace, secret, args.timeout)
+        return f"{request.done}: written"
     return request.done
+
+
+def _wait_for_secret(cluster: Cluster, namespace: str, name: str, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cluster.secret_written(namespace, name):
+        if time.monotonic() > deadline:
+            raise PluginError(
+                f"Secret {name} not written after {timeout:g}s (the operator's events on "
+                "the ReplicatedLog say why)"
+            )
+        time.sleep(1.0)
 
 
 def _wait_for_backup(

@@ -20,9 +20,11 @@ Mode `spec.tls.mode`:
 
 Roles (`spec.auth`): `subjects` map certificate names to roles (read, append, owner,
 admin: rlog.runtime.authz.ROLE_GRANTS), `tokens` name Secrets whose keys hold bearer
-tokens; the replicas' own certificate is role peer and the operator's is admin, always
-(both may truncate: rlog_operator never does, the replicas forward their clients'
-truncations). The roles file lands in the Secret `<log>-auth`.
+tokens, `clients` ask the operator for client identities (mode operator: identities.py,
+issued from the client CA and listed in the roles file by fingerprint); the replicas' own
+certificate is role peer and the operator's is admin, always (both may truncate:
+rlog_operator never does, the replicas forward their clients' truncations). The roles file
+lands in the Secret `<log>-auth`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ import datetime
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from rlog_operator import archive_specs, specs
+from rlog_operator import archive_specs, identities, specs
 from rlog_operator.specs import (
     CA_KEY,
     CERT_KEY,
@@ -282,10 +284,13 @@ def certificate_requests(body: Body, config: OperatorConfig) -> list[Manifest]:
     return out
 
 
-def roles(body: Body, tokens: Mapping[str, bytes] = {}) -> dict[str, Any]:
+def roles(
+    body: Body, tokens: Mapping[str, bytes] = {}, certificates: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """The replicas' roles file: the replicas are peers, the operator admin, then
     `spec.auth.subjects`; `tokens` are the bearer tokens of `spec.auth.tokens`, read from
-    their Secrets by the caller (secret name/key -> token), kept only as SHA-256."""
+    their Secrets by the caller (secret name/key -> token), kept only as SHA-256;
+    `certificates` the identities the operator issued, by fingerprint (identities.py)."""
     auth = body.get("spec", {}).get("auth") or {}
     subjects: dict[str, str] = {
         replica_common_name(body): "peer",
@@ -308,12 +313,32 @@ def roles(body: Body, tokens: Mapping[str, bytes] = {}) -> dict[str, Any]:
                 "role": str(rule["role"]),
             }
         )
-    return {"subjects": subjects, "tokens": token_rules, "default": "none"}
+    out = {"subjects": subjects, "tokens": token_rules, "default": "none"}
+    if certificates:
+        out["certificates"] = [dict(c) for c in certificates]
+    return out
 
 
-def auth_secret(body: Body, tokens: Mapping[str, bytes] = {}) -> Manifest:
-    text = json.dumps(roles(body, tokens), indent=2, sort_keys=True).encode()
+def auth_secret(
+    body: Body, tokens: Mapping[str, bytes] = {}, certificates: Sequence[Mapping[str, Any]] = ()
+) -> Manifest:
+    text = json.dumps(roles(body, tokens, certificates), indent=2, sort_keys=True).encode()
     return _secret(body, auth_secret_name(body), {ROLES_KEY: text})
+
+
+def own_secret_names(body: Body) -> frozenset[str]:
+    """The Secrets of the log's PKI: never a client identity's."""
+    return frozenset(
+        {
+            ca_secret_name(body),
+            peer_ca_secret_name(body),
+            server_secret_name(body),
+            operator_secret_name(body),
+            auth_secret_name(body),
+            specs.archiver_secret_name(body),
+            specs.client_ca_secret_name(body),
+        }
+    )
 
 
 def tls_status(body: Body) -> dict[str, Any]:
@@ -332,24 +357,22 @@ def plan_secrets(
     tokens: Mapping[str, bytes] = {},
 ) -> list[Manifest]:
     """The Secrets to write (create or replace) so the log's PKI is whole and current,
-    given the Secrets there now by name (None: absent). Keeps each CA while it is valid
-    (the replicas' trust rests on it); issues the replicas' and the operator's certificates
-    from the peer CA and the archiver's from the client CA when absent, expiring, not of
-    that CA, carrying other CAs than the current ones, or (replicas) lacking a name; always
-    rewrites the roles file when it differs. The CAs' Secrets come first in the list (a CA
-    raced by another writer stops what it would have issued: pki_secrets.SecretRaced).
-    Mode certManager leaves the certificates to cert-manager; mode disabled writes
-    nothing."""
+        given the Secrets there now by name (None: absent). Keeps each CA while it is valid
+        (the replicas' trust rests on it); issues the replicas' and the operator's certificates
+        from the peer CA and the archiver's from the client CA when absent, expiring, not of
+        that CA, carrying other CAs than the current ones, or (replicas) lacking a name; always
+        rewrites the roles file when it differs; issues the identities of `spec.auth.clients`
+    (`_plan_clients`), whose Secrets come after the roles file listing them. The CAs' Secrets
+    come first in the list (a CA
+        raced by another writer stops what it would have issued: pki_secrets.SecretRaced).
+        Mode certManager leaves the certificates to cert-manager; mode disabled writes
+        nothing."""
     mode = mode_of(body)
     if mode == MODE_DISABLED:
         return []
     out: list[Manifest] = []
-    auth = auth_secret(body, tokens)
-    if secret_bytes(existing.get(auth_secret_name(body)), ROLES_KEY) != secret_bytes(
-        auth, ROLES_KEY
-    ):
-        out.append(auth)
     if mode != MODE_OPERATOR:
+        _add_roles(body, tokens, [], existing, out)
         return out
     from rlog import certs
 
@@ -377,7 +400,7 @@ def plan_secrets(
         PEER_CA_KEY: peer_ca.cert,
         CLIENT_CA_KEY: client_ca.cert,
     }
-    identities = [
+    own_identities = [
         (
             server_secret_name(body),
             replica_common_name(body),
@@ -388,7 +411,7 @@ def plan_secrets(
         (operator_secret_name(body), OPERATOR_COMMON_NAME, [], peer_ca, {CA_KEY: peer_ca.cert}),
     ]
     if body.get("spec", {}).get("backup"):
-        identities.append(
+        own_identities.append(
             (
                 specs.archiver_secret_name(body),
                 archiver_common_name(body),
@@ -399,7 +422,9 @@ def plan_secrets(
                 {CA_KEY: peer_ca.cert},
             )
         )
-    for name, common_name, wanted, issuer, trust in identities:
+    clients = _plan_clients(body, existing, now, peer_ca, client_ca)
+    _add_roles(body, tokens, clients.rules, existing, out)  # before the clients' Secrets
+    for name, common_name, wanted, issuer, trust in own_identities:
         found = existing.get(name)
         cert = secret_bytes(found, CERT_KEY)
         if (
@@ -410,7 +435,83 @@ def plan_secrets(
             pem = certs.issue(issuer, common_name, wanted, days=CERT_DAYS)
             data = {**trust, CERT_KEY: pem.cert, KEY_KEY: pem.key}
             out.append(_secret(body, name, data, "kubernetes.io/tls"))
-    return out
+    return out + clients.secrets
+
+
+def _add_roles(
+    body: Body,
+    tokens: Mapping[str, bytes],
+    certificates: Sequence[Mapping[str, Any]],
+    existing: Mapping[str, Mapping[str, Any] | None],
+    out: list[Manifest],
+) -> None:
+    auth = auth_secret(body, tokens, certificates)
+    if secret_bytes(existing.get(auth_secret_name(body)), ROLES_KEY) != secret_bytes(
+        auth, ROLES_KEY
+    ):
+        out.append(auth)
+
+
+@dataclass
+class _Clients:
+    secrets: list[Manifest]  # to write
+    rules: list[dict[str, Any]]  # the roles file's certificates entries
+
+
+def _plan_clients(
+    body: Body,
+    existing: Mapping[str, Mapping[str, Any] | None],
+    now: datetime.datetime,
+    peer_ca: Any,
+    client_ca: Any,
+) -> _Clients:
+    """The identities of `spec.auth.clients` (identities.py): issued from the client CA when
+    absent, expiring (identities.margin_of), of another CA or trusting another peer CA;
+    the certificate replaced by a renewal stays listed (identities.PREVIOUS_KEY). A Secret
+    of that name that is not the identity's is left alone (ensure_pki reports it)."""
+    from rlog import certs
+
+    planned = _Clients([], [])
+    clients, _ = identities.clients_of(body, own_secret_names(body))
+    for client in clients:
+        found = existing.get(client.secret)
+        if identities.foreign(found, client):
+            continue
+        cert = secret_bytes(found, CERT_KEY)
+        margin = identities.margin_of(cert) if cert else RENEW_MARGIN
+        ours = issued_by(cert, client_ca.cert)
+        if (
+            secret_bytes(found, CA_KEY) != peer_ca.cert
+            or not ours
+            or needs_renewal(cert, now, margin)
+        ):
+            pem = certs.issue(
+                client_ca,
+                client.name,
+                days=client.days,
+                uris=[identities.identity_uri(body, client.name)],
+            )
+            # the certificate replaced, while still valid, stays listed until the next renewal
+            previous = (
+                identities.fingerprint(cert).encode()
+                if cert and ours and not needs_renewal(cert, now, datetime.timedelta(0))
+                else b""
+            )
+            data = {
+                CA_KEY: peer_ca.cert,
+                CERT_KEY: pem.cert,
+                KEY_KEY: pem.key,
+                identities.PREVIOUS_KEY: previous,
+            }
+            found = _secret(body, client.secret, data, "kubernetes.io/tls")
+            found["metadata"]["labels"][identities.IDENTITY_LABEL] = client.name
+            planned.secrets.append(found)
+        planned.rules.append(
+            identities.certificate_rule(
+                client, secret_bytes(found, CERT_KEY), secret_bytes(found, identities.PREVIOUS_KEY)
+            )
+        )
+    return planned
 
 
 def _current_ca(

@@ -115,10 +115,11 @@ def issue(
     *,
     days: float = DEFAULT_CERT_DAYS,
     not_before: datetime.datetime | None = None,
+    uris: Sequence[str] = (),
 ) -> Pem:
     """A certificate signed by `ca` for `common_name`, with `names` (DNS names or IP
-    addresses) as subject alternative names, valid from `not_before` (default: a few
-    minutes ago, for clocks a little behind) for `days`."""
+    addresses) and `uris` as subject alternative names, valid from `not_before` (default: a
+    few minutes ago, for clocks a little behind) for `days`."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
@@ -144,7 +145,7 @@ def issue(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )
     )
-    alt = _alt_names(names)
+    alt = _alt_names(names) + [x509.UniformResourceIdentifier(u) for u in uris]
     if alt:
         builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())

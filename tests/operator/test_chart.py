@@ -198,8 +198,10 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
     # the operator deletes only what it replaces (a StatefulSet only to replace its claim
     # template, orphaning its pods) and owned objects the spec no longer asks for (with a UID
-    # precondition: children.py), and never reads nodes
+    # precondition: children.py; a revoked client identity's Secret, labelled as one:
+    # identities.py), and never reads nodes
     assert {r for g, r, v in granted if v == "delete"} == {
+        "secrets",
         "pods",
         "persistentvolumeclaims",
         "statefulsets",

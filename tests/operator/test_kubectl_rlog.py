@@ -296,3 +296,51 @@ def test_backup_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as exit:
         kr.parse_args(argv)
     assert exit.value.code == 2
+
+
+# ---- certificate ------------------------------------------------------------------------------
+
+
+def test_certificate_adds_changes_and_revokes_a_client_identity():
+    """The plugin only edits spec.auth.clients (no CA key, no Secret read): what the
+    operator issues from (identities.clients_of reads the same list), guarded by the
+    resourceVersion read (the list is replaced whole)."""
+    from rlog_operator import identities
+
+    body = log()
+    body["metadata"]["resourceVersion"] = "7"
+    body["spec"]["auth"] = {"clients": [{"name": "gc", "role": "owner"}]}
+    args = kr.parse_args(["certificate", "orders", "--name", "spark", "--role", "read"])
+    added = kr.request_for(args, body, NOW)
+    assert added.patch["metadata"] == {"resourceVersion": "7"}
+    assert "orders-client-spark" in added.done
+    body["spec"]["auth"] = added.patch["spec"]["auth"]
+    clients, problems = identities.clients_of(body)
+    assert [(c.name, c.role, c.secret) for c in clients] == [
+        ("gc", "owner", "orders-client-gc"),
+        ("spark", "read", "orders-client-spark"),
+    ] and not problems
+    changed = kr.certificate_request(body, "spark", "append", days=7, secret="mine")
+    assert changed.patch["spec"]["auth"]["clients"][-1] == {
+        "name": "spark", "role": "append", "days": 7, "secretName": "mine"
+    }  # fmt: skip
+    args = kr.parse_args(["certificate", "orders", "--revoke", "spark"])
+    revoked = kr.request_for(args, body, NOW)
+    assert revoked.patch["spec"]["auth"]["clients"] == [{"name": "gc", "role": "owner"}]
+    with pytest.raises(kr.PluginError, match="no client identity"):
+        kr.certificate_request(body, "nobody", None, revoke=True)
+    with pytest.raises(kr.PluginError, match="--role"):
+        kr.certificate_request(body, "spark", None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["certificate", "orders", "--name", "x", "--role", "admin"],
+     ["certificate", "orders", "--name", "x", "--role", "peer"],
+     ["certificate", "orders", "--name", "x", "--revoke", "x"],
+     ["certificate", "orders"]],
+)  # fmt: skip
+def test_certificate_never_for_a_peer_or_admin(argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        kr.parse_args(argv)
+    assert exit.value.code == 2

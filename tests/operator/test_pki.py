@@ -13,7 +13,7 @@ pytest.importorskip("cryptography")
 from cryptography import x509
 
 from rlog import certs
-from rlog.runtime.authz import ROLE_GRANTS, Caller, decide, parse_policy
+from rlog.runtime.authz import CERTIFICATE_ROLES, ROLE_GRANTS, Caller, decide, parse_policy
 from rlog_operator import pki, specs
 from rlog_operator.specs import OperatorConfig
 
@@ -374,6 +374,9 @@ def test_crd_offers_every_client_role():
         for key in ("subjects", "tokens"):
             enum = auth[key]["items"]["properties"]["role"]["enum"]
             assert set(enum) == set(ROLE_GRANTS) - {"peer", "none"}, (path, key)
+        # an identity the operator issues: never admin either (authz.CERTIFICATE_ROLES)
+        enum = auth["clients"]["items"]["properties"]["role"]["enum"]
+        assert set(enum) == CERTIFICATE_ROLES, path
 
 
 def test_replica_wiring():

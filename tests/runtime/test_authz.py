@@ -15,10 +15,13 @@ import pytest
 from rlog.config import ConfigError
 from rlog.proto import rlog_pb2 as pb
 from rlog.runtime.authz import (
+    IDENTITY_URI_PREFIX,
     ROLE_GRANTS,
     RPC_KINDS,
     Caller,
     Kind,
+    caller_of_tls,
+    certificate_identity,
     decide,
     load_policy,
     parse_policy,
@@ -271,3 +274,52 @@ def test_peer_and_admin_rules_need_a_certificate_of_the_peer_ca():
     # A certificate of the peer CA still needs a rule: the CA says "one of ours", the name
     # says which (a replica is no admin).
     assert not decide(policy, step_down, Caller(("replica-0",), from_peer_ca=True)).allowed
+
+
+def test_issued_identities_get_a_role_by_fingerprint_only():
+    """A certificate the operator issued (IDENTITY_URI_PREFIX) has the role of the entry
+    listing its fingerprint, and none once no entry does (revoked, or another certificate
+    of the same name): no name rule or default gives it one, whatever its name matches."""
+    pytest.importorskip("cryptography")
+    from rlog import certs
+
+    ca = certs.new_ca("client CA")
+    uri = [f"{IDENTITY_URI_PREFIX}spark-reader"]
+    current = certs.issue(ca, "spark-reader", days=1, uris=uri).cert
+    other = certs.issue(ca, "spark-reader", days=1, uris=uri).cert  # same name, other key
+    fingerprint, issued = certificate_identity(current)
+    assert issued and len(fingerprint) == 64
+    assert certificate_identity(certs.issue(ca, "spark-reader", days=1).cert)[1] is False
+    data = {
+        "subjects": {"spark-*": "append"},
+        "certificates": [{"name": "spark-reader", "role": "read", "sha256": [fingerprint]}],
+        "default": "read",
+    }
+    policy = parse_policy(data)
+    read, append = "/rlog.v1.Log/Read", "/rlog.v1.Log/Append"
+
+    def caller(pem: bytes) -> Caller:
+        return caller_of_tls(("spark-reader", uri[0]), pem, "", None)
+
+    assert decide(policy, read, caller(current)).allowed
+    assert not decide(policy, append, caller(current)).allowed  # read, not the pattern's append
+    replaced = decide(policy, read, caller(other))
+    assert not replaced.allowed and "revoked or replaced" in replaced.reason
+    revoked = parse_policy({**data, "certificates": []})
+    assert not decide(revoked, read, caller(current)).allowed
+    # a certificate without the mark keeps the name rules
+    plain = certs.issue(ca, "spark-reader", days=1).cert
+    assert decide(revoked, append, caller_of_tls(("spark-reader",), plain, "", None)).allowed
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"name": "x", "role": "admin", "sha256": ["0" * 64]}, "issued identity"),
+        ({"name": "x", "role": "read", "sha256": ["zz"]}, "64 hexadecimal"),
+        ({"name": "x", "role": "read", "sha256": "0" * 64}, "sha256 list"),
+    ],
+)
+def test_bad_certificate_entries(entry, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_policy({"certificates": [entry]})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from rlog.config import ReplicaConfig
 from rlog.lane.server import Admission
 from rlog.lane.tls import caller_names
-from rlog.runtime.authz import Caller, PeerCheck, PolicyFile, decide
+from rlog.runtime.authz import PeerCheck, PolicyFile, caller_of_tls, decide
 from rlog.runtime.tls import ReloadingCertificates
 
 log = logging.getLogger("rlog.server")
@@ -34,17 +34,12 @@ def lane_admission(policy: PolicyFile, peer_check: Callable[[], PeerCheck | None
 
     def refusal(transport: asyncio.Transport, method: str) -> str:
         peer = transport.get_extra_info("peername")
-        check = peer_check()
-        from_peer_ca = None
-        if check is not None:
-            tls = transport.get_extra_info("ssl_object")
-            der = tls.getpeercert(binary_form=True) if tls is not None else None
-            from_peer_ca = der is not None and check(der)
-        caller = Caller(
+        tls = transport.get_extra_info("ssl_object")
+        caller = caller_of_tls(
             caller_names(transport.get_extra_info("peercert")),
-            None,
+            tls.getpeercert(binary_form=True) if tls is not None else None,
             f"{peer[0]}:{peer[1]}" if peer else "",
-            from_peer_ca,
+            peer_check(),
         )
         decision = decide(policy.current(), method, caller)
         return "" if decision.allowed else decision.reason

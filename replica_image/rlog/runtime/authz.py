@@ -22,6 +22,17 @@ Peers apart from clients: with a peer CA (`rlog replica --tls-peer-ca`, rlog.run
 the roles peer and admin (`PEER_CA_ROLES`) go only to callers whose certificate the peer CA
 issued: a rule or token giving them is skipped for any other caller, whatever names its
 certificate carries. Without one, the names alone decide (Status `peer_trust: names`).
+
+Identities the operator issues (`spec.auth.clients`, `kubectl rlog certificate`) are bound to
+their certificates, not to a name: such a certificate carries the subject alternative name
+`urn:rlog:client-identity:<name>` (`IDENTITY_URI_PREFIX`), and gets a role only from a
+`certificates` entry listing its SHA-256 fingerprint (of the DER):
+
+    "certificates": [{"name": "spark-reader", "role": "read", "sha256": ["<hex>", ...]}]
+
+Name rules and the default never apply to it: once its entry is gone (revoked) or lists
+other fingerprints (renewed, or another certificate of the same name), it has no role,
+whatever `subjects` patterns its name matches.
 """
 
 from __future__ import annotations
@@ -97,6 +108,12 @@ ROLE_GRANTS: dict[str, frozenset[Kind]] = {
 # asks for; its certificates must not become peers by carrying a replica's name.
 PEER_CA_ROLES = frozenset({"peer", "admin"})
 
+# The subject alternative name (URI) that marks a certificate the operator issued for a client
+# identity: only its fingerprint gives it a role (`Policy.certificates`).
+IDENTITY_URI_PREFIX = "urn:rlog:client-identity:"
+# The roles a `certificates` entry may give: a client's, never a peer's or the operator's.
+CERTIFICATE_ROLES = frozenset({"read", "append", "owner"})
+
 # What a refusal adds for a caller whose role once allowed the call (roles files written
 # before the destroy kind): what to change, in the same line.
 _REFUSAL_HINTS: dict[tuple[Kind, str], str] = {
@@ -115,6 +132,16 @@ class TokenRule:
 
 
 @dataclass(frozen=True)
+class CertificateRule:
+    """An identity the operator issued: the role of the certificates with these
+    fingerprints (the current one, and the one before a renewal while it is still valid)."""
+
+    name: str
+    fingerprints: frozenset[str]  # SHA-256 of the DER, lowercase hex
+    role: str
+
+
+@dataclass(frozen=True)
 class Policy:
     """Who gets which role."""
 
@@ -122,6 +149,10 @@ class Policy:
     tokens: tuple[TokenRule, ...] = ()
     default: str = "none"  # the role of a caller no rule names
     source: str = ""  # where it was read from
+    certificates: tuple[CertificateRule, ...] = ()
+
+    def role_of_certificate(self, fingerprint: str) -> CertificateRule | None:
+        return next((r for r in self.certificates if fingerprint in r.fingerprints), None)
 
     def role_of_subject(self, names: Iterable[str], peer_ca: bool = True) -> tuple[str, str] | None:
         """(role, name matched) of the first rule matching any of a certificate's names;
@@ -155,7 +186,7 @@ def parse_policy(data: object, source: str = "") -> Policy:
     """A Policy from a parsed roles file; ConfigError names what is wrong."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the roles file must hold an object")
-    unknown = set(data) - {"subjects", "tokens", "default"}
+    unknown = set(data) - {"subjects", "tokens", "default", "certificates"}
     if unknown:
         raise ConfigError(f"{source}: unknown keys {', '.join(sorted(unknown))}")
     subjects_data = data.get("subjects") or {}
@@ -184,7 +215,36 @@ def parse_policy(data: object, source: str = "") -> Policy:
         name = str(entry.get("name") or f"token {i}")
         tokens.append(TokenRule(name, digest, _role(entry.get("role"), where)))
     default = _role(data.get("default", "none"), f"{source}: default")
-    return Policy(subjects, tuple(tokens), default, source)
+    return Policy(
+        subjects,
+        tuple(tokens),
+        default,
+        source,
+        _certificate_rules(data.get("certificates"), source),
+    )
+
+
+def _certificate_rules(data: object, source: str) -> tuple[CertificateRule, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ConfigError(f"{source}: certificates must be a list")
+    rules = []
+    for i, entry in enumerate(data):
+        where = f"{source}: certificates[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), list):
+            raise ConfigError(f"{where}: must be an object with name, role and a sha256 list")
+        role = _role(entry.get("role"), where)
+        if role not in CERTIFICATE_ROLES:
+            raise ConfigError(
+                f"{where}: role {role!r}: an issued identity is one of "
+                f"{', '.join(sorted(CERTIFICATE_ROLES))}"
+            )
+        digests = frozenset(str(d).lower() for d in entry["sha256"])
+        if any(len(d) != 64 or not all(c in "0123456789abcdef" for c in d) for d in digests):
+            raise ConfigError(f"{where}: sha256 must be 64 hexadecimal digits each")
+        rules.append(CertificateRule(str(entry.get("name") or f"certificate {i}"), digests, role))
+    return tuple(rules)
 
 
 def load_policy(path: Path) -> Policy:
@@ -263,6 +323,8 @@ class Caller:
     # Whether the peer CA issued the certificate; None: no peer CA is configured (the
     # names alone decide, as before there was one).
     from_peer_ca: bool | None = None
+    fingerprint: str = ""  # the certificate's SHA-256 (of the DER), lowercase hex
+    issued_identity: bool = False  # it carries IDENTITY_URI_PREFIX: its fingerprint decides
 
 
 @dataclass(frozen=True)
@@ -288,10 +350,22 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
         if peer_ca or rule.role not in PEER_CA_ROLES:
             roles.append(rule.role)
             who.append(f"token {rule.name!r}")
-    by_subject = policy.role_of_subject(caller.names, peer_ca)
-    if by_subject is not None:
-        roles.append(by_subject[0])
-        who.append(f"certificate {by_subject[1]!r}")
+    if caller.issued_identity:
+        # An identity the operator issued: its fingerprint alone gives it a role; a revoked
+        # or replaced one matches no entry and falls to no name rule and no default.
+        issued = policy.role_of_certificate(caller.fingerprint)
+        roles.append(issued.role if issued is not None else "none")
+        who.append(
+            f"certificate {issued.name!r}"
+            if issued is not None
+            else f"issued certificate {caller.names[0] if caller.names else ''!r} "
+            "(revoked or replaced: its fingerprint is in no certificates entry)"
+        )
+    else:
+        by_subject = policy.role_of_subject(caller.names, peer_ca)
+        if by_subject is not None:
+            roles.append(by_subject[0])
+            who.append(f"certificate {by_subject[1]!r}")
     if not roles:
         roles.append(policy.default)
         who.append(
@@ -317,6 +391,40 @@ def decide(policy: Policy, method: str, caller: Caller) -> Decision:
 # Whether the peer CA issued a certificate (PEM); None: no peer CA is configured.
 PeerCheck = Callable[[bytes], bool]
 
+_IDENTITIES: dict[bytes, tuple[str, bool]] = {}
+_IDENTITIES_KEPT = 1024
+
+
+def certificate_identity(certificate: bytes) -> tuple[str, bool]:
+    """(SHA-256 fingerprint of the DER in lowercase hex, whether it is an identity the
+    operator issued: a URI name starting with IDENTITY_URI_PREFIX) of a certificate, PEM or
+    DER; ("", False) if it does not parse. Kept for the certificates seen last (the same
+    certificate calls again and again)."""
+    known = _IDENTITIES.get(certificate)
+    if known is not None:
+        return known
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        if certificate.lstrip().startswith(b"-----BEGIN"):
+            cert = x509.load_pem_x509_certificate(certificate)
+        else:
+            cert = x509.load_der_x509_certificate(certificate)
+    except ValueError:
+        return "", False
+    der = cert.public_bytes(serialization.Encoding.DER)
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        uris = alt.get_values_for_type(x509.UniformResourceIdentifier)
+    except x509.ExtensionNotFound:
+        uris = []
+    found = (hashlib.sha256(der).hexdigest(), any(u.startswith(IDENTITY_URI_PREFIX) for u in uris))
+    if len(_IDENTITIES) >= _IDENTITIES_KEPT:
+        _IDENTITIES.clear()
+    _IDENTITIES[certificate] = found
+    return found
+
 
 def caller_of(
     context: grpc.aio.ServicerContext, peer_check: Callable[[], PeerCheck | None] | None = None
@@ -325,10 +433,11 @@ def caller_of(
     the peer CA issued its certificate."""
     auth = context.auth_context() or {}
     check = peer_check() if peer_check is not None else None
+    pem = next(iter(auth.get("x509_pem_cert", ())), b"")  # the caller's leaf certificate
     from_peer_ca = None
     if check is not None:
-        pem = next(iter(auth.get("x509_pem_cert", ())), b"")  # the caller's leaf certificate
         from_peer_ca = bool(pem) and check(pem)
+    fingerprint, issued = certificate_identity(pem) if pem else ("", False)
     names: list[str] = []
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         for value in auth.get(key, ()):
@@ -341,7 +450,17 @@ def caller_of(
             header = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
             scheme, _, rest = header.partition(" ")
             token = rest.strip() if scheme.lower() == "bearer" else ""
-    return Caller(tuple(names), token, context.peer(), from_peer_ca)
+    return Caller(tuple(names), token, context.peer(), from_peer_ca, fingerprint, issued)
+
+
+def caller_of_tls(
+    names: tuple[str, ...], der: bytes | None, peer: str, check: PeerCheck | None
+) -> Caller:
+    """The caller on a TLS connection that is not gRPC (the write lane): its certificate's
+    names and DER, and the peer CA's check in force (None: no peer CA)."""
+    from_peer_ca = None if check is None else der is not None and check(der)
+    fingerprint, issued = certificate_identity(der) if der else ("", False)
+    return Caller(names, None, peer, from_peer_ca, fingerprint, issued)
 
 
 Handler = Callable[..., Any]

@@ -1,0 +1,112 @@
+"""Client identities the operator issues, on the real cluster (docs/security.md, "Client
+identities"): `kubectl rlog certificate` asks for one (spec.auth.clients), the operator
+writes its Secret from the client CA, the certificate reads through the client Service;
+`--revoke` takes it out of the roles file and deletes the Secret, and once every replica's
+roles file no longer lists it that certificate is refused by every replica while another
+identity still reads. Needs the operator and replica images built from this tree."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from e2elib import Kubectl, wait_until
+from oplib import PORT, Log, created_log, exists, plugin
+
+pytestmark = pytest.mark.extended
+
+NAME = "identity-log"
+
+
+@pytest.fixture(scope="module")
+def log(operator: str, namespace: str) -> Iterator[Log]:
+    with created_log(namespace, NAME) as log:
+        yield log
+
+
+def issued(log: Log, namespace: str, client: str, directory: str) -> dict[str, str]:
+    """Ask for `client` (role read) and write its Secret's files: RLOG_CA/CERT/KEY."""
+    plugin(namespace, "certificate", NAME, "--name", client, "--role", "read", "--wait")
+    data = log.k.json("get", "secret", f"{NAME}-client-{client}")["data"]
+    env = {}
+    for key, var in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
+        path = os.path.join(directory, f"{client}-{key}")
+        with open(path, "wb") as file:
+            file.write(base64.b64decode(data[key]))
+        env[var] = path
+    return env
+
+
+@contextlib.contextmanager
+def forward(k: Kubectl, target: str) -> Iterator[str]:
+    cmd = ["kubectl", "-n", str(k.namespace), "port-forward", target, f":{PORT}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"127\.0\.0\.1:(\d+)", line)
+    try:
+        assert match, f"kubectl port-forward said: {line}"
+        yield f"127.0.0.1:{match.group(1)}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def status(endpoint: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlog.tools.cli", "status", "--endpoint", endpoint],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+def listed(log: Log) -> list[list[str]]:
+    """The identities each replica's roles file lists (what its volume holds now)."""
+    out = []
+    for pod in log.pods:
+        text = log.k("exec", pod, "-c", "replica", "--", "cat", "/etc/rlog/auth/roles.json")
+        out.append(sorted(e["name"] for e in json.loads(text).get("certificates") or []))
+    return out
+
+
+def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
+    kept = issued(log, namespace, "kept", str(tmp_path))
+    revoked = issued(log, namespace, "revoked", str(tmp_path))
+    # usable once the replicas have the new roles file: the kubelet refreshes a Secret
+    # volume within its sync period (about a minute)
+    wait_until(
+        "every replica's roles file with both identities",
+        lambda: all(names == ["kept", "revoked"] for names in listed(log)),
+        240,
+        5,
+    )
+    with forward(log.k, f"svc/{NAME}") as endpoint:
+        for env in (kept, revoked):
+            assert status(endpoint, env).returncode == 0
+    plugin(namespace, "certificate", NAME, "--revoke", "revoked")
+    wait_until(
+        "the revoked identity's Secret deleted",
+        lambda: not exists(log.k, "secret", f"{NAME}-client-revoked"),
+        120,
+        1,
+    )
+    wait_until(
+        "every replica's roles file without the revoked identity",
+        lambda: all(names == ["kept"] for names in listed(log)),
+        240,
+        5,
+    )
+    for pod in log.pods:
+        with forward(log.k, f"pod/{pod}") as endpoint:
+            refused = status(endpoint, revoked)
+            assert refused.returncode != 0 and "permission denied" in refused.stderr, pod
+            assert status(endpoint, kept).returncode == 0, pod
