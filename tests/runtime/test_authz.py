@@ -323,3 +323,31 @@ def test_issued_identities_get_a_role_by_fingerprint_only():
 def test_bad_certificate_entries(entry, message):
     with pytest.raises(ConfigError, match=message):
         parse_policy({"certificates": [entry]})
+
+
+# ---- docs/security.md's threat model names an attack test per boundary ----------------------
+
+
+def _threat_model() -> str:
+    text = SECURITY_MD.read_text()
+    start = text.index("## Threat model")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_every_attack_test_the_threat_model_names_exists():
+    """Each boundary of the threat model names the test that attacks it: a file, or a file
+    and its test function (`path::test_name`); a renamed or deleted test fails here rather
+    than leaving a boundary claimed without one."""
+    import re
+
+    root = SECURITY_MD.parents[1]
+    named = re.findall(r"`((?:tests|e2e)/[\w/]+\.py)(?:::(\w+))?`", _threat_model())
+    assert len(named) >= 10, named
+    missing = []
+    for path, test in named:
+        file = root / path
+        if not file.exists():
+            missing.append(path)
+        elif test and not re.search(rf"^(async )?def {test}\(", file.read_text(), re.M):
+            missing.append(f"{path}::{test}")
+    assert not missing, f"docs/security.md's threat model names missing tests: {missing}"
