@@ -162,6 +162,8 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         missing = [name for name in names if name not in text]
         assert not missing, missing
         assert 'rlog_replica_status{status="VOTING"} 1.0' in text
+        assert 'rlog_storage_condition{condition="healthy"} 1.0' in text
+        assert 'rlog_storage_condition{condition="disk-full"} 0.0' in text
     assert "rlog_replica_is_leader 1.0" in scraped[leader]
     appended = next(
         float(line.split()[1])
@@ -169,6 +171,26 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         if line.startswith("rlog_appends_total ")
     )
     assert appended >= 10  # a retried unknown outcome may have appended twice
+
+
+def test_the_storage_condition_metric_says_disk_full_under_min_free_bytes(tmp_path):
+    """The condition metric is read at the scrape (not set at each state change): a disk
+    with less free than --min-free-bytes shows as disk-full, as Status says."""
+    import urllib.request
+
+    more_than_free = str(1 << 62)
+    with DevCluster(
+        3, tmp_path, metrics=True, replica_args=["--min-free-bytes", more_than_free]
+    ) as cluster:
+        cluster.wait_for(
+            lambda found: found[0] is not None and found[0].storage_condition == "disk-full",
+            what="replica 0's Status to say disk-full",
+        )
+        port = cluster.metrics_ports[0]
+        url = f"http://{cluster.host_of(0)}:{port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert 'rlog_storage_condition{condition="disk-full"} 1.0' in text
+    assert 'rlog_storage_condition{condition="healthy"} 0.0' in text
 
 
 def test_coalesced_stream_appends_split_positions_and_isolate_a_bad_value(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -223,6 +224,7 @@ class ReplicaMetrics:
             registry=r,
         )
         self._condition = ""
+        self._condition_watched = False
         for name in STORAGE_CONDITIONS:
             self.storage_condition.labels(name).set(1 if name == "healthy" else 0)
         self.disk_used = Gauge(
@@ -258,9 +260,23 @@ class ReplicaMetrics:
         for value, name in enumerate(pb.Status.keys()):
             self.status.labels(name).set(1 if value == status else 0)
 
+    def watch_storage_condition(self, condition: Callable[[], str]) -> None:
+        """Read the storage's condition (as Status says it, "" healthy) at each scrape: it
+        moves with the free space too (disk-full under --min-free-bytes), and asking it at
+        every metrics update (six per append on the leader) cost two dozen calls per append
+        (docs/performance.md, "Before/after the driver split and storage-fault checks")."""
+        self._condition_watched = True
+
+        def is_now(name: str) -> Callable[[], float]:
+            return lambda: 1.0 if (condition() or "healthy") == name else 0.0
+
+        for name in STORAGE_CONDITIONS:
+            self.storage_condition.labels(name).set_function(is_now(name))
+
     def set_storage_condition(self, condition: str) -> None:
-        """`condition` as Status says it ("" healthy)."""
-        if condition == self._condition:
+        """`condition` as Status says it ("" healthy); nothing once watched
+        (`watch_storage_condition`)."""
+        if condition == self._condition or self._condition_watched:
             return
         self._condition = condition
         for name in STORAGE_CONDITIONS:

@@ -126,6 +126,7 @@ class Node:
         self.journal.on_full_changed = self.repair.on_disk_full_changed
         self.journal.on_failing_changed = self.repair.on_disk_failing_changed
         self.metrics.disk_full.set_function(lambda: 1.0 if self.repair.disk_low() else 0.0)
+        self.metrics.watch_storage_condition(self.repair.condition)
         self.coordinator = Coordinator(
             config.id,
             len(config.peers),
@@ -525,7 +526,6 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
-        m.set_storage_condition(self.repair.condition())
 
 
 def _warn_test_only(unsafe_no_read_index: bool) -> None:
