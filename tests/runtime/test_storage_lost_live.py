@@ -78,6 +78,13 @@ def corrupt_mark(where: Path) -> str:
     return mark.name
 
 
+def empty_mark(where: Path) -> str:
+    """The mark as an older version left it when it stopped between creating the mark and
+    its first write: empty."""
+    os.truncate(where / MARK_NAME, 0)
+    return MARK_NAME
+
+
 def corrupt_newest_metadata(where: Path) -> str:
     """Flip a byte of the metadata in the checkpoint frame that starts the newest segment
     (frames follow it, so it is damage, not a torn write)."""
@@ -160,6 +167,10 @@ def test_a_deleted_newest_segment_is_set_aside_and_recovered(tmp_path: Path) -> 
 
 def test_a_corrupt_synced_mark_is_set_aside_and_recovered(tmp_path: Path) -> None:
     run_damaged_follower(tmp_path, 3, corrupt_mark, STORAGE_LOST)
+
+
+def test_an_empty_synced_mark_is_no_mark_and_nothing_is_set_aside(tmp_path: Path) -> None:
+    run_damaged_follower(tmp_path, 3, empty_mark, "")
 
 
 @pytest.mark.parametrize("damage", [delete_snapshot, corrupt_snapshot])
