@@ -3,7 +3,8 @@ from the peers; storage lost or damaged beyond a record is set aside and the rep
 rejoins empty; a data dir of another log or replica is refused, visibly; a full disk
 refuses appends until space returns.
 
-- `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short)
+- `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short,
+  LMDB's data.mdb truncated or damaged)
   moved into `<data dir>/damaged-<time>/` (never deleted: it is evidence), so a fresh one
   can be opened in its place;
 - `lost_earlier`: storage set aside by a start that stopped before it stamped the fresh
