@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,49 @@ def test_a_failing_disk_leaves_the_quorum_and_rejoins_once_it_works(
         report = check(cluster, writers.acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[others[0]]
+
+
+@pytest.mark.parametrize("error", ["EIO", "EROFS"])
+def test_a_replica_started_on_a_disk_that_cannot_be_written_waits_for_it(
+    tmp_path: Path, error: str
+) -> None:
+    """A stopped follower restarted while its disk fails (EIO) or is read-only (EROFS):
+    it stays up, saying why in its log, and once the disk works again it opens its store
+    and comes back VOTING with every acknowledged append. Without the fix it exited at
+    once ("data dir ... is not writable") and stayed down until restarted by someone."""
+    env = {
+        **os.environ,
+        "RLOG_TEST_EIO": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH")) if p),
+    }
+    with DevCluster(
+        3, tmp_path, distinct_hosts=True, election_timeout=0.5, storage_engine="segment", env=env
+    ) as cluster:
+        leader = cluster.wait_for_leader()
+        victim = next(i for i in range(3) if i != leader)
+        writers = Writers([cluster.endpoints[i] for i in range(3) if i != victim], clients=4)
+        control = Path(f"{cluster.data_dir(victim)}.eio")
+        asyncio.run(writers.run(limit=1000))
+        cluster.stop_replica(victim)
+        control.write_text(error)
+        try:
+            cluster.start_replica(victim)
+            said = "the disk cannot be written; trying again"
+            deadline = time.monotonic() + 30
+            while said not in cluster.log_file(victim).read_text():
+                assert cluster.running(victim), cluster.log_tail(victim, 15)
+                assert time.monotonic() < deadline, cluster.log_tail(victim, 15)
+                time.sleep(0.1)
+            assert os.strerror(getattr(errno, error)) in cluster.log_tail(victim, 5)
+            assert cluster.running(victim)
+            asyncio.run(writers.run(limit=2000))  # the log goes on without it
+        finally:
+            control.unlink(missing_ok=True)
+        cluster.wait_for(
+            lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
+            60,
+            "the victim VOTING once its disk works",
+        )
+        report = check(cluster, writers.acknowledged)
+        entries = [view.entries for view in report.replicas]
+        assert entries[victim] == entries[leader]

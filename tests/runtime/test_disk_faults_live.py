@@ -1,5 +1,6 @@
 """Disk faults on 3 real replica processes under write load (docs/faults.md): bytes flipped
-in a replica's data file while it runs, a truncated data file, a disk that fills up.
+in a replica's data file while it runs, a disk that fills up (a truncated data file:
+tests/runtime/test_storage_lost_live.py).
 
 Each test keeps clients appending throughout and ends with the consistency check: every
 acknowledged entry is in the log, identical on every replica. Every read the tests make
@@ -13,7 +14,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -151,46 +151,6 @@ def test_bytes_flipped_under_a_running_follower_are_never_served_and_repaired(
         assert int(outcome["flips"]) >= 3  # type: ignore[call-overload]
         log = cluster.log_file(victim).read_text()
         assert "is corrupt" in log and "RECOVERING -> VOTING" in log
-        check(cluster, writers.acknowledged)
-
-
-def test_a_truncated_lmdb_file_stops_the_replica_which_recovers_once_wiped(
-    tmp_path: Path,
-) -> None:
-    # LMDB named: this cuts lmdb/data.mdb, and fresh data dirs get the segment engine.
-    with DevCluster(
-        3, tmp_path, distinct_hosts=True, election_timeout=0.5, storage_engine="lmdb"
-    ) as cluster:
-        writers = Writers(cluster.endpoints, clients=4, per_call=5)
-        leader = cluster.wait_for_leader()
-        victim = next(i for i in range(3) if i != leader)
-        writers.endpoints = [cluster.endpoints[i] for i in range(3) if i != victim]
-
-        async def scenario() -> None:
-            task = asyncio.create_task(writers.run())
-            while len(writers.acknowledged) < 3000:  # noqa: ASYNC110
-                await asyncio.sleep(0.1)
-            cluster.kill(victim, signal.SIGKILL)
-            path = data_files(cluster, victim)[0]
-            os.truncate(path, path.stat().st_size // 2)
-            cluster.start_replica(victim)
-            deadline = time.monotonic() + 30
-            while cluster.running(victim) and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.2)
-            assert not cluster.running(victim), "a replica on a truncated file must not run"
-            assert "is truncated" in cluster.log_file(victim).read_text()
-            cluster.wipe(victim)  # what an operator does: the replica recovers from peers
-            cluster.start_replica(victim)
-            await asyncio.to_thread(
-                cluster.wait_for,
-                lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
-                60,
-                "the wiped replica VOTING again",
-            )
-            writers.stop()
-            await task
-
-        asyncio.run(scenario())
         check(cluster, writers.acknowledged)
 
 

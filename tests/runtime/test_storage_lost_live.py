@@ -1,6 +1,7 @@
 """Storage lost or damaged under a stopped follower, on real replica processes and files
 (docs/faults.md, "Lost or cut segments"): a middle segment deleted, the newest segment cut
-short, an index snapshot deleted or corrupted, the metadata damaged. Clients append
+short, an index snapshot deleted or corrupted, the metadata damaged, the mark emptied; with
+LMDB, data.mdb truncated. Clients append
 throughout; the follower must come back VOTING by itself, its damaged files kept aside,
 and every acknowledged append be readable, identical on every replica.
 
@@ -78,6 +79,20 @@ def corrupt_mark(where: Path) -> str:
     return mark.name
 
 
+def empty_mark(where: Path) -> str:
+    """The mark as an older version left it when it stopped between creating the mark and
+    its first write: empty."""
+    os.truncate(where / MARK_NAME, 0)
+    return MARK_NAME
+
+
+def truncate_data_mdb(where: Path) -> str:
+    """LMDB's data file cut to half: below the pages its meta page says are in use."""
+    data = where / "data.mdb"
+    os.truncate(data, data.stat().st_size // 2)
+    return data.name
+
+
 def corrupt_newest_metadata(where: Path) -> str:
     """Flip a byte of the metadata in the checkpoint frame that starts the newest segment
     (frames follow it, so it is damage, not a torn write)."""
@@ -90,7 +105,11 @@ def corrupt_newest_metadata(where: Path) -> str:
 
 
 def run_damaged_follower(
-    tmp_path: Path, replicas: int, damage: Callable[[Path], str], condition: str
+    tmp_path: Path,
+    replicas: int,
+    damage: Callable[[Path], str],
+    condition: str,
+    engine: str = "segment",
 ) -> None:
     """Append through the others while one follower is stopped, damaged, restarted and
     comes back VOTING; its Status showing `condition` once back; then the consistency check."""
@@ -100,14 +119,15 @@ def run_damaged_follower(
         tmp_path,
         distinct_hosts=True,
         election_timeout=0.5,
-        storage_engine="segment",
+        storage_engine=engine,
         env=env,
     ) as cluster:
         writers = Writers(cluster.endpoints, clients=4, per_call=5)
         leader = cluster.wait_for_leader()
         victim = next(i for i in range(replicas) if i != leader)
         writers.endpoints = [cluster.endpoints[i] for i in range(replicas) if i != victim]
-        where = cluster.data_dir(victim) / "segments"
+        sub = "segments" if engine == "segment" else engine
+        where = cluster.data_dir(victim) / sub
 
         async def scenario() -> str:
             task = asyncio.create_task(writers.run())
@@ -136,8 +156,8 @@ def run_damaged_follower(
             assert "storage lost" in status.storage_fault and what in status.storage_fault
             assert "storage lost" in log and "RECOVERING -> VOTING" in log
             (aside,) = cluster.data_dir(victim).glob(f"{DAMAGED_PREFIX}*")
-            kept = {p.name for p in (aside / "segments").iterdir()}
-            assert len(kept) > 3 and (what in kept or what.endswith(".seg")), kept
+            kept = {p.name for p in (aside / sub).iterdir()}
+            assert what in kept or (what.endswith(".seg") and len(kept) > 3), kept
         else:
             assert not list(cluster.data_dir(victim).glob(f"{DAMAGED_PREFIX}*"))
         report = check(cluster, writers.acknowledged)
@@ -160,6 +180,16 @@ def test_a_deleted_newest_segment_is_set_aside_and_recovered(tmp_path: Path) -> 
 
 def test_a_corrupt_synced_mark_is_set_aside_and_recovered(tmp_path: Path) -> None:
     run_damaged_follower(tmp_path, 3, corrupt_mark, STORAGE_LOST)
+
+
+def test_an_empty_synced_mark_is_no_mark_and_nothing_is_set_aside(tmp_path: Path) -> None:
+    run_damaged_follower(tmp_path, 3, empty_mark, "")
+
+
+def test_a_truncated_lmdb_file_is_set_aside_and_recovered(tmp_path: Path) -> None:
+    """Before, the replica exited at open ("data.mdb is truncated") and stayed down until
+    its data dir was removed by hand."""
+    run_damaged_follower(tmp_path, 3, truncate_data_mdb, STORAGE_LOST, engine="lmdb")
 
 
 @pytest.mark.parametrize("damage", [delete_snapshot, corrupt_snapshot])

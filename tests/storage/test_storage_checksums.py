@@ -19,6 +19,7 @@ from engines import DISK, run
 from tmpfs import remount, tiny_tmpfs
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.runtime.repair import set_aside
 from rlog.storage import StorageError, WriteBatch, open_storage
 from rlog.storage.base import CorruptRecord, DiskFull, StorageLost
 from rlog.storage.lmdb_engine import LmdbStorage
@@ -185,7 +186,9 @@ def test_corrupt_metadata_refuses_with_the_data_dir_named(engine: str, tmp_path:
         store.close()
 
 
-def test_a_truncated_lmdb_file_is_refused_at_open(tmp_path: Path) -> None:
+def test_a_truncated_lmdb_file_is_storage_lost(tmp_path: Path) -> None:
+    """Storage lost, as a segment cut short is: the replica sets it aside and rejoins
+    through a quorum (tests/runtime/test_storage_lost_live.py)."""
     data = tmp_path / "data"
     store = _store("lmdb", data)
     for i in range(20):
@@ -194,8 +197,28 @@ def test_a_truncated_lmdb_file_is_refused_at_open(tmp_path: Path) -> None:
     path = data / "lmdb" / "data.mdb"
     size = path.stat().st_size
     os.truncate(path, size // 2)
-    with pytest.raises(StorageError, match="truncated"):
+    with pytest.raises(StorageLost, match="truncated"):
         open_storage(data, "lmdb")
+
+
+@pytest.mark.parametrize("cut", [100, 4096])
+def test_an_lmdb_file_cut_inside_its_meta_pages_is_storage_lost(tmp_path: Path, cut: int) -> None:
+    """Cut so short that LMDB finds no valid meta pages ("not an LMDB file"): lost too, and
+    the data dir is left to be set aside (the lock released, the environment closed)."""
+    data = tmp_path / "data"
+    store = _store("lmdb", data)
+    for i in range(20):
+        store.apply(WriteBatch(runs=[run(1 + 100 * i, 100, b"x" * 50)]))
+    store.close()
+    os.truncate(data / "lmdb" / "data.mdb", cut)
+    with pytest.raises(StorageLost, match=r"data\.mdb is damaged"):
+        open_storage(data, "lmdb")
+    set_aside(data, StorageLost("test"))
+    fresh = open_storage(data, "lmdb")
+    try:
+        assert fresh.metadata().status == pb.EMPTY and fresh.last_position() is None
+    finally:
+        fresh.close()
 
 
 def test_an_lmdb_file_cut_to_its_meta_pages_is_refused_not_a_crash(tmp_path: Path) -> None:

@@ -108,3 +108,42 @@ def test_set_aside_keeps_the_files_and_leaves_a_fresh_dir(tmp_path: Path) -> Non
         assert store.metadata().status == pb.EMPTY and store.last_position() is None
     finally:
         store.close()
+
+
+def test_an_empty_mark_from_an_interrupted_creation_is_no_mark(tmp_path: Path) -> None:
+    """The mark created empty and never written (an older version, crashed or out of space
+    between the two) opens as no mark: nothing lost, nothing to set aside; the mark is
+    whole again after, and checks the segments as before."""
+    segments = filled(tmp_path)
+    mark = tmp_path / "segments" / MARK_NAME
+    os.truncate(mark, 0)
+    store = reopen(tmp_path)
+    try:
+        assert [a.position for a in store.scan(1, 200)] == list(range(1, 201))
+        assert store.metadata().promised == 199
+    finally:
+        store.close()
+    assert decode_mark(mark.read_bytes()).active == int(segments[-1].stem, 16)
+    segments[-1].unlink()
+    with pytest.raises(StorageLost, match="is missing"):
+        reopen(tmp_path)
+
+
+def test_a_mark_created_for_a_dir_without_one_is_whole(tmp_path: Path) -> None:
+    """A dir without a mark (or with only the temp file of a creation a crash interrupted)
+    gets a whole mark at open, the temp file gone."""
+    segments = filled(tmp_path)
+    mark = tmp_path / "segments" / MARK_NAME
+    mark.rename(mark.with_name(MARK_NAME + ".tmp"))
+    reopen(tmp_path).close()
+    assert decode_mark(mark.read_bytes()).end == segments[-1].stat().st_size
+    assert not list((tmp_path / "segments").glob("*.tmp"))
+
+
+def test_a_short_mark_is_storage_lost(tmp_path: Path) -> None:
+    """A mark is never seen shorter than whole (created whole, rewritten in place): a short
+    one was damaged after it recorded something."""
+    filled(tmp_path)
+    os.truncate(tmp_path / "segments" / MARK_NAME, 20)
+    with pytest.raises(StorageLost, match="synced mark"):
+        reopen(tmp_path)

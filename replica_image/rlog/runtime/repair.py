@@ -3,11 +3,14 @@ from the peers; storage lost or damaged beyond a record is set aside and the rep
 rejoins empty; a data dir of another log or replica is refused, visibly; a full disk
 refuses appends until space returns.
 
-- `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short)
+- `set_aside`: storage found lost at open (`StorageLost`: a segment missing or cut short,
+  LMDB's data.mdb truncated or damaged)
   moved into `<data dir>/damaged-<time>/` (never deleted: it is evidence), so a fresh one
   can be opened in its place;
 - `lost_earlier`: storage set aside by a start that stopped before it stamped the fresh
   store RECOVERING is lost all the same;
+- `disk_fault`: whether the storage could not be opened for a full, failing or read-only
+  disk (the server waits for it at start);
 - `identity_refusal`: why a data dir stamped for another log or replica must not be used;
 - `open_core`: the replica's core over its storage, a corrupt record met at open dropped
   and the replica turned RECOVERING before it serves anything; a fresh store that replaces
@@ -23,6 +26,7 @@ refuses appends until space returns.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -118,6 +122,26 @@ def lost_earlier(data_dir: Path, storage: Storage) -> SetAside | None:
     )
     log.error("%s", reason)
     return SetAside(reason, asides[-1], "")
+
+
+# What a disk says when it is full, failing or remounted read-only: each may pass (space
+# freed, the disk remounted or replaced) with nothing done to the replica's files.
+DISK_FAULT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+
+
+def disk_fault(exc: BaseException) -> bool:
+    """Whether opening the storage failed because the disk cannot be written now (full,
+    failing, read-only: `DISK_FAULT_ERRNOS`, or `DiskFull`), not because of what the data
+    dir holds or how the replica is configured. Engines raise a one-line StorageError from
+    the OSError they met (its `__context__`), which this follows."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DiskFull):
+            return True
+        if isinstance(seen, OSError) and seen.errno in DISK_FAULT_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def identity_refusal(meta: pb.Metadata, config: ReplicaConfig) -> str:

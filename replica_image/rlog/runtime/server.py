@@ -30,11 +30,17 @@ from rlog.runtime.node import Node
 from rlog.runtime.plaintext import admin_refusal, listen_addresses, listen_refusal
 from rlog.runtime.read_runs import response_of
 from rlog.runtime.recover import recover_info
-from rlog.runtime.repair import SetAside, identity_refusal, lost_earlier, set_aside
+from rlog.runtime.repair import (
+    SetAside,
+    disk_fault,
+    identity_refusal,
+    lost_earlier,
+    set_aside,
+)
 from rlog.runtime.tls import certificates_of, read_token
 from rlog.runtime.write_stream import answer_to
 from rlog.storage import DataDirLocked, Storage, choose_engine, open_storage
-from rlog.storage.base import StorageLost
+from rlog.storage.base import StorageError, StorageLost
 from rlog.storage.memory import MemoryStorage
 from rlog.storage.restoring import refuse_if_restoring
 from rlog.wire import FORWARDED, SERVER_OPTIONS, Reason
@@ -498,6 +504,39 @@ async def open_when_free(data_dir: Path, engine: str, wait: float) -> tuple[Stor
         return storage, f"{chosen} engine ({why})"
 
 
+DISK_RETRY = 1.0  # seconds between attempts to open the storage on a disk that cannot be written
+
+
+async def open_on_a_working_disk(config: ReplicaConfig) -> tuple[Storage, str, SetAside | None]:
+    """`open_when_free`, storage found lost set aside and a fresh store opened in its place;
+    while the disk cannot be written (full, failing, read-only: `disk_fault`) tried again
+    every DISK_RETRY seconds, the reason logged when it changes and every LOCK_REPORT
+    seconds, instead of exiting: space freed or the disk remounted, the replica starts by
+    itself. Status is not served meanwhile (there is no store to serve it from)."""
+    said, reported = "", 0.0
+    while True:
+        try:
+            try:
+                storage, opened = await open_when_free(
+                    config.data_dir, config.storage_engine, config.lock_wait
+                )
+                return storage, opened, None
+            except StorageLost as exc:
+                lost = set_aside(config.data_dir, exc)
+                storage, opened = await open_when_free(
+                    config.data_dir, lost.engine or config.storage_engine, config.lock_wait
+                )
+                return storage, opened, lost
+        except (StorageError, OSError) as exc:
+            if not disk_fault(exc):
+                raise
+            why, now = str(exc), time.monotonic()
+            if why != said or now - reported >= LOCK_REPORT:
+                log.error("%s: the disk cannot be written; trying again every %gs", why, DISK_RETRY)
+                said, reported = why, now
+            await asyncio.sleep(DISK_RETRY)
+
+
 async def start_server(
     config: ReplicaConfig,
 ) -> tuple[grpc.aio.Server, Node, asyncio.Server | None]:
@@ -518,16 +557,7 @@ async def start_server(
     interceptors = [AuthorizationInterceptor(policy, peer_check)] if policy is not None else []
     # Storage found lost is set aside and a fresh store opened; a data dir of another log or
     # replica is closed untouched and the replica answers Status only (runtime/repair.py).
-    lost: SetAside | None = None
-    try:
-        storage, opened = await open_when_free(
-            config.data_dir, config.storage_engine, config.lock_wait
-        )
-    except StorageLost as exc:
-        lost = set_aside(config.data_dir, exc)
-        storage, opened = await open_when_free(
-            config.data_dir, lost.engine or config.storage_engine, config.lock_wait
-        )
+    storage, opened, lost = await open_on_a_working_disk(config)
     lost = lost or lost_earlier(config.data_dir, storage)
     refusal = identity_refusal(storage.metadata(), config)
     if refusal:

@@ -16,6 +16,12 @@ retries the batch, up to `max_map_size` (1 TiB by default); past that the batch 
 EDQUOT): nothing of the batch is written and the next batch may succeed (docs/faults.md).
 Freed pages (after delete_below) are reused, the file never shrinks.
 
+Damage found at open is storage lost (`StorageLost`: the replica sets the data dir aside and
+rejoins through a quorum, rlog/runtime/repair.py, docs/faults.md): a data.mdb shorter than
+the pages its meta page says are in use (truncated), or one LMDB finds invalid or corrupt
+(its meta pages cut or overwritten). An empty data.mdb LMDB takes as new (it creates the
+file empty, then writes its meta pages), so one cut to nothing opens as a wiped store would.
+
 Deletion below a position: LMDB has no range delete, so it walks a cursor from the first key
 and deletes key by key, all in the one transaction of the batch.
 """
@@ -30,7 +36,7 @@ import lmdb
 
 from rlog.proto import rlog_pb2 as pb
 from rlog.storage._common import decode_position, encode_position, fsync_dir, open_data_dir
-from rlog.storage.base import DiskFull, StorageError
+from rlog.storage.base import DiskFull, StorageError, StorageLost
 from rlog.storage.records import Plan, RecordStorage, decode_metadata
 
 DEFAULT_MAP_SIZE = 64 << 30  # 64 GiB of address space; sparse on 64-bit
@@ -40,6 +46,10 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # (page headers, the B+tree pages a commit rewrites).
 _FULL_MARGIN = 1 << 20
 _TRUNCATION_SLACK_PAGES = 4
+# What LMDB says at open of a data.mdb that is not as it wrote it: meta pages missing or
+# invalid (a file cut inside them), the tree's pages bad or beyond the file. Storage lost
+# (rlog/runtime/repair.py), not a version or environment problem (those stay StorageError).
+_DAMAGED = (lmdb.InvalidError, lmdb.CorruptedError, lmdb.PageNotFoundError)
 _META_KEY = b"metadata"
 
 
@@ -53,8 +63,9 @@ class LmdbStorage(RecordStorage):
         self.path = Path(path)
         self.max_map_size = max(max_map_size, map_size)
         engine_dir, self._lock = open_data_dir(self.path, "lmdb")
+        env: lmdb.Environment | None = None
         try:
-            self._env = lmdb.open(
+            self._env = env = lmdb.open(
                 str(engine_dir),
                 map_size=map_size,
                 subdir=True,
@@ -73,16 +84,18 @@ class LmdbStorage(RecordStorage):
             # LMDB syncs its files' data, never their names: data.mdb, created by the first
             # open, would vanish in a power cut with every commit in it (docs/faults.md).
             fsync_dir(engine_dir)
-        except lmdb.Error as exc:
+        except (lmdb.Error, StorageError, OSError) as exc:
+            if env is not None:
+                env.close()
             self._lock.release()
-            raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
-        except StorageError:
-            self._env.close()
-            self._lock.release()
-            raise
-        except OSError as exc:
-            self._env.close()
-            self._lock.release()
+            if isinstance(exc, StorageError):
+                raise
+            if isinstance(exc, _DAMAGED) and _written(engine_dir / "data.mdb"):
+                # A data.mdb LMDB wrote (it is not empty) whose meta pages or tree are not
+                # what LMDB wrote: what it held is gone here, as with a truncated file.
+                raise StorageLost(
+                    f"data dir {self.path}: data.mdb is damaged (LMDB: {exc})"
+                ) from None
             raise StorageError(f"data dir {self.path}: cannot open LMDB: {exc}") from None
         self._closed = False
 
@@ -96,10 +109,9 @@ class LmdbStorage(RecordStorage):
         # The last pages counted may never have been written (pages a transaction took and
         # freed again): a file a little short is normal, one short by more is truncated.
         if size < in_use - _TRUNCATION_SLACK_PAGES * page:
-            raise StorageError(
+            raise StorageLost(
                 f"data dir {self.path}: {data_file.name} is truncated: {size} bytes, but its "
-                f"pages in use end at byte {in_use}; remove the data dir and let the replica "
-                "recover from its peers"
+                f"pages in use end at byte {in_use}"
             )
 
     # -- the record primitives (rlog/storage/records.py) -------------------------------------
@@ -204,6 +216,13 @@ class LmdbStorage(RecordStorage):
             self._closed = True
             self._env.close()
             self._lock.release()
+
+
+def _written(data_file: Path) -> bool:
+    try:
+        return data_file.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _no_space(exc: lmdb.Error) -> bool:

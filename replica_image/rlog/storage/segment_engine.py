@@ -43,7 +43,9 @@ Segments that are only partly dead are not rewritten.
 
 The synced mark `segments/synced` says what the engine knows it holds: the newest index
 snapshot's segment, the active segment and the end of its last synced frame (CRC32C'd). It
-is rewritten in place after every synced batch (no sync of its own: one pwrite) and synced
+is created whole (temp file, fsync, rename: never seen empty; an empty one an older version
+left is no mark, see `_read_mark`), rewritten in place after every synced batch (no sync of
+its own: one pwrite) and synced
 at each roll and at close, so after a crash or a stop it is exact, and after a power cut at
 worst as old as the last roll: never ahead of the data. Opening checks the segments against
 it and against themselves (`_check_chain`): the segments replayed run without a gap from
@@ -161,6 +163,16 @@ class SegmentStorage(RecordStorage):
             data = (self._dir / MARK_NAME).read_bytes()
         except FileNotFoundError:
             return None
+        if not data:
+            # An interrupted creation: before the mark was created whole (`_open_mark`), it
+            # was created empty and then written, and a crash, a full or failing disk in
+            # between left it empty. It is created only where there was none (a fresh dir,
+            # or one written before the mark existed) and rewritten in place at its full
+            # size, so an empty one never recorded anything: the dir is known exactly as
+            # one without a mark (its other checks still apply), and setting it aside would
+            # throw away a store that lacks nothing. A mark of any other size, or that fails
+            # its CRC, was written and then damaged: what it said is unknown, so it is lost.
+            return None
         try:
             return decode_mark(data)
         except ValueError as exc:
@@ -212,19 +224,40 @@ class SegmentStorage(RecordStorage):
         if self._unsafe_no_sync:  # TEST ONLY: nothing is known synced, the mark would lie
             path.unlink(missing_ok=True)
             return
-        created = not path.exists()
         os.fsync(self._wfd)  # frames a crash left unsynced are synced before the mark says so
-        self._mark_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._write_mark(sync=True)
-        if created:
-            fsync_dir(self._dir)
+        with contextlib.suppress(FileNotFoundError):
+            self._mark_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        if self._mark_fd >= 0 and os.fstat(self._mark_fd).st_size:
+            self._write_mark(sync=True)
+            return
+        if self._mark_fd >= 0:  # empty: an interrupted creation (see `_read_mark`)
+            os.close(self._mark_fd)
+            self._mark_fd = -1
+        # Created whole, never seen empty or short: written to a temp file, synced, renamed
+        # over (a crash leaves the temp file, removed at the next open, or the whole mark).
+        # Only the creation pays for this: later writes are one pwrite in place.
+        tmp = self._dir / (MARK_NAME + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(fd, [self._mark_bytes()])
+            os.fsync(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        fsync_dir(self._dir)
+        self._mark_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+
+    def _mark_bytes(self) -> bytes:
+        snapshot = NO_SNAPSHOT if self._snapshot_at is None else self._snapshot_at
+        return encode_mark(SyncedMark(snapshot, self._active, self._size))
 
     def _write_mark(self, sync: bool = False) -> None:
         if self._mark_fd < 0:
             return
-        snapshot = NO_SNAPSHOT if self._snapshot_at is None else self._snapshot_at
-        data = encode_mark(SyncedMark(snapshot, self._active, self._size))
-        os.pwrite(self._mark_fd, data, 0)
+        os.pwrite(self._mark_fd, self._mark_bytes(), 0)
         if sync and not self._unsafe_no_sync:
             os.fdatasync(self._mark_fd)
 
