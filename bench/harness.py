@@ -51,6 +51,7 @@ def wrapped_cluster(
     directory: Path,
     env_of: Callable[[int], dict[str, str]],
     write_lane_offset: int = 0,
+    tls: bool = False,
 ) -> Any:
     """A 3-replica DevCluster (not started: use it as a context manager) whose replica `i`
     runs `python SCRIPT --as-replica ...` with the environment `env_of(i)` (and write lanes at
@@ -67,7 +68,7 @@ def wrapped_cluster(
             self.env = env_of(i)
             super().start_replica(i)
 
-    return WrappedCluster(3, directory, write_lane_offset=write_lane_offset)
+    return WrappedCluster(3, directory, write_lane_offset=write_lane_offset, tls=tls)
 
 
 def add_batched_arguments(parser: argparse.ArgumentParser, size: int, seconds: float) -> None:

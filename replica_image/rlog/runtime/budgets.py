@@ -54,10 +54,12 @@ class ByteBudget:
     """A number of bytes handed out first come first served: `take` waits while what is
     asked would go over `limit` (or while earlier callers wait); `release` gives back."""
 
-    def __init__(self, limit: int, on_change: Callable[[int], None] = lambda _: None) -> None:
+    def __init__(self, limit: int, on_change: Callable[[int], None] | None = None) -> None:
         self.limit = limit
         self.in_flight = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # Called with `in_flight` on every change (None: nobody is told; the replica's gauge
+        # reads `in_flight` at scrape time instead, nothing per append).
         self._on_change = on_change
 
     @property
@@ -71,10 +73,12 @@ class ByteBudget:
 
     def try_take(self, n: int) -> bool:
         """Take `n` bytes now if they fit and nobody waits before; whether taken."""
-        if self._waiters or not self._fits(n):
+        # (`_fits` inlined: this runs for every append)
+        if self._waiters or (self.in_flight + n > self.limit and self.in_flight):
             return False
         self.in_flight += n
-        self._on_change(self.in_flight)
+        if self._on_change is not None:
+            self._on_change(self.in_flight)
         return True
 
     async def take(self, n: int) -> None:
@@ -97,8 +101,10 @@ class ByteBudget:
 
     def release(self, n: int) -> None:
         self.in_flight -= n
-        self._on_change(self.in_flight)
-        self._wake()
+        if self._on_change is not None:
+            self._on_change(self.in_flight)
+        if self._waiters:
+            self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
@@ -110,7 +116,8 @@ class ByteBudget:
                 return
             self._waiters.popleft()
             self.in_flight += n
-            self._on_change(self.in_flight)
+            if self._on_change is not None:
+                self._on_change(self.in_flight)
             future.set_result(None)
 
 
@@ -139,13 +146,15 @@ class Ticket:
 
     def answered(self) -> None:
         """The append has its answer: its request's bytes are no longer held."""
-        self.arrived()
+        if self._announced is not None:
+            self.arrived()
         self._give(self._request)
         self._request = 0
 
     def sent(self) -> None:
         """The answer was handed to the connection (or dropped): nothing is held any more."""
-        self.arrived()
+        if self._announced is not None:
+            self.arrived()
         self._give(self._request + self._answer)
         self._request = self._answer = 0
 
@@ -192,6 +201,11 @@ class StreamBudget:
 
     async def admit(self, size: int, announced: bool = False) -> Ticket:
         total = size + ANSWER_COST
+        if not announced:  # the usual case, without lists: both budgets have room now
+            if self.own.try_take(total):
+                if self.replica.budget.try_take(total):
+                    return Ticket((self.own, self.replica.budget), size)
+                self.own.release(total)
         taken: list[ByteBudget] = []
         try:
             for name, budget in self._order(announced):
@@ -214,12 +228,11 @@ class ReplicaBudget:
         replica_id: int,
         limit: int,
         stream_limit: int,
-        on_change: Callable[[int], None] = lambda _: None,
         on_wait: Callable[[str], None] = lambda _: None,
         on_refusal: Callable[[], None] = lambda: None,
     ) -> None:
         self.replica_id = replica_id
-        self.budget = ByteBudget(limit, on_change)
+        self.budget = ByteBudget(limit)  # its gauge reads `in_flight` at scrape time
         self.announced = ByteBudget(limit // 2)  # appends admitted before their bytes came
         self.stream_limit = stream_limit
         self.waited = on_wait

@@ -263,10 +263,12 @@ class Node:
             config.id,
             config.max_inflight_bytes,
             config.max_stream_inflight_bytes,
-            self.metrics.append_inflight_bytes.set,
             lambda budget: self.metrics.append_budget_waits.labels(budget).inc(),
             self.metrics.append_budget_refusals.inc,
         )
+        # read when scraped, not set on every append
+        in_flight = self.budget.budget
+        self.metrics.append_inflight_bytes.set_function(lambda: float(in_flight.in_flight))
 
     # ---- lifecycle ---------------------------------------------------------------------
 
