@@ -60,7 +60,7 @@ async def test_heartbeats_are_answered_in_time_across_a_reconnect(cluster, tmp_p
 
     peers.credentials = credentials
     peers.connect()
-    beat = pb.LearnedRequest()
+    beat = pb.LearnedRequest(log_id=cluster.log_id)  # a message of another log is refused
     try:
         assert await peers.heartbeat(peers[1], beat) is not None  # connected, fast
         old_channel = peers[1].channel
