@@ -109,8 +109,10 @@ def head_of(record: pb.Action | pb.Run) -> pb.Action | RunHead:
 
 
 class Storage(abc.ABC):
-    """A replica's durable state. Implementations need not be thread-safe: the server calls
-    them from one thread at a time."""
+    """A replica's durable state. `apply` runs in the journal's storage thread while reads
+    come from the event loop (rlog/runtime/journal.py): each read must see the state between
+    two batches, never part of one (an engine with snapshot reads has that for free; the
+    segment engine holds a lock). Writes come from that one thread only."""
 
     @abc.abstractmethod
     def metadata(self) -> pb.Metadata:

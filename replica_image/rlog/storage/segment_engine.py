@@ -62,6 +62,7 @@ import contextlib
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 
 from rlog.config import UNSAFE_NO_SYNC_ENV, test_segment_bytes, unsafe_no_sync
@@ -124,6 +125,12 @@ class SegmentStorage(RecordStorage):
         self._fds: dict[int, int] = {}  # segment number -> read fd
         self._live: dict[int, int] = {}  # segment number -> live index entries in it
         self._index = RecordIndex()  # key -> (segment, offset, length), in key order
+        # Held by every read of the index and the read fds, and by `apply` while it changes
+        # them (never across a disk write or sync): reads come from the event loop while
+        # `apply` runs in the journal's storage thread, and a read between a change of the
+        # index's keys and that of its locations (or after a reclaimed segment's fd was
+        # closed) read another record's bytes: a false CorruptRecord (docs/faults.md).
+        self._guard = threading.Lock()
         self._meta = b""
         self._begin = 0
         self._active = -1
@@ -513,7 +520,8 @@ class SegmentStorage(RecordStorage):
         dead = [n for n, live in self._live.items() if self._reclaimable(n, live)]
         for number in dead:
             os.unlink(self._dir / segment_name(number))
-            os.close(self._fds.pop(number))
+            with self._guard:
+                os.close(self._fds.pop(number))
             del self._live[number]
             self._cached.forget(number)
         if dead:
@@ -579,26 +587,35 @@ class SegmentStorage(RecordStorage):
         lo = index.bisect_left(first)
         return range(lo, index.bisect_right(last, lo, min(lo + limit, len(index))))
 
+    # Each read below finds its records and reads their bytes under `_guard`, so it sees
+    # the index as of between two batches, never in the middle of one.
+
     def _floor(self, position: int) -> tuple[int, bytes] | None:
-        i = self._floor_index(position)
-        return None if i < 0 else self._entry(i)
+        with self._guard:
+            i = self._floor_index(position)
+            return None if i < 0 else self._entry(i)
 
     def _floor_head(self, position: int) -> tuple[int, bytes, int] | None:
-        i = self._floor_index(position)
-        return None if i < 0 else self._entry_head(i)
+        with self._guard:
+            i = self._floor_index(position)
+            return None if i < 0 else self._entry_head(i)
 
     def _range(self, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
         # Read eagerly: a later apply may unlink a segment.
-        return [self._entry(i) for i in self._range_indexes(first, last, limit)]
+        with self._guard:
+            return [self._entry(i) for i in self._range_indexes(first, last, limit)]
 
     def _range_heads(self, first: int, last: int, limit: int) -> list[tuple[int, bytes, int]]:
-        return [self._entry_head(i) for i in self._range_indexes(first, last, limit)]
+        with self._guard:
+            return [self._entry_head(i) for i in self._range_indexes(first, last, limit)]
 
     def _last_record(self) -> tuple[int, bytes] | None:
-        return self._entry(len(self._index) - 1) if len(self._index) else None
+        with self._guard:
+            return self._entry(len(self._index) - 1) if len(self._index) else None
 
     def _first_key(self) -> int | None:
-        return self._index.keys[0] if len(self._index) else None
+        with self._guard:
+            return self._index.keys[0] if len(self._index) else None
 
     def _write(self, plan: Plan) -> None:
         cut = plan.cut
@@ -647,7 +664,8 @@ class SegmentStorage(RecordStorage):
             length = len(head) + len(body)
             locs.append((position, (self._active, p, length)))
             p += length
-        self._install(meta, cut, plan.deletes, locs)
+        with self._guard:
+            self._install(meta, cut, plan.deletes, locs)
         if plan.sync:
             try:
                 self._reclaim()
@@ -672,5 +690,6 @@ class SegmentStorage(RecordStorage):
                 with contextlib.suppress(OSError):  # a failing disk: the mark stays older
                     os.fsync(self._wfd)
                     self._write_mark(sync=True)
-            self._close_fds()
+            with self._guard:
+                self._close_fds()
             self._lock.release()
