@@ -26,7 +26,7 @@ from rlog.protocol.admission import AdmissionState, carries_epoch
 from rlog.protocol.coordinator import Coordinator
 from rlog.protocol.records import span
 from rlog.protocol.replica import ReplicaCore
-from rlog.storage.base import RunHead
+from rlog.storage.base import CorruptRecord, RunHead
 
 log = logging.getLogger("rlog.node")
 
@@ -142,6 +142,7 @@ class AdmissionDriver:
         learned_changed: asyncio.Event,
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         dispatch: Callable[[], None],
+        fault_seen: Callable[[CorruptRecord], None],
     ) -> None:
         self.core = core
         self.coordinator = coordinator
@@ -150,6 +151,7 @@ class AdmissionDriver:
         self.learned_changed = learned_changed
         self.spawn = spawn
         self.dispatch = dispatch
+        self.fault_seen = fault_seen  # Repair.storage_fault_seen (runtime/repair.py)
         self.stopped = False
         self._scheduled = False
 
@@ -164,6 +166,15 @@ class AdmissionDriver:
             except NotLearned as exc:  # e.g. a truncation during the scan
                 log.info("admission state not loaded (%s); scanning again", exc)
                 await asyncio.sleep(0.2)
+            except CorruptRecord as exc:
+                # Handed to the repair (docs/faults.md): the record is dropped and every
+                # position from it on counts as not learned here, so the next scan stops
+                # below it and `catch_up` applies the peers' copy once it is learned again.
+                # Before, the task died with the error unseen: the record stayed, and the
+                # replica never had an admission state to lead with.
+                self.fault_seen(exc)
+                log.info("admission state not loaded (%s); scanning again", exc)
+                await asyncio.sleep(0)
         state = self.tracker.state
         log.info(
             "admission state loaded in %.3f s (%d sessions in the window)",
@@ -182,7 +193,11 @@ class AdmissionDriver:
         self._scheduled = False
         if self.stopped:
             return
-        remaining = self.tracker.catch_up(limit=ADMISSION_STEP)
+        try:
+            remaining = self.tracker.catch_up(limit=ADMISSION_STEP)
+        except CorruptRecord as exc:
+            self.fault_seen(exc)  # learned again from the peers, then applied
+            return
         if remaining > self.config.session_window:
             self.spawn(self._load())
         elif remaining:

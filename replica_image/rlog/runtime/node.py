@@ -252,6 +252,7 @@ class Node:
             self._learned_changed,
             self.spawn,
             self.coordinator_driver.dispatch,
+            self.repair.storage_fault_seen,
         )
         # What the AppendStream and the append lane ask of the replica (runtime/appends.py).
         self.appender = ReplicaAppender(
@@ -355,6 +356,18 @@ class Node:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._corrupt_record_seen)
+
+    def _corrupt_record_seen(self, task: asyncio.Task[None]) -> None:
+        """A background task (a pull, a send to a peer, a heartbeat...) that read a corrupt
+        record hands it to the repair (docs/faults.md) instead of dying with it unseen."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, CorruptRecord):
+            self.repair.storage_fault_seen(exc)
+        elif exc is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=exc)
 
     # ---- acceptor / learner ------------------------------------------------------------
 
