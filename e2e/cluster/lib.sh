@@ -69,3 +69,16 @@ copy_with_libs() { # ROOTFS FILE...
     done
   done
 }
+
+# Debian packages a script needs on the host, installed if missing (a fresh machine has
+# none of them; a script must not rely on someone having installed them by hand).
+ensure_packages() { # PKG...
+  local p missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) || return 0
+  [[ $(id -u) == 0 ]] || die "packages missing (${missing[*]}) and not root to install them"
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    die "apt-get install ${missing[*]} failed"
+}

@@ -22,13 +22,7 @@ trap on_exit EXIT
 # ---------------------------------------------------------------- host packages
 PKGS=(containerd runc containernetworking-plugins iptables ipset conntrack busybox-static debootstrap
       docker.io openssl curl iproute2 gcc libc6-dev)
-missing=()
-for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  step "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_packages "${PKGS[@]}"
 command -v go >/dev/null || die "go is needed to build the cluster components"
 
 start() { # NAME CMD... : start a process in its own session, remember its pid

@@ -29,7 +29,12 @@ finish() {
 }
 trap finish EXIT
 
-((LOCAL)) && "$KIND_HERE/netcheck.sh" save before
+if ((LOCAL)); then
+  # netcheck needs nft; the node image is built with debootstrap and run by a private dockerd
+  step "host packages"
+  ensure_packages nftables debootstrap docker.io iptables
+  "$KIND_HERE/netcheck.sh" save before
+fi
 step "kind $KIND_VERSION"
 "$KIND_HERE/install-kind.sh"
 if ((LOCAL)); then
