@@ -45,7 +45,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         "process",
         "what every process shares: its configuration, event loop, allocator, certificates",
-        ("rlog.config", "rlog.event_loop", "rlog.allocator", "rlog.certs"),
+        ("rlog.config", "rlog.event_loop", "rlog.allocator", "rlog.certs", "rlog.durable"),
     ),
     Layer(
         "storage",

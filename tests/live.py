@@ -1,6 +1,7 @@
 """Helpers for the tests against real replica processes (`DevCluster`): concurrent writers
-and the consistency check of what they were acknowledged, replica statuses, a replica's
-metrics, and a follower killed and restarted under load."""
+and the consistency check of what they were acknowledged, one append call as sent, a
+client with a role's certificate, replica statuses, a replica's metrics, and a follower
+killed and restarted under load."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ import itertools
 import signal
 import time
 import urllib.request
+from typing import Any
 
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlog.client import AsyncClient, Client
-from rlog.client.errors import OutcomeUnknown, RlogError, Timeout, Unavailable
+from rlog.client.errors import OutcomeUnknown, RlogError, Timeout, Unavailable, from_rpc_error
+from rlog.client.packing import answered_positions
 from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools import consistency
 from rlog.tools.dev import DevCluster
+from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 # -- writers and the consistency check ---------------------------------------------------------
 
@@ -86,6 +92,27 @@ def check(cluster: DevCluster, acknowledged: dict[int, bytes]) -> consistency.Re
     return report
 
 
+# -- one append call as sent, a client with a role's certificate ------------------------------
+
+
+def raw_append(endpoint: str, request: pb.AppendRequest) -> list[int]:
+    """One `Append` call as sent (no client retry), its typed error raised."""
+    with grpc.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS) as channel:
+        try:
+            response = pbg.LogStub(channel).Append(request, timeout=30)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, endpoint, mutating=True) from None
+        return list(answered_positions(response))
+
+
+def client_as(
+    cluster: DevCluster, name: str, i: int | None = None, *, timeout: float = 5.0, **kwargs: Any
+) -> Client:
+    """A client of a TLS cluster (`DevCluster(tls=True)`) presenting the certificate the dev
+    PKI issued to `name` (its role: docs/security.md), of every replica (or only replica i)."""
+    return cluster.client(i, credentials=cluster.credentials(name), timeout=timeout, **kwargs)
+
+
 # -- statuses ----------------------------------------------------------------------------------
 
 
@@ -139,6 +166,13 @@ def write_requests(cluster: DevCluster, i: int, rpc: str) -> float:
 def write_failures(cluster: DevCluster, leader: int, peer: int) -> float:
     return scrape(cluster, leader).get(
         ("rlog_peer_write_failures_total", (("peer", str(peer)),)), 0.0
+    )
+
+
+def lanes_opened(cluster: DevCluster, leader: int, peer: int) -> float:
+    """Write lanes the leader opened to `peer` since it started."""
+    return scrape(cluster, leader).get(
+        ("rlog_write_lanes_opened_total", (("peer", str(peer)),)), 0.0
     )
 
 

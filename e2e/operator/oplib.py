@@ -11,6 +11,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,55 @@ def exists(k: Kubectl, kind: str, name: str) -> bool:
     return k.run("get", kind, name, check=False).returncode == 0
 
 
+def secret_data(k: Kubectl, name: str) -> dict[str, bytes]:
+    """The data of the Secret `name`, decoded."""
+    data = k.json("get", "secret", name)["data"]
+    return {key: base64.b64decode(value) for key, value in data.items()}
+
+
+def client_files(k: Kubectl, secret: str, directory: str) -> dict[str, str]:
+    """RLOG_CA/RLOG_CERT/RLOG_KEY of a client: the ca.crt, tls.crt and tls.key of the
+    Secret `secret`, written under `directory` (as <secret>-<key>)."""
+    data = secret_data(k, secret)
+    env = {}
+    for key, var in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
+        path = os.path.join(directory, f"{secret}-{key}")
+        with open(path, "wb") as file:
+            file.write(data[key])
+        env[var] = path
+    return env
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A running `kubectl port-forward`: its process, and the local port."""
+
+    proc: subprocess.Popen[str]
+    port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def port_forward(k: Kubectl, target: str) -> Iterator[Forward]:
+    """A local port forwarded to `target` (pod/NAME or svc/NAME) port PORT; ended on exit."""
+    cmd = ["kubectl", "-n", str(k.namespace), "port-forward", target, f":{PORT}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"127\.0\.0\.1:(\d+)", line)
+    if not match:
+        proc.kill()  # first, so that reading the rest of what it said ends
+        raise AssertionError(f"kubectl port-forward said: {line}{proc.stdout.read()}")
+    try:
+        yield Forward(proc, int(match.group(1)))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @dataclass
 class Log:
     """One ReplicatedLog of the test namespace."""
@@ -170,17 +220,8 @@ class Log:
         """RLOG_CA/RLOG_CERT/RLOG_KEY for a client outside the cluster (through a
         port-forward: the replicas' certificate names 127.0.0.1): the operator's own
         certificate from its Secret, written under `directory`; {} for a plaintext log."""
-        found = self.k.run("get", "secret", f"{self.name}-tls-operator", "-o", "json", check=False)
-        if found.returncode != 0:
-            return {}
-        data = json.loads(found.stdout)["data"]
-        env = {}
-        for key, name in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
-            path = os.path.join(directory, key)
-            with open(path, "wb") as file:
-                file.write(base64.b64decode(data[key]))
-            env[name] = path
-        return env
+        secret = f"{self.name}-tls-operator"
+        return client_files(self.k, secret, directory) if exists(self.k, "secret", secret) else {}
 
     def replica_status(self, pod: str) -> dict:
         out = self.rlog(pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json")

@@ -22,11 +22,9 @@ the cluster.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import json
 import os
-import re
 import socket
 import ssl
 import subprocess
@@ -37,7 +35,15 @@ from collections.abc import Iterator
 import pytest
 from cryptography import x509
 from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, delete_logs, exists, manifest
+from oplib import (
+    Log,
+    client_files,
+    delete_logs,
+    exists,
+    manifest,
+    port_forward,
+    secret_data,
+)
 
 NAME = "e2e-cm"
 SELF_SIGNED = "e2e-cm-selfsigned"
@@ -81,30 +87,8 @@ def _installed(cluster: Kubectl) -> str | None:
     return None
 
 
-def _secret(k: Kubectl, name: str) -> dict[str, bytes]:
-    data = k.json("get", "secret", name)["data"]
-    return {key: base64.b64decode(value) for key, value in data.items()}
-
-
 def _serial(pem: bytes) -> int:
     return x509.load_pem_x509_certificate(pem).serial_number
-
-
-@contextlib.contextmanager
-def _forward(k: Kubectl, target: str) -> Iterator[int]:
-    """A local port forwarded to `target` (pod/NAME or svc/NAME) port 7000."""
-    cmd = ["kubectl", "-n", str(k.namespace), "port-forward", target, f":{PORT}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"127\.0\.0\.1:(\d+)", line)
-    try:
-        if not match:
-            raise AssertionError(f"kubectl port-forward said: {line}{proc.stdout.read()}")
-        yield int(match.group(1))
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +117,7 @@ spec:
   ca: {{secretName: {CA_SECRET}}}
 """)
     k("wait", f"issuer/{CA_ISSUER}", "--for=condition=Ready", "--timeout=180s", timeout=200)
-    ca = _secret(k, CA_SECRET)["tls.crt"]
+    ca = secret_data(k, CA_SECRET)["tls.crt"]
     ca_path = tmp_path_factory.mktemp("cm-ca") / "ca.crt"
     ca_path.write_bytes(ca)
     return {"ca": ca, "ca_path": str(ca_path)}
@@ -178,18 +162,6 @@ def log(operator: str, namespace: str, pki: dict) -> Iterator[Log]:
     delete_logs(k, NAME)
 
 
-def _client_files(k: Kubectl, name: str, directory: str) -> dict[str, str]:
-    """RLOG_CA/RLOG_CERT/RLOG_KEY of the Secret `name`, written under `directory`."""
-    data = _secret(k, name)
-    env = {}
-    for key, var in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
-        path = os.path.join(directory, f"{name}-{key}")
-        with open(path, "wb") as file:
-            file.write(data[key])
-        env[var] = path
-    return env
-
-
 def _served(port: int, client: dict[str, str]) -> x509.Certificate:
     """The certificate a replica presents to a new TLS handshake on 127.0.0.1:port, checked
     against the client's CA (the handshake fails otherwise) and the name localhost."""
@@ -206,9 +178,12 @@ def _served(port: int, client: dict[str, str]) -> x509.Certificate:
 def _served_by_every_replica(log: Log, client: dict[str, str]) -> dict[str, x509.Certificate]:
     served = {}
     for pod in log.pods:
-        with _forward(log.k, f"pod/{pod}") as port:
+        with port_forward(log.k, f"pod/{pod}") as forward:
             served[pod] = wait_until(
-                f"a TLS handshake with {pod}", lambda port=port: _served(port, client), 30, 1
+                f"a TLS handshake with {pod}",
+                lambda port=forward.port: _served(port, client),
+                30,
+                1,
             )
     return served
 
@@ -253,13 +228,13 @@ def test_replicas_serve_the_certificate_cert_manager_issued(log: Log, pki: dict,
     assert any(
         c["type"] == "Ready" and c["status"] == "True" for c in cert["status"]["conditions"]
     ), cert["status"]
-    secret = _secret(log.k, f"{NAME}-tls")
+    secret = secret_data(log.k, f"{NAME}-tls")
     assert secret["ca.crt"] == pki["ca"]  # cert-manager's CA Issuer names its CA
     issued = x509.load_pem_x509_certificate(secret["tls.crt"])
     ca = x509.load_pem_x509_certificate(pki["ca"])
     assert issued.issuer == ca.subject
     issued.verify_directly_issued_by(ca)
-    client = _client_files(log.k, WRITER, str(tmp_path))
+    client = client_files(log.k, WRITER, str(tmp_path))
     for pod, served in _served_by_every_replica(log, client).items():
         assert served.serial_number == issued.serial_number, pod
         assert served.issuer == ca.subject, pod
@@ -267,16 +242,16 @@ def test_replicas_serve_the_certificate_cert_manager_issued(log: Log, pki: dict,
         replica = log.replica_status(pod)
         assert replica["transport"] == "mutual-tls" and replica["authorization"] == "roles"
     # The operator's own identity (role admin) comes from the same CA.
-    mine = x509.load_pem_x509_certificate(_secret(log.k, f"{NAME}-tls-operator")["tls.crt"])
+    mine = x509.load_pem_x509_certificate(secret_data(log.k, f"{NAME}-tls-operator")["tls.crt"])
     mine.verify_directly_issued_by(ca)
     assert mine.subject.rfc4514_string() == "CN=rlog-operator"
 
 
 def test_a_client_certificate_of_the_issuer_appends_and_reads(log: Log, tmp_path) -> None:
-    env = _client_files(log.k, WRITER, str(tmp_path))
+    env = client_files(log.k, WRITER, str(tmp_path))
     values = [f"cert-manager-{i}" for i in range(5)]
-    with _forward(log.k, f"svc/{NAME}") as port:
-        endpoint = f"127.0.0.1:{port}"
+    with port_forward(log.k, f"svc/{NAME}") as forward:
+        endpoint = forward.endpoint
         for value in values:
             _rlog(endpoint, env, "append", value)
         out = _rlog(endpoint, env, "read", "--json")
@@ -286,7 +261,7 @@ def test_a_client_certificate_of_the_issuer_appends_and_reads(log: Log, tmp_path
 
 def test_a_forced_renewal_is_served_without_a_restart(log: Log, tmp_path) -> None:
     before = _restarts(log)
-    old = _serial(_secret(log.k, f"{NAME}-tls")["tls.crt"])
+    old = _serial(secret_data(log.k, f"{NAME}-tls")["tls.crt"])
     # What `cmctl renew` does: the Issuing condition, set on the status.
     cert = log.k.json("get", "certificate", f"{NAME}-tls")
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -306,11 +281,11 @@ def test_a_forced_renewal_is_served_without_a_restart(log: Log, tmp_path) -> Non
     )  # fmt: skip
     new = wait_until(
         "cert-manager to write a new certificate",
-        lambda: (s := _serial(_secret(log.k, f"{NAME}-tls")["tls.crt"])) != old and s,
+        lambda: (s := _serial(secret_data(log.k, f"{NAME}-tls")["tls.crt"])) != old and s,
         120,
         2,
     )
-    client = _client_files(log.k, WRITER, str(tmp_path))
+    client = client_files(log.k, WRITER, str(tmp_path))
     # The kubelet refreshes a Secret volume within its sync period (about a minute), then
     # each replica reloads the files at its next handshake check.
     deadline = time.monotonic() + 240
@@ -321,8 +296,8 @@ def test_a_forced_renewal_is_served_without_a_restart(log: Log, tmp_path) -> Non
         assert time.monotonic() < deadline, f"replicas still serve {served}, want {new}"
         time.sleep(5)
     assert _restarts(log) == before  # same pods, no container restarted
-    with _forward(log.k, f"svc/{NAME}") as port:
-        _rlog(f"127.0.0.1:{port}", _client_files(log.k, WRITER, str(tmp_path)), "append", "after")
+    with port_forward(log.k, f"svc/{NAME}") as forward:
+        _rlog(forward.endpoint, client_files(log.k, WRITER, str(tmp_path)), "append", "after")
     if not log.all_voting():  # the status is the operator's last look: it may lag a tick
         print(f"status right after the renewal: {json.dumps(log.status())}")
         log.wait_ready("every replica VOTING after the renewal", timeout=60)

@@ -7,18 +7,15 @@ identity still reads. Needs the operator and replica images built from this tree
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
-from e2elib import Kubectl, wait_until
-from oplib import PORT, Log, created_log, exists, plugin
+from e2elib import wait_until
+from oplib import Log, client_files, created_log, exists, plugin, port_forward
 
 pytestmark = pytest.mark.extended
 
@@ -34,29 +31,7 @@ def log(operator: str, namespace: str) -> Iterator[Log]:
 def issued(log: Log, namespace: str, client: str, directory: str) -> dict[str, str]:
     """Ask for `client` (role read) and write its Secret's files: RLOG_CA/CERT/KEY."""
     plugin(namespace, "certificate", NAME, "--name", client, "--role", "read", "--wait")
-    data = log.k.json("get", "secret", f"{NAME}-client-{client}")["data"]
-    env = {}
-    for key, var in (("ca.crt", "RLOG_CA"), ("tls.crt", "RLOG_CERT"), ("tls.key", "RLOG_KEY")):
-        path = os.path.join(directory, f"{client}-{key}")
-        with open(path, "wb") as file:
-            file.write(base64.b64decode(data[key]))
-        env[var] = path
-    return env
-
-
-@contextlib.contextmanager
-def forward(k: Kubectl, target: str) -> Iterator[str]:
-    cmd = ["kubectl", "-n", str(k.namespace), "port-forward", target, f":{PORT}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"127\.0\.0\.1:(\d+)", line)
-    try:
-        assert match, f"kubectl port-forward said: {line}"
-        yield f"127.0.0.1:{match.group(1)}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return client_files(log.k, f"{NAME}-client-{client}", directory)
 
 
 def status(endpoint: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -89,9 +64,9 @@ def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
         240,
         5,
     )
-    with forward(log.k, f"svc/{NAME}") as endpoint:
+    with port_forward(log.k, f"svc/{NAME}") as forward:
         for env in (kept, revoked):
-            assert status(endpoint, env).returncode == 0
+            assert status(forward.endpoint, env).returncode == 0
     plugin(namespace, "certificate", NAME, "--revoke", "revoked")
     wait_until(
         "the revoked identity's Secret deleted",
@@ -106,7 +81,7 @@ def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
         5,
     )
     for pod in log.pods:
-        with forward(log.k, f"pod/{pod}") as endpoint:
-            refused = status(endpoint, revoked)
+        with port_forward(log.k, f"pod/{pod}") as forward:
+            refused = status(forward.endpoint, revoked)
             assert refused.returncode != 0 and "permission denied" in refused.stderr, pod
-            assert status(endpoint, kept).returncode == 0, pod
+            assert status(forward.endpoint, kept).returncode == 0, pod

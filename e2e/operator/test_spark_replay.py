@@ -8,7 +8,6 @@ only what is new on each run. The Parquet output is compared with `rlog read`.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 import pyarrow.parquet as pq
 import pytest
 from e2elib import wait_until
-from oplib import Log, created_log
+from oplib import Log, created_log, port_forward
 
 NAME = "spark-log"
 EXAMPLE = os.path.join(
@@ -39,19 +38,10 @@ _PORT_FORWARDS: list[subprocess.Popen[str]] = []
 @pytest.fixture(scope="module")
 def forwarded(log: Log) -> Iterator[str]:
     """127.0.0.1:PORT forwarded to the client Service."""
-    cmd = ["kubectl", "-n", str(log.k.namespace), "port-forward", f"svc/{NAME}", ":7000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"127\.0\.0\.1:(\d+)", line)
-    if not match:
-        proc.kill()
-        raise AssertionError(f"kubectl port-forward said: {line}{proc.stdout.read()}")
-    _PORT_FORWARDS.append(proc)
-    yield f"127.0.0.1:{match.group(1)}"
-    _PORT_FORWARDS.remove(proc)
-    proc.terminate()
-    proc.wait(10)
+    with port_forward(log.k, f"svc/{NAME}") as forward:
+        _PORT_FORWARDS.append(forward.proc)
+        yield forward.endpoint
+        _PORT_FORWARDS.remove(forward.proc)
 
 
 def _replay(endpoint: str, out: str, *extra: str, env: dict[str, str] | None = None) -> str:

@@ -249,15 +249,8 @@ async def observe(
         indexes["persistent_volumes"],
     )
     update_revision = sts["updateRevision"] if sts else ""
-    # A replicas or TLS mode change that got past the CRD (no CEL) is refused by `reconcile`;
-    # until it is undone, observe the log as built (its pods, its mode: certificates, the
-    # credentials of the replica calls, status.tls), report the refusal, take no action.
-    refused = observed.replicas_changed(sts["replicas"] if sts else 0, specs.replicas_of(body))
-    view: Mapping[str, Any] = observed.as_built(body, sts["replicas"]) if refused and sts else body
-    tls_refused = observed.tls_mode_changed(body)
-    if tls_refused:
-        view = observed.with_built_tls(view)
-        refused = f"{refused}; {tls_refused}" if refused else tls_refused
+    # While a refused change stands in the spec: observe the log as built, take no action.
+    view, refused = observed.built_view(body, sts["replicas"] if sts else 0)
     built = body if view is body else kopf.Body(cast(kopf.RawBody, view))
 
     try:  # renewals; and the operator's own credentials after a restart

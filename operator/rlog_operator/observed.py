@@ -242,6 +242,21 @@ def with_built_tls(body: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "spec": {**spec, "tls": tls}}
 
 
+def built_view(body: Mapping[str, Any], replicas: int) -> tuple[Mapping[str, Any], str]:
+    """What to observe of a log whose StatefulSet has `replicas` (0: none yet), and the
+    refusal to report ("" if none). A replicas or TLS mode change that got past the CRD (no
+    CEL) is refused by `reconcile`; until it is undone, the log is observed as built (its
+    pods, its mode: certificates, the credentials of the replica calls, status.tls). The
+    view is `body` itself when nothing is refused."""
+    refused = replicas_changed(replicas, specs.replicas_of(body))
+    view: Mapping[str, Any] = as_built(body, replicas) if refused else body
+    tls_refused = tls_mode_changed(body)
+    if tls_refused:
+        view = with_built_tls(view)
+        refused = f"{refused}; {tls_refused}" if refused else tls_refused
+    return view, refused
+
+
 def claims_by_name(claims: Iterable[PvcInfo], volumes: Container[str] | None) -> dict[str, PvcInfo]:
     """The log's claims by name, each marked volumeLost when it is Bound to a
     PersistentVolume that no longer exists. `volumes` (the names of existing volumes, e.g.

@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from rlog.durable import write_durably
+
 DEFAULT_CA_DAYS = 3650
 DEFAULT_CERT_DAYS = 90
 
@@ -42,10 +44,7 @@ class Pem:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    aside = path.with_name(f".{path.name}.tmp")
-    aside.write_bytes(data)
-    aside.chmod(mode)
-    aside.replace(path)
+    write_durably(path, data, aside=path.with_name(f".{path.name}.tmp"), mode=mode)
 
 
 def _now() -> datetime.datetime:

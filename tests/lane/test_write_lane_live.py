@@ -16,7 +16,7 @@ from live import (
     append_acked,
     check,
     kill_and_restart_mid_load,
-    scrape,
+    lanes_opened,
     wait_until,
     write_failures,
     write_requests,
@@ -30,12 +30,6 @@ from rlog.tools.dev import DevCluster
 pytestmark = pytest.mark.slow
 
 OFFSET = 1
-
-
-def lanes_opened(cluster: DevCluster, leader: int, peer: int) -> float:
-    return scrape(cluster, leader).get(
-        ("rlog_write_lanes_opened_total", (("peer", str(peer)),)), 0.0
-    )
 
 
 class MixedCluster(DevCluster):

@@ -15,11 +15,18 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from live import CAPPED, scrape, wait_all_voting, wait_until, write_requests
+from live import (
+    CAPPED,
+    client_as,
+    lanes_opened,
+    scrape,
+    wait_all_voting,
+    wait_until,
+    write_requests,
+)
 from raw_sockets import closed, recv_exactly
 
 from rlog import certs
-from rlog.client import Client
 from rlog.client.errors import PermissionDenied
 from rlog.lane.framed import KINDS_VERSION, VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
@@ -44,16 +51,6 @@ def cluster(tmp_path_factory):
         replica_args=CAPPED,
     ) as c:
         yield c
-
-
-def writer(cluster: DevCluster) -> Client:
-    return cluster.client(credentials=cluster.credentials("writer"), timeout=5.0)
-
-
-def lanes_opened(cluster: DevCluster, leader: int, peer: int) -> float:
-    return scrape(cluster, leader).get(
-        ("rlog_write_lanes_opened_total", (("peer", str(peer)),)), 0.0
-    )
 
 
 def tls_context(cluster: DevCluster, name: str | None) -> ssl.SSLContext:
@@ -85,7 +82,7 @@ def lane_hello(
 
 def append_some(cluster: DevCluster, count: int) -> dict[int, bytes]:
     acknowledged: dict[int, bytes] = {}
-    with writer(cluster) as client:
+    with client_as(cluster, "writer") as client:
         for k in range(count):
             value = f"tls{time.monotonic_ns()}-{k}".encode()
             (position,) = client.append([value])
@@ -95,7 +92,7 @@ def append_some(cluster: DevCluster, count: int) -> dict[int, bytes]:
 
 def read_back(cluster: DevCluster, acknowledged: dict[int, bytes]) -> None:
     first, last = min(acknowledged), max(acknowledged)
-    with cluster.client(credentials=cluster.credentials("reader"), timeout=10.0) as reader:
+    with client_as(cluster, "reader", timeout=10.0) as reader:
         values = {e.position: e.value for e in reader.read(first, last)}
     assert {p: values.get(p) for p in acknowledged} == acknowledged
 
@@ -183,7 +180,7 @@ def test_a_wiped_follower_catches_up_on_fetch_lanes_over_mutual_tls(cluster):
     leader = cluster.wait_for_leader()
     victim = next(i for i in range(3) if i != leader)
     acknowledged: dict[int, bytes] = {}
-    with writer(cluster) as client:
+    with client_as(cluster, "writer") as client:
         for call in range(40):  # ~42 MB: more spans than the first ones on Fetch calls
             values = [f"fl{call}-{k}:".encode().ljust(4096, b".") for k in range(256)]
             acknowledged.update(zip(client.append(values), values, strict=True))
@@ -194,7 +191,7 @@ def test_a_wiped_follower_catches_up_on_fetch_lanes_over_mutual_tls(cluster):
     assert fetched.get(("rlog_catchup_fetches_total", (("via", "lane"),)), 0.0) > 0
     assert fetched.get(("rlog_catchup_fetches_total", (("via", "grpc"),)), 0.0) > 0
     sample = dict(list(acknowledged.items())[:: len(acknowledged) // 50])
-    with cluster.client(victim, credentials=cluster.credentials("reader"), timeout=10.0) as reader:
+    with client_as(cluster, "reader", victim, timeout=10.0) as reader:
         for position, value in sample.items():
             (entry,) = reader.read(position, position, stale=True)
             assert entry.value == value

@@ -52,6 +52,21 @@ def test_disabled_patched_into_a_running_default_log_is_refused() -> None:
     assert pki.tls_status(patched)["authorization"] == "off"
 
 
+def test_the_observe_view_of_a_log_refusing_both_changes() -> None:
+    """observe's view (observed.built_view): both refusals reported, both undone in the view;
+    with nothing refused, the body itself."""
+    running = log(None, RUNNING)
+    assert observed.built_view(running, 3) == (running, "")
+    assert observed.built_view(running, 0) == (running, "")  # no StatefulSet yet
+    patched = {**log({"mode": "disabled"}, RUNNING)}
+    patched["spec"] = {**patched["spec"], "replicas": 5}
+    view, refused = observed.built_view(patched, 3)
+    tls = observed.tls_mode_changed(patched)
+    assert refused == f"{observed.replicas_changed(3, 5)}; {tls}" and tls
+    assert specs.replicas_of(view) == 3 and specs.mode_of(view) == "operator"
+    assert patched["spec"]["replicas"] == 5  # the CR itself is left alone
+
+
 def test_the_refused_log_is_observed_and_rendered_as_built() -> None:
     patched = log({"mode": "disabled"}, RUNNING)
     view = observed.with_built_tls(patched)

@@ -14,6 +14,7 @@ import time
 import grpc
 import pytest
 from faultproxy import FaultProxy
+from live import raw_append
 
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
@@ -25,13 +26,9 @@ from rlog.client.errors import (
     Truncated,
     Unavailable,
     UnknownSession,
-    from_rpc_error,
 )
-from rlog.client.packing import answered_positions
 from rlog.proto import rlog_pb2 as pb
-from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
-from rlog.wire import CLIENT_CHANNEL_OPTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -55,16 +52,6 @@ def cluster(tmp_path):
 
 def values_of(client: Client) -> list[bytes]:
     return [e.value for e in client.read()]
-
-
-def raw_append(endpoint: str, request: pb.AppendRequest) -> list[int]:
-    """One Append call as sent (no client retry), its typed error raised."""
-    with grpc.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS) as channel:
-        try:
-            response = pbg.LogStub(channel).Append(request, timeout=30)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, endpoint, mutating=True) from None
-        return list(answered_positions(response))
 
 
 def raw_append_retrying(endpoint: str, request: pb.AppendRequest) -> list[int]:

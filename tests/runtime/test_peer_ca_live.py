@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from live import wait_until
+from live import client_as, wait_until
 from raw_sockets import closed, recv_exactly
 
 from rlog import certs
@@ -68,7 +68,7 @@ def forged_channel(cluster: DevCluster) -> grpc.Channel:
 
 def stale_read(cluster: DevCluster, i: int, position: int) -> bytes:
     """The value replica i serves at `position` itself (a stale read, once it learned it)."""
-    with cluster.client(credentials=cluster.credentials("reader"), timeout=30.0) as reader:
+    with client_as(cluster, "reader", timeout=30.0) as reader:
         entries = reader.read(
             position, position, stale=True, endpoint=cluster.endpoints[i], min_position=position
         )
@@ -96,7 +96,7 @@ def test_replicas_say_peers_are_known_by_their_ca(cluster):
 
 
 def test_a_client_certificate_with_a_replicas_names_is_no_peer(cluster):
-    with cluster.client(credentials=cluster.credentials("writer"), timeout=10.0) as writer:
+    with client_as(cluster, "writer", timeout=10.0) as writer:
         writer.append([b"before the attack"])
         status = writer.status()
     target = cluster.status(TARGET, timeout=5.0)
@@ -133,7 +133,7 @@ def test_a_client_certificate_with_a_replicas_names_is_no_peer(cluster):
     assert all(s is not None and s.promised < 10**12 for s in cluster.statuses(timeout=5.0))
     # The log reaches the forged position by real appends; TARGET holds what was chosen.
     chosen: dict[int, bytes] = {}
-    with cluster.client(credentials=cluster.credentials("writer"), timeout=10.0) as writer:
+    with client_as(cluster, "writer", timeout=10.0) as writer:
         while not chosen or max(chosen) < position:
             value = f"chosen {len(chosen)}".encode()
             (at,) = writer.append([value])
@@ -170,7 +170,7 @@ def test_real_peers_elect_append_and_catch_up(cluster):
     cluster.start_replica(leader)
     wiped = next(i for i in range(cluster.replicas) if i != new_leader)
     cluster.wipe(wiped)
-    with cluster.client(credentials=cluster.credentials("writer"), timeout=10.0) as writer:
+    with client_as(cluster, "writer", timeout=10.0) as writer:
         positions = writer.append([b"after the wipe"] * 50)
     cluster.start_replica(wiped)
     last = positions[-1]

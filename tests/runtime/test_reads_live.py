@@ -11,7 +11,7 @@ import urllib.request
 import grpc
 import pytest
 from cli_runs import assert_one_line_error, rlog
-from live import append_acked
+from live import append_acked, wait_until
 
 from rlog.client import Client
 from rlog.client.errors import RlogError, Unavailable
@@ -34,13 +34,6 @@ def cluster(tmp_path):
 def others(cluster: DevCluster, leader: int) -> tuple[int, int]:
     rest = [i for i in range(cluster.replicas) if i != leader]
     return rest[0], rest[1]
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def waiting_reads(cluster: DevCluster, i: int) -> float:

@@ -18,11 +18,11 @@ import time
 
 import grpc
 import pytest
+from live import raw_append
 from raw_sockets import recv_exactly
 
 from rlog.client import Client
-from rlog.client.errors import SessionNotYours, Unavailable, from_rpc_error
-from rlog.client.packing import answered_positions
+from rlog.client.errors import SessionNotYours, Unavailable
 from rlog.client.sessions import SessionGrant
 from rlog.lane.framed import KINDS_VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
@@ -50,23 +50,13 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def unary(endpoint: str, request: pb.AppendRequest) -> list[int]:
-    """One `Append` call as sent (no client retry), its typed error raised."""
-    with grpc.insecure_channel(endpoint, options=CLIENT_CHANNEL_OPTIONS) as channel:
-        try:
-            response = pbg.LogStub(channel).Append(request, timeout=30)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, endpoint, mutating=True) from None
-        return list(answered_positions(response))
-
-
 def resent(endpoint: str, request: pb.AppendRequest) -> list[int]:
-    """`unary`, sent again while the replica cannot take appends yet (after an election or
+    """`raw_append`, sent again while the replica cannot take appends yet (after an election or
     a restart it answers so before it has done anything: Unavailable, not attempted)."""
     deadline = time.monotonic() + 30
     while True:
         try:
-            return unary(endpoint, request)
+            return raw_append(endpoint, request)
         except Unavailable:
             assert time.monotonic() < deadline, "no leader took the append"
             time.sleep(0.05)
@@ -141,29 +131,29 @@ def test_an_intruder_on_grpc_is_refused_and_the_owners_appends_are_in_the_log(cl
     with cluster.client(leader) as owner_client:
         grant = owner_client.open_session()
     assert len(grant.secret) == 16
-    owned = [unary(at_leader, in_session(grant, n, b"owner-%d" % n))[0] for n in (1, 2, 3)]
+    owned = [raw_append(at_leader, in_session(grant, n, b"owner-%d" % n))[0] for n in (1, 2, 3)]
     # The intruder knows the session id (a position, anyone who reads the log sees it) and
     # the owner's next sequence numbers: without the secret, with a guess, to the leader,
     # through a follower (forwarded), on the AppendStream.
     for n in (4, 5, 6):
         for endpoint, secret in ((at_leader, b""), (at_leader, GUESSED), (at_follower, b"")):
             with pytest.raises(SessionNotYours) as refused:
-                unary(endpoint, in_session(grant, n, b"intruder-%d" % n, secret))
+                raw_append(endpoint, in_session(grant, n, b"intruder-%d" % n, secret))
             assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
         # A retry of an answered sequence is not answered either: no positions leak.
         with pytest.raises(SessionNotYours):
-            unary(at_leader, in_session(grant, 1, b"intruder-replay", b""))
+            raw_append(at_leader, in_session(grant, 1, b"intruder-replay", b""))
     answers = streamed(
         at_leader, [in_session(grant, n, b"intruder-%d" % n, GUESSED) for n in (4, 5, 6)]
     )
     for answer in answers:
         assert_not_yours(answer)
     # The owner's 4..6 are appended (new positions), not answered as the intruder's.
-    owned += [unary(at_leader, in_session(grant, n, b"owner-%d" % n))[0] for n in (4, 5, 6)]
+    owned += [raw_append(at_leader, in_session(grant, n, b"owner-%d" % n))[0] for n in (4, 5, 6)]
     assert len(set(owned)) == 6 and owned == sorted(owned)
     assert read_back(cluster, owned) == [b"owner-%d" % n for n in range(1, 7)]
     # And its retries still get the original positions (dedup works for the owner).
-    assert unary(at_follower, in_session(grant, 5, b"owner-5")) == [owned[4]]
+    assert raw_append(at_follower, in_session(grant, 5, b"owner-5")) == [owned[4]]
     with cluster.client() as reader:
         assert not [e for e in reader.read() if e.value.startswith(b"intruder")]
 
@@ -220,7 +210,7 @@ def test_the_secret_survives_a_leader_change(cluster):
     with cluster.client(leader) as owner_client:
         grant = owner_client.open_session()
     at_leader = cluster.endpoints[leader]
-    owned = [unary(at_leader, in_session(grant, n, b"before-%d" % n))[0] for n in (1, 2, 3)]
+    owned = [raw_append(at_leader, in_session(grant, n, b"before-%d" % n))[0] for n in (1, 2, 3)]
     cluster.kill(leader)
     try:
         new_leader = cluster.wait_for_leader(exclude=[leader])
@@ -258,9 +248,9 @@ def test_an_old_client_without_the_secret_gets_a_clear_refusal(cluster):
         opened = pbg.LogStub(channel).OpenSession(pb.OpenSessionRequest(), timeout=30)
     old = pb.AppendRequest(values=[b"old"], session=opened.session, sequence=1)
     with pytest.raises(SessionNotYours) as refused:
-        unary(endpoint, old)
+        raw_append(endpoint, old)
     assert "carries no session secret" in str(refused.value)
-    (position,) = unary(endpoint, pb.AppendRequest(values=[b"old, no session"]))
+    (position,) = raw_append(endpoint, pb.AppendRequest(values=[b"old, no session"]))
     assert read_back(cluster, [position]) == [b"old, no session"]
     with Client([endpoint]) as reader:
         assert b"old" not in [e.value for e in reader.read()]
@@ -273,7 +263,7 @@ def test_the_secret_survives_a_restart_of_every_replica(cluster):
     with cluster.client(leader) as owner_client:
         grant = owner_client.open_session()
     at_leader = cluster.endpoints[leader]
-    owned = [unary(at_leader, in_session(grant, n, b"restart-%d" % n))[0] for n in (1, 2)]
+    owned = [raw_append(at_leader, in_session(grant, n, b"restart-%d" % n))[0] for n in (1, 2)]
     for i in range(3):
         cluster.restart(i)
     cluster.wait_for(all, what="every replica answering")

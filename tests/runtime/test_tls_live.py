@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("cryptography")
 
 from cli_runs import rlog
+from live import client_as
 
 from rlog import certs
 from rlog.client import Client, Credentials
@@ -31,10 +32,6 @@ from rlog.tools.dev import DevCluster
 def cluster(tmp_path_factory):
     with DevCluster(3, tmp_path_factory.mktemp("tls"), election_timeout=0.5, tls=True) as c:
         yield c
-
-
-def client_as(cluster: DevCluster, name: str, **kwargs) -> Client:
-    return cluster.client(credentials=cluster.credentials(name), timeout=5.0, **kwargs)
 
 
 def test_status_says_mutual_tls_and_roles(cluster):

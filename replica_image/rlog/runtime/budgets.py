@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Callable
 
 from rlog.runtime.errors import RpcError
+from rlog.runtime.metrics import ReplicaMetrics
 from rlog.wire import Reason
 
 # What an append costs besides its request's bytes: its task, its answer, the objects
@@ -260,3 +261,20 @@ class ReplicaBudget:
                     "nothing was appended, retry later",
                 ) from None
         return Ticket((self.budget,), size)
+
+
+def metered_budget(
+    replica_id: int, limit: int, stream_limit: int, metrics: ReplicaMetrics
+) -> ReplicaBudget:
+    """The replica's budget with its metrics wired: the waits and refusals counted, the
+    bytes in flight read by their gauge when scraped (not set on every append)."""
+    budget = ReplicaBudget(
+        replica_id,
+        limit,
+        stream_limit,
+        lambda name: metrics.append_budget_waits.labels(name).inc(),
+        metrics.append_budget_refusals.inc,
+    )
+    in_flight = budget.budget
+    metrics.append_inflight_bytes.set_function(lambda: float(in_flight.in_flight))
+    return budget

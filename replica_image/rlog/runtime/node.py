@@ -49,7 +49,7 @@ from rlog.protocol.coordinator import (
 from rlog.protocol.election import Election
 from rlog.runtime.admission import AdmissionDriver
 from rlog.runtime.appends import ReplicaAppender
-from rlog.runtime.budgets import ReplicaBudget
+from rlog.runtime.budgets import metered_budget
 from rlog.runtime.catchup import NO_CATCHUP, CatchupProgress
 from rlog.runtime.coordinator import CoordinatorDriver
 from rlog.runtime.election import ElectionClock, ElectionDriver
@@ -259,16 +259,9 @@ class Node:
             self.coordinator_driver.append, self.repair.storage_fault_seen
         )
         # The bytes of clients' appends this replica holds at once (runtime/budgets.py).
-        self.budget = ReplicaBudget(
-            config.id,
-            config.max_inflight_bytes,
-            config.max_stream_inflight_bytes,
-            lambda budget: self.metrics.append_budget_waits.labels(budget).inc(),
-            self.metrics.append_budget_refusals.inc,
+        self.budget = metered_budget(
+            config.id, config.max_inflight_bytes, config.max_stream_inflight_bytes, self.metrics
         )
-        # read when scraped, not set on every append
-        in_flight = self.budget.budget
-        self.metrics.append_inflight_bytes.set_function(lambda: float(in_flight.in_flight))
 
     # ---- lifecycle ---------------------------------------------------------------------
 

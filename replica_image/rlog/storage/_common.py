@@ -9,6 +9,7 @@ import os
 import struct
 from pathlib import Path
 
+from rlog.durable import fsync_dir, write_durably
 from rlog.storage.base import DataDirLocked, StorageError
 
 # Each engine keeps its files in a sub-directory of the data dir named after it, so a data
@@ -110,17 +111,6 @@ def format_version(path: Path) -> int | None:
     return version
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries durable: a file or directory created in it, a rename, an
-    unlink. A file's own fsync does not: after a power cut its name may be gone, whatever
-    its data (docs/faults.md, "Power loss")."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make_dir(path: Path) -> bool:
     """Create a directory and make its entry durable (an fsync of its parent); whether it
     was created (False: something is there already, a directory or not)."""
@@ -133,15 +123,7 @@ def make_dir(path: Path) -> bool:
 
 
 def _write_format(path: Path, version: int) -> None:
-    tmp = path / f"{FORMAT_NAME}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, f"{version}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path / FORMAT_NAME)
-    fsync_dir(path)
+    write_durably(path / FORMAT_NAME, f"{version}\n".encode())
 
 
 def engine_of(path: Path) -> str | None:

@@ -67,7 +67,7 @@ from pathlib import Path
 
 from rlog.config import UNSAFE_NO_SYNC_ENV, test_segment_bytes, unsafe_no_sync
 from rlog.proto import rlog_pb2 as pb
-from rlog.storage._common import fsync_dir, open_data_dir
+from rlog.storage._common import fsync_dir, open_data_dir, write_durably
 from rlog.storage.base import DiskFull, StorageError, StorageLost
 from rlog.storage.page_cache import CACHE_BEHIND, CacheWindow, drop
 from rlog.storage.records import HEAD_BYTES, Plan, RecordStorage, decode_metadata
@@ -243,18 +243,7 @@ class SegmentStorage(RecordStorage):
         # Created whole, never seen empty or short: written to a temp file, synced, renamed
         # over (a crash leaves the temp file, removed at the next open, or the whole mark).
         # Only the creation pays for this: later writes are one pwrite in place.
-        tmp = self._dir / (MARK_NAME + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            self._write_all(fd, [self._mark_bytes()])
-            os.fsync(fd)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(self._dir)
+        write_durably(path, self._mark_bytes())
         self._mark_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
 
     def _mark_bytes(self) -> bytes:
@@ -461,18 +450,7 @@ class SegmentStorage(RecordStorage):
         (so an existing segment's snapshot is always complete); older ones removed."""
         data = encode_snapshot(number, self._meta, self._begin, self._index)
         path = self._dir / snapshot_name(number)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            self._write_all(fd, [data])
-            os.fsync(fd)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(self._dir)
+        write_durably(path, data)
         for older in self._dir.glob("*.idx"):
             if older != path:
                 older.unlink()
