@@ -65,7 +65,7 @@ design-map: $(STAMP)
 	$(PY) tests/layering.py --write
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q --durations=15 tests
 
 # Everything: static checks, unit/live/Spark tests, then a real local Kubernetes (built and
 # cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
