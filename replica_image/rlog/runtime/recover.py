@@ -22,6 +22,7 @@ import grpc
 
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.catchup import Progress, catch_up
@@ -75,7 +76,7 @@ async def _recover_round(
     decision = round_.add(config.id, recover_info(core, config.log_id))
     if decision is not None:
         return decision
-    request = pb.RecoverRequest(log_id=config.log_id)
+    request = pb.RecoverRequest(log_id=config.log_id, protocol=PROTOCOL)
 
     async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
         try:

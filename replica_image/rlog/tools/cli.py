@@ -122,6 +122,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         auto_initialize=args.auto_initialize,
         metrics_port=args.metrics_port,
         log_id=args.log_id,
+        min_peer_protocol=args.min_peer_protocol,
         max_entry_size=args.max_entry_size,
         storage_engine=args.storage_engine,
         election_timeout=args.election_timeout,
