@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from rlog import allocator, event_loop
+from rlog import __version__, allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
 from rlog.lane.server import LaneLimits, LaneReplica, serve_lane
@@ -634,12 +634,14 @@ async def start_server(
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
     server, node, lane = await start_server(config)
     log.info(
-        "replica %d of %d listening on %s (data dir %s, status %s)",
+        "replica %d of %d listening on %s (data dir %s, status %s; rlog %s, peer protocol %d)",
         config.id,
         len(config.peers),
         config.listen,
         config.data_dir,
         pb.Status.Name(node.core.status),
+        __version__,
+        PROTOCOL,
     )
     if lane is not None:
         host, port = lane_address(config.listen, config.write_lane_offset)
