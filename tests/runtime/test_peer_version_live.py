@@ -8,6 +8,7 @@ A real 3-replica log whose replicas serve peers of version 1 and up (`--min-peer
   are refused with PROTOCOL_TOO_OLD, counted in rlog_old_peer_messages_total and change
   nothing; a newer, unknown version is served;
 - a wiped replica of this build recovers in that log (its every message states the version);
+  one refused by newer builds (a higher minimum) says so in its Status;
 - the read index: the followers stop, and an older build takes one follower's address
   and answers the leader's heartbeats as such a build does (`Empty`, which decodes as
   promised = 0). Its answer is no acknowledgement: a linearizable read is not served
@@ -221,3 +222,25 @@ def test_an_older_builds_answer_to_the_read_index_is_no_acknowledgement(cluster)
         assert linearizable_read(cluster, leader) is None
     finally:
         peer.stop()
+
+
+def test_a_replica_refused_by_newer_builds_says_to_upgrade_it(tmp_path):
+    """A log whose replicas serve only versions above this build's (a future build that
+    raised the minimum) and one of its replicas rejoining empty on this build: they refuse
+    its Recover, and its Status says why (not merely "unreachable")."""
+    newer = DevCluster(3, tmp_path, replica_args=["--min-peer-protocol", str(PROTOCOL + 1)])
+    try:
+        newer.start(wait=False)
+        newer.wipe(2)
+        newer.start_replica(2)
+        newer.wait_for(
+            lambda found: (
+                found[2] is not None
+                and "replicas 0, 1 refuse this build's peer protocol" in found[2].reason
+            ),
+            30,
+            "the rejoining replica to say it is refused",
+        )
+        assert newer.status(2, timeout=5).status == pb.EMPTY
+    finally:
+        newer.stop()

@@ -85,6 +85,8 @@ async def _recover_round(
             details = ErrorDetails.from_metadata(exc.trailing_metadata())
             if details is not None and details.reason == Reason.LOG_ID_MISMATCH:
                 round_.foreign[peer.id] = exc.details() or "another log"  # it refused us
+            elif details is not None and details.reason == Reason.PROTOCOL_TOO_OLD:
+                round_.newer[peer.id] = exc.details() or "a newer build"  # it refused us
             return peer.id, None
 
     for next_reply in asyncio.as_completed([ask(p) for p in peers.values()]):
