@@ -25,6 +25,12 @@ BASE_TAR=$CACHE/debootstrap-bookworm-python3-$BASE_REV/rootfs.tar
 DOCKER_ROOT=$CACHE/docker
 DOCKER_RUN=/run/rlog-docker
 DOCKER_HOST_SOCK=unix://$DOCKER_RUN/docker.sock
+# The project version (rlog.__version__, its one source: docs/upgrades.md, "Versions"): the
+# replica and operator images are tagged with it besides `dev`, so the chart's default
+# (its appVersion) and the e2e suites' `dev` name the same local build.
+RLOG_VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/replica_image/rlog/__init__.py")
+[[ -n $RLOG_VERSION ]] || die "no __version__ in replica_image/rlog/__init__.py"
+VERSIONED_IMAGES=(docker.io/rlog/rlog-replica docker.io/rlog/rlog-operator)
 # name | Dockerfile | context (relative to the repo)
 PROJECT_IMAGES=(
   "docker.io/rlog/e2e-smoke:dev|e2e/smoke_image/Dockerfile|e2e/smoke_image"
@@ -115,7 +121,7 @@ context_hash() {
         for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' "$dockerfile" |
       while read -r s; do echo "$ctx/$s"; done)
     ((${#srcs[@]})) || srcs=("$ctx")
-    { echo "base=$BASE_REV"; sha256sum "$dockerfile" /etc/ssl/certs/ca-certificates.crt
+    { echo "base=$BASE_REV version-tag"; sha256sum "$dockerfile" /etc/ssl/certs/ca-certificates.crt
       git ls-files -co --exclude-standard -- "${srcs[@]}" | sort -u |
         while read -r f; do [[ -f $f ]] && sha256sum "$f"; done
     } | sha256sum | cut -c1-16 )
@@ -238,9 +244,13 @@ build_images() {
       local D=(docker -H "$DOCKER_HOST_SOCK")
       ensure_base_image
       local t=$SECONDS
-      log "image $name: docker build -f $df $ctx"
-      if DOCKER_BUILDKIT=0 "${D[@]}" build --network host -q -f "$REPO/$df" -t "$name" "$REPO/$ctx" \
-          > "$IMG/$short.build.log" 2>&1 && "${D[@]}" save -o "$out.tmp" "$name" 2>> "$IMG/$short.build.log"; then
+      local names=("$name") repo=${name%:*} v
+      for v in "${VERSIONED_IMAGES[@]}"; do
+        if [[ $repo == "$v" ]]; then names+=("$repo:$RLOG_VERSION"); fi
+      done
+      log "image ${names[*]}: docker build -f $df $ctx"
+      if DOCKER_BUILDKIT=0 "${D[@]}" build --network host -q -f "$REPO/$df" "${names[@]/#/--tag=}" "$REPO/$ctx" \
+          > "$IMG/$short.build.log" 2>&1 && "${D[@]}" save -o "$out.tmp" "${names[@]}" 2>> "$IMG/$short.build.log"; then
         mv "$out.tmp" "$out"; log "image $name: built in $((SECONDS - t))s"
         find "$IMG" -maxdepth 1 -name "$short-*.tar" ! -path "$out" -delete   # keep the newest only
       else

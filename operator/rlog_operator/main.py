@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any, cast
 
+from rlog import __version__
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -34,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(RLOG_OPERATOR_NAMESPACE); default: act at once (a single operator)",
     )
     p.add_argument("--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"rlog-operator {__version__}")
     return p.parse_args(argv)
 
 
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Which build runs: the first line of every operator log (docs/upgrades.md, "Versions").
+    logging.getLogger("rlog_operator").info("rlog-operator %s starting", __version__)
     import socket
 
     elector = None

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlog import __version__
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
 from rlog_operator.quantities import quantity
@@ -54,7 +55,9 @@ Body = Mapping[str, Any]
 class OperatorConfig:
     """What the operator's deployment decides for every log (env vars of the operator)."""
 
-    replica_image: str = "docker.io/rlog/rlog-replica:dev"
+    # the replica image of this build (the chart sets RLOG_REPLICA_IMAGE, its own default
+    # the same: docs/upgrades.md, "Versions")
+    replica_image: str = f"docker.io/rlog/rlog-replica:{__version__}"
     image_pull_policy: str = "IfNotPresent"
     grpc_port: int = c.GRPC_PORT
     metrics_port: int = c.METRICS_PORT

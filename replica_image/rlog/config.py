@@ -183,6 +183,8 @@ class ReplicaConfig:
     auto_initialize: bool = False
     metrics_port: int | None = None
     log_id: str = ""
+    # Peer requests stating a lower protocol version are refused (protocol/peer_version.py).
+    min_peer_protocol: int = 0
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     storage_engine: str = "auto"  # rlog.storage.AUTO: the engine of the data dir's store
     election_timeout: float = 1.0  # seconds; randomized in [T, 2T)

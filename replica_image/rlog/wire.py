@@ -109,6 +109,8 @@ class Reason(enum.Enum):
     # FAILED_PRECONDITION
     NOT_VOTING = "NOT_VOTING"  # the replica is not VOTING: it cannot serve a stale read
     LOG_ID_MISMATCH = "LOG_ID_MISMATCH"  # the replica belongs to another log
+    # a peer message of a build older than the replica serves (protocol/peer_version.py)
+    PROTOCOL_TOO_OLD = "PROTOCOL_TOO_OLD"
     # an append's condition (if_next, epoch) does not hold: NEXT and EPOCH say what does;
     # nothing was appended
     CONDITION_FAILED = "CONDITION_FAILED"
@@ -177,6 +179,7 @@ _CODES = {
     Reason.ENTRY_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.NOT_VOTING: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.LOG_ID_MISMATCH: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.PROTOCOL_TOO_OLD: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.EPOCH_FROM_FUTURE: grpc.StatusCode.INVALID_ARGUMENT,
     Reason.UNKNOWN_SESSION: grpc.StatusCode.NOT_FOUND,
     Reason.CONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,

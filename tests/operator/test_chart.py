@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
+
+from rlog import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 # the operator's modules, whose kubernetes-client calls the chart must grant (not the CLI
@@ -78,6 +81,30 @@ def test_chart_crd_is_the_repository_crd() -> None:
         assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), (
             f"helm/rlog-operator/crds/{name} differs from crds/{name}: copy it again"
         )
+
+
+def test_the_chart_and_its_images_carry_the_project_version(helm: str) -> None:
+    """One source (rlog.__version__, docs/upgrades.md "Versions"): the chart's version and
+    appVersion are it, and by default the operator's and the replicas' images are tagged
+    with it; a tag given wins (a local build's `dev`)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == __version__, "bump helm/rlog-operator/Chart.yaml's version"
+    assert chart["appVersion"] == __version__, "bump helm/rlog-operator/Chart.yaml's appVersion"
+
+    def images(*args: str) -> tuple[str, str]:
+        dep = next(d for d in _render(helm, *args) if d["kind"] == "Deployment")
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return container["image"], env["RLOG_REPLICA_IMAGE"]
+
+    assert images() == (
+        f"docker.io/rlog/rlog-operator:{__version__}",
+        f"docker.io/rlog/rlog-replica:{__version__}",
+    )
+    assert images("--set", "image.tag=dev", "--set", "replicaImage.tag=dev") == (
+        "docker.io/rlog/rlog-operator:dev",
+        "docker.io/rlog/rlog-replica:dev",
+    )
 
 
 def test_toggles_render_the_monitoring_objects(helm: str) -> None:

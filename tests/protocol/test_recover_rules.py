@@ -114,3 +114,14 @@ def test_without_adoption_two_values_would_be_acknowledged(monkeypatch):
     monkeypatch.setattr(ReplicaCore, "finish_recovery", no_adoption)
     with pytest.raises(Violation):
         stale_coordinator_scenario()
+
+
+def test_replicas_refusing_this_builds_protocol_are_named_in_the_reason():
+    """A newer build with a higher --min-peer-protocol refused our Recover: the reason says
+    to upgrade this replica, not that the peers are unreachable."""
+    round_ = RecoverRound(3, E, False)
+    round_.add(0, pb.RecoverResponse(status=E))
+    round_.newer[1] = "Recover refused: ..."
+    round_.newer[2] = "Recover refused: ..."
+    assert "replicas 1, 2 refuse this build's peer protocol" in round_.reason()
+    assert "upgrade this replica" in round_.reason()

@@ -9,10 +9,12 @@ import sys
 import pytest
 from cli_runs import assert_one_line_error, rlog
 
+from rlog import __version__
 from rlog.client import AsyncClient, Client, parse_endpoints
 from rlog.client.errors import OutcomeUnknown, RlogError, Unavailable
 from rlog.config import ConfigError
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.storage import open_storage
 from rlog.tools.bench import percentile
 
@@ -56,6 +58,13 @@ def test_replica_missing_flags():
 
 def test_unknown_subcommand():
     assert_one_line_error(rlog("frobnicate"), 2, "invalid choice", "frobnicate")
+
+
+def test_version_is_the_projects_and_names_the_peer_protocol():
+    """`rlog --version`: the one project version (rlog.__version__, docs/upgrades.md)."""
+    result = rlog("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().strip() == f"rlog {__version__} (peer protocol {PROTOCOL})"
 
 
 def test_no_subcommand():

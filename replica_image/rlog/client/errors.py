@@ -12,6 +12,7 @@ endpoint that answered. An rlog server sends a machine-readable `Reason` with ea
 | ENTRY_TOO_LARGE            | INVALID_ARGUMENT    | `EntryTooLarge`               |
 | NOT_VOTING                 | FAILED_PRECONDITION | `NotVoting`                   |
 | LOG_ID_MISMATCH            | FAILED_PRECONDITION | `LogIdMismatch`               |
+| PROTOCOL_TOO_OLD (peers)   | FAILED_PRECONDITION | `FailedPrecondition`          |
 | CONDITION_FAILED           | FAILED_PRECONDITION | `ConditionFailed` (with       |
 |                            |                     | `next_position`, `epoch`)     |
 | SESSION_EXPIRED            | FAILED_PRECONDITION | `SessionExpired`              |
@@ -259,6 +260,8 @@ REASON_CLASSES: dict[Reason, tuple[type[RlogError], type[RlogError]]] = {
     Reason.ENTRY_TOO_LARGE: (EntryTooLarge, EntryTooLarge),
     Reason.NOT_VOTING: (NotVoting, NotVoting),
     Reason.LOG_ID_MISMATCH: (LogIdMismatch, LogIdMismatch),
+    # the peer protocol's only: a replica refusing an older build's peer message
+    Reason.PROTOCOL_TOO_OLD: (FailedPrecondition, FailedPrecondition),
     Reason.CONDITION_FAILED: (ConditionFailed, ConditionFailed),
     Reason.SESSION_EXPIRED: (SessionExpired, SessionExpired),
     Reason.SEQUENCE_FORGOTTEN: (SequenceForgotten, SequenceForgotten),

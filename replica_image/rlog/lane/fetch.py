@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from rlog.lane.framed import KINDS_VERSION, CallingLane, Destination, FramedCaller, parse
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.runtime.fetch import LANE_MAX_BYTES
 
 # An answer frame holds at most LANE_MAX_BYTES of values past its first answer (4 MiB of
@@ -76,6 +77,7 @@ class FetchLane(CallingLane[pb.FetchAnswers]):
             id=request_id,
             max_bytes=max_bytes,
             log_id=self._log_id,
+            protocol=PROTOCOL,
         )
         setattr(request, "from", first)  # a Python keyword
         return await self._caller.send(request_id, [request.SerializeToString()], time_limit)

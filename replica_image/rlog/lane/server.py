@@ -79,6 +79,9 @@ Admission = Callable[[asyncio.Transport, str], str]
 # Told of each peer message of another log the lane refuses: (what: "lane hello", "lane
 # write", "lane fetch"; the log id it carried; why), runtime/foreign.py.
 ForeignSeen = Callable[[str, str, str], None]
+# Why a peer frame stating this protocol version is refused ("": served), counted by the
+# caller: (what: "lane write", "lane fetch"; the version), runtime/foreign.py.
+OldRefusal = Callable[[str, int], str]
 
 
 @dataclass
@@ -134,6 +137,7 @@ class LaneServer(asyncio.BufferedProtocol):
         limits: LaneLimits,
         admit: Admission | None = None,
         foreign_seen: ForeignSeen | None = None,
+        old_refusal: OldRefusal | None = None,
     ) -> None:
         self._replica = replica
         self._limits = limits
@@ -141,6 +145,7 @@ class LaneServer(asyncio.BufferedProtocol):
         self._hello_timer: asyncio.TimerHandle | None = None
         self._admit = admit
         self._foreign_seen = foreign_seen
+        self._old_refusal = old_refusal
         self._log_id = log_id
         self._replica_id = replica_id
         self._frames = FrameBuffer(MAX_SMALL)
@@ -305,6 +310,9 @@ class LaneServer(asyncio.BufferedProtocol):
         if why := self._foreign("lane fetch", request.log_id):
             self._close(f"refused (LOG_ID_MISMATCH): {why}")
             return
+        if self._old_refusal and (why := self._old_refusal("lane fetch", request.protocol)):
+            self._close(f"refused (PROTOCOL_TOO_OLD): {why}")
+            return
         try:
             parts = self._replica.lane_fetch(request)
         except CorruptRecord as exc:
@@ -327,6 +335,9 @@ class LaneServer(asyncio.BufferedProtocol):
             return
         if why := self._foreign("lane write", request.log_id):
             self._close(f"refused (LOG_ID_MISMATCH): {why}")
+            return
+        if self._old_refusal and (why := self._old_refusal("lane write", request.protocol)):
+            self._close(f"refused (PROTOCOL_TOO_OLD): {why}")
             return
         self._on_write()
         try:
@@ -366,15 +377,25 @@ async def serve_lane(
     tls: ssl.SSLContext | None = None,
     admit: Admission | None = None,
     foreign_seen: ForeignSeen | None = None,
+    old_refusal: OldRefusal | None = None,
 ) -> asyncio.Server:
     """Serve the lane on host:port within `limits`; with `tls`, only over TLS (mutual: the
     context asks every caller for its certificate); `admit` says why a welcomed caller is
     refused (authorization), "" to let it in; `foreign_seen` is told of each peer message
-    of another log refused."""
+    of another log refused; `old_refusal` says why a peer frame of an older build is."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
         lambda: LaneServer(
-            replica, log_id, replica_id, max_frame, on_write, on_append, limits, admit, foreign_seen
+            replica,
+            log_id,
+            replica_id,
+            max_frame,
+            on_write,
+            on_append,
+            limits,
+            admit,
+            foreign_seen,
+            old_refusal,
         ),
         host or None,
         port,

@@ -299,7 +299,10 @@ class PromiseRequest(_message.Message):
     """---- Peer protocol -------------------------------------------------------------------------
     Every request below carries the sender's `log_id`; a replica refuses one whose id is not
     its own (empty included) with FAILED_PRECONDITION, reason LOG_ID_MISMATCH, before any rule
-    sees it (protocol/log_identity.py has the contract).
+    sees it (protocol/log_identity.py has the contract). Each also carries the sender's peer
+    protocol version `protocol` (0: a build from before versions, which sends none); a replica
+    refuses one below its minimum with FAILED_PRECONDITION, reason PROTOCOL_TOO_OLD
+    (protocol/peer_version.py has the rules, docs/upgrades.md the policy).
 
     Implicit promise when `positions` is empty (covers every position without a record);
     explicit promise for each listed position otherwise (fill and catch-up).
@@ -311,10 +314,13 @@ class PromiseRequest(_message.Message):
     POSITIONS_FIELD_NUMBER: _builtins.int
     CANDIDATE_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     candidate: _builtins.int
     """replica id of the proposer (leader stickiness)"""
     log_id: _builtins.str
+    protocol: _builtins.int
+    """the sender's peer protocol version (protocol/peer_version.py)"""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -324,10 +330,11 @@ class PromiseRequest(_message.Message):
         positions: _abc.Iterable[_builtins.int] | None = ...,
         candidate: _builtins.int = ...,
         log_id: _builtins.str = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate", "log_id", b"log_id", "positions", b"positions", "proposal", b"proposal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate", "log_id", b"log_id", "positions", b"positions", "proposal", b"proposal", "protocol", b"protocol"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -386,11 +393,14 @@ class WriteRequest(_message.Message):
     LEARNED_FIELD_NUMBER: _builtins.int
     RUNS_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     leader: _builtins.int
     log_id: _builtins.str
     id: _builtins.int
     """WriteStream: echoed in the response"""
+    protocol: _builtins.int
+    """the sender's peer protocol version"""
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """position, type, value, truncate_to, tombstone"""
@@ -413,10 +423,11 @@ class WriteRequest(_message.Message):
         learned: Global___LearnedRequest | None = ...,
         runs: _abc.Iterable[Global___Run] | None = ...,
         id: _builtins.int = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned", b"learned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "proposal", b"proposal", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "leader", b"leader", "learned", b"learned", "log_id", b"log_id", "proposal", b"proposal", "protocol", b"protocol", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -542,6 +553,7 @@ class LearnedRequest(_message.Message):
     LEADER_LEARNED_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
     RUNS_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     proposal: _builtins.int
     """`ranges` are learned where performed == proposal"""
     leader: _builtins.int
@@ -551,6 +563,8 @@ class LearnedRequest(_message.Message):
     leader_learned: _builtins.int
     """the leader's contiguous learned position"""
     log_id: _builtins.str
+    protocol: _builtins.int
+    """the sender's peer protocol version"""
     @_builtins.property
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___PositionRange]: ...
     @_builtins.property
@@ -572,10 +586,11 @@ class LearnedRequest(_message.Message):
         leader_learned: _builtins.int = ...,
         log_id: _builtins.str = ...,
         runs: _abc.Iterable[Global___Run] | None = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "leader_address", b"leader_address", "leader_learned", b"leader_learned", "log_id", b"log_id", "proposal", b"proposal", "ranges", b"ranges", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "leader", b"leader", "leader_address", b"leader_address", "leader_learned", b"leader_learned", "log_id", b"log_id", "proposal", b"proposal", "protocol", b"protocol", "ranges", b"ranges", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -586,21 +601,26 @@ class LearnedResponse(_message.Message):
     """The answer to a Learned message. To a leader's heartbeat it says whether the peer still
     follows that leader: an answer whose promise is above the heartbeat's proposal does not
     (the leader's read index and check-quorum count answers; see docs/protocol.md). An older
-    replica answers Empty, which decodes as promised = 0.
+    replica answers Empty, which decodes as promised = 0: an answer counts for the read index
+    only if its `protocol` is at least protocol/peer_version.py's READ_INDEX_ANSWER.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMISED_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     promised: _builtins.int
+    protocol: _builtins.int
+    """the answering replica's peer protocol version (0: older build)"""
     def __init__(
         self,
         *,
         promised: _builtins.int = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["promised", b"promised"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["promised", b"promised", "protocol", b"protocol"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -626,15 +646,19 @@ class RecoverRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LOG_ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     log_id: _builtins.str
+    protocol: _builtins.int
+    """the sender's peer protocol version"""
     def __init__(
         self,
         *,
         log_id: _builtins.str = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_id", b"log_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_id", b"log_id", "protocol", b"protocol"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -684,6 +708,7 @@ class FetchRequest(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     LOG_ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     to: _builtins.int
     """inclusive"""
     max_actions: _builtins.int
@@ -695,6 +720,8 @@ class FetchRequest(_message.Message):
     """values (at least one answer; 0: the lane's own bound)
     the sender's log id (protocol/log_identity.py)
     """
+    protocol: _builtins.int
+    """the sender's peer protocol version"""
     def __init__(
         self,
         *,
@@ -703,10 +730,11 @@ class FetchRequest(_message.Message):
         id: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         log_id: _builtins.str = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "log_id", b"log_id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from", b"from", "id", b"id", "log_id", b"log_id", "max_actions", b"max_actions", "max_bytes", b"max_bytes", "protocol", b"protocol", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

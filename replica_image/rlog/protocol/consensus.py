@@ -11,6 +11,7 @@ import enum
 from collections.abc import Callable, Mapping
 
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 
 
 class Outcome(enum.Enum):
@@ -206,7 +207,11 @@ class FillRound:
 
     def promise_request(self, candidate: int, log_id: str) -> pb.PromiseRequest:
         return pb.PromiseRequest(
-            proposal=self.proposal, positions=self.promising, candidate=candidate, log_id=log_id
+            proposal=self.proposal,
+            positions=self.promising,
+            candidate=candidate,
+            log_id=log_id,
+            protocol=PROTOCOL,
         )
 
     def add(self, replica: int, response: pb.PromiseResponse | pb.WriteResponse | None) -> Outcome:
@@ -251,6 +256,7 @@ class FillRound:
             actions=[entry_of(a) for a in self.writing],
             leader=leader,
             log_id=log_id,
+            protocol=PROTOCOL,
         )
 
     def chosen(self) -> list[pb.Action]:

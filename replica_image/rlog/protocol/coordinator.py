@@ -60,6 +60,7 @@ from rlog.protocol.consensus import (
     entry_of,
     learned,
 )
+from rlog.protocol.peer_version import PROTOCOL
 
 
 class LocalReplica(Protocol):
@@ -283,7 +284,9 @@ class Coordinator:
         round_id = self._new_round()
         self._election = (round_id, _Election(Tally(self.replicas, self.quorum)))
         self._broadcast(
-            pb.PromiseRequest(proposal=self.proposal, candidate=self.id, log_id=self.log_id),
+            pb.PromiseRequest(
+                proposal=self.proposal, candidate=self.id, log_id=self.log_id, protocol=PROTOCOL
+            ),
             round_id,
         )
         self._outbox.append(SetTimer(round_id, self.config.election_timeout))
@@ -436,7 +439,9 @@ class Coordinator:
             # Records are placed straight into the request: a run appended to a repeated
             # field later is copied by serializing and parsing it (three copies of its
             # bytes), one made in place by a single deep copy.
-            request = pb.WriteRequest(proposal=self.proposal, leader=self.id, log_id=self.log_id)
+            request = pb.WriteRequest(
+                proposal=self.proposal, leader=self.id, log_id=self.log_id, protocol=PROTOCOL
+            )
             records: list[pb.Action | pb.Run] = []
             tokens: list[tuple[Hashable, list[int]]] = []
             size = count = 0
@@ -588,6 +593,7 @@ class Coordinator:
             actions=actions or [],
             leader=self.id,
             log_id=self.log_id,
+            protocol=PROTOCOL,
         )
 
     # ---- events ------------------------------------------------------------------------

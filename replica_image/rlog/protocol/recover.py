@@ -46,6 +46,9 @@ class RecoverRound:
         self.log_id = log_id
         self.replies: dict[int, pb.RecoverResponse] = {}
         self.foreign: dict[int, str] = {}  # replicas that belong to another log
+        # replicas that refuse this build's peer protocol (PROTOCOL_TOO_OLD): a newer build
+        # with a higher --min-peer-protocol (protocol/peer_version.py)
+        self.newer: dict[int, str] = {}
 
     def add(self, replica: int, response: pb.RecoverResponse) -> Decision | None:
         """Count one reply; return the decision as soon as one can be made."""
@@ -99,6 +102,12 @@ class RecoverRound:
                 "replicas "
                 + ", ".join(str(i) for i in sorted(self.foreign))
                 + " belong to another log"
+            )
+        if self.newer:
+            parts.append(
+                "replicas "
+                + ", ".join(str(i) for i in sorted(self.newer))
+                + " refuse this build's peer protocol (PROTOCOL_TOO_OLD): upgrade this replica"
             )
         voting = counts[pb.VOTING]
         if voting:

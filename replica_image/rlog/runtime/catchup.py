@@ -28,6 +28,7 @@ import grpc
 from rlog.config import ReplicaConfig, unsafe_split_fill
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.consensus import BatchKey, Elsewhere, FillRound, Outcome, batch_of
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.protocol.recover import Decision
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.learned_copy import Durable, LearnedCopy
@@ -169,7 +170,7 @@ class CatchUp:
             outcome = await self._round(fill, write)
             if outcome != Outcome.ACCEPTED:
                 return outcome
-        learned = pb.LearnedRequest(actions=fill.chosen(), log_id=config.log_id)
+        learned = pb.LearnedRequest(actions=fill.chosen(), log_id=config.log_id, protocol=PROTOCOL)
         self.peers.broadcast_learned(learned)
         return Outcome.ACCEPTED
 

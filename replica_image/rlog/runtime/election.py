@@ -20,6 +20,7 @@ from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import Coordinator
 from rlog.protocol.election import Election, StandDown
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import Peer, Peers
@@ -134,6 +135,7 @@ class ElectionDriver:
             leader_address=self.config.address,
             leader_learned=self.core.learned,
             log_id=self.config.log_id,
+            protocol=PROTOCOL,
         )
         for peer in self.peers.values():
             self.spawn(self._heartbeat(peer, heartbeat))

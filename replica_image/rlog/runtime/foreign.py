@@ -7,6 +7,11 @@ service (runtime/server.py registers them through it), so the check is made once
 message, each request of a `WriteStream` included, before any handler runs
 (runtime/faults.py ends the call with `Refused`'s error). The lane (lane/server.py) checks
 its hello and its frames with the same rule and reports here through `seen`.
+
+The same entry point refuses a peer request of a build older than the replica serves
+(`--min-peer-protocol`, protocol/peer_version.py): counted (`rlog_old_peer_messages_total`),
+logged, answered FAILED_PRECONDITION with reason PROTOCOL_TOO_OLD. With the default minimum
+(every build) the check costs nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlog.protocol import peer_version
 from rlog.protocol.log_identity import refusal
 from rlog.runtime.errors import RpcError
 from rlog.runtime.faults import Refused
@@ -28,10 +34,12 @@ LOG_EVERY = 60.0  # seconds between the log lines about one RPC from one foreign
 
 
 class ForeignMessages:
-    """The log id check of one replica (log `own`), with its metric and its log lines."""
+    """The log id check of one replica (log `own`), and the protocol version check (peers
+    of version `minimum` and up are served), with their metrics and their log lines."""
 
-    def __init__(self, own: str, metrics: ReplicaMetrics) -> None:
+    def __init__(self, own: str, metrics: ReplicaMetrics, minimum: int = 0) -> None:
         self.own = own
+        self.minimum = minimum
         self._metrics = metrics
         self._logged: dict[tuple[str, str], float] = {}  # (rpc, sent log id) -> when
 
@@ -57,14 +65,38 @@ class ForeignMessages:
         self.seen(rpc, sent, why)
         return RpcError(Reason.LOG_ID_MISMATCH, f"{rpc} refused: {why}")
 
+    def old_refusal(self, rpc: str, stated: int) -> str:
+        """Why a message stating protocol version `stated` is refused ("": it is served);
+        a refusal is counted and (at most every LOG_EVERY seconds per RPC) logged."""
+        why = peer_version.refusal(stated, self.minimum)
+        if not why:
+            return ""
+        self._metrics.old_peer_messages.labels(rpc).inc()
+        now = time.monotonic()
+        key = (rpc, f"protocol {stated}")
+        if now - self._logged.get(key, -LOG_EVERY) >= LOG_EVERY:
+            self._logged[key] = now
+            log.warning("%s of an older build refused (PROTOCOL_TOO_OLD): %s", rpc, why)
+        return why
+
+    def too_old(self, rpc: str, stated: int) -> RpcError | None:
+        """The error to refuse a message stating protocol version `stated` with (None: it is
+        served)."""
+        why = self.old_refusal(rpc, stated)
+        return RpcError(Reason.PROTOCOL_TOO_OLD, f"{rpc} refused: {why}") if why else None
+
     def deserializer(self, rpc: str, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
         """`parse` (a tolerant deserializer of a peer request) followed by the check: a
         message of another log comes out `Refused`."""
         own = self.own
+        minimum = self.minimum
 
         def deserialize(raw: bytes) -> Any:
             request = parse(raw)
             sent = getattr(request, "log_id", None)
+            if minimum and sent == own:  # a minimum set (not the default): checked here
+                error = self.too_old(rpc, getattr(request, "protocol", 0))
+                return request if error is None else Refused(error)
             if sent == own:  # this log's message: the one comparison every message pays
                 return request
             if not isinstance(sent, str):

@@ -116,6 +116,13 @@ class ReplicaMetrics:
             ["rpc"],
             registry=r,
         )
+        self.old_peer_messages = Counter(
+            "rlog_old_peer_messages",
+            "Peer messages refused for a protocol version below --min-peer-protocol "
+            "(PROTOCOL_TOO_OLD), by RPC: a replica of an older build still in the log",
+            ["rpc"],
+            registry=r,
+        )
         self.append_requests = Counter(
             "rlog_append_requests",
             "Append requests from clients this replica handled, by RPC (unary: Append, "

@@ -37,6 +37,7 @@ from rlog.lane.write import WriteLane
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.coordinator import Send
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
 from rlog.runtime.fetch import answer_bytes, fetch_answers
@@ -324,7 +325,10 @@ class Peers(Mapping[int, Peer]):
             held = None
         if held is None:
             held = pb.LearnedRequest(
-                proposal=message.proposal, leader=message.leader, log_id=message.log_id
+                proposal=message.proposal,
+                leader=message.leader,
+                log_id=message.log_id,
+                protocol=PROTOCOL,
             )
             self._held_learned[peer] = held
             self._linger[peer] = asyncio.get_running_loop().call_later(
@@ -486,7 +490,9 @@ class Peers(Mapping[int, Peer]):
                 raise FetchFailed(f"on its fetch lane: {exc or type(exc).__name__}") from None
             return list(answers.answers), not answers.cut
         spans.labels("grpc").inc()
-        request = pb.FetchRequest(to=last, max_actions=last - first + 1, log_id=self.config.log_id)
+        request = pb.FetchRequest(
+            to=last, max_actions=last - first + 1, log_id=self.config.log_id, protocol=PROTOCOL
+        )
         setattr(request, "from", first)  # a Python keyword
         call = self._peers[source].replica.Fetch(request, timeout=time_limit)
         chunks, held = [], 0

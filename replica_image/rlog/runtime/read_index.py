@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import Coordinator
+from rlog.protocol.peer_version import PROTOCOL, counts_for_read_index
 from rlog.protocol.read_index import Confirmed, Gather, ReadIndex, StartRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.errors import RpcError
@@ -85,8 +86,8 @@ class ReadIndexDriver:
     async def _heartbeat(self, peer: Peer, heartbeat: pb.LearnedRequest, round_id: int) -> None:
         """Send one heartbeat of a read round; its answer counts for the read index."""
         answer = await self.heartbeat(peer, heartbeat)
-        if answer is None:
-            return
+        if answer is None or not counts_for_read_index(answer.protocol):
+            return  # no answer; an older build's is none either (protocol/peer_version.py)
         self.read_index.on_answer(round_id, peer.id, answer.promised)
         self._drain()
 
@@ -144,6 +145,7 @@ class ReadIndexDriver:
                     leader=self.config.id,
                     leader_address=self.config.address,
                     log_id=self.config.log_id,
+                    protocol=PROTOCOL,
                 )
                 first, rest = self._round_peers()
                 for peer in first:

@@ -22,6 +22,7 @@ import grpc
 
 from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.protocol.recover import Decision, Next, RecoverRound
 from rlog.protocol.replica import ReplicaCore
 from rlog.runtime.catchup import Progress, catch_up
@@ -75,7 +76,7 @@ async def _recover_round(
     decision = round_.add(config.id, recover_info(core, config.log_id))
     if decision is not None:
         return decision
-    request = pb.RecoverRequest(log_id=config.log_id)
+    request = pb.RecoverRequest(log_id=config.log_id, protocol=PROTOCOL)
 
     async def ask(peer: Peer) -> tuple[int, pb.RecoverResponse | None]:
         try:
@@ -84,6 +85,8 @@ async def _recover_round(
             details = ErrorDetails.from_metadata(exc.trailing_metadata())
             if details is not None and details.reason == Reason.LOG_ID_MISMATCH:
                 round_.foreign[peer.id] = exc.details() or "another log"  # it refused us
+            elif details is not None and details.reason == Reason.PROTOCOL_TOO_OLD:
+                round_.newer[peer.id] = exc.details() or "a newer build"  # it refused us
             return peer.id, None
 
     for next_reply in asyncio.as_completed([ask(p) for p in peers.values()]):

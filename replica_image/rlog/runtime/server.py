@@ -12,13 +12,14 @@ from typing import Any
 
 import grpc
 
-from rlog import allocator, event_loop
+from rlog import __version__, allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
 from rlog.lane.server import LaneLimits, LaneReplica, serve_lane
 from rlog.lane.tls import LaneTls
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
+from rlog.protocol.peer_version import PROTOCOL
 from rlog.runtime.access import lane_admission, log_security, peer_check_of
 from rlog.runtime.appends import answer, answered, conditions_of, packed_values, prepared
 from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
@@ -143,7 +144,7 @@ class ReplicaService(pbg.ReplicaServicer):
     ) -> pb.LearnedResponse:
         self.node.replica.handle_learned(request)
         # Our promise tells a leader's heartbeat whether we still follow it (read index).
-        return pb.LearnedResponse(promised=self.node.core.promised)
+        return pb.LearnedResponse(promised=self.node.core.promised, protocol=PROTOCOL)
 
     async def Recover(
         self, request: pb.RecoverRequest, context: grpc.aio.ServicerContext
@@ -577,7 +578,7 @@ async def start_server(
         log.warning("%s=1: WriteStream is not served (test only)", NO_WRITE_STREAM_ENV)
         without = ("WriteStream",)
     # The one place the peer protocol's log ids are checked (the lane checks its own).
-    same_log = ForeignMessages(config.log_id, node.metrics)
+    same_log = ForeignMessages(config.log_id, node.metrics, config.min_peer_protocol)
     _register(pbg.add_ReplicaServicer_to_server, ReplicaService(node), server, without, same_log)
     _register(pbg.add_LogServicer_to_server, LogService(node), server)
     _register(pbg.add_AdminServicer_to_server, AdminService(node), server)
@@ -615,6 +616,7 @@ async def start_server(
                 lane_tls.server if lane_tls is not None else None,
                 lane_admission(policy, peer_check) if policy is not None else None,
                 same_log.seen,
+                same_log.old_refusal if config.min_peer_protocol else None,
             )
         except OSError as exc:
             storage.close()
@@ -632,12 +634,14 @@ async def start_server(
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
     server, node, lane = await start_server(config)
     log.info(
-        "replica %d of %d listening on %s (data dir %s, status %s)",
+        "replica %d of %d listening on %s (data dir %s, status %s; rlog %s, peer protocol %d)",
         config.id,
         len(config.peers),
         config.listen,
         config.data_dir,
         pb.Status.Name(node.core.status),
+        __version__,
+        PROTOCOL,
     )
     if lane is not None:
         host, port = lane_address(config.listen, config.write_lane_offset)

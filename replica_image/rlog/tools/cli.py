@@ -25,6 +25,7 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
     os.environ["GRPC_VERBOSITY"] = "NONE"
     os.environ["RLOG_QUIETED_GRPC"] = "1"
 
+from rlog import __version__
 from rlog.arg_types import (
     add_storage_engine_argument,
     nonnegative,
@@ -37,6 +38,7 @@ from rlog.config import (
     parse_peers,
 )
 from rlog.initialize import initialize
+from rlog.protocol.peer_version import PROTOCOL as PEER_PROTOCOL
 from rlog.storage import StorageError
 from rlog.tools.client_args import add_security_arguments, credentials_of
 from rlog.tools.replica_cli import BUDGET_KEYS
@@ -122,6 +124,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         auto_initialize=args.auto_initialize,
         metrics_port=args.metrics_port,
         log_id=args.log_id,
+        min_peer_protocol=args.min_peer_protocol,
         max_entry_size=args.max_entry_size,
         storage_engine=args.storage_engine,
         election_timeout=args.election_timeout,
@@ -383,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rlog",
         description="rlog: a Paxos replicated log (Mesos replicated-log design)",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"rlog {__version__} (peer protocol {PEER_PROTOCOL})",
+        help="print the project version and the peer protocol version, then exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -26,6 +26,8 @@ from rlog.config import (
     DEFAULT_STREAM_WINDOW,
     DEFAULT_TAIL_RESPONSE_BYTES,
 )
+from rlog.protocol.peer_version import MINIMUM as MINIMUM_PEER_PROTOCOL
+from rlog.protocol.peer_version import PROTOCOL as PEER_PROTOCOL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--metrics-port", type=nonnegative, metavar="P")
     p.add_argument("--log-id", default="", metavar="ID", help="identity of the log")
+    p.add_argument(
+        "--min-peer-protocol",
+        type=nonnegative,
+        default=MINIMUM_PEER_PROTOCOL,
+        metavar="V",
+        help="refuse peer messages of a lower peer protocol version (default "
+        f"{MINIMUM_PEER_PROTOCOL}: every build; this build speaks {PEER_PROTOCOL}; "
+        "docs/upgrades.md)",
+    )
     p.add_argument(
         "--max-entry-size", type=nonnegative, default=DEFAULT_MAX_ENTRY_SIZE, metavar="BYTES"
     )
