@@ -121,6 +121,16 @@ def test_follower_killed_and_restarted_mid_load_gets_a_new_lane(tmp_path):
         writers = kill_and_restart_mid_load(cluster, follower, "lane")
         assert cluster.leader() == leader
         assert lanes_opened(cluster, leader, follower) >= 2, "the lane was not reopened"
+        # The leader's log says when its writes to the follower began to fail (the killed
+        # one's lane broke, then its channel was refused) and when one was answered again.
+        failing, answered = (
+            f"writes to replica {follower} fail (",
+            f"writes to replica {follower} answered again",
+        )
+        said = cluster.log_file(leader).read_text
+        wait_until(lambda: answered in said(), 30, "the leader saying so")
+        assert failing in said()
+        assert said().index(failing) < said().rindex(answered)
         assert write_requests(cluster, follower, "unary") == 0
         check(cluster, writers.acknowledged)
 
