@@ -164,9 +164,21 @@ def write_requests(cluster: DevCluster, i: int, rpc: str) -> float:
 
 
 def write_failures(cluster: DevCluster, leader: int, peer: int) -> float:
+    """Writes to `peer` that failed in transport since the leader's process started (its
+    first ones, the election's fill, may go to a peer not listening yet)."""
     return scrape(cluster, leader).get(
         ("rlog_peer_write_failures_total", (("peer", str(peer)),)), 0.0
     )
+
+
+def settled_failures(cluster: DevCluster, leader: int, peer: int) -> float:
+    """The leader's failed writes to `peer` once three scrapes 0.2 s apart agree (a broken
+    stream's writes are counted within one turn of the replica's event loop)."""
+    reads = [write_failures(cluster, leader, peer)]
+    while len(reads) < 3 or len(set(reads[-3:])) > 1:
+        time.sleep(0.2)
+        reads.append(write_failures(cluster, leader, peer))
+    return reads[-1]
 
 
 def lanes_opened(cluster: DevCluster, leader: int, peer: int) -> float:

@@ -17,12 +17,14 @@ from live import (
     check,
     kill_and_restart_mid_load,
     lanes_opened,
+    settled_failures,
     wait_until,
     write_failures,
     write_requests,
 )
 from raw_sockets import closed, recv_exactly
 
+from rlog.client import Client
 from rlog.lane.framed import VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
 from rlog.tools.dev import DevCluster
@@ -45,6 +47,38 @@ class MixedCluster(DevCluster):
         return cmd
 
 
+def open_lanes(
+    cluster: DevCluster,
+    client: Client,
+    leader: int,
+    followers: list[int],
+    acknowledged: dict[int, bytes],
+) -> dict[int, float]:
+    """Append until the leader's lanes to `followers` are open (the first writes go on the
+    gRPC stream while they open in the background); the leader's failed writes to each
+    follower so far.
+
+    Writes that failed before the lanes opened are not the lane's, and may fail: the
+    leader's counter starts with its process, and the replicas start at once. On a loaded
+    machine the first replica up was elected while another was not listening yet: its
+    pre-vote's Status call to that follower was refused, and gRPC then fails every call on
+    that channel at once until it dials again (a back-off of up to 1 s, rlog/wire.py), as
+    for any peer that is down. The leader's log had the election's fill write (position 0)
+    and the first appends' stream writes to it fail UNAVAILABLE "Connection refused", the
+    last one 220 ms after the follower said it was listening; its lane opened 550 ms after
+    that. The quorum carried every write, and the follower learned them (`check`). So the
+    tests count failures from the moment the lanes are open (once the count of those before
+    settled: a stream write failing at once is counted a loop turn later): none after."""
+
+    def opened() -> bool:
+        (position,) = append_acked(client, [b"first"])
+        acknowledged[position] = b"first"
+        return all(lanes_opened(cluster, leader, i) >= 1 for i in followers)
+
+    wait_until(opened, 30, f"the leader's lanes to replicas {followers}")
+    return {i: settled_failures(cluster, leader, i) for i in followers}
+
+
 def test_appends_travel_on_the_lane_once_it_is_open(tmp_path):
     with DevCluster(
         3, tmp_path, metrics=True, election_timeout=0.5, write_lane_offset=OFFSET
@@ -53,13 +87,7 @@ def test_appends_travel_on_the_lane_once_it_is_open(tmp_path):
         followers = [i for i in range(3) if i != leader]
         acknowledged: dict[int, bytes] = {}
         with cluster.client() as client:
-            # The first writes go on the gRPC stream while the lanes open in the background.
-            def opened() -> bool:
-                (position,) = append_acked(client, [b"first"])
-                acknowledged[position] = b"first"
-                return all(lanes_opened(cluster, leader, i) >= 1 for i in followers)
-
-            wait_until(opened, 30, "the leader's lanes to both followers")
+            failed = open_lanes(cluster, client, leader, followers, acknowledged)
             before = {i: write_requests(cluster, i, "lane") for i in followers}
             stream = {i: write_requests(cluster, i, "stream") for i in followers}
             for k in range(200):
@@ -79,8 +107,8 @@ def test_appends_travel_on_the_lane_once_it_is_open(tmp_path):
             )
             assert write_requests(cluster, i, "stream") == stream[i]
             assert write_requests(cluster, i, "unary") == 0
-            assert lanes_opened(cluster, leader, i) == 1
-            assert write_failures(cluster, leader, i) == 0
+            assert lanes_opened(cluster, leader, i) == 1  # it never broke
+            assert write_failures(cluster, leader, i) == failed[i]
         check(cluster, acknowledged)
 
 
@@ -93,6 +121,16 @@ def test_follower_killed_and_restarted_mid_load_gets_a_new_lane(tmp_path):
         writers = kill_and_restart_mid_load(cluster, follower, "lane")
         assert cluster.leader() == leader
         assert lanes_opened(cluster, leader, follower) >= 2, "the lane was not reopened"
+        # The leader's log says when its writes to the follower began to fail (the killed
+        # one's lane broke, then its channel was refused) and when one was answered again.
+        failing, answered = (
+            f"writes to replica {follower} fail (",
+            f"writes to replica {follower} answered again",
+        )
+        said = cluster.log_file(leader).read_text
+        wait_until(lambda: answered in said(), 30, "the leader saying so")
+        assert failing in said()
+        assert said().index(failing) < said().rindex(answered)
         assert write_requests(cluster, follower, "unary") == 0
         check(cluster, writers.acknowledged)
 
@@ -149,6 +187,9 @@ def test_a_stranger_on_the_lane_is_refused_and_the_log_goes_on(tmp_path):
         follower = next(i for i in range(3) if i != leader)
         host, port = lane_address(cluster.endpoints[follower], OFFSET)
         other = 3 - leader - follower
+        acknowledged: dict[int, bytes] = {}
+        with cluster.client() as client:
+            (failed,) = open_lanes(cluster, client, leader, [follower], acknowledged).values()
 
         sock, welcome = hello(host, port, version=VERSION, log_id="lanes", replica_id=other)
         assert welcome.error == f"this is replica {follower}, not {other}"
@@ -176,7 +217,6 @@ def test_a_stranger_on_the_lane_is_refused_and_the_log_goes_on(tmp_path):
         assert closed(sock)
 
         # Nothing of it reached the log: the leader's own lane still carries every write.
-        acknowledged: dict[int, bytes] = {}
         lane_before = write_requests(cluster, follower, "lane")
         with cluster.client() as client:
             for k in range(50):
@@ -188,5 +228,6 @@ def test_a_stranger_on_the_lane_is_refused_and_the_log_goes_on(tmp_path):
             30,
             "lane writes to the follower after the strangers",
         )
-        assert write_failures(cluster, leader, follower) == 0
+        assert lanes_opened(cluster, leader, follower) == 1  # the strangers left it alone
+        assert write_failures(cluster, leader, follower) == failed
         check(cluster, acknowledged)

@@ -1,7 +1,8 @@
 """Leader stability of a fresh auto-initialized log: real 3-replica clusters, started many
 times. Once the log first has a leader, no replica may stand for election again (replicas
 that turned VOTING together, or one that turned VOTING a moment later, used to depose the
-first leader and fail the client's first append with an unknown outcome)."""
+first leader and fail the client's first append with an unknown outcome). The first leader
+of a brand-new log does not step down on its own either."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from live import append_acked, scrape
 
 from rlog.client import Client
 from rlog.client.errors import RlogError
@@ -134,3 +136,24 @@ def test_a_fresh_log_keeps_its_first_leader(tmp_path):
     # Timers only make a second election unlikely (two replicas may still time out within
     # the same instant): allow one round in twenty.
     assert len(bad) <= ROUNDS // 20, f"{len(bad)} of {ROUNDS} rounds had another election: {bad}"
+
+
+def test_the_first_leader_of_a_new_log_admits_appends_without_stepping_down(tmp_path):
+    """A new leader takes the admission state once its fill is learned here. Its fill of a
+    brand-new log ends at position 0, and the wait for it read `core.learned`, which is 0
+    when nothing is learned too: the state was taken before position 0 was learned, was
+    missing ("no admission state: learned up to -1, the leader needs 0"), and every new
+    log's first leader stepped down at once and was elected again. One replica: no rival
+    can depose it, so every election past the first is the leader's own doing."""
+    with DevCluster(1, tmp_path, metrics=True, election_timeout=ELECTION_TIMEOUT) as cluster:
+        cluster.wait_for_leader()
+        with cluster.client() as client:
+            append_acked(client, [b"first"])
+        elections = {
+            dict(labels)["result"]: value
+            for (name, labels), value in scrape(cluster, 0).items()
+            if name == "rlog_elections_total"
+        }
+        assert elections.get("won") == 1, elections
+        assert elections.get("demoted", 0) == 0, elections
+        assert "no admission state" not in cluster.log_file(0).read_text()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import pytest
 from faultproxy import FaultProxy
@@ -20,6 +19,7 @@ from live import (
     check,
     kill_and_restart_mid_load,
     scrape,
+    settled_failures,
     wait_until,
     write_failures,
     write_requests,
@@ -35,16 +35,6 @@ def streams_opened(cluster: DevCluster, leader: int, peer: int) -> float:
     return scrape(cluster, leader).get(
         ("rlog_write_streams_opened_total", (("peer", str(peer)),)), 0.0
     )
-
-
-def settled_failures(cluster: DevCluster, leader: int, peer: int) -> float:
-    """The leader's failed writes to `peer` once three scrapes 0.2 s apart agree (a broken
-    stream's writes are counted within one turn of the replica's event loop)."""
-    reads = [write_failures(cluster, leader, peer)]
-    while len(reads) < 3 or len(set(reads[-3:])) > 1:
-        time.sleep(0.2)
-        reads.append(write_failures(cluster, leader, peer))
-    return reads[-1]
 
 
 def batches_sent(cluster: DevCluster, leader: int) -> float:
@@ -83,8 +73,16 @@ def test_appends_travel_on_one_stream_per_follower(tmp_path):
         followers = [i for i in range(3) if i != leader]
         acknowledged: dict[int, bytes] = {}
         with cluster.client() as client:
-            (position,) = append_acked(client, [b"first"])
-            acknowledged[position] = b"first"
+            # The leader's first writes to a follower not listening yet fail, and go on
+            # failing while gRPC waits to dial it again (live.write_failures): appended until
+            # both followers took a write on their stream, failures counted from there.
+            def reached() -> bool:
+                (position,) = append_acked(client, [b"first"])
+                acknowledged[position] = b"first"
+                return all(write_requests(cluster, i, "stream") >= 1 for i in followers)
+
+            wait_until(reached, 30, "a stream write to both followers")
+            failed = {i: settled_failures(cluster, leader, i) for i in followers}
             before = {i: write_requests(cluster, i, "stream") for i in followers}
             opened = {i: streams_opened(cluster, leader, i) for i in followers}
             for k in range(100):
@@ -105,7 +103,7 @@ def test_appends_travel_on_one_stream_per_follower(tmp_path):
             # One stream per follower, opened by the first write, carried them all.
             assert opened[i] >= 1
             assert streams_opened(cluster, leader, i) == opened[i]
-            assert write_failures(cluster, leader, i) == 0
+            assert write_failures(cluster, leader, i) == failed[i]
         check(cluster, acknowledged)
 
 
@@ -132,8 +130,17 @@ def test_a_cut_connection_fails_only_the_writes_pending_on_the_stream(tmp_path):
 
         async def scenario() -> None:
             task = asyncio.create_task(writers.run())
+            # Failures counted from the follower's first stream write on (live.write_failures).
+            await asyncio.to_thread(
+                wait_until,
+                lambda: write_requests(cluster, follower, "stream") >= 1,
+                30,
+                "a first stream write to the follower",
+            )
             await asyncio.sleep(1.5)
-            assert await asyncio.to_thread(write_failures, cluster, leader, follower) == 0
+            seen["failed_before"] = await asyncio.to_thread(
+                settled_failures, cluster, leader, follower
+            )
             seen["batches_before"] = await asyncio.to_thread(batches_sent, cluster, leader)
             # Counted, not assumed to be 1: a stream may have ended with nothing pending on it
             # (no write failed) and been reopened before this point.
@@ -152,7 +159,7 @@ def test_a_cut_connection_fails_only_the_writes_pending_on_the_stream(tmp_path):
                 wait_until,
                 lambda: (
                     streams_opened(cluster, leader, follower) > opened
-                    and write_failures(cluster, leader, follower) >= 1
+                    and write_failures(cluster, leader, follower) > seen["failed_before"]
                 ),
                 30,
                 "a new stream, and the writes pending on the cut one failed",
@@ -169,14 +176,14 @@ def test_a_cut_connection_fails_only_the_writes_pending_on_the_stream(tmp_path):
             await task
 
         asyncio.run(scenario())
-        failed = seen["failed"]
+        failed = seen["failed"] - seen["failed_before"]
         # The writes pending on the cut stream failed (no timeout can have fired: 10 s) ...
         assert failed >= 1
         # ... and no more than were sent from just before the pause to the new stream (plus
         # the few in flight when the pause began).
         assert failed <= seen["batches_after"] - seen["batches_before"] + 16
         # The next ones succeed: no failure since, and they reach the follower on the stream.
-        assert write_failures(cluster, leader, follower) == failed
+        assert write_failures(cluster, leader, follower) == seen["failed"]
         assert write_requests(cluster, follower, "stream") > seen["stream_writes"]
         assert cluster.status(leader).proposal == proposal, "the leader was deposed"
         check(cluster, writers.acknowledged)

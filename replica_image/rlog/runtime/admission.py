@@ -213,7 +213,10 @@ class AdmissionDriver:
         """Hand the coordinator the state as of index + 1, once position `index` is learned
         here and the tracker is loaded."""
         deadline = time.monotonic() + self.config.append_timeout
-        while self.core.learned < index or self.tracker.state is None:
+        # `learned_next`, not `learned`: `learned` is 0 both when position 0 is learned and
+        # when nothing is, so the first leader of a new log (index 0) took the state before
+        # its fill of position 0 was learned here, found none and stepped down at once.
+        while self.core.learned_next <= index or self.tracker.state is None:
             if not self._still_leading(proposal):
                 return
             if self.tracker.state is not None and time.monotonic() > deadline:

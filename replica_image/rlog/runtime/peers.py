@@ -69,6 +69,13 @@ class FetchFailed(Exception):
     time): as a failed Fetch call, the copy tries the other sources."""
 
 
+def _why(error: BaseException) -> str:
+    """A transport error in one line (a gRPC error's own text spans several)."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
 def _piggybackable(message: object) -> bool:
     """Learned ranges of the leader's own batches (not heartbeats, not full actions)."""
     return (
@@ -135,6 +142,9 @@ class Peers(Mapping[int, Peer]):
         self._lanes: dict[int, WriteLane] = {}  # peer -> its write lane (when configured)
         self._fetch_lanes: dict[int, FetchLane] = {}  # peer -> its fetch lane (catch-up)
         self._lane_said: dict[int, str] = {}  # peer -> what was last logged of its lane
+        # peer -> why its writes fail, from the first failed write until one is answered
+        # again: said once each way, not once a write (a peer down fails every write).
+        self._writes_failing: dict[int, str] = {}
         # The last write encoded: a broadcast sends the same message to every peer.
         self._encoded: tuple[pb.WriteRequest | None, bytes] = (None, b"")
         self._stopped = False
@@ -263,9 +273,11 @@ class Peers(Mapping[int, Peer]):
         if time.monotonic() < self._unary_until.get(send.to, 0.0):
             return False
         encoded, suffix = self._encode(message, learned)
-        writer = self._lane(send.to) or self._streams[send.to]
+        lane = self._lane(send.to)
+        writer = lane or self._streams[send.to]
+        via = "write lane" if lane is not None else "gRPC stream"
         future = writer.start(encoded, self.config.append_timeout, suffix)
-        future.add_done_callback(lambda f: self._stream_written(send, learned, f))
+        future.add_done_callback(lambda f: self._stream_written(send, learned, f, via))
         return True
 
     def _lane_context(self) -> ssl.SSLContext | None:
@@ -292,11 +304,14 @@ class Peers(Mapping[int, Peer]):
         send: Send,
         learned: pb.LearnedRequest | None,
         future: asyncio.Future[pb.WriteResponse],
+        via: str,
     ) -> None:
         if self._stopped or future.cancelled():
             return
         error = future.exception()
         if error is None:
+            if self._writes_failing:
+                self._write_answered(send.to)
             if send.round:
                 self._on_reply(send, future.result())
         elif isinstance(error, StreamUnimplemented):
@@ -305,7 +320,7 @@ class Peers(Mapping[int, Peer]):
             self._unary_until[send.to] = time.monotonic() + UNARY_FALLBACK
             self._spawn(self.send(send, learned))
         elif isinstance(error, TimeoutError | grpc.aio.AioRpcError | StreamBroken):
-            self._failed(send)
+            self._failed(send, f"on its {via}: {_why(error)}")
         else:
             log.error("sending WriteRequest to replica %d failed", send.to, exc_info=error)
             self._failed(send)
@@ -382,10 +397,10 @@ class Peers(Mapping[int, Peer]):
                 response = await self._local(message)
             else:
                 response = await self._remote(self._peers[send.to], message, learned)
-        except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken, StorageError):
+        except (TimeoutError, grpc.aio.AioRpcError, RpcError, StreamBroken, StorageError) as exc:
             # StorageError: this replica's own disk (full, or a corrupt record the node is
             # repairing) failed the local half of the round.
-            self._failed(send)
+            self._failed(send, _why(exc))
             return
         except Exception:
             # A bug, not a peer's failure; but the round must still hear that this send
@@ -393,14 +408,30 @@ class Peers(Mapping[int, Peer]):
             log.exception("sending %s to replica %d failed", type(message).__name__, send.to)
             self._failed(send)
             return
+        if self._writes_failing and isinstance(message, pb.WriteRequest):
+            self._write_answered(send.to)
         if send.round and response is not None:
             self._on_reply(send, response)
 
-    def _failed(self, send: Send) -> None:
+    def _failed(self, send: Send, why: str = "") -> None:
+        """A message to a peer failed (`why`: in transport; "" when said already)."""
         if isinstance(send.message, pb.WriteRequest) and send.to != self.config.id:
             self._metrics.peer_write_failures.labels(str(send.to)).inc()
+            if why and send.to not in self._writes_failing:
+                self._writes_failing[send.to] = why
+                log.warning(
+                    "writes to replica %d fail (%s); counted in rlog_peer_write_failures_total "
+                    "until one is answered again",
+                    send.to,
+                    why,
+                )
         if send.round:
             self._on_failure(send)
+
+    def _write_answered(self, peer: int) -> None:
+        """A write to `peer` was answered: its failing writes, if any, have ended."""
+        if self._writes_failing.pop(peer, None) is not None:
+            log.info("writes to replica %d answered again", peer)
 
     async def _local(self, message: Message) -> Response | None:
         if isinstance(message, pb.PromiseRequest):
