@@ -6,9 +6,10 @@ search, so they also say *which* operation went wrong, and when.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from jepsen.history import (
@@ -201,24 +202,68 @@ def stale_reads(ops: Sequence[Op]) -> list[StaleRead]:
     """Reads that miss a value known to be in the log before the read began (the read's
     `from` permitting): its append was acknowledged, or another read had returned it, before
     this read was invoked. A linearizable log never returns those."""
-    # (time it was known, position, value), in time order
-    known: list[tuple[int, int, str]] = []
+    # When each (position, value) was first known: later sightings change nothing, and
+    # keeping them made the check quadratic (every read repeats what earlier ones returned).
+    first_known: dict[tuple[int, str], int] = {}
     for op in ops:
+        seen: Iterable[tuple[int, str]]
         if op.f in APPENDS and op.result == OK and op.positions and op.values:
-            known += [(op.complete, p, v) for p, v in zip(op.positions, op.values, strict=False)]
+            seen = zip(op.positions, op.values, strict=False)
         elif op.f in READS and op.result == OK:
-            known += [(op.complete, p, v) for p, v in op.entries or []]
-    known.sort()
+            seen = iter(op.entries or [])
+        else:
+            continue
+        for pair in seen:
+            if pair not in first_known or op.complete < first_known[pair]:
+                first_known[pair] = op.complete
+    known = sorted((at, p, v) for (p, v), at in first_known.items())
+    positions_of: defaultdict[str, list[int]] = defaultdict(list)
+    for _, p, v in known:
+        positions_of[v].append(p)
+    # Known pairs per position, counted as they become known (a Fenwick tree over the
+    # positions in order), so "how many known pairs at >= from" is a logarithmic question.
+    order = sorted({p for _, p, _ in known})
+    rank = {p: i for i, p in enumerate(order)}
+    tree = [0] * (len(order) + 1)
+
+    def add(position: int) -> None:
+        i = rank[position] + 1
+        while i < len(tree):
+            tree[i] += 1
+            i += i & -i
+
+    def below(position: int | None) -> int:  # known pairs at positions < position
+        if position is None:
+            return 0
+        i = bisect.bisect_left(order, position)
+        total = 0
+        while i > 0:
+            total += tree[i]
+            i -= i & -i
+        return total
+
     found: list[StaleRead] = []
-    for read in (op for op in ops if op.f == READ and op.result == OK):
+    reads = sorted((op for op in ops if op.f == READ and op.result == OK), key=lambda o: o.invoke)
+    learned = 0
+    for read in reads:
+        while learned < len(known) and known[learned][0] < read.invoke:
+            add(known[learned][1])
+            learned += 1
         values = {v for _, v in read.entries or []}
-        for at, position, value in known:
-            if at >= read.invoke:
-                break
+        covered = sum(
+            1
+            for v in values
+            for p in positions_of.get(v, ())
+            if first_known[(p, v)] < read.invoke and (read.from_ is None or p >= read.from_)
+        )
+        if covered == learned - below(read.from_):
+            continue
+        # Some known pair is missing: name the first one known, as a reader of the report
+        # would look for it.
+        for at, position, value in known[:learned]:
             if (read.from_ is None or position >= read.from_) and value not in values:
                 found.append(StaleRead(read, value, at))
                 break
-    found.sort(key=lambda s: s.read.invoke)
     return found
 
 
