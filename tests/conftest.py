@@ -13,6 +13,19 @@ import pytest
 # before anything imports grpc, which reads it when it starts.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+# Parallel runs (pytest -n N, `make unit`): each worker is its own process and draws the ports
+# of its servers at random from its own slice of the listening ports (rlog.tools.dev.free_port),
+# inherited by the processes it starts, so two workers never hand out the same port. One
+# process remembers what it handed out; two did not know of each other, and both could see a
+# port free before either bound it.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw"):
+    from rlog.tools.dev import LISTEN_PORTS_ENV, listen_ports_slice
+
+    os.environ[LISTEN_PORTS_ENV] = listen_ports_slice(
+        int(_worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    )
+
 # tests/ holds the shared helpers (e.g. paxos_sim, live) that test modules import.
 sys.path.insert(0, str(Path(__file__).parent))
 # Helpers whose asserts are a test's checks (live.check, cli_runs.assert_one_line_error) have
@@ -20,3 +33,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 pytest.register_assert_rewrite("live", "cli_runs", "raw_sockets")
 # The repository root, last (it must shadow nothing): the consistency suite in jepsen/.
 sys.path.append(str(Path(__file__).parents[1]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For `--dist loadgroup` (`make unit`): a module's tests run on one worker, since many
+    share a module-scoped cluster that a split would start once per worker, and all of
+    tests/spark on one worker, since they share a session-scoped SparkSession (a JVM) and
+    log that each worker would start anew. Only workers collect; a serial run has no groups."""
+    if not _worker:
+        return
+    spark = Path(__file__).parent / "spark"
+    for item in items:
+        path = Path(str(item.path))
+        group = "tests/spark" if spark in path.parents else item.nodeid.partition("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
