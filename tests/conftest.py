@@ -1,6 +1,7 @@
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,15 +36,32 @@ pytest.register_assert_rewrite("live", "cli_runs", "raw_sockets")
 sys.path.append(str(Path(__file__).parents[1]))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For `--dist loadgroup` (`make unit`): a module's tests run on one worker, since many
-    share a module-scoped cluster that a split would start once per worker, and all of
-    tests/spark on one worker, since they share a session-scoped SparkSession (a JVM) and
-    log that each worker would start anew. Only workers collect; a serial run has no groups."""
-    if not _worker:
-        return
-    spark = Path(__file__).parent / "spark"
-    for item in items:
-        path = Path(str(item.path))
-        group = "tests/spark" if spark in path.parents else item.nodeid.partition("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+SPARK = "tests/spark/"
+
+
+def _worker_unit(nodeid: str) -> str:
+    """What one worker runs whole under `--dist loadfile` (`make unit`): a module, since many
+    share a module-scoped cluster that a split would start once per worker; and all of
+    tests/spark, which share a session-scoped SparkSession (a JVM) and log."""
+    path = nodeid.split("::", 1)[0]
+    return SPARK if path.startswith(SPARK) else path
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own, which would answer
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByWorkerUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _worker_unit(nodeid)
+
+    return ByWorkerUnit(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In a worker: tests/spark first. Units go out in collection order, and the longest one
+    (several minutes) handed out last would run on alone after the others finished."""
+    if _worker:
+        items.sort(key=lambda item: not item.nodeid.startswith(SPARK))
