@@ -1,10 +1,10 @@
 """A fault-injecting TCP proxy on loopback: forwards connections to a target and cuts them at
 random (each forwarded chunk may close both sides), or all at once on demand (`cut_all`), so
 messages in flight are lost on real sockets, or closes every new connection at once for a
-while (`refuse_for`), or holds every new connection a while before forwarding it
-(`hold_new`), or delays every byte by `delay` seconds each way (a slow network: its bytes
-kept in order, reading never held back, so the bandwidth is the target's). Runs its own
-event loop in a thread."""
+while (`refuse_for`) or until told otherwise (`refuse`, `accept`), or holds every new
+connection a while before forwarding it (`hold_new`), or delays every byte by `delay` seconds
+each way (a slow network: its bytes kept in order, reading never held back, so the bandwidth
+is the target's). Runs its own event loop in a thread."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class FaultProxy:
         self.port = port if port is not None else free_port(host)
         self.cuts = 0
         self._refuse_until = 0.0  # time.monotonic(): new connections are closed before then
+        self._refusing = False  # new connections are closed until `accept`
+        self.refused = 0  # connections closed so
         self._hold = 0.0  # seconds each new connection waits before it is forwarded
         self.held = 0  # connections that waited so
         self._open: set[asyncio.StreamWriter] = set()
@@ -70,6 +72,17 @@ class FaultProxy:
         server that is up but whose connections die before gRPC's handshake)."""
         self._refuse_until = time.monotonic() + seconds
 
+    def refuse(self) -> None:
+        """Close every new connection as soon as it is accepted until `accept` is called:
+        a window the test ends, where a timed one could close before a slow host's call
+        came to it."""
+        self._refusing = True
+
+    def accept(self) -> None:
+        """Forward new connections again (ends `refuse` and any `refuse_for`)."""
+        self._refusing = False
+        self._refuse_until = 0.0
+
     def hold_new(self, seconds: float) -> None:
         """From now on, hold every new connection `seconds` before forwarding it (a peer
         whose name resolves, or whose connection is made, slowly); open ones are untouched."""
@@ -91,7 +104,8 @@ class FaultProxy:
             server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if time.monotonic() < self._refuse_until:
+        if self._refusing or time.monotonic() < self._refuse_until:
+            self.refused += 1
             writer.close()
             return
         if self._hold > 0:

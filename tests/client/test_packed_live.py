@@ -161,7 +161,10 @@ def test_runs_skip_nop_session_and_epoch_entries(cluster):
     with Client(cluster.endpoints) as client:  # exactly-once: its first append opens a session
         written: list[tuple[int, bytes]] = []
         calls: list[tuple[int, int]] = []  # (first position, count) of each append call
-        start = client.status().learned + 1
+        # The leader's learned mark, which covers every append acknowledged before: a
+        # follower's can lag behind, and on a loaded machine (parallel tests) one answered
+        # below an earlier test's append, which then showed up in the read from `start`.
+        start = client.status(cluster.endpoints[cluster.wait_for_leader()]).learned + 1
         for round_ in range(3):
             for values in ([b"r%d-%d" % (round_, i) for i in range(5)], [b"r%d-tail" % round_]):
                 positions = client.append(values)

@@ -10,11 +10,12 @@ import asyncio
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import grpc
 import pytest
 from faultproxy import FaultProxy
-from live import raw_append
+from live import raw_append, wait_until
 
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import (
@@ -227,32 +228,50 @@ def test_a_call_waits_for_an_endpoint_to_accept_a_connection_again(tmp_path):
     for a moment: gRPC holds each channel in reconnect back-off and fails calls at once
     meanwhile. The client waits (`connect_wait`) for a connection and the append (then a
     read) goes through; with `connect_wait=0` it fails `Unavailable` naming every endpoint,
-    nothing appended. (Cutting proxies made a 6-writer test fail this way in about 1 run in 7.)"""
+    nothing appended. (Cutting proxies made a 6-writer test fail this way in about 1 run in 7.)
+    The refusals last until the test ends them, after the patient call was seen waiting: a
+    timed window could close before a slow host's hasty call reached it."""
     with DevCluster(3, tmp_path, election_timeout=0.5) as cluster:
         cluster.wait_for_leader()
         proxies = [FaultProxy(a, 0.0, seed=i).start() for i, a in enumerate(cluster.endpoints)]
         addresses = [p.address for p in proxies]
+
+        def refuse_everything() -> None:
+            for proxy in proxies:
+                proxy.refuse()
+                proxy.cut_all()
+
+        def seen_waiting(call: Future[object]) -> None:
+            """The patient call is refused a connection at least once more and still waits;
+            then the proxies forward again."""
+            refused = sum(p.refused for p in proxies)
+            wait_until(lambda: sum(p.refused for p in proxies) > refused, 30, "a refused dial")
+            assert not call.done()
+            for proxy in proxies:
+                proxy.accept()
+
         try:
             with (
                 Client(addresses, connect_wait=30) as patient,
                 Client(addresses, connect_wait=0) as hasty,
+                ThreadPoolExecutor(1) as pool,
             ):
                 patient.append(b"before")
                 hasty.append(b"before too")
-                for proxy in proxies:
-                    proxy.refuse_for(3.0)
-                    proxy.cut_all()
+                refuse_everything()
                 with pytest.raises(Unavailable) as refused:
                     hasty.append(b"never")
                 assert all(f"cannot reach {a}" in str(refused.value) for a in addresses)
-                (position,) = patient.append(b"after")
+                appended = pool.submit(patient.append, b"after")
+                seen_waiting(appended)
+                (position,) = appended.result(60)
                 # Reads too (a stream per endpoint, resumed by the client).
-                for proxy in proxies:
-                    proxy.refuse_for(3.0)
-                    proxy.cut_all()
+                refuse_everything()
                 with pytest.raises(Unavailable):
                     list(hasty.read())
-                assert [e.value for e in patient.read()][-1] == b"after"
+                read = pool.submit(lambda: [e.value for e in patient.read()])
+                seen_waiting(read)
+                assert read.result(60)[-1] == b"after"
             with Client(cluster.endpoints) as client:
                 entries = list(client.read())
             assert [e.value for e in entries] == [b"before", b"before too", b"after"]

@@ -135,6 +135,9 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         leader = cluster.wait_for_leader()
         with Client(cluster.endpoints) as client:
             append_acked(client, [b"m"] * 10)
+        # A leader needs two replicas; on a loaded machine (parallel tests) the third was still
+        # starting, its metrics port refusing. A replica serves metrics before it answers.
+        cluster.wait_for(lambda found: all(s is not None for s in found), 30, "every replica")
         scraped = {}
         for i, port in enumerate(cluster.metrics_ports):
             assert port is not None

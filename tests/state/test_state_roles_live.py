@@ -47,6 +47,9 @@ def test_compaction_needs_the_owner_role_and_loses_nothing_without_it(tmp_path, 
                 state.compact()
             assert state.asynchronous.snapshots_written == written + 1
             assert {n: v.value for n, v in state.variables().items()} == expected
+        # Every replica answering first: on a loaded machine (parallel tests) one started half
+        # a second after the election, and its status was not there to check when asked.
+        cluster.wait_for(lambda found: all(s is not None for s in found), 30, "every replica")
         assert all(s is not None and s.begin == 0 for s in cluster.statuses(timeout=5.0))
 
         tls = cluster.tls_dir

@@ -56,6 +56,43 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+# RLOG_LISTEN_PORTS=LOW-HIGH: free_port draws from [LOW, HIGH) only, and claim_port refuses a
+# port outside it. Processes that run side by side each get their own slice (the parallel test
+# workers do, tests/conftest.py): the claims below are per process, and two processes that
+# drew the same random port both saw it free before either bound it.
+LISTEN_PORTS_ENV = "RLOG_LISTEN_PORTS"
+
+
+def listen_ports() -> tuple[int, int] | None:
+    """The [low, high) slice RLOG_LISTEN_PORTS gives this process, or None when unset."""
+    value = os.environ.get(LISTEN_PORTS_ENV, "")
+    if not value:
+        return None
+    try:
+        low, high = (int(part) for part in value.split("-"))
+    except ValueError:
+        low = high = 0
+    if not 0 < low < high <= 65536:
+        raise ValueError(f"{LISTEN_PORTS_ENV}={value!r}: expected LOW-HIGH with 0 < LOW < HIGH")
+    return low, high
+
+
+def listen_ports_default() -> tuple[int, int]:
+    """The [low, high) free_port draws from without RLOG_LISTEN_PORTS: below the ephemeral
+    range."""
+    return _LISTEN_PORTS_FROM, _ephemeral_range()[0]
+
+
+def listen_ports_slice(index: int, count: int) -> str:
+    """The RLOG_LISTEN_PORTS value of process `index` of `count` run side by side: its share
+    of this process's range (RLOG_LISTEN_PORTS if set, else listen_ports_default)."""
+    low, high = listen_ports() or listen_ports_default()
+    size = (high - low) // count
+    if not 0 <= index < count or size < 1:
+        raise ValueError(f"no slice {index} of {count} in ports {low}-{high}")
+    return f"{low + index * size}-{low + (index + 1) * size}"
+
+
 # Ports this process has handed out (free_port, and the write lanes' next to them): never
 # handed out twice. Clusters started at once in one process (tests do, from threads) chose
 # the same random port now and then, both saw it free before either replica bound it, and
@@ -67,6 +104,9 @@ _claim_lock = threading.Lock()
 
 def claim_port(host: str, port: int) -> bool:
     """Whether `port` was free and not handed out by this process before; claims it if so."""
+    given = listen_ports()
+    if given is not None and not given[0] <= port < given[1]:
+        return False  # another process's slice
     with _claim_lock:
         if (host, port) in _claimed or not _port_free(host, port):
             return False
@@ -82,7 +122,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     where every outgoing connection takes its source port, and a replica binding its port a
     second after the choice (the interpreter starting) then failed "Address already in use"
     now and then on a machine busy with connections (a CI run did). Below that range only
-    listeners compete, and the choice is random so concurrent processes rarely meet."""
+    listeners compete, and the choice is random so concurrent processes rarely meet (and never
+    do when each has its own RLOG_LISTEN_PORTS slice)."""
+    given = listen_ports()
+    if given is not None:
+        for _ in range(200):
+            port = random.randrange(*given)
+            if claim_port(host, port):
+                return port
+        raise RlogError(f"no free port in {LISTEN_PORTS_ENV}={given[0]}-{given[1]}")
     low, _ = _ephemeral_range()
     if low - _LISTEN_PORTS_FROM >= 1000:
         for _ in range(200):
