@@ -362,12 +362,23 @@ class DevCluster:
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> DevCluster:
         """Prepare, start every replica, and (with `wait`) wait until a leader is
-        elected."""
+        elected and every replica still running answers.
+
+        A quorum elects while the last replica may still be starting (seconds, on a busy
+        host): a caller that then asked that replica for anything met "connection refused"."""
         self.prepare()
         for i in range(self.replicas):
             self.start_replica(i)
         if wait:
+            deadline = time.monotonic() + timeout
             self.wait_for_leader(timeout)
+            self.wait_for(
+                lambda found: all(
+                    status is not None or not self.running(i) for i, status in enumerate(found)
+                ),
+                max(1.0, deadline - time.monotonic()),
+                "every replica to answer",
+            )
         return self
 
     def command(self, i: int) -> list[str]:
