@@ -25,11 +25,15 @@ BASE_TAR=$CACHE/debootstrap-bookworm-python3-$BASE_REV/rootfs.tar
 DOCKER_ROOT=$CACHE/docker
 DOCKER_RUN=/run/rlog-docker
 DOCKER_HOST_SOCK=unix://$DOCKER_RUN/docker.sock
-# The project version (rlog.__version__, its one source: docs/upgrades.md, "Versions"): the
-# replica and operator images are tagged with it besides `dev`, so the chart's default
-# (its appVersion) and the e2e suites' `dev` name the same local build.
-RLOG_VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/replica_image/rlog/__init__.py")
-[[ -n $RLOG_VERSION ]] || die "no __version__ in replica_image/rlog/__init__.py"
+# The project version (rlog.__version__, its one source: docs/upgrades.md, "Versions") in its
+# SemVer spelling (rlog.version.semver, as the chart's appVersion: 0.2.0.dev0 -> 0.2.0-dev.0;
+# an image tag may not hold '+'): the replica and operator images are tagged with it besides
+# `dev`, so the chart's default (its appVersion) and the e2e suites' `dev` name the same
+# local build.
+semver_of() { # [PEP440-VERSION]: its SemVer spelling (default: this tree's __version__)
+  PYTHONPATH=$REPO/replica_image python3 -m rlog.version "$@"
+}
+RLOG_VERSION=$(semver_of) || die "no SemVer spelling of replica_image/rlog/__init__.py's __version__"
 VERSIONED_IMAGES=(docker.io/rlog/rlog-replica docker.io/rlog/rlog-operator)
 # name | Dockerfile | context (relative to the repo)
 PROJECT_IMAGES=(
