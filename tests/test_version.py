@@ -12,7 +12,7 @@ import pytest
 from packaging.version import Version
 
 from rlog import __version__
-from rlog.version import semver
+from rlog.version import PREVIOUS_RELEASE, semver
 
 ROOT = Path(__file__).resolve().parents[1]
 # SemVer 2's grammar (semver.org, the suggested regular expression)
@@ -71,3 +71,21 @@ def test_the_project_version_has_a_spelling_and_images_sh_gets_it() -> None:
     assert out.stdout.strip() == "0.3.0-rc.2"
     bad = subprocess.run([*run, "0.3.0+x"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "X.Y.Z, X.Y.Z.devN or X.Y.ZrcN" in bad.stderr
+
+
+def test_the_previous_release_is_a_release_before_this_version() -> None:
+    """rlog.version.PREVIOUS_RELEASE, the tag the mixed-version tests run against: `v` and
+    a release (no dev or rc) older than this tree's version; a release updates it."""
+    assert PREVIOUS_RELEASE.startswith("v"), PREVIOUS_RELEASE
+    previous = Version(PREVIOUS_RELEASE.removeprefix("v"))
+    assert not previous.is_prerelease and semver(str(previous)) == str(previous)
+    assert previous < Version(__version__)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "replica_image")}
+    out = subprocess.run(
+        [sys.executable, "-m", "rlog.version", "--previous-release"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == PREVIOUS_RELEASE

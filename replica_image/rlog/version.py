@@ -16,6 +16,13 @@ import sys
 
 from rlog import __version__
 
+# The git tag of the last release before this tree's version: the tests of a log mixing
+# builds (tests/runtime/test_mixed_release_live.py) and of an upgrade from it
+# (e2e/operator/test_upgrade_release.py, built by `e2e/cluster/images.sh release`) run this
+# tree against it. Cutting a release updates it, in the commit that moves the head to the
+# next .dev0 (docs/upgrades.md, "Versions").
+PREVIOUS_RELEASE = "v0.1.0"
+
 # the PEP 440 versions this project uses: a release, a release candidate, a development build
 _NUMBER = r"(?:0|[1-9]\d*)"
 _PEP440 = re.compile(rf"(?P<core>{_NUMBER}\.{_NUMBER}\.{_NUMBER})(?:(?P<pre>rc|\.dev)(?P<n>\d+))?")
@@ -43,9 +50,15 @@ def semver(pep440: str) -> str:
 
 def main(argv: list[str]) -> int:
     """`python3 -m rlog.version [VERSION]`: print the SemVer spelling of VERSION (default
-    this tree's `__version__`); exit 2 with the reason on a version it cannot spell."""
+    this tree's `__version__`); exit 2 with the reason on a version it cannot spell.
+    `--previous-release`: print PREVIOUS_RELEASE (the tag `images.sh release` builds)."""
+    if argv == ["--previous-release"]:
+        print(PREVIOUS_RELEASE)
+        return 0
     if len(argv) > 1:
-        print("usage: python3 -m rlog.version [PEP440-VERSION]", file=sys.stderr)
+        print(
+            "usage: python3 -m rlog.version [PEP440-VERSION | --previous-release]", file=sys.stderr
+        )
         return 2
     try:
         print(semver(argv[0] if argv else __version__))
