@@ -199,26 +199,46 @@ def test_an_upgrade_from_the_previous_release_keeps_every_entry(
     writer.start()
     t0 = time.monotonic()
     cluster("apply", "--server-side", "--force-conflicts", "-f", str(CRD), namespaced=False)
-    _helm(
-        "upgrade", HELM_RELEASE, str(CHART), "-n", operator,
-        *_image_values(OPERATOR_IMAGE, REPLICA_IMAGE),
-        "--set", f"watchNamespaces={{{log.k.namespace}}}",
-        "--wait", "--timeout", "300s",
+    # the upgrade runs while the replica pods are watched: the new operator may start the
+    # rolling replacement before `helm upgrade --wait` returns
+    upgrade = subprocess.Popen(
+        ["helm", "upgrade", HELM_RELEASE, str(CHART), "-n", operator,
+         *_image_values(OPERATOR_IMAGE, REPLICA_IMAGE),
+         "--set", f"watchNamespaces={{{log.k.namespace}}}", "--wait", "--timeout", "300s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
     def operator_replaced() -> bool:
+        pods = op.json("get", "pods", "-l", OPERATOR_LABEL)["items"]
         images = _images(op, OPERATOR_LABEL, "operator")
-        uids = {p["metadata"]["uid"] for p in op.json("get", "pods", "-l", OPERATOR_LABEL)["items"]}
         return (
-            bool(images) and set(images.values()) == {OPERATOR_IMAGE} and not uids & operator_uids
+            bool(images)
+            and set(images.values()) == {OPERATOR_IMAGE}
+            and not {p["metadata"]["uid"] for p in pods} & operator_uids
         )
 
-    wait_until("the operator pods replaced by this tree's", operator_replaced, 300, 2)
-    incarnations = watch_pods(log, lambda: log.rolled_out(revision_before), 900)
+    helm_err: list[str] = []
+
+    def upgraded() -> bool:
+        if upgrade.poll() is None:
+            return False
+        if not helm_err:
+            helm_err.append(upgrade.communicate()[1])
+        assert upgrade.returncode == 0, f"helm upgrade failed ({upgrade.returncode}): {helm_err}"
+        return operator_replaced() and log.rolled_out(revision_before)
+
+    try:
+        incarnations = watch_pods(log, upgraded, 900)
+    finally:
+        if upgrade.poll() is None:
+            upgrade.kill()
     print(f"{PREVIOUS_RELEASE} -> this tree in {time.monotonic() - t0:.1f}s")
     report = writer.stop()
 
-    # every replica on this tree, each pod replaced exactly once
+    # every operator pod and replica on this tree, each replica pod replaced exactly once
+    for pod in _images(op, OPERATOR_LABEL, "operator"):
+        version = op("exec", pod, "-c", "operator", "--", "rlog-operator", "--version").strip()
+        assert version == f"rlog-operator {__version__}", (pod, version)
     assert set(_images(log.k, replicas, "replica").values()) == {REPLICA_IMAGE}
     for pod, version in _versions(log).items():
         assert version.startswith(f"rlog {__version__} "), (pod, version)
