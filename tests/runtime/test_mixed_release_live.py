@@ -21,6 +21,9 @@ replica.
 
 A clone without the tag (a shallow one) skips, naming the tag and the command that fetches
 it: the test never passes without the release.
+
+The release runs on this tree's Python and third-party packages (only its `rlog` comes from
+the tag): a release whose dependencies this tree no longer satisfies needs its own venv here.
 """
 
 from __future__ import annotations
