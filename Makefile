@@ -83,8 +83,11 @@ e2e-operator: $(STAMP)
 	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "not extended and not cert_manager and not spark_k8s"
 
 # The day-two e2e tests (storage migration, chart upgrade, HA hand-over, drain, kubectl
-# rlog): 7.5 minutes on the local cluster, so not in `test` (CI's time budget).
+# rlog, the upgrade from the previous release): 7.5 minutes on the local cluster, so not in
+# `test` (CI's time budget). The previous release's images are built from its git tag
+# (cached by its commit) and imported first.
 e2e-extended: $(STAMP)
+	bash $(E2E_CLUSTER)/images.sh release
 	$(E2E_PYTEST) e2e/operator -v -m extended
 
 # spec.tls.issuerRef against a real cert-manager (docs/security.md): builds cert-manager from

@@ -10,6 +10,12 @@
 #                       cluster's containerd (k8s.io ns)
 #   images.sh spark     the Spark image (spark_image/Dockerfile: Java 17, PySpark, rlog[spark];
 #                       ~1 GB, so not part of `build`/`all`), imported when the cluster runs
+#   images.sh release [TAG]  a release's replica and operator images (default TAG: the
+#                       previous release, rlog.version.PREVIOUS_RELEASE), built from `git
+#                       archive TAG` with the tag's own Dockerfiles, tagged with its version
+#                       only (never `dev`): what e2e/operator/test_upgrade_release.py upgrades
+#                       from; cached by the tag's commit, not part of `build`/`all`, imported
+#                       when the cluster runs
 # Archives are cached in $CACHE/images, keyed by the content hash of their inputs, so a warm
 # run builds nothing and never starts dockerd.
 source "$(dirname "$0")/lib.sh"
@@ -25,11 +31,15 @@ BASE_TAR=$CACHE/debootstrap-bookworm-python3-$BASE_REV/rootfs.tar
 DOCKER_ROOT=$CACHE/docker
 DOCKER_RUN=/run/rlog-docker
 DOCKER_HOST_SOCK=unix://$DOCKER_RUN/docker.sock
-# The project version (rlog.__version__, its one source: docs/upgrades.md, "Versions"): the
-# replica and operator images are tagged with it besides `dev`, so the chart's default
-# (its appVersion) and the e2e suites' `dev` name the same local build.
-RLOG_VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/replica_image/rlog/__init__.py")
-[[ -n $RLOG_VERSION ]] || die "no __version__ in replica_image/rlog/__init__.py"
+# The project version (rlog.__version__, its one source: docs/upgrades.md, "Versions") in its
+# SemVer spelling (rlog.version.semver, as the chart's appVersion: 0.2.0.dev0 -> 0.2.0-dev.0;
+# an image tag may not hold '+'): the replica and operator images are tagged with it besides
+# `dev`, so the chart's default (its appVersion) and the e2e suites' `dev` name the same
+# local build.
+semver_of() { # [PEP440-VERSION]: its SemVer spelling (default: this tree's __version__)
+  PYTHONPATH=$REPO/replica_image python3 -m rlog.version "$@"
+}
+RLOG_VERSION=$(semver_of) || die "no SemVer spelling of replica_image/rlog/__init__.py's __version__"
 VERSIONED_IMAGES=(docker.io/rlog/rlog-replica docker.io/rlog/rlog-operator)
 # name | Dockerfile | context (relative to the repo)
 PROJECT_IMAGES=(
@@ -266,6 +276,64 @@ build_images() {
   ((failed == 0 || strict == 0)) || die "some images failed to build"
 }
 
+# A release's images, e.g. v0.1.0's docker.io/rlog/rlog-replica:0.1.0 and rlog-operator:0.1.0:
+# the tag's tree (`git archive`, tracked files only) built with its own Dockerfiles, as its
+# `images.sh build` would have, and tagged with its version's SemVer spelling (as its chart's
+# appVersion) and nothing else, so that no `dev` of this tree is replaced. The archives are
+# keyed by the tag's commit and the base image's revision: a warm run builds nothing.
+RELEASE_IMAGES=("docker.io/rlog/rlog-replica|replica_image/Dockerfile"
+  "docker.io/rlog/rlog-operator|Dockerfile")
+release_images() { # [TAG]
+  local tag=${1:-} commit version spec repo df short out tree="" failed=0
+  [[ -n $tag ]] || tag=$(PYTHONPATH=$REPO/replica_image python3 -m rlog.version --previous-release) ||
+    die "no previous release in replica_image/rlog/version.py"
+  commit=$(git -C "$REPO" rev-parse -q --verify "refs/tags/$tag^{commit}") ||
+    die "no git tag $tag in $REPO (a shallow clone?): git fetch origin tag $tag --no-tags"
+  version=$(git -C "$REPO" show "$commit:replica_image/rlog/__init__.py" |
+    sed -n 's/^__version__ = "\(.*\)"$/\1/p')
+  version=$(semver_of "$version") || die "$tag: no SemVer spelling of its __version__"
+  local built=()
+  for spec in "${RELEASE_IMAGES[@]}"; do
+    IFS='|' read -r repo df <<<"$spec"
+    short=${repo##*/}
+    out=$IMG/release-$short-${commit:0:12}-base$BASE_REV.tar
+    if [[ -f $out ]]; then log "image $repo:$version ($tag): cached"; built+=("$out"); continue; fi
+    if [[ -z $tree ]]; then
+      tree=$CACHE/build/release-tree   # the tag's files (emptied first: a failed run's left)
+      rm -rf "$tree"; mkdir -p "$tree"
+      git -C "$REPO" archive "$commit" | tar -x -C "$tree" || die "git archive $tag failed"
+    fi
+    [[ -f $tree/$df ]] || die "$tag has no $df"
+    debootstrap_base; dockerd_start
+    local D=(docker -H "$DOCKER_HOST_SOCK") t=$SECONDS
+    ensure_base_image
+    log "image $repo:$version ($tag, ${commit:0:12}): docker build -f $df"
+    if DOCKER_BUILDKIT=0 "${D[@]}" build --network host -q -f "$tree/$df" --tag="$repo:$version" "$tree" \
+        > "$IMG/release-$short.build.log" 2>&1 &&
+        "${D[@]}" save -o "$out.tmp" "$repo:$version" 2>> "$IMG/release-$short.build.log"; then
+      mv "$out.tmp" "$out"; log "image $repo:$version: built in $((SECONDS - t))s"
+      # one release at a time: the previous release's archive only
+      find "$IMG" -maxdepth 1 -name "release-$short-*.tar" ! -path "$out" -delete
+      built+=("$out")
+    else
+      rm -f "$out.tmp"; failed=1
+      log "image $repo:$version: BUILD FAILED, see $IMG/release-$short.build.log"
+      tail -20 "$IMG/release-$short.build.log" >&2
+    fi
+  done
+  [[ -n $tree ]] && rm -rf "$tree"
+  [[ -n $DOCKERD_PID ]] && docker -H "$DOCKER_HOST_SOCK" image prune -f >/dev/null 2>&1 || true
+  dockerd_stop
+  ((failed == 0)) || die "some images of $tag failed to build"
+  if cluster_up && [[ -S $CTRD_SOCK ]]; then
+    local f
+    for f in "${built[@]}"; do
+      ctr -a "$CTRD_SOCK" -n k8s.io images import "$f" >/dev/null || die "import of $f failed"
+    done
+    log "images of $tag imported: ${RELEASE_IMAGES[*]%%|*} (tag $version)"
+  fi
+}
+
 # Exit 0 (and name them) if some project image in the cluster is older than this tree.
 stale_images() {
   local spec name df ctx short h stale=1
@@ -318,7 +386,8 @@ case ${1:-all} in
   debootstrap) debootstrap_base ;;
   spark) build_images 1 spark
          if cluster_up; then import_spark_image; fi ;;
+  release) release_images "${2:-}" ;;
   all) base_images; build_images 1
        if [[ -S $CTRD_SOCK ]]; then import_images; fi ;;
-  *) die "usage: images.sh base|build [strict]|import [NAME]|stale|debootstrap|spark|all" ;;
+  *) die "usage: images.sh base|build [strict]|import [NAME]|stale|debootstrap|spark|release [TAG]|all" ;;
 esac

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlog import __version__
+from rlog.version import semver
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
 from rlog_operator.quantities import quantity
@@ -55,9 +56,9 @@ Body = Mapping[str, Any]
 class OperatorConfig:
     """What the operator's deployment decides for every log (env vars of the operator)."""
 
-    # the replica image of this build (the chart sets RLOG_REPLICA_IMAGE, its own default
-    # the same: docs/upgrades.md, "Versions")
-    replica_image: str = f"docker.io/rlog/rlog-replica:{__version__}"
+    # the replica image of this build, tagged with the version's SemVer spelling (the chart
+    # sets RLOG_REPLICA_IMAGE, its own default the same: docs/upgrades.md, "Versions")
+    replica_image: str = f"docker.io/rlog/rlog-replica:{semver(__version__)}"
     image_pull_policy: str = "IfNotPresent"
     grpc_port: int = c.GRPC_PORT
     metrics_port: int = c.METRICS_PORT

@@ -13,6 +13,8 @@ import yaml
 from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
 
 from rlog import __version__
+from rlog.version import semver
+from rlog_operator.specs import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # the operator's modules, whose kubernetes-client calls the chart must grant (not the CLI
@@ -85,11 +87,13 @@ def test_chart_crd_is_the_repository_crd() -> None:
 
 def test_the_chart_and_its_images_carry_the_project_version(helm: str) -> None:
     """One source (rlog.__version__, docs/upgrades.md "Versions"): the chart's version and
-    appVersion are it, and by default the operator's and the replicas' images are tagged
-    with it; a tag given wins (a local build's `dev`)."""
+    appVersion are its SemVer spelling (Helm requires SemVer 2), and by default the
+    operator's and the replicas' images are tagged with that; a tag given wins (a local
+    build's `dev`)."""
+    version = semver(__version__)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["version"] == __version__, "bump helm/rlog-operator/Chart.yaml's version"
-    assert chart["appVersion"] == __version__, "bump helm/rlog-operator/Chart.yaml's appVersion"
+    assert chart["version"] == version, f"helm/rlog-operator/Chart.yaml's version: {version}"
+    assert chart["appVersion"] == version, f"Chart.yaml's appVersion: {version!r}"
 
     def images(*args: str) -> tuple[str, str]:
         dep = next(d for d in _render(helm, *args) if d["kind"] == "Deployment")
@@ -98,9 +102,11 @@ def test_the_chart_and_its_images_carry_the_project_version(helm: str) -> None:
         return container["image"], env["RLOG_REPLICA_IMAGE"]
 
     assert images() == (
-        f"docker.io/rlog/rlog-operator:{__version__}",
-        f"docker.io/rlog/rlog-replica:{__version__}",
+        f"docker.io/rlog/rlog-operator:{version}",
+        f"docker.io/rlog/rlog-replica:{version}",
     )
+    # the operator without the chart (no RLOG_REPLICA_IMAGE) runs the same replica image
+    assert OperatorConfig().replica_image == f"docker.io/rlog/rlog-replica:{version}"
     assert images("--set", "image.tag=dev", "--set", "replicaImage.tag=dev") == (
         "docker.io/rlog/rlog-operator:dev",
         "docker.io/rlog/rlog-replica:dev",

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,10 @@ class DevCluster:
     - `tls`: mutual TLS and roles, with a throwaway CA and certificates in `<dir>/tls`
       (rlog.certs.make_dev_pki); `client()` then connects as "admin" unless given
       other `credentials` (see `credentials(name)`).
+    - `builds`: replica i runs the `rlog` package of the directory `builds[i]` (its
+      PYTHONPATH is that directory alone, e.g. another release's `replica_image` taken from
+      a git tag), the others this process's; a mixed-version log. The attribute may be
+      changed between a stop and a start of a replica (a rolling upgrade).
     """
 
     def __init__(
@@ -220,6 +224,7 @@ class DevCluster:
         die_with_parent: bool = True,
         tls: bool = False,
         write_lane_offset: int = 0,
+        builds: Mapping[int, Path] | None = None,
     ) -> None:
         check_replica_count(replicas)
         self.tls = tls
@@ -242,6 +247,7 @@ class DevCluster:
         self.replica_args = list(replica_args)
         self.python = python
         self.env = env
+        self.builds: dict[int, Path] = dict(builds or {})
         self.die_with_parent = die_with_parent
         self.addresses: list[str] = []
         self.metrics_ports: list[int | None] = [None] * replicas
@@ -428,14 +434,7 @@ class DevCluster:
             if process is not None and process.poll() is None:
                 return
             self.data_dir(i).mkdir(parents=True, exist_ok=True)
-            env = dict(os.environ if self.env is None else self.env)
-            if env.pop("RLOG_QUIETED_GRPC", None):  # set by the `rlog` CLI, not the user
-                env.pop("GRPC_VERBOSITY", None)
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            if self.die_with_parent:
-                env[DIE_WITH_PARENT_ENV] = str(os.getpid())
-            else:
-                env.pop(DIE_WITH_PARENT_ENV, None)
+            env = self.replica_env(i)
             with open(self.log_file(i), "ab") as log:
                 log.write(f"---- {time.strftime('%H:%M:%S')} starting replica {i}\n".encode())
                 log.flush()
@@ -447,6 +446,21 @@ class DevCluster:
                     start_new_session=True,  # its own process group
                     env=env,
                 )
+
+    def replica_env(self, i: int) -> dict[str, str]:
+        """The environment replica i starts with (its build's PYTHONPATH: `builds`)."""
+        env = dict(os.environ if self.env is None else self.env)
+        if env.pop("RLOG_QUIETED_GRPC", None):  # set by the `rlog` CLI, not the user
+            env.pop("GRPC_VERBOSITY", None)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.die_with_parent:
+            env[DIE_WITH_PARENT_ENV] = str(os.getpid())
+        else:
+            env.pop(DIE_WITH_PARENT_ENV, None)
+        build = self.builds.get(i)
+        if build is not None:  # alone: this tree's path would shadow the other build
+            env["PYTHONPATH"] = str(build)
+        return env
 
     def running(self, i: int) -> bool:
         process = self.processes[i]
