@@ -10,7 +10,7 @@ import pytest
 from e2elib import wait_until
 from oplib import Log, created_log, plugin
 
-# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+# Day-two operations: `make e2e-extended` runs them alone; `make test` with the rest.
 pytestmark = pytest.mark.extended
 
 NAME = "plugin-log"

@@ -20,7 +20,7 @@ import pytest
 from e2elib import Kubectl, wait_until
 from oplib import Log, Writer, check_acknowledged, created_log, watch_pods
 
-# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+# Day-two operations: `make e2e-extended` runs them alone; `make test` with the rest.
 pytestmark = pytest.mark.extended
 
 NAME = "storage-log"

@@ -54,7 +54,7 @@ from oplib import (
 from rlog import __version__
 from rlog.version import PREVIOUS_RELEASE, semver
 
-# Day-two operations: run by `make e2e-extended`, not `make test` (CI time; README).
+# Day-two operations: `make e2e-extended` runs them alone; `make test` with the rest.
 pytestmark = pytest.mark.extended
 
 ROOT = Path(__file__).resolve().parents[2]
