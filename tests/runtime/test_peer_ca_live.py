@@ -168,6 +168,13 @@ def test_real_peers_elect_append_and_catch_up(cluster):
     cluster.stop_replica(leader)
     new_leader = cluster.wait_for_leader(exclude=[leader])
     cluster.start_replica(leader)
+    # Back before another is wiped: with one replica wiped and this one still starting (a
+    # busy host), the new leader has no quorum and the append below fails.
+    cluster.wait_for(
+        lambda found: found[leader] is not None and found[leader].status == pb.VOTING,
+        60,
+        "the old leader VOTING again",
+    )
     wiped = next(i for i in range(cluster.replicas) if i != new_leader)
     cluster.wipe(wiped)
     with client_as(cluster, "writer", timeout=10.0) as writer:

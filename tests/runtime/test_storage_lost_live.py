@@ -93,12 +93,18 @@ def truncate_data_mdb(where: Path) -> str:
     return data.name
 
 
+def newest_segment_has_frames(where: Path) -> bool:
+    """More than the checkpoint frame that starts the newest segment (a replica stopped just
+    after a roll has that frame only)."""
+    return _segments(where)[-1].stat().st_size > 200
+
+
 def corrupt_newest_metadata(where: Path) -> str:
     """Flip a byte of the metadata in the checkpoint frame that starts the newest segment
     (frames follow it, so it is damage, not a torn write)."""
     newest = _segments(where)[-1]
     raw = bytearray(newest.read_bytes())
-    assert len(raw) > 200, "the newest segment holds one frame only"
+    assert newest_segment_has_frames(where), "the newest segment holds one frame only"
     raw[12] ^= 0xFF  # inside the first frame's metadata
     newest.write_bytes(bytes(raw))
     return newest.name
@@ -110,9 +116,12 @@ def run_damaged_follower(
     damage: Callable[[Path], str],
     condition: str,
     engine: str = "segment",
+    damageable: Callable[[Path], bool] = lambda where: True,
 ) -> None:
     """Append through the others while one follower is stopped, damaged, restarted and
-    comes back VOTING; its Status showing `condition` once back; then the consistency check."""
+    comes back VOTING; its Status showing `condition` once back; then the consistency check.
+    A follower stopped before its files allow the damage (`damageable`) is started again
+    and stopped once more after it took more appends."""
     env = {**os.environ, SEGMENT_BYTES_ENV: str(SEGMENT)}
     with DevCluster(
         replicas,
@@ -134,6 +143,16 @@ def run_damaged_follower(
             while len(writers.acknowledged) < 3000:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             cluster.stop_replica(victim)
+            while not damageable(where):
+                cluster.start_replica(victim)
+                await asyncio.to_thread(
+                    cluster.wait_for,
+                    lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
+                    90,
+                    "the follower VOTING before it is stopped again",
+                )
+                await asyncio.sleep(0.5)  # appends it takes
+                cluster.stop_replica(victim)
             await asyncio.sleep(0.5)  # appends the victim never sees
             what = damage(where)
             cluster.start_replica(victim)
@@ -200,7 +219,13 @@ def test_a_lost_index_snapshot_costs_a_full_replay(
 
 
 def test_corrupt_metadata_is_skipped_and_every_position_recovered(tmp_path: Path) -> None:
-    run_damaged_follower(tmp_path, 3, corrupt_newest_metadata, "corrupt-repaired")
+    run_damaged_follower(
+        tmp_path,
+        3,
+        corrupt_newest_metadata,
+        "corrupt-repaired",
+        damageable=newest_segment_has_frames,
+    )
 
 
 def test_with_no_quorum_to_vouch_a_lost_replica_refuses_to_vote_until_one_answers(
