@@ -159,9 +159,20 @@ def test_non_stale_tail_needs_a_confirmed_leader_and_stale_tail_does_not(cluster
     )
     # The follower is cut off from every other replica: a stale tail still serves what it
     # learned; a non-stale one cannot confirm anything and fails instead of serving it.
+    promised = cluster.status(follower).promised
     cluster.pause(leader)
     cluster.pause(other)
     try:
+        # Wait until the follower has stood for election (a candidate promises itself first
+        # and forgets the leader): it now knows it has no leader, and a non-stale tail fails
+        # within its wait for one (3 election timeouts + 1 s). Asked before, it forwards the
+        # tail's start to the paused leader, a call that only the connection's keepalive
+        # ends (about a minute).
+        wait_until(
+            lambda: cluster.status(follower, timeout=2).promised > promised,
+            30,
+            "the cut-off follower to stand for election",
+        )
         with Client(cluster.endpoints[follower]) as tailer:
             stale = tailer.tail(positions[0], stale=True)
             assert [next(stale).value, next(stale).value] == [b"t1", b"t2"]

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
@@ -290,32 +289,3 @@ def test_markers_forged_by_another_writer_do_not_make_a_task_skip_its_chunks(clu
             e.value for e in reader.read(*written.positions) if e.value.startswith(sink.encode())
         ]
     assert ours == table.column(0).to_pylist()
-
-
-def test_example_script_batch(cluster, loaded, tmp_path: Path):
-    out = tmp_path / "replay"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    root = Path(__file__).resolve().parents[2]
-    first, _ = loaded
-    subprocess.run(
-        [
-            sys.executable,
-            str(root / "examples" / "spark_replay.py"),
-            "--endpoints",
-            cluster.endpoint,
-            "--out",
-            str(out),
-            "--from",
-            str(first),
-            "--to",
-            str(first + 999),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=180,
-    )
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(out)
-    assert sorted(table.column("position").to_pylist()) == list(range(first, first + 1000))

@@ -69,6 +69,10 @@ def test_stream_available_now_with_restart(spark, cluster, tmp_path):
     assert values == {f"{tag}-a{i}".encode() for i in range(3000)} | {
         f"{tag}-b{i}".encode() for i in range(2000)
     }
+    # Nothing new: a third run from the checkpoint ends without a batch, adding nothing.
+    again = run_stream(spark, cluster.endpoint, start, out, checkpoint, 1000)
+    assert [p for p in again.recentProgress if p["numInputRows"]] == []
+    assert parquet_positions(spark, out) == first + second
 
 
 def test_stream_sigkill_mid_batch_then_restart_is_exactly_once(spark, cluster, tmp_path):
