@@ -138,6 +138,14 @@ def run_damaged_follower(
         sub = "segments" if engine == "segment" else engine
         where = cluster.data_dir(victim) / sub
 
+        async def voting_again(what: str) -> None:
+            await asyncio.to_thread(
+                cluster.wait_for,
+                lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
+                90,
+                what,
+            )
+
         async def scenario() -> str:
             task = asyncio.create_task(writers.run())
             while len(writers.acknowledged) < 3000:  # noqa: ASYNC110
@@ -145,23 +153,13 @@ def run_damaged_follower(
             cluster.stop_replica(victim)
             while not damageable(where):
                 cluster.start_replica(victim)
-                await asyncio.to_thread(
-                    cluster.wait_for,
-                    lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
-                    90,
-                    "the follower VOTING before it is stopped again",
-                )
+                await voting_again("the follower VOTING before it is stopped again")
                 await asyncio.sleep(0.5)  # appends it takes
                 cluster.stop_replica(victim)
             await asyncio.sleep(0.5)  # appends the victim never sees
             what = damage(where)
             cluster.start_replica(victim)
-            await asyncio.to_thread(
-                cluster.wait_for,
-                lambda found: found[victim] is not None and found[victim].status == pb.VOTING,
-                90,
-                "the damaged replica VOTING again",
-            )
+            await voting_again("the damaged replica VOTING again")
             await asyncio.sleep(1)
             writers.stop()
             await task
