@@ -81,8 +81,8 @@ unit: $(STAMP)
 test: prometheus-background lint typecheck unit e2e-local e2e-operator
 
 # The operator's e2e suite, day-two tests included (one session: the chart is installed once).
-# The previous release's images (for test_upgrade_release.py) are built from its git tag,
-# cached by its commit, and imported first. Left out: cert-manager, Spark on Kubernetes and
+# The previous release's images (for test_upgrade_release.py) are built from its git tag or
+# commit (e2e/cluster/release_source.sh), cached by the commit, and imported first. Left out: cert-manager, Spark on Kubernetes and
 # the NetworkPolicy denials, whose first builds (7, 4 and 19-30 minutes) do not fit CI.
 E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s
 e2e-operator: $(STAMP)

@@ -1,12 +1,13 @@
 """Upgrading from the previous release: its chart and images under a live log, then the CRD,
 the operator and every replica to this tree (docs/upgrades.md, "Upgrading the operator").
 
-The previous release is a git tag of this repository, `rlog.version.PREVIOUS_RELEASE`. Its
-images must be in the cluster: `e2e/cluster/images.sh release` builds them from `git archive
-<tag>` with the tag's Dockerfiles, tagged with its version, and imports them (`make
-e2e-extended` runs it first).
+The previous release is a git tag of this repository, `rlog.version.PREVIOUS_RELEASE`, and
+its commit, `PREVIOUS_RELEASE_COMMIT` (a clone may lack tags; e2e/cluster/release_source.sh
+finds it either way). Its images must be in the cluster: `e2e/cluster/images.sh release`
+builds them from the release's tree with its own Dockerfiles, tagged with its version, and
+imports them (`make e2e-operator` and `make e2e-extended` run it first).
 
-1. The release's chart (`git archive <tag> helm/rlog-operator`) installed as release
+1. The release's chart (its tree's `helm/rlog-operator`) installed as release
    `rlog-previous` in a namespace of its own with the release's images, serving a log
    namespace of its own; a ReplicatedLog created there, every replica running the release
    (its image, and `rlog --version` naming the release's version).
@@ -29,6 +30,7 @@ server would drop the fields it lacks from every log on the cluster.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -86,25 +88,18 @@ def _image_values(operator_image: str, replica_image: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def release_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's chart, from its git tag."""
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "-q", "--verify", f"refs/tags/{PREVIOUS_RELEASE}"],
-        capture_output=True,
-    )
-    if found.returncode != 0:
-        pytest.skip(
-            f"this clone has no git tag {PREVIOUS_RELEASE} (the previous release, "
-            f"rlog.version.PREVIOUS_RELEASE; a shallow clone?): fetch it with "
-            f"`git fetch origin tag {PREVIOUS_RELEASE} --no-tags`"
-        )
-    dest = tmp_path_factory.mktemp("release-chart")
-    archive = dest / "chart.tar"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "-o", str(archive), PREVIOUS_RELEASE,
+    """The previous release's chart, from its git tag or commit (e2e/cluster/release_source.sh,
+    which also tells a clone that cannot have it)."""
+    archive = subprocess.run(
+        ["bash", str(ROOT / "e2e" / "cluster" / "release_source.sh"), "archive",
          "helm/rlog-operator"],
-        check=True,
+        capture_output=True,
     )  # fmt: skip
-    with tarfile.open(archive) as tar:
+    if archive.returncode == 3:
+        pytest.skip(archive.stderr.decode().strip())
+    assert archive.returncode == 0, archive.stderr.decode()
+    dest = tmp_path_factory.mktemp("release-chart")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
     return dest / "helm" / "rlog-operator"
 

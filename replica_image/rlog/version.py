@@ -20,8 +20,11 @@ from rlog import __version__
 # builds (tests/runtime/test_mixed_release_live.py) and of an upgrade from it
 # (e2e/operator/test_upgrade_release.py, built by `e2e/cluster/images.sh release`) run this
 # tree against it. Cutting a release updates it, in the commit that moves the head to the
-# next .dev0 (docs/upgrades.md, "Versions").
+# next .dev0 (docs/upgrades.md, "Versions"). Its commit too: a clone may lack the tag (a
+# `git push` or `git clone --no-tags` leaves tags behind) but has the commit in its history;
+# e2e/cluster/release_source.sh checks the two agree wherever both are present.
 PREVIOUS_RELEASE = "v0.1.0"
+PREVIOUS_RELEASE_COMMIT = "1848bbcd9d7b2557a81e5b144f435375d632953b"
 
 # the PEP 440 versions this project uses: a release, a release candidate, a development build
 _NUMBER = r"(?:0|[1-9]\d*)"

@@ -1,9 +1,10 @@
 """A log of two builds: the previous release and this tree, replaced one replica at a time
 under a writer (docs/upgrades.md, "Mixed versions" and "Versions").
 
-The release's replica code is taken from its git tag (`rlog.version.PREVIOUS_RELEASE`:
-`git archive TAG replica_image`) and run by `DevCluster(builds=...)` with that tree alone
-on the replica's PYTHONPATH. Three replicas, one data dir each, kept across every restart:
+The release's replica code is taken from its git tag or commit
+(`rlog.version.PREVIOUS_RELEASE` and `PREVIOUS_RELEASE_COMMIT`, by
+e2e/cluster/release_source.sh) and run by `DevCluster(builds=...)` with that tree alone on
+the replica's PYTHONPATH. Three replicas, one data dir each, kept across every restart:
 
     start                     release  head     head
     replica 1 -> the release  release  release  head      (a replica of the release leads)
@@ -19,8 +20,9 @@ replica, of either build, learns them (a quorum of one build leaving the other's
 behind fails). At the end every acknowledged entry is read back at its position from every
 replica.
 
-A clone without the tag (a shallow one) skips, naming the tag and the command that fetches
-it: the test never passes without the release.
+A clone that cannot have the release (a shallow one with no remote to fetch its commit
+from) skips, naming the tag and the command that fetches it: the test never passes without
+the release.
 
 The release runs on this tree's Python and third-party packages (only its `rlog` comes from
 the tag): a release whose dependencies this tree no longer satisfies needs its own venv here.
@@ -57,24 +59,16 @@ PHASE_TIMEOUT = 60.0  # the bound of a phase's waits, not a goal (a goal would b
 
 @pytest.fixture(scope="module")
 def release_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's `replica_image`, extracted from its git tag."""
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "-q", "--verify", f"refs/tags/{PREVIOUS_RELEASE}"],
-        capture_output=True,
-        text=True,
-    )
-    if found.returncode != 0:
-        pytest.skip(
-            f"this clone has no git tag {PREVIOUS_RELEASE} (the previous release, "
-            f"rlog.version.PREVIOUS_RELEASE; a shallow clone?): fetch it with "
-            f"`git fetch origin tag {PREVIOUS_RELEASE} --no-tags`"
-        )
-    dest = tmp_path_factory.mktemp("release")
+    """The previous release's `replica_image`, from its git tag or commit
+    (e2e/cluster/release_source.sh, which also tells a clone that cannot have it)."""
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", PREVIOUS_RELEASE, "replica_image"],
+        ["bash", str(ROOT / "e2e" / "cluster" / "release_source.sh"), "archive", "replica_image"],
         capture_output=True,
-        check=True,
     )
+    if archive.returncode == 3:
+        pytest.skip(archive.stderr.decode().strip())
+    assert archive.returncode == 0, archive.stderr.decode()
+    dest = tmp_path_factory.mktemp("release")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest / "replica_image"
 
