@@ -22,7 +22,7 @@ help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
 	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
-	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind"
+	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind | e2e-kind-nodes"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -84,7 +84,7 @@ test: prometheus-background lint typecheck unit e2e-local e2e-operator
 # The previous release's images (for test_upgrade_release.py) are built from its git tag or
 # commit (e2e/cluster/release_source.sh), cached by the commit, and imported first. Left out: cert-manager, Spark on Kubernetes and
 # the NetworkPolicy denials, whose first builds (7, 4 and 19-30 minutes) do not fit CI.
-E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s
+E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s and not nodes
 e2e-operator: $(STAMP)
 	bash $(E2E_CLUSTER)/images.sh release
 	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "$(E2E_OPERATOR_MARKS)"

@@ -7,7 +7,7 @@ KIND_CLUSTER ?= rlog-e2e
 # kindest/node:v1.34.0 needs registry access and uses the machine's own docker
 KIND_NODE_IMAGE ?=
 
-.PHONY: cluster-up cluster-down cluster-status images e2e-smoke e2e-local e2e-kind e2e-netpol
+.PHONY: cluster-up cluster-down cluster-status images e2e-smoke e2e-local e2e-kind e2e-kind-nodes e2e-netpol
 
 cluster-up:        ## build what is missing, start a local Kubernetes, context rlog-local
 	bash $(E2E_CLUSTER)/up.sh
@@ -34,3 +34,7 @@ e2e-netpol:        ## kube-router added to the running local cluster, then the N
 
 e2e-kind:          ## kind from local parts (or KIND_NODE_IMAGE=kindest/node:...), images loaded, smoke + operator suites
 	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KIND_CLUSTER=$(KIND_CLUSTER) E2E_PYTEST="$(E2E_PYTEST)" bash e2e/kind/e2e.sh
+
+e2e-kind-nodes:    ## kind with 3 nodes (control plane + 2 workers): the multi-node tests (spread, partition, node lost)
+	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KIND_CLUSTER=rlog-nodes KIND_WORKERS=2 E2E_KIND_SUITES=nodes \
+	  E2E_PYTEST="$(E2E_PYTEST)" bash e2e/kind/e2e.sh

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The kind cluster of the e2e suites ($KIND_CLUSTER, one control-plane node).
+# The kind cluster of the e2e suites ($KIND_CLUSTER: one control-plane node, and
+# $KIND_WORKERS worker nodes, default 0; with workers the control plane takes pods too, so
+# that 2 workers give 3 schedulable nodes, one per replica of a 3-replica log).
 #   cluster.sh create   create it (idempotent): our node image (build-node.sh) in the private
 #                       dockerd, or $KIND_NODE_IMAGE (an upstream kindest/node) in the
 #                       machine's own docker
@@ -27,6 +29,8 @@ create() {
     echo "apiVersion: kind.x-k8s.io/v1alpha4"
     echo "nodes:"
     echo "  - role: control-plane"
+    local w
+    for ((w = 0; w < KIND_WORKERS; w++)); do echo "  - role: worker"; done
     if [[ -z $KIND_NODE_IMAGE ]]; then
       # our node image carries the local cluster's etcd and CoreDNS versions, not the ones
       # kubeadm would pick; /kind/image-tags in the image names them
@@ -45,7 +49,13 @@ create() {
   kind_ create cluster --name "$KIND_CLUSTER" --image "$image" --config "$cfg" \
     --kubeconfig "$KCFG_KIND" --wait 300s ${KIND_RETAIN:+--retain} 2>&1 | tee "$KIND_LOGS/create.log" >&2
   [[ ${PIPESTATUS[0]} == 0 ]] || die "kind create cluster failed (log: $KIND_LOGS/create.log; KIND_RETAIN=1 keeps the node)"
-  log "kind cluster $KIND_CLUSTER: created in $((SECONDS - t))s"
+  if ((KIND_WORKERS > 0)); then
+    # kind taints a control plane that has workers; the node tests want every node
+    local kc; kc=$(command -v kubectl || echo "$K8S_BIN/kubectl")
+    KUBECONFIG=$KCFG_KIND "$kc" taint nodes "$KIND_CLUSTER-control-plane" \
+      node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null
+  fi
+  log "kind cluster $KIND_CLUSTER: created in $((SECONDS - t))s ($((KIND_WORKERS + 1)) nodes)"
 }
 
 load() {

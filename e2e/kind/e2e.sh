@@ -5,7 +5,9 @@
 #                                          the machine's own docker instead of building one
 #   KIND_KEEP=1                            leave the cluster (and the private dockerd) up
 #   E2E_PYTEST                             how to run pytest (the Makefile passes the venv's)
-#   E2E_KIND_SUITES                        what to run (default: "smoke operator")
+#   E2E_KIND_SUITES                        what to run (default: "smoke operator"; "nodes":
+#                                          the multi-node tests, with KIND_WORKERS=2)
+#   KIND_WORKERS                           worker nodes beside the control plane (default 0)
 # Each step logs its elapsed time; docs/kind.md has the measured ones.
 source "$(dirname "$0")/lib.sh"
 T0=$SECONDS
@@ -60,8 +62,11 @@ for s in $SUITES; do
   case $s in
     smoke) step "e2e smoke suite"; $PYTEST e2e/smoke -v || rc=1 ;;
     operator) step "e2e operator suite"
-      $PYTEST e2e/operator -v --durations=0 -m "not extended and not cert_manager and not spark_k8s" || rc=1 ;;
-    *) die "unknown suite $s (smoke, operator)" ;;
+      $PYTEST e2e/operator -v --durations=0 -m "not extended and not cert_manager and not spark_k8s and not nodes" || rc=1 ;;
+    nodes) step "e2e node suite ($((KIND_WORKERS + 1)) nodes)"
+      # the node tests' faults act on the node containers through the private dockerd
+      KIND_DOCKER_HOST=$(kind_docker_host) $PYTEST e2e/operator -v --durations=0 -m nodes || rc=1 ;;
+    *) die "unknown suite $s (smoke, operator, nodes)" ;;
   esac
 done
 step "suites done (rc=$rc)"

@@ -10,6 +10,8 @@ KIND_VERSION=${KIND_VERSION:-v0.29.0}
 KIND_CACHE=${RLOG_KIND_CACHE:-$HOME/.cache/rlog-kind}
 KIND_BIN=$KIND_CACHE/kind-$KIND_VERSION/bin/kind
 KIND_CLUSTER=${KIND_CLUSTER:-rlog-e2e}
+# worker nodes beside the control plane (`make e2e-kind-nodes` runs 2: three nodes)
+KIND_WORKERS=${KIND_WORKERS:-0}
 # Empty: build our node image from local parts. Set (e.g. kindest/node:v1.34.0) on a machine
 # that reaches a registry to use an upstream node image instead; then no private dockerd
 # is started either (the machine's own docker is used).

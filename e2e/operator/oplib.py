@@ -305,11 +305,13 @@ def client_pod(
     service_account: str | None = None,
     mounts: Sequence[dict[str, Any]] = (),
     volumes: Sequence[dict[str, Any]] = (),
+    node: str | None = None,
 ) -> dict[str, Any]:
     """A pod of the replica image (rlog installed) that runs `command` once as a client of
     `log`: restricted security context, and, a log being mutual TLS by default, the
     operator's client identity from its Secret at /etc/rlog/tls, named by RLOG_CA,
-    RLOG_CERT and RLOG_KEY (which rlog's client tools read)."""
+    RLOG_CERT and RLOG_KEY (which rlog's client tools read). `node`: run it there (the node
+    tests keep their writer on the side of a fault that holds a quorum)."""
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "securityContext": {
@@ -346,6 +348,8 @@ def client_pod(
     }
     if service_account is not None:
         spec["serviceAccountName"] = service_account
+    if node is not None:
+        spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
@@ -509,8 +513,8 @@ class Writer:
     failover to the peers, and sampling every replica's status twice a second. `what`
     names the disruption it writes through, for the run's report (DISRUPTIONS)."""
 
-    def __init__(self, log: Log, tag: str, what: str = "") -> None:
-        self.log, self.tag = log, tag
+    def __init__(self, log: Log, tag: str, what: str = "", node: str | None = None) -> None:
+        self.log, self.tag, self.node = log, tag, node
         self.what = what or tag
         self.pod = f"writer-{tag}"
         self.started = 0.0
@@ -529,6 +533,7 @@ class Writer:
                 f"app.kubernetes.io/instance={self.log.name}",
             ],
             service_account="rlog-e2e-sampler",
+            node=self.node,
         )
         self.log.k.apply(json.dumps(spec))
         self.started = time.monotonic()
