@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from rlog_operator.observed import NodeInfo, NodeLoss, PodInfo
+from rlog_operator.observed import TAINT_OUT_OF_SERVICE, NodeInfo, NodeLoss, PodInfo
 
 CONFIRMED_DELETED = "deleted"  # the Node object is gone
 CONFIRMED_OUT_OF_SERVICE = "out-of-service"  # tainted node.kubernetes.io/out-of-service
-OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+OUT_OF_SERVICE_TAINT = f"{TAINT_OUT_OF_SERVICE}=nodeshutdown:NoExecute"  # what the admin sets
 
 
 def loss_of(node_name: str, node: NodeInfo | None) -> NodeLoss | None:
