@@ -395,3 +395,21 @@ def test_the_lost_nodes_gauge() -> None:
     assert value() == 0
     metrics.forget("ns", "nl")
     assert value() is None
+
+
+def test_the_observe_timer_marks_pods_from_the_node_index() -> None:
+    """handlers._observe reads the node index as kopf fills it (name -> its records): a pod
+    on a node the index lacks is on a deleted node; an empty index knows nothing."""
+    from rlog_operator import handlers
+
+    key = ("shop", "orders")
+    pods_index = {key: [observed.pod_info(k8s_pod(i, on=NODES[i])) for i in range(3)]}
+    nodes_index = {
+        "w1": [observed.node_info(node("w1"))],
+        "w2": [observed.node_info(node("w2", "Unknown", LOST))],
+        "other": [observed.node_info(node("other"))],
+    }
+    pods, _, _ = handlers._observe(cr(3), pods_index, {}, {}, {}, nodes_index)
+    assert [p.get("nodeLost", {}).get("confirmed") for p in pods] == [None, "", "deleted"]
+    pods, _, _ = handlers._observe(cr(3), pods_index, {}, {}, {}, {})
+    assert not [p for p in pods if "nodeLost" in p]
