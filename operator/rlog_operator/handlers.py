@@ -5,8 +5,8 @@
   of `spec.replicas` or of the TLS mode that slipped past the CRD's CEL rules.
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
   label selector), of existing PersistentVolume names, of the nodes (node_loss.py: a replica
-  on a lost node), and of the operator's labelled
-  Services, budgets, policies and Deployments (children.py): no list calls in the loop.
+  on a lost node), and of the operator's labelled Services, budgets, policies and
+  Deployments (children.py): no list calls in the loop.
 * a 1 s timer per ReplicatedLog (`observe`): read the log's pods and claims from the
   indexes, ask every replica its Status (replica_calls.py: through the headless Service's
   DNS names, short timeouts, concurrently, over one kept channel per replica), decide with

@@ -40,6 +40,7 @@ from rlog_operator import node_loss, permits, storage_health
 from rlog_operator.facts import Facts, condition_true, gather
 from rlog_operator.observed import (
     UNKNOWN,
+    NodeLoss,
     PodInfo,
     ReplicaStatus,
     is_terminating,
@@ -249,13 +250,15 @@ def node_lost_condition(facts: Facts) -> Condition:
     if not lost:
         return Condition("NodeLost", False, "NodesReady", "every replica's node is Ready")
     waiting = any(not loss.get("confirmed") for loss in lost.values())
-    message = "; ".join(
-        node_loss.describe(
-            name, loss, len([v for v in facts.voting if v != name]), facts.quorum_size
-        )
-        for name, loss in lost.items()
-    )
+    message = "; ".join(_node_sentence(facts, name, loss) for name, loss in lost.items())
     return Condition("NodeLost", True, "NodeNotReady" if waiting else "NodeConfirmedGone", message)
+
+
+def _node_sentence(facts: Facts, name: str, loss: NodeLoss) -> str:
+    """What the operator does about replica `name` on a lost node, with the VOTING count of
+    the others (a replacement after the confirmation needs them to form a quorum)."""
+    others = len([v for v in facts.voting if v != name])
+    return node_loss.describe(name, loss, others, facts.quorum_size)
 
 
 # the setters, in the order of CONDITION_TYPES
@@ -395,9 +398,7 @@ def _node_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
     for name in facts.names:
         loss = (facts.pods.get(name) or {}).get("nodeLost")
         if loss and not before.get(name):
-            others = len([v for v in facts.voting if v != name])
-            message = node_loss.describe(name, loss, others, facts.quorum_size)
-            result.append(Event("Warning", "NodeLost", message))
+            result.append(Event("Warning", "NodeLost", _node_sentence(facts, name, loss)))
         elif before.get(name) and not loss:
             message = f"{name} is no longer on a lost node (was: {before[name]})"
             result.append(Event("Normal", "NodeLossCleared", message))
