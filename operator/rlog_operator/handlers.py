@@ -4,8 +4,9 @@
 * create/update/resume (`reconcile`): apply.py applies the desired objects, refusing a change
   of `spec.replicas` or of the TLS mode that slipped past the CRD's CEL rules.
 * kopf indexes of the replicas' pods, claims and StatefulSets (watched with a server-side
-  label selector), of existing PersistentVolume names, and of the operator's labelled
-  Services, budgets, policies and Deployments (children.py): no list calls in the loop.
+  label selector), of existing PersistentVolume names, of the nodes (node_loss.py: a replica
+  on a lost node), and of the operator's labelled Services, budgets, policies and
+  Deployments (children.py): no list calls in the loop.
 * a 1 s timer per ReplicatedLog (`observe`): read the log's pods and claims from the
   indexes, ask every replica its Status (replica_calls.py: through the headless Service's
   DNS names, short timeouts, concurrently, over one kept channel per replica), decide with
@@ -45,6 +46,7 @@ from rlog_operator import (
     children,
     kube,
     metrics,
+    node_loss,
     observed,
     pki,
     pki_secrets,
@@ -211,6 +213,13 @@ def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
     return {name: True} if name else {}
 
 
+@kopf.index("nodes")
+def cluster_nodes(name: str | None, body: kopf.Body, **_: Any) -> dict[str, observed.NodeInfo]:
+    """The nodes' readiness and taints: a replica whose node is not Ready or gone is on a lost
+    node (node_loss.py). Read only: the operator never deletes or taints a node."""
+    return {name: observed.node_info(body)} if name else {}
+
+
 # ---- one version of the log per handler ------------------------------------------------------
 
 
@@ -247,6 +256,7 @@ async def observe(
         indexes["replica_claims"],
         indexes["replica_statefulsets"],
         indexes["persistent_volumes"],
+        indexes["cluster_nodes"],
     )
     update_revision = sts["updateRevision"] if sts else ""
     # While a refused change stands in the spec: observe the log as built, take no action.
@@ -332,10 +342,18 @@ def _observe(
     claims_index: kopf.Index[observed.LogKey, observed.PvcInfo],
     statefulsets_index: kopf.Index[observed.LogKey, observed.StatefulSetRecord],
     volumes_index: kopf.Index[str, bool],
+    nodes_index: kopf.Index[str, observed.NodeInfo],
 ) -> tuple[list[observed.PodInfo], dict[str, observed.PvcInfo], observed.StatefulSetRecord | None]:
-    """The log's pods, its claims (by name) and its StatefulSet (None before it exists)."""
+    """The log's pods (each on a lost node marked), its claims (by name) and its
+    StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
+    nodes = {
+        p["node"]: info for p in pods if p.get("node") for info in nodes_index.get(p["node"], [])
+    }
+    # An empty node index means "not known" (no permission, not listed yet): a cluster
+    # running pods has nodes, so never conclude from it that every node is gone.
+    pods = node_loss.mark(pods, nodes if len(nodes_index) else None)
     # An empty volume index means "not known" (a cluster with Bound claims has volumes):
     # never conclude that every volume is gone from an index that saw none.
     claims = observed.claims_by_name(

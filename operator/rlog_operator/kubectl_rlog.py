@@ -368,6 +368,16 @@ def status_table(log: Mapping[str, Any]) -> str:
     )
     if storage is not None:
         header += f"\n  storage: {storage.get('reason')}: {storage.get('message')}"
+    node_lost = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "NodeLost" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if node_lost is not None:
+        header += f"\n  node lost: {node_lost.get('message')}"
     rows = [COLUMNS]
     for item in status.get("replicas") or []:
         rows.append(

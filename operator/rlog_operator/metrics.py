@@ -45,6 +45,12 @@ CRASH_LOOPING = Gauge(
     "0 otherwise",
     ["namespace", "name", "pod"],
 )
+ON_LOST_NODES = Gauge(
+    "rlog_operator_replicas_on_lost_nodes",
+    "Replicas of a ReplicatedLog whose pod is on a node that is not Ready or gone (status."
+    "replicas[].nodeLost; the NodeLost condition says what to do)",
+    ["namespace", "name"],
+)
 # the (pod, condition) series set per log, so that a cleared one is dropped
 _STORAGE_SERIES: dict[tuple[str, str], set[tuple[str, str]]] = {}
 _CRASH_SERIES: dict[tuple[str, str], set[str]] = {}
@@ -73,6 +79,8 @@ def observe_status(namespace: str, name: str, status: Mapping[str, Any]) -> None
     for p in PHASES:
         PHASE.labels(namespace, name, p).set(1 if phase.startswith(p) else 0)
     _observe_health(namespace, name, status.get("replicas") or [])
+    lost = sum(1 for item in status.get("replicas") or [] if item.get("nodeLost"))
+    ON_LOST_NODES.labels(namespace, name).set(lost)
 
 
 def _observe_health(namespace: str, name: str, items: list[Mapping[str, Any]]) -> None:
@@ -104,6 +112,10 @@ def forget(namespace: str, name: str) -> None:
             PHASE.remove(namespace, name, p)
         except KeyError:
             pass
+    try:
+        ON_LOST_NODES.remove(namespace, name)
+    except KeyError:
+        pass
     _observe_health(namespace, name, [])
     _STORAGE_SERIES.pop((namespace, name), None)
     _CRASH_SERIES.pop((namespace, name), None)

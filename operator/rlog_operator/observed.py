@@ -1,13 +1,13 @@
 """What the operator observes, as small typed records (pure functions, no I/O).
 
-The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets and of the
-names of existing PersistentVolumes: the watch streams keep them current, so the observe
-timer reads memory instead of listing objects every few seconds. These functions turn a
-watched object into the small record an index holds (`PodInfo`, `PvcInfo`,
-`StatefulSetRecord`), keyed by (namespace, log name). The replicas' own answers
-(`ReplicaStatus`, the `rlog status --json` shape) are observations too; the plain queries on
-pods and answers (a pod's revision, a replica's status, who leads) live here so that the
-status and the rolling logic read them the same way.
+The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets, of the names
+of existing PersistentVolumes and of the nodes: the watch streams keep them current, so the
+observe timer reads memory instead of listing objects every few seconds. These functions
+turn a watched object into the small record an index holds (`PodInfo`, `PvcInfo`,
+`StatefulSetRecord`, keyed by (namespace, log name); `NodeInfo`, keyed by node name). The
+replicas' own answers (`ReplicaStatus`, the `rlog status --json` shape) are observations
+too; the plain queries on pods and answers (a pod's revision, a replica's status, who
+leads) live here so that the status and the rolling logic read them the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +50,27 @@ class PodInfo(TypedDict, total=False):
     pvc: str  # name of the data PersistentVolumeClaim
     crashLoop: str  # the replica container crash-loops: its last termination, "" otherwise
     restoreFailed: str  # the restore init container failed: its last termination, "" otherwise
+    node: str  # spec.nodeName: the node it is bound to ("" before it is scheduled)
+    nodeLost: NodeLoss  # its node is not Ready or gone (node_loss.mark); absent otherwise
+
+
+class NodeInfo(TypedDict, total=False):
+    """What the operator needs to know of one node (the kopf index `cluster_nodes`)."""
+
+    name: str
+    ready: str  # the Ready condition's status: "True", "False", "Unknown" (also: no condition)
+    readySince: str  # the Ready condition's lastTransitionTime ("" if none)
+    outOfService: bool  # tainted node.kubernetes.io/out-of-service: an admin confirmed it gone
+    unreachable: bool  # tainted node.kubernetes.io/unreachable or node.kubernetes.io/not-ready
+
+
+class NodeLoss(TypedDict, total=False):
+    """Why a pod's node counts as lost (node_loss.loss_of)."""
+
+    node: str
+    ready: str  # its Ready condition's status ("False", "Unknown"), "" when the node is gone
+    since: str  # when that condition last changed ("" when unknown or gone)
+    confirmed: str  # "" not confirmed gone; CONFIRMED_DELETED or CONFIRMED_OUT_OF_SERVICE
 
 
 class PvcInfo(TypedDict, total=False):
@@ -132,6 +153,27 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         pvc=pvc,
         crashLoop=crash_loop,
         restoreFailed=restore_failed,
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
+    )
+
+
+TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+TAINTS_UNREACHABLE = frozenset({"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"})
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    """The NodeInfo of a Node object (a dict as the API returns it)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready: Mapping[str, Any] = next(
+        (cond for cond in conditions if cond.get("type") == "Ready"), {}
+    )
+    taints = {str(t.get("key") or "") for t in (node.get("spec") or {}).get("taints") or []}
+    return NodeInfo(
+        name=str((node.get("metadata") or {}).get("name") or ""),
+        ready=str(ready.get("status") or "Unknown"),
+        readySince=str(ready.get("lastTransitionTime") or ""),
+        outOfService=TAINT_OUT_OF_SERVICE in taints,
+        unreachable=bool(taints & TAINTS_UNREACHABLE),
     )
 
 

@@ -27,6 +27,10 @@ Rules:
   lost, or a pod unschedulable for a volume node affinity conflict): delete the claim, then the
   pod; only while the OTHER replicas form a VOTING quorum (all of them VOTING and caught up if
   the target itself is VOTING); no new delete while a claim of the log is terminating.
+* A pod on a lost node (node_loss.py: not Ready, or its Node gone) that is not confirmed
+  gone is never deleted, nor its claim: every step naming it waits and says how to confirm
+  (`kubectl delete node`, or the out-of-service taint). A replica still running there would
+  share its identity with its replacement. Once confirmed, the rules above apply.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast
 
 from rlog_operator import constants as c
-from rlog_operator import specs
+from rlog_operator import node_loss, specs
 from rlog_operator.observed import (
     PodInfo,
     PvcInfo,
@@ -167,6 +171,12 @@ class _View:
             return ""
         return f"{name} is catching up (learned {learned}, leader {ref_learned})"
 
+    def node_hold(self, name: str) -> str:
+        """Why nothing may delete pod `name` or its claim: its node is lost and not
+        confirmed gone (node_loss.describe); "" otherwise."""
+        loss = node_loss.unconfirmed(self.pods.get(name))
+        return node_loss.describe(name, loss) if loss else ""
+
     def others_caught_up(self, name: str) -> str:
         for other in self.names:
             if other != name:
@@ -204,6 +214,10 @@ def _resume(view: _View, entry: QueueEntry, queue: list[QueueEntry]) -> Action |
     name = entry.get("pod", "")
     pod = view.pods.get(name)
     old_pod = pod is not None and pod.get("uid") == entry.get("uid")
+    hold = view.node_hold(name)
+    if hold:  # queued before its node was lost: neither the pod nor its claim goes now
+        doing = f"{name} is terminating" if pod and is_terminating(pod) else f"replacing {name}"
+        return Action("wait", pod=name, reason=f"{doing}: {hold}", queue=queue)
     if entry.get("action") == REPLACE_VOLUME:
         pvc = view.pvcs.get(entry.get("pvc", ""))
         old_pvc = pvc is not None and pvc.get("uid") == entry.get("pvcUid")
@@ -342,9 +356,9 @@ def next_step(
         if name == view.leader and view.voting(name) and len(candidates) > 1:
             continue  # the leader goes last
         if action == REPLACE_VOLUME:
-            why = _volume_blocker(view, name)
+            why = view.node_hold(name) or _volume_blocker(view, name)
         else:
-            why = _restart_blocker(view, name)
+            why = view.node_hold(name) or _restart_blocker(view, name)
         if why:
             reasons.append(f"{name}: {why}")
             continue

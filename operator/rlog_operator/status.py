@@ -22,7 +22,8 @@ Phases (one word for `kubectl get rlog`, first match wins):
 
 Conditions: Ready (the log serves: initialized with a VOTING quorum), Initialized,
 Degraded (fewer than all replicas VOTING), Recovering, RollingUpdate, DataLoss,
-StorageDegraded (some replica reports storage trouble: `storage_health.py`); a
+StorageDegraded (some replica reports storage trouble: `storage_health.py`), NodeLost
+(some replica's pod is on a node that is not Ready or gone: `node_loss.py`); a
 condition's lastTransitionTime changes only when its status flips. docs/operator.md
 describes the Events.
 """
@@ -35,10 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlog_operator import constants as c
-from rlog_operator import permits, storage_health
+from rlog_operator import node_loss, permits, storage_health
 from rlog_operator.facts import Facts, condition_true, gather
 from rlog_operator.observed import (
     UNKNOWN,
+    NodeLoss,
     PodInfo,
     ReplicaStatus,
     is_terminating,
@@ -56,6 +58,7 @@ CONDITION_TYPES = (
     "RollingUpdate",
     "DataLoss",
     "StorageDegraded",
+    "NodeLost",
 )
 # the fields compute_status writes (all declared in the CRD's status schema)
 STATUS_FIELDS = (
@@ -89,6 +92,8 @@ REPLICA_FIELDS = (
     "storageFault",
     "corruptRecords",
     "crashLoop",
+    "node",
+    "nodeLost",
 )
 
 
@@ -235,6 +240,27 @@ def storage_degraded_condition(facts: Facts) -> Condition:
     return Condition("StorageDegraded", *storage_health.degraded(facts))
 
 
+def node_lost_condition(facts: Facts) -> Condition:
+    """True while some replica's pod is on a lost node (node_loss.py), with what the operator
+    does about each: reason NodeNotReady while some loss awaits the admin's confirmation,
+    NodeConfirmedGone once every one is confirmed."""
+    lost = {
+        name: loss for name in facts.names if (loss := (facts.pods.get(name) or {}).get("nodeLost"))
+    }
+    if not lost:
+        return Condition("NodeLost", False, "NodesReady", "every replica's node is Ready")
+    waiting = any(not loss.get("confirmed") for loss in lost.values())
+    message = "; ".join(_node_sentence(facts, name, loss) for name, loss in lost.items())
+    return Condition("NodeLost", True, "NodeNotReady" if waiting else "NodeConfirmedGone", message)
+
+
+def _node_sentence(facts: Facts, name: str, loss: NodeLoss) -> str:
+    """What the operator does about replica `name` on a lost node, with the VOTING count of
+    the others (a replacement after the confirmation needs them to form a quorum)."""
+    others = len([v for v in facts.voting if v != name])
+    return node_loss.describe(name, loss, others, facts.quorum_size)
+
+
 # the setters, in the order of CONDITION_TYPES
 CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     ready_condition,
@@ -244,6 +270,7 @@ CONDITIONS: tuple[Callable[[Facts], Condition], ...] = (
     rolling_update_condition,
     data_loss_condition,
     storage_degraded_condition,
+    node_lost_condition,
 )
 
 
@@ -291,6 +318,7 @@ def events(previous: Mapping[str, Any] | None, facts: Facts) -> list[Event]:
         *_rolling_events(prev, facts),
         *_failure_events(prev, facts),
         *(Event(*change) for change in storage_health.changes(facts)),
+        *_node_events(prev, facts),
     ]
 
 
@@ -359,6 +387,24 @@ def _rolling_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
     return []
 
 
+def _node_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
+    """NodeLost (Warning) when a replica's pod is first seen on a lost node; NodeLossCleared
+    when it no longer is (the node is Ready again, or the pod was removed from it)."""
+    before = {
+        str(item.get("name")): str(item.get("nodeLost") or "")
+        for item in prev.get("replicas") or []
+    }
+    result: list[Event] = []
+    for name in facts.names:
+        loss = (facts.pods.get(name) or {}).get("nodeLost")
+        if loss and not before.get(name):
+            result.append(Event("Warning", "NodeLost", _node_sentence(facts, name, loss)))
+        elif before.get(name) and not loss:
+            message = f"{name} is no longer on a lost node (was: {before[name]})"
+            result.append(Event("Normal", "NodeLossCleared", message))
+    return result
+
+
 def _failure_events(prev: Mapping[str, Any], facts: Facts) -> list[Event]:
     """Failed when the phase turns Failed."""
     failure = facts.failure
@@ -421,6 +467,11 @@ def replica_item(facts: Facts, name: str) -> dict[str, Any]:
     else:
         item["reason"] = f"unreachable (pod {pod.get('phase', 'Pending')})"
     item.update(facts.health[name].as_item())
+    if pod and pod.get("node"):
+        item["node"] = str(pod["node"])
+    loss = (pod or {}).get("nodeLost")
+    if loss:
+        item["nodeLost"] = node_loss.state(loss)
     return item
 
 

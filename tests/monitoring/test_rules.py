@@ -25,6 +25,7 @@ ALERTS = {
     "RlogDiskFailing",
     "RlogRestoreFailed",
     "RlogReplicaCrashLooping",
+    "RlogReplicaNodeLost",
 }
 UNIT_TESTS = HERE / "alerts_test.yaml"
 
@@ -45,6 +46,7 @@ def test_the_rendered_rules_are_the_expected_alerts(chart: Chart) -> None:
     assert by_name["RlogDiskFull"]["for"] == "1m"
     assert by_name["RlogArchiveLag"]["for"] == "5m"
     assert by_name["RlogReplicaCrashLooping"]["for"] == "5m"
+    assert by_name["RlogReplicaNodeLost"]["for"] == "5m"
     assert by_name["RlogStorageRefused"]["for"] == by_name["RlogDiskFailing"]["for"] == "1m"
     # Grafana/Helm templating was escaped: Prometheus sees its own {{ $labels.x }}
     for rule in rules:

@@ -57,7 +57,7 @@ KOPF_CR_CALLS = [
     ("rlog.io", "replicatedlogs/status", "patch"),
     ("", "events", "create"),
 ]
-CLUSTER_SCOPED = {"persistentvolumes", "storageclasses"}
+CLUSTER_SCOPED = {"persistentvolumes", "storageclasses", "nodes"}
 # kube.apply_one creates or patches every kind desired_objects builds
 APPLIED = ["stateful_set", "deployment", "service", "pod_disruption_budget", "network_policy"]
 
@@ -122,7 +122,14 @@ def test_toggles_render_the_monitoring_objects(helm: str) -> None:
     assert {"PrometheusRule", "ServiceMonitor", "PodMonitor", "ConfigMap", "Service"} <= kinds
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    for name in ("NoQuorum", "NoLeader", "ReplicaNotVoting", "DataLoss", "RollingUpdateStuck"):
+    for name in (
+        "NoQuorum",
+        "NoLeader",
+        "ReplicaNotVoting",
+        "DataLoss",
+        "RollingUpdateStuck",
+        "ReplicaNodeLost",
+    ):
         assert any(a.endswith(name) for a in alerts), name
     not_voting = next(
         r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"].endswith("NotVoting")
@@ -232,7 +239,8 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
     # the operator deletes only what it replaces (a StatefulSet only to replace its claim
     # template, orphaning its pods) and owned objects the spec no longer asks for (with a UID
     # precondition: children.py; a revoked client identity's Secret, labelled as one:
-    # identities.py), and never reads nodes
+    # identities.py); nodes it only lists and watches (node_loss.py: it never deletes one,
+    # nor taints it out of service: that confirmation is the admin's)
     assert {r for g, r, v in granted if v == "delete"} == {
         "secrets",
         "pods",
@@ -242,7 +250,7 @@ def test_rbac_grants_exactly_what_the_operator_calls(helm: str) -> None:
         "networkpolicies",
         "deployments",
     }
-    assert not {r for g, r, v in granted if r == "nodes"}
+    assert {v for g, r, v in granted if r == "nodes"} == {"list", "watch"}
 
 
 def test_rbac_is_namespaced_when_watch_namespaces_is_set(helm: str) -> None:

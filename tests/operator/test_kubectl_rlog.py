@@ -163,6 +163,15 @@ def test_status_table_shows_storage_trouble():
     assert "storage:" not in kr.status_table(log(conditions=[healthy]))
 
 
+def test_status_table_shows_a_lost_node():
+    lost = {"type": "NodeLost", "status": "True", "reason": "NodeNotReady",
+            "message": "orders-1 is on node w2, not Ready (Unknown) since T: ..."}  # fmt: skip
+    lines = kr.status_table(log(conditions=[lost])).splitlines()
+    assert lines[1] == "  node lost: orders-1 is on node w2, not Ready (Unknown) since T: ..."
+    ready = {**lost, "status": "False", "reason": "NodesReady"}
+    assert "node lost:" not in kr.status_table(log(conditions=[ready]))
+
+
 # ---- restore (pure) ---------------------------------------------------------------------------
 
 BACKUP = {
