@@ -36,7 +36,7 @@ import pytest
 from e2elib import Kubectl, wait_until
 from oplib import Log, Writer, check_acknowledged, created_log
 
-pytestmark = pytest.mark.nodes
+pytestmark = [pytest.mark.nodes, pytest.mark.timeout(1200)]
 
 NAME = "nodes-log"
 QUORUM = 2
@@ -126,7 +126,7 @@ def test_replicas_spread_over_the_nodes(log: Log, nodes: dict[str, dict]) -> Non
 def test_a_partition_between_nodes_under_a_writer(
     log: Log, nodes: dict[str, dict], machines: Machines
 ) -> None:
-    leader = log.wait_settled_leader()
+    leader = log.wait_settled_leader().split(".")[0]  # an endpoint: its pod's name
     where = placement(log)
     cut = where[leader]
     others = [n for n in nodes if n != cut]
@@ -143,7 +143,7 @@ def test_a_partition_between_nodes_under_a_writer(
 
         def majority_moved_on() -> bool:
             new_leader = str(log.replica_status(survivor).get("leader") or "")
-            if not new_leader or new_leader.split(".")[0] == leader:
+            if not new_leader or new_leader.split(".")[0] == leader:  # an endpoint
                 return False
             return len(writer.report().acks) >= acked_before + 50
 
@@ -162,7 +162,7 @@ def test_a_partition_between_nodes_under_a_writer(
 def test_a_lost_node_is_reported_then_replaced_once_confirmed(
     log: Log, nodes: dict[str, dict], machines: Machines, cluster: Kubectl
 ) -> None:
-    leader = log.wait_settled_leader()
+    leader = log.wait_settled_leader().split(".")[0]  # an endpoint: its pod's name
     where = placement(log)
     plane = control_plane(nodes)
     victim_pod = next(p for p in log.pods if p != leader and where[p] != plane)
