@@ -79,13 +79,14 @@ def mark_volume_nodes(
     than losing the data. `nodes` (by name) None means "not known": nothing is marked, and a
     claim whose volume has no recognisable node is not marked either; both keep the volume
     replacement for a node affinity conflict (the node may be gone, nobody can tell)."""
+    # a volume names its node by the kubernetes.io/hostname label, most often the node's name
+    by_hostname = {n.get("hostname"): n for n in (nodes or {}).values() if n.get("hostname")}
     result: dict[str, PvcInfo] = {}
     for name, claim in claims.items():
         record = PvcInfo(**claim)
         node = claim.get("volumeNode") or ""
-        record["volumeNodeReady"] = bool(
-            nodes is not None and node and loss_of(node, nodes.get(node)) is None
-        )
+        info = (nodes or {}).get(node) or by_hostname.get(node)
+        record["volumeNodeReady"] = bool(nodes is not None and node and loss_of(node, info) is None)
         result[name] = record
     return result
 

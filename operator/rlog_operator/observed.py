@@ -63,6 +63,7 @@ class NodeInfo(TypedDict, total=False):
     readySince: str  # the Ready condition's lastTransitionTime ("" if none)
     outOfService: bool  # tainted node.kubernetes.io/out-of-service: an admin confirmed it gone
     unreachable: bool  # tainted node.kubernetes.io/unreachable or node.kubernetes.io/not-ready
+    hostname: str  # its kubernetes.io/hostname label ("" none): what volumes are pinned to
 
 
 class NodeLoss(TypedDict, total=False):
@@ -228,6 +229,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         readySince=str(ready.get("lastTransitionTime") or ""),
         outOfService=TAINT_OUT_OF_SERVICE in taints,
         unreachable=bool(taints & TAINTS_UNREACHABLE),
+        hostname=str(((node.get("metadata") or {}).get("labels") or {}).get(HOSTNAME_LABEL) or ""),
     )
 
 

@@ -29,7 +29,8 @@ Rules:
   VOTING quorum (all of them VOTING and caught up if the target itself is VOTING); no new
   delete while a claim of the log is terminating. A volume whose node is Ready (cordoned,
   drained, full) holds a healthy replica's data: its pod waits for the node, and the status
-  says how to go on (node_loss.volume_node_ready).
+  says how to go on (node_loss.volume_node_ready); a queued replacement whose claim is not
+  deleted yet is dropped then.
 * A pod on a lost node (node_loss.py: not Ready, or its Node gone) that is not confirmed
   gone is never deleted, nor its claim: every step naming it waits and says how to confirm
   (`kubectl delete node`, or the out-of-service taint). A replica still running there would
@@ -238,6 +239,10 @@ def _resume(view: _View, entry: QueueEntry, queue: list[QueueEntry]) -> Action |
         pvc = view.pvcs.get(entry.get("pvc", ""))
         old_pvc = pvc is not None and pvc.get("uid") == entry.get("pvcUid")
         if old_pvc and pvc is not None and not pvc.get("deletionTimestamp"):
+            if waits_for_node(name, pod, pvc):
+                # queued while the volume's node looked gone, Ready now: nothing is deleted
+                # yet, the entry is dropped and next_step says why the pod waits
+                return None
             why = _volume_blocker(view, name)
             if why:
                 return Action(

@@ -29,7 +29,11 @@ def node(name: str, ready: str = "True", taints: tuple[str, ...] = ()) -> dict[s
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": f"node-{name}", "labels": {"kubernetes.io/os": "linux"}},
+        "metadata": {
+            "name": name,
+            "uid": f"node-{name}",
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        },
         "spec": {
             "podCIDR": "10.244.1.0/24",
             "taints": [
@@ -162,6 +166,7 @@ def test_node_info_of_a_node_record() -> None:
         "readySince": SINCE,
         "outOfService": True,
         "unreachable": True,
+        "hostname": "w2",
     }
     assert observed.node_info(node("w1"))["ready"] == "True"
     assert observed.node_info({"metadata": {"name": "bare"}})["ready"] == "Unknown"
@@ -615,3 +620,43 @@ def test_a_volume_with_no_known_node_is_replaced_as_before() -> None:
     pods, pvcs = observe_all([*others, recreated], [], pinned)  # nodes not known
     assert pvcs["data-orders-1"]["volumeNode"] == "w2"
     assert step(pods, VOTING_OTHERS, pvcs=pvcs).kind == "delete-pvc-and-pod"
+
+
+def test_a_volume_names_its_node_by_the_hostname_label() -> None:
+    """A node whose name is not its kubernetes.io/hostname label (some clouds): the volume's
+    node is found by the label, so a cordoned one is not taken for deleted."""
+    w2 = cordoned("ip-10-0-0-2.internal")
+    w2["metadata"]["labels"]["kubernetes.io/hostname"] = "w2"
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=V134_CORDONED)
+    pods, pvcs = observe_all(
+        [k8s_pod(0, on="w1"), recreated, k8s_pod(2, on="w3")],
+        [node("w1"), w2, node("w3")],
+        [k8s_volume(i, NODES[i]) for i in range(3)],
+    )
+    action = step(pods, VOTING_OTHERS, pvcs=pvcs)
+    assert (action.kind, action.reason) == ("wait", CORDONED_SENTENCE)
+
+
+def test_a_queued_volume_replacement_is_dropped_when_the_node_is_ready() -> None:
+    """Queued while the volume's node looked gone, the claim not deleted yet (the delete
+    failed, or the operator restarted), and the node is Ready now: nothing is deleted."""
+    queue = [
+        rolling.QueueEntry(
+            pod="orders-1",
+            uid="new-1",
+            action=rolling.REPLACE_VOLUME,
+            pvc="data-orders-1",
+            pvcUid="pvc-1",
+            revision=REV_NEW,
+            participating=False,
+            startedAt=NOW,
+        )
+    ]
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=V134_CORDONED)
+    pods, pvcs = observe_all(
+        [k8s_pod(0, on="w1"), recreated, k8s_pod(2, on="w3")],
+        [node("w1"), cordoned("w2"), node("w3")],
+        [k8s_volume(i, NODES[i]) for i in range(3)],
+    )
+    action = step(pods, VOTING_OTHERS, queue, pvcs)
+    assert (action.kind, action.reason, action.queue) == ("wait", CORDONED_SENTENCE, [])
