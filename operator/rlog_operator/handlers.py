@@ -208,9 +208,12 @@ def _owned_children(indexes: Mapping[str, Any], key: observed.LogKey) -> set[chi
 
 
 @kopf.index("persistentvolumes")
-def persistent_volumes(name: str | None, **_: Any) -> dict[str, bool]:
-    """Names of existing volumes: a Bound claim whose volume is missing has lost it."""
-    return {name: True} if name else {}
+def persistent_volumes(
+    name: str | None, body: kopf.Body, **_: Any
+) -> dict[str, observed.VolumeInfo]:
+    """The existing volumes (a Bound claim whose volume is missing has lost it), each with
+    the node it is pinned to (a pod that cannot reach a Ready node keeps its volume)."""
+    return {name: observed.volume_info(body)} if name else {}
 
 
 @kopf.index("nodes")
@@ -341,11 +344,11 @@ def _observe(
     pods_index: kopf.Index[observed.LogKey, observed.PodInfo],
     claims_index: kopf.Index[observed.LogKey, observed.PvcInfo],
     statefulsets_index: kopf.Index[observed.LogKey, observed.StatefulSetRecord],
-    volumes_index: kopf.Index[str, bool],
+    volumes_index: kopf.Index[str, observed.VolumeInfo],
     nodes_index: kopf.Index[str, observed.NodeInfo],
 ) -> tuple[list[observed.PodInfo], dict[str, observed.PvcInfo], observed.StatefulSetRecord | None]:
-    """The log's pods (each on a lost node marked), its claims (by name) and its
-    StatefulSet (None before it exists)."""
+    """The log's pods (each on a lost node marked), its claims (by name, each whose volume's
+    node is Ready marked) and its StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
     nodes = {
@@ -359,6 +362,8 @@ def _observe(
     claims = observed.claims_by_name(
         claims_index.get(key, []), volumes_index if len(volumes_index) else None
     )
+    all_nodes = {name: info for name, infos in nodes_index.items() for info in infos}
+    claims = node_loss.mark_volume_nodes(claims, all_nodes if len(nodes_index) else None)
     sts = next(iter(statefulsets_index.get(key, [])), None)
     return pods, claims, sts
 

@@ -17,13 +17,20 @@ or its claim waits (rolling.py) and the status says how to confirm (`describe`).
 the existing volume replacement takes over: the recreated pod cannot be scheduled next to
 its volume (pinned to the lost node) and its claim is replaced while the other replicas
 form a VOTING quorum.
+
+The scheduler says the same ("didn't match PersistentVolume's node affinity") when the
+volume's node is Ready but cannot take the pod: cordoned or drained for maintenance, or
+full. Its replica's data is then intact and the node back in minutes, so the volume is not
+replaced for it (`mark_volume_nodes`, rolling.py): the step waits and says what to do
+(`volume_node_ready`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from rlog_operator.observed import TAINT_OUT_OF_SERVICE, NodeInfo, NodeLoss, PodInfo
+from rlog_operator import constants as c
+from rlog_operator.observed import TAINT_OUT_OF_SERVICE, NodeInfo, NodeLoss, PodInfo, PvcInfo
 
 CONFIRMED_DELETED = "deleted"  # the Node object is gone
 CONFIRMED_OUT_OF_SERVICE = "out-of-service"  # tainted node.kubernetes.io/out-of-service
@@ -62,6 +69,36 @@ def mark(pods: Iterable[PodInfo], nodes: Mapping[str, NodeInfo] | None) -> list[
             record["nodeLost"] = loss
         result.append(record)
     return result
+
+
+def mark_volume_nodes(
+    claims: Mapping[str, PvcInfo], nodes: Mapping[str, NodeInfo] | None
+) -> dict[str, PvcInfo]:
+    """The claims, each marked volumeNodeReady when its volume's node (volumeNode) is known
+    and Ready: a pod that cannot be scheduled beside that volume waits for the node rather
+    than losing the data. `nodes` (by name) None means "not known": nothing is marked, and a
+    claim whose volume has no recognisable node is not marked either; both keep the volume
+    replacement for a node affinity conflict (the node may be gone, nobody can tell)."""
+    # a volume names its node by the kubernetes.io/hostname label, most often the node's name
+    by_hostname = {n.get("hostname"): n for n in (nodes or {}).values() if n.get("hostname")}
+    result: dict[str, PvcInfo] = {}
+    for name, claim in claims.items():
+        record = PvcInfo(**claim)
+        node = claim.get("volumeNode") or ""
+        info = (nodes or {}).get(node) or by_hostname.get(node)
+        record["volumeNodeReady"] = bool(nodes is not None and node and loss_of(node, info) is None)
+        result[name] = record
+    return result
+
+
+def volume_node_ready(pod: str, node: str) -> str:
+    """Why pod `pod`, unschedulable beside its volume, keeps it: the volume's node is Ready
+    (cordoned, drained, or full), as a sentence a user can act on."""
+    return (
+        f"{pod}'s volume is on node {node}, which is Ready but cannot take the pod (cordoned?): "
+        f"`kubectl uncordon {node}`, or annotate the pod {c.ANNOTATION_REPLACE_VOLUME}=true to "
+        "replace the volume (the new replica starts EMPTY and catches up)"
+    )
 
 
 def unconfirmed(pod: PodInfo | None) -> NodeLoss | None:

@@ -1,18 +1,19 @@
 """What the operator observes, as small typed records (pure functions, no I/O).
 
-The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets, of the names
-of existing PersistentVolumes and of the nodes: the watch streams keep them current, so the
-observe timer reads memory instead of listing objects every few seconds. These functions
-turn a watched object into the small record an index holds (`PodInfo`, `PvcInfo`,
-`StatefulSetRecord`, keyed by (namespace, log name); `NodeInfo`, keyed by node name). The
-replicas' own answers (`ReplicaStatus`, the `rlog status --json` shape) are observations
-too; the plain queries on pods and answers (a pod's revision, a replica's status, who
-leads) live here so that the status and the rolling logic read them the same way.
+The handlers keep kopf indexes of the replicas' pods, claims and StatefulSets, of the
+existing PersistentVolumes (and the node each is pinned to) and of the nodes: the watch
+streams keep them current, so the observe timer reads memory instead of listing objects
+every few seconds. These functions turn a watched object into the small record an index
+holds (`PodInfo`, `PvcInfo`, `StatefulSetRecord`, keyed by (namespace, log name);
+`NodeInfo` and `VolumeInfo`, keyed by name). The replicas' own answers (`ReplicaStatus`,
+the `rlog status --json` shape) are observations too; the plain queries on pods and answers
+(a pod's revision, a replica's status, who leads) live here so that the status and the
+rolling logic read them the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from rlog_operator import constants as c
@@ -62,6 +63,7 @@ class NodeInfo(TypedDict, total=False):
     readySince: str  # the Ready condition's lastTransitionTime ("" if none)
     outOfService: bool  # tainted node.kubernetes.io/out-of-service: an admin confirmed it gone
     unreachable: bool  # tainted node.kubernetes.io/unreachable or node.kubernetes.io/not-ready
+    hostname: str  # its kubernetes.io/hostname label ("" none): what volumes are pinned to
 
 
 class NodeLoss(TypedDict, total=False):
@@ -82,9 +84,19 @@ class PvcInfo(TypedDict, total=False):
     deletionTimestamp: str | None
     volume: str  # the bound PersistentVolume's name ("" while unbound)
     volumeLost: bool  # the handler found its PersistentVolume gone (claims_by_name)
+    volumeNode: str  # the node its PersistentVolume is pinned to ("" none recognisable)
+    volumeNodeReady: bool  # that node is known and Ready (node_loss.mark_volume_nodes)
     storageClass: str  # spec.storageClassName (as the API server filled it in)
     size: str  # spec.resources.requests.storage
     capacity: str  # status.capacity.storage ("" while unbound)
+
+
+class VolumeInfo(TypedDict, total=False):
+    """What the operator needs to know of one PersistentVolume (the kopf index
+    `persistent_volumes`): that it exists, and the node it is pinned to."""
+
+    name: str
+    node: str  # its one `kubernetes.io/hostname In [node]` node affinity ("" none recognisable)
 
 
 class StatefulSetRecord(TypedDict, total=False):
@@ -157,6 +169,49 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     )
 
 
+# The scheduler's message part for a pod whose PersistentVolume is pinned to other nodes
+# (the volumebinding plugin's ErrReasonNodeConflict). Kubernetes v1.34 says "node(s) didn't
+# match PersistentVolume's node affinity"; older releases said "node(s) had volume node
+# affinity conflict". Either one in PodInfo.unschedulable is a volume node conflict.
+VOLUME_NODE_CONFLICT_MESSAGES = (
+    "didn't match PersistentVolume's node affinity",
+    "volume node affinity conflict",
+)
+
+
+def volume_node_conflict(pod: PodInfo | None) -> bool:
+    """Whether the scheduler cannot place `pod` beside its volume: the nodes that could take
+    it do not match its PersistentVolume's node affinity (VOLUME_NODE_CONFLICT_MESSAGES)."""
+    message = (pod or {}).get("unschedulable") or ""
+    return any(part in message for part in VOLUME_NODE_CONFLICT_MESSAGES)
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def volume_info(volume: Mapping[str, Any]) -> VolumeInfo:
+    """The VolumeInfo of a PersistentVolume object. Its node is the one value of a
+    `kubernetes.io/hostname In [node]` match expression (what local-path-provisioner and the
+    local static provisioner write) when every node selector term names that same node; any
+    other affinity (none, a zone, several nodes) pins it to no one node: ""."""
+    required = ((volume.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
+    pinned = {_hostname_of(term) for term in required.get("nodeSelectorTerms") or []}
+    return VolumeInfo(
+        name=str((volume.get("metadata") or {}).get("name") or ""),
+        node=next(iter(pinned)) if len(pinned) == 1 else "",  # {""}: not recognised either
+    )
+
+
+def _hostname_of(term: Mapping[str, Any]) -> str:
+    """The one node a node selector term names (`kubernetes.io/hostname In [node]`), or ""."""
+    named = [
+        list(expr.get("values") or [])
+        for expr in term.get("matchExpressions") or []
+        if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In"
+    ]
+    return str(named[0][0]) if len(named) == 1 and len(named[0]) == 1 else ""
+
+
 TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 TAINTS_UNREACHABLE = frozenset({"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"})
 
@@ -174,6 +229,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         readySince=str(ready.get("lastTransitionTime") or ""),
         outOfService=TAINT_OUT_OF_SERVICE in taints,
         unreachable=bool(taints & TAINTS_UNREACHABLE),
+        hostname=str(((node.get("metadata") or {}).get("labels") or {}).get(HOSTNAME_LABEL) or ""),
     )
 
 
@@ -299,15 +355,19 @@ def built_view(body: Mapping[str, Any], replicas: int) -> tuple[Mapping[str, Any
     return view, refused
 
 
-def claims_by_name(claims: Iterable[PvcInfo], volumes: Container[str] | None) -> dict[str, PvcInfo]:
+def claims_by_name(
+    claims: Iterable[PvcInfo], volumes: Mapping[str, Iterable[VolumeInfo]] | None
+) -> dict[str, PvcInfo]:
     """The log's claims by name, each marked volumeLost when it is Bound to a
-    PersistentVolume that no longer exists. `volumes` (the names of existing volumes, e.g.
-    the operator's index, looked up by name only) None means "not known": nothing is
-    marked."""
+    PersistentVolume that no longer exists, and with the node its volume is pinned to
+    (volumeNode, "" none recognisable). `volumes` (the existing volumes by name, as the
+    operator's index holds them) None means "not known": nothing is marked."""
     result: dict[str, PvcInfo] = {}
     for claim in claims:
         record = PvcInfo(**claim)
         bound_to = claim.get("volume") or ""
+        known: Iterable[VolumeInfo] = (volumes or {}).get(bound_to, ()) if bound_to else ()
+        record["volumeNode"] = next((str(v.get("node") or "") for v in known), "")
         record["volumeLost"] = bool(
             volumes is not None
             and claim.get("phase") == "Bound"

@@ -24,9 +24,13 @@ Rules:
 * A 1-replica log cannot stay available: its pod is deleted when outdated (downtime), but its
   volume is never replaced (that would be the whole log).
 * Volume replacement (annotation `rlog.io/replace-volume` on the pod, a claim whose volume is
-  lost, or a pod unschedulable for a volume node affinity conflict): delete the claim, then the
-  pod; only while the OTHER replicas form a VOTING quorum (all of them VOTING and caught up if
-  the target itself is VOTING); no new delete while a claim of the log is terminating.
+  lost, or a pod unschedulable for a volume node affinity conflict while the volume's node is
+  not known Ready): delete the claim, then the pod; only while the OTHER replicas form a
+  VOTING quorum (all of them VOTING and caught up if the target itself is VOTING); no new
+  delete while a claim of the log is terminating. A volume whose node is Ready (cordoned,
+  drained, full) holds a healthy replica's data: its pod waits for the node, and the status
+  says how to go on (node_loss.volume_node_ready); a queued replacement whose claim is not
+  deleted yet is dropped then.
 * A pod on a lost node (node_loss.py: not Ready, or its Node gone) that is not confirmed
   gone is never deleted, nor its claim: every step naming it waits and says how to confirm
   (`kubectl delete node`, or the out-of-service taint). A replica still running there would
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, cast
 
 from rlog_operator import constants as c
-from rlog_operator import node_loss, specs
+from rlog_operator import node_loss, observed, specs
 from rlog_operator.observed import (
     PodInfo,
     PvcInfo,
@@ -90,7 +94,20 @@ class Action:
 def volume_lost(pod: PodInfo | None, pvc: PvcInfo | None) -> bool:
     if pvc is not None and (pvc.get("phase") == "Lost" or pvc.get("volumeLost")):
         return True
-    return pod is not None and "volume node affinity conflict" in (pod.get("unschedulable") or "")
+    # The pod cannot go where its volume is pinned: lost when that node is gone, not Ready or
+    # out-of-service. A volume with no recognisable node, or nodes not known, is taken as lost
+    # as before (it may be gone, nobody can tell); one on a Ready node is not (waits_for_node).
+    return observed.volume_node_conflict(pod) and not (pvc or {}).get("volumeNodeReady")
+
+
+def waits_for_node(name: str, pod: PodInfo | None, pvc: PvcInfo | None) -> str:
+    """Why pod `name`, unschedulable beside its volume, keeps the volume: its node is Ready
+    (node_loss.volume_node_ready); "" otherwise, or when the annotation asks for a new one."""
+    if pod is None or (pod.get("annotations") or {}).get(c.ANNOTATION_REPLACE_VOLUME):
+        return ""
+    if pvc is None or volume_lost(pod, pvc) or not observed.volume_node_conflict(pod):
+        return ""
+    return node_loss.volume_node_ready(name, str(pvc.get("volumeNode") or ""))
 
 
 def wants_new_volume(pod: PodInfo, pvc: PvcInfo | None) -> bool:
@@ -222,6 +239,10 @@ def _resume(view: _View, entry: QueueEntry, queue: list[QueueEntry]) -> Action |
         pvc = view.pvcs.get(entry.get("pvc", ""))
         old_pvc = pvc is not None and pvc.get("uid") == entry.get("pvcUid")
         if old_pvc and pvc is not None and not pvc.get("deletionTimestamp"):
+            if waits_for_node(name, pod, pvc):
+                # queued while the volume's node looked gone, Ready now: nothing is deleted
+                # yet, the entry is dropped and next_step says why the pod waits
+                return None
             why = _volume_blocker(view, name)
             if why:
                 return Action(
@@ -328,10 +349,14 @@ def next_step(
 
     terminating = view.terminating_pvcs()
     candidates: list[tuple[str, str]] = []
+    for_nodes: list[str] = []  # pods that wait for their volume's Ready node
     for name in view.names:
         pod = view.pods.get(name)
         if pod is None or is_terminating(pod):
             continue
+        held = waits_for_node(name, pod, view.pvc_of(name))
+        if held:
+            for_nodes.append(held)
         if wants_new_volume(pod, view.pvc_of(name)):
             candidates.append((name, REPLACE_VOLUME))
         elif update_revision and revision_of(pod) and revision_of(pod) != update_revision:
@@ -341,6 +366,8 @@ def next_step(
             return Action(
                 "wait", reason=f"claim {', '.join(terminating)} is terminating", queue=work
             )
+        if for_nodes:
+            return Action("wait", reason="; ".join(for_nodes), queue=work)
         return Action("none", queue=work)
     if terminating:
         return Action("wait", reason=f"claim {', '.join(terminating)} is terminating", queue=work)
@@ -387,4 +414,4 @@ def next_step(
         )
     if not reasons:  # only the leader is left, and it may not go yet
         reasons.append(f"{view.leader}: the leader goes last")
-    return Action("wait", reason="; ".join(reasons), queue=work)
+    return Action("wait", reason="; ".join([*for_nodes, *reasons]), queue=work)

@@ -102,3 +102,17 @@ def facts(**overrides):
     }
     base.update(overrides)
     return Facts(**base)
+
+
+# The scheduler's message for a replica pod whose volume is pinned to a node it cannot use, as
+# Kubernetes v1.34 words it: the volume's node gone (tainted), or cordoned (unschedulable).
+V134_CONFLICT = (
+    "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) didn't match "
+    "PersistentVolume's node affinity. no new claims to deallocate, preemption: 0/3 nodes are "
+    "available: 3 Preemption is not helpful for scheduling."
+)
+V134_CORDONED = (
+    "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match "
+    "PersistentVolume's node affinity. no new claims to deallocate, preemption: 0/3 nodes are "
+    "available: 3 Preemption is not helpful for scheduling."
+)

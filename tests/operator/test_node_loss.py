@@ -9,7 +9,7 @@ import itertools
 from typing import Any
 
 import pytest
-from helpers import LATER, NOW, REV_NEW, REV_OLD, cr, rs
+from helpers import LATER, NOW, REV_NEW, REV_OLD, V134_CONFLICT, V134_CORDONED, cr, rs
 from prometheus_client import REGISTRY
 
 from rlog_operator import metrics, node_loss, observed, rolling
@@ -29,7 +29,11 @@ def node(name: str, ready: str = "True", taints: tuple[str, ...] = ()) -> dict[s
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": f"node-{name}", "labels": {"kubernetes.io/os": "linux"}},
+        "metadata": {
+            "name": name,
+            "uid": f"node-{name}",
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        },
         "spec": {
             "podCIDR": "10.244.1.0/24",
             "taints": [
@@ -162,6 +166,7 @@ def test_node_info_of_a_node_record() -> None:
         "readySince": SINCE,
         "outOfService": True,
         "unreachable": True,
+        "hostname": "w2",
     }
     assert observed.node_info(node("w1"))["ready"] == "True"
     assert observed.node_info({"metadata": {"name": "bare"}})["ready"] == "Unknown"
@@ -413,3 +418,245 @@ def test_the_observe_timer_marks_pods_from_the_node_index() -> None:
     assert [p.get("nodeLost", {}).get("confirmed") for p in pods] == [None, "", "deleted"]
     pods, _, _ = handlers._observe(cr(3), pods_index, {}, {}, {}, {})
     assert not [p for p in pods if "nodeLost" in p]
+
+
+# ---- the volume's node: gone or lost (replace), or Ready but refusing the pod (wait) ----------
+
+
+def k8s_volume(i: int, pinned: str | None, *, zone: str = "") -> dict[str, Any]:
+    """A PersistentVolume as local-path-provisioner makes it for claim data-orders-`i`: pinned
+    by `kubernetes.io/hostname In [node]` (None: no node affinity; `zone`: pinned to a zone)."""
+    name = f"pvc-0000000{i}-aaaa-bbbb-cccc-dddddddddddd"
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "capacity": {"storage": "1Gi"},
+        "claimRef": {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "name": f"data-orders-{i}",
+            "namespace": "shop",
+            "uid": f"pvc-{i}",
+        },
+        "hostPath": {
+            "path": f"/opt/local-path-provisioner/{name}_shop_data-orders-{i}",
+            "type": "DirectoryOrCreate",
+        },
+        "persistentVolumeReclaimPolicy": "Delete",
+        "storageClassName": "local-path",
+        "volumeMode": "Filesystem",
+    }
+    expressions = []
+    if pinned is not None:
+        expressions.append({"key": "kubernetes.io/hostname", "operator": "In", "values": [pinned]})
+    if zone:
+        expressions.append(
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+        )
+    if expressions:
+        spec["nodeAffinity"] = {
+            "required": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "local.path.provisioner/selected-node": pinned or "",
+                "pv.kubernetes.io/provisioned-by": "rancher.io/local-path",
+            },
+            "finalizers": ["kubernetes.io/pv-protection"],
+        },
+        "spec": spec,
+        "status": {"phase": "Bound"},
+    }
+
+
+def k8s_claim(i: int, volume: dict[str, Any]) -> dict[str, Any]:
+    """Claim data-orders-`i`, Bound to `volume`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"data-orders-{i}", "namespace": "shop", "uid": f"pvc-{i}"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "local-path",
+            "volumeName": volume["metadata"]["name"],
+        },
+        "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}},
+    }
+
+
+def cordoned(name: str) -> dict[str, Any]:
+    """A Ready node cordoned (or drained) for maintenance."""
+    body = node(name)
+    body["spec"]["unschedulable"] = True
+    body["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAddedAt": SINCE}
+    ]
+    return body
+
+
+def observe_all(
+    k8s_pods: list[dict[str, Any]],
+    k8s_nodes: list[dict[str, Any]],
+    k8s_volumes: list[dict[str, Any]],
+) -> tuple[list[observed.PodInfo], dict[str, observed.PvcInfo]]:
+    """What the observe timer reads (handlers._observe), the indexes filled as kopf fills them
+    from the watched objects through the operator's own index functions."""
+    from rlog_operator import handlers
+
+    def index(function: Any, bodies: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        result: dict[str, list[Any]] = {}
+        for body in bodies:
+            for key, value in function(name=body["metadata"]["name"], body=body).items():
+                result.setdefault(key, []).append(value)
+        return result
+
+    key = ("shop", "orders")
+    pods_index = {key: [observed.pod_info(p) for p in k8s_pods]}
+    claims_index = {
+        key: [observed.claim_record(k8s_claim(i, v)) for i, v in enumerate(k8s_volumes)]
+    }
+    pods, pvcs, _ = handlers._observe(
+        cr(3),
+        pods_index,
+        claims_index,
+        {},
+        index(handlers.persistent_volumes, k8s_volumes),
+        index(handlers.cluster_nodes, k8s_nodes),
+    )
+    return pods, pvcs
+
+
+VOTING_OTHERS = {"orders-0": rs(0), "orders-1": None, "orders-2": rs(2)}
+CORDONED_SENTENCE = (
+    "orders-1's volume is on node w2, which is Ready but cannot take the pod (cordoned?): "
+    "`kubectl uncordon w2`, or annotate the pod rlog.io/replace-volume=true to replace the "
+    "volume (the new replica starts EMPTY and catches up)"
+)
+
+
+def test_a_volume_s_node_is_read_from_a_local_path_volume() -> None:
+    assert observed.volume_info(k8s_volume(1, "w2"))["node"] == "w2"
+    assert observed.volume_info(k8s_volume(1, None))["node"] == ""
+    assert observed.volume_info(k8s_volume(1, None, zone="z1"))["node"] == ""
+    two_terms = k8s_volume(1, "w2")
+    terms = two_terms["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    terms.append({"matchExpressions": [dict(terms[0]["matchExpressions"][0], values=["w3"])]})
+    assert observed.volume_info(two_terms)["node"] == ""  # either node: no one node
+    assert observed.volume_node_conflict(observed.pod_info(k8s_pod(1, unschedulable=V134_CONFLICT)))
+    assert observed.volume_node_conflict(observed.pod_info(k8s_pod(1, unschedulable=UNSCHEDULABLE)))
+    assert not observed.volume_node_conflict(observed.pod_info(k8s_pod(1, on="w2")))
+
+
+@pytest.mark.parametrize("wording", [V134_CONFLICT, UNSCHEDULABLE])
+@pytest.mark.parametrize(
+    "w2",
+    [None, node("w2", "Unknown", OUT_OF_SERVICE), node("w2", "Unknown", LOST)],
+    ids=["deleted", "out-of-service", "not-ready"],
+)
+def test_a_volume_on_a_gone_or_lost_node_is_replaced(
+    wording: str, w2: dict[str, Any] | None
+) -> None:
+    """The pod recreated after its node was confirmed gone (Kubernetes v1.34's wording, and
+    the older one): its claim is replaced, the others VOTING."""
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=wording)
+    nodes = [node("w1"), node("w3"), *([w2] if w2 else [])]
+    pods, pvcs = observe_all(
+        [k8s_pod(0, on="w1"), recreated, k8s_pod(2, on="w3")],
+        nodes,
+        [k8s_volume(i, NODES[i]) for i in range(3)],
+    )
+    assert pvcs["data-orders-1"]["volumeNode"] == "w2"
+    assert pvcs["data-orders-1"]["volumeNodeReady"] is False
+    action = step(pods, VOTING_OTHERS, pvcs=pvcs)
+    assert action.kind == "delete-pvc-and-pod" and action.pod == "orders-1"
+    assert (action.uid, action.pvc, action.pvc_uid) == ("new-1", "data-orders-1", "pvc-1")
+
+
+@pytest.mark.parametrize("wording", [V134_CORDONED, UNSCHEDULABLE])
+def test_a_volume_on_a_cordoned_ready_node_waits_for_it(wording: str) -> None:
+    """`kubectl drain w2`: the pod evicted and recreated, the scheduler cannot place it (w2 is
+    unschedulable, the others do not match the volume's node affinity). The replica's data is
+    intact on w2: the step waits and says how to go on; the annotation replaces the volume."""
+    volumes = [k8s_volume(i, NODES[i]) for i in range(3)]
+    others = [k8s_pod(0, on="w1"), k8s_pod(2, on="w3")]
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=wording)
+    nodes = [node("w1"), cordoned("w2"), node("w3")]
+    pods, pvcs = observe_all([*others, recreated], nodes, volumes)
+    assert pvcs["data-orders-1"]["volumeNodeReady"] is True
+    action = step(pods, VOTING_OTHERS, pvcs=pvcs)
+    assert (action.kind, action.reason, action.queue) == ("wait", CORDONED_SENTENCE, [])
+    r = st.compute_status(
+        cr(3), pods, VOTING_OTHERS, REV_NEW, None, NOW, rolling_update=action.as_status()
+    )
+    assert r.status["rollingUpdate"]["message"] == CORDONED_SENTENCE
+    # the user asks for a new volume: replaced, the others VOTING
+    annotated = k8s_pod(
+        1,
+        uid="new-1",
+        ready=False,
+        unschedulable=wording,
+        annotations={"rlog.io/replace-volume": "true"},
+    )
+    pods, pvcs = observe_all([*others, annotated], nodes, volumes)
+    action = step(pods, VOTING_OTHERS, pvcs=pvcs)
+    assert action.kind == "delete-pvc-and-pod" and action.pod == "orders-1"
+
+
+def test_a_volume_with_no_known_node_is_replaced_as_before() -> None:
+    """A volume with no recognisable node (no hostname affinity: a zone), or no node view:
+    nobody can tell the node is Ready, so the volume is replaced as before (with a quorum)."""
+    others = [k8s_pod(0, on="w1"), k8s_pod(2, on="w3")]
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=V134_CORDONED)
+    nodes = [node("w1"), cordoned("w2"), node("w3")]
+    zoned = [k8s_volume(0, "w1"), k8s_volume(1, None, zone="z1"), k8s_volume(2, "w3")]
+    pods, pvcs = observe_all([*others, recreated], nodes, zoned)
+    assert pvcs["data-orders-1"]["volumeNode"] == ""
+    assert step(pods, VOTING_OTHERS, pvcs=pvcs).kind == "delete-pvc-and-pod"
+    pinned = [k8s_volume(i, NODES[i]) for i in range(3)]
+    pods, pvcs = observe_all([*others, recreated], [], pinned)  # nodes not known
+    assert pvcs["data-orders-1"]["volumeNode"] == "w2"
+    assert step(pods, VOTING_OTHERS, pvcs=pvcs).kind == "delete-pvc-and-pod"
+
+
+def test_a_volume_names_its_node_by_the_hostname_label() -> None:
+    """A node whose name is not its kubernetes.io/hostname label (some clouds): the volume's
+    node is found by the label, so a cordoned one is not taken for deleted."""
+    w2 = cordoned("ip-10-0-0-2.internal")
+    w2["metadata"]["labels"]["kubernetes.io/hostname"] = "w2"
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=V134_CORDONED)
+    pods, pvcs = observe_all(
+        [k8s_pod(0, on="w1"), recreated, k8s_pod(2, on="w3")],
+        [node("w1"), w2, node("w3")],
+        [k8s_volume(i, NODES[i]) for i in range(3)],
+    )
+    action = step(pods, VOTING_OTHERS, pvcs=pvcs)
+    assert (action.kind, action.reason) == ("wait", CORDONED_SENTENCE)
+
+
+def test_a_queued_volume_replacement_is_dropped_when_the_node_is_ready() -> None:
+    """Queued while the volume's node looked gone, the claim not deleted yet (the delete
+    failed, or the operator restarted), and the node is Ready now: nothing is deleted."""
+    queue = [
+        rolling.QueueEntry(
+            pod="orders-1",
+            uid="new-1",
+            action=rolling.REPLACE_VOLUME,
+            pvc="data-orders-1",
+            pvcUid="pvc-1",
+            revision=REV_NEW,
+            participating=False,
+            startedAt=NOW,
+        )
+    ]
+    recreated = k8s_pod(1, uid="new-1", ready=False, unschedulable=V134_CORDONED)
+    pods, pvcs = observe_all(
+        [k8s_pod(0, on="w1"), recreated, k8s_pod(2, on="w3")],
+        [node("w1"), cordoned("w2"), node("w3")],
+        [k8s_volume(i, NODES[i]) for i in range(3)],
+    )
+    action = step(pods, VOTING_OTHERS, queue, pvcs)
+    assert (action.kind, action.reason, action.queue) == ("wait", CORDONED_SENTENCE, [])

@@ -55,11 +55,16 @@ def test_claim_record() -> None:
     assert pending["volume"] == "" and pending["phase"] == "Pending"
 
 
+def volumes(*names: str) -> dict[str, list[observed.VolumeInfo]]:
+    """The persistent_volumes index as kopf holds it: name -> its records."""
+    return {name: [observed.VolumeInfo(name=name, node="")] for name in names}
+
+
 def test_bound_claim_whose_volume_is_gone_is_lost() -> None:
     claims = [observed.claim_record(CLAIM)]
-    kept = observed.claims_by_name(claims, ["pv-a", "pv-b"])
+    kept = observed.claims_by_name(claims, volumes("pv-a", "pv-b"))
     assert kept["data-orders-0"]["volumeLost"] is False
-    gone = observed.claims_by_name(claims, ["pv-b"])
+    gone = observed.claims_by_name(claims, volumes("pv-b"))
     assert gone["data-orders-0"]["volumeLost"] is True
     assert volume_lost(None, gone["data-orders-0"])
 
@@ -68,7 +73,7 @@ def test_unknown_volumes_or_unbound_claims_are_never_lost() -> None:
     claims = [observed.claim_record(CLAIM)]
     assert observed.claims_by_name(claims, None)["data-orders-0"]["volumeLost"] is False
     pending = observed.claim_record({"metadata": {"name": "c"}, "status": {"phase": "Pending"}})
-    assert observed.claims_by_name([pending], ["pv-b"])["c"]["volumeLost"] is False
+    assert observed.claims_by_name([pending], volumes("pv-b"))["c"]["volumeLost"] is False
 
 
 def test_statefulset_record() -> None:

@@ -1,6 +1,6 @@
 """Status, conditions, Events and the initialization permit (rlog_operator.status)."""
 
-from helpers import LATER, NOW, REV_NEW, REV_OLD, UID, cr, pod, rs
+from helpers import LATER, NOW, REV_NEW, REV_OLD, UID, V134_CONFLICT, cr, pod, rs
 
 from rlog_operator import observed, permits
 from rlog_operator import status as st
@@ -338,13 +338,13 @@ def test_pod_info_from_a_pod_object():
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "message": "volume node affinity conflict",
+                        "message": V134_CONFLICT,
                     }
                 ],
             },
         }
     )
-    assert pending["unschedulable"] == "volume node affinity conflict"
+    assert pending["unschedulable"] == V134_CONFLICT
     assert pending["ready"] is False
 
 
