@@ -12,7 +12,11 @@ module skips, saying why. Tests run in file order and share one ReplicatedLog:
    still talk, so this is the data plane failing, not the node). A writer pinned to another
    node keeps having appends acknowledged by a new leader on the majority side; after the
    cut heals every acknowledged append is on every replica.
-3. A worker node with a follower on it is lost: its container killed (SIGKILL: every process
+3. A worker node with a follower on it is drained (cordoned, the pod evicted): maintenance,
+   not loss. The recreated pod cannot go anywhere but its volume's node; the operator keeps
+   the volume and says so (`kubectl uncordon`); uncordoned, the replica is back on that
+   node with the same claim.
+4. A worker node with a follower on it is lost: its container killed (SIGKILL: every process
    of the machine gone at once, nothing flushed). The node turns NotReady; the operator says
    which replica is on a lost node and deletes nothing (its pod and claim keep their UIDs):
    a replica that might still run must never share its identity with a replacement. The
@@ -157,6 +161,33 @@ def test_a_partition_between_nodes_under_a_writer(
     counts = report.voting_counts()
     assert counts and min(counts) >= QUORUM, f"fewer than a quorum VOTING in a sample: {counts}"
     check_acknowledged(log, report)
+
+
+def test_a_drained_node_keeps_its_replicas_volume(log: Log, nodes: dict[str, dict]) -> None:
+    """Maintenance is not loss: a drained (cordoned) node's replica waits for it with its
+    volume, and comes back on it with the same claim once uncordoned."""
+    leader = log.wait_settled_leader().split(".")[0]  # an endpoint: its pod's name
+    where = placement(log)
+    pod = next(p for p in log.pods if p != leader and where[p] != control_plane(nodes))
+    node, pvc = where[pod], f"data-{pod}"
+    claim_uid = log.k.json("get", "pvc", pvc)["metadata"]["uid"]
+    log.k("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector",
+          f"statefulset.kubernetes.io/pod-name={pod}", "--timeout=180s", namespaced=False,
+          timeout=240)  # fmt: skip
+    try:
+
+        def waits_for_the_node() -> str:
+            message = str((log.status().get("rollingUpdate") or {}).get("message") or "")
+            return message if f"{pod}'s volume is on node {node}" in message else ""
+
+        message = wait_until(f"{pod} to wait for its cordoned node", waits_for_the_node, 180, 2)
+        assert f"kubectl uncordon {node}" in message, message
+        assert log.k.json("get", "pvc", pvc)["metadata"]["uid"] == claim_uid, "claim replaced"
+    finally:
+        log.k("uncordon", node, namespaced=False)
+    log.wait_ready(f"{pod} back after {node} was uncordoned", timeout=300)
+    assert node_of(log, pod) == node
+    assert log.k.json("get", "pvc", pvc)["metadata"]["uid"] == claim_uid, "claim replaced"
 
 
 def test_a_lost_node_is_reported_then_replaced_once_confirmed(
