@@ -82,8 +82,10 @@ test: prometheus-background lint typecheck unit e2e-local e2e-operator
 
 # The operator's e2e suite, day-two tests included (one session: the chart is installed once).
 # The previous release's images (for test_upgrade_release.py) are built from its git tag or
-# commit (e2e/cluster/release_source.sh), cached by the commit, and imported first. Left out: cert-manager, Spark on Kubernetes and
-# the NetworkPolicy denials, whose first builds (7, 4 and 19-30 minutes) do not fit CI.
+# commit (e2e/cluster/release_source.sh), cached by the commit, and imported first. The
+# NetworkPolicy denials run too (kube-router is part of the local cluster by default). Left
+# out: cert-manager and Spark on Kubernetes, whose first builds (7 and 4 minutes) do not fit
+# CI, and the multi-node tests, which need kind (make e2e-kind-nodes).
 E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s and not nodes
 e2e-operator: $(STAMP)
 	bash $(E2E_CLUSTER)/images.sh release

@@ -8,10 +8,11 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
 LPP_VERSION=${LPP_VERSION:-v0.0.30}
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.10.0}
-# 1: run kube-router as the NetworkPolicy agent (`make e2e-netpol` sets it). Off by default:
-# its cold build took 19-30 minutes here, over CI's budget for one component
-# (docs/local-cluster.md); without it the e2e denial checks skip.
-RLOG_NETPOL_AGENT=${RLOG_NETPOL_AGENT:-0}
+# 1 (default): run kube-router as the NetworkPolicy agent, so that `make test` checks the
+# NetworkPolicy denials too; 0: no build, no image, no DaemonSet (the denial checks skip).
+# Its first build is the largest after Kubernetes' (2 min with the Go module cache warm,
+# 19-30 min measured cold under heavy load; docs/local-cluster.md); then it is cached.
+RLOG_NETPOL_AGENT=${RLOG_NETPOL_AGENT:-1}
 # Seconds cluster DNS gives pod and service records and caches answers. kubeadm's clusters
 # (kind's too) use 30; 5 here by default. RLOG_DNS_TTL=30 (before cluster-up) tries the
 # product against 30 s of stale addresses after pods are replaced (docs/local-cluster.md).
