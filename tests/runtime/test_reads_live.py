@@ -222,7 +222,9 @@ def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_c
             follower_log = pbg.LogStub(channel)
             # Healthy: both tails start through the follower (whose channel to the leader
             # is then connected, as a busy replica's is).
-            first = next(follower_log.Tail(start, timeout=30))
+            healthy = follower_log.Tail(start, timeout=30)
+            first = next(healthy)
+            healthy.cancel()
             assert last_position(first) is not None
             warm = client.tail(positions[0])
             assert next(warm).value == b"f1"
@@ -244,8 +246,9 @@ def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_c
                 assert moved_on.result(timeout=within) == b"f1"
                 # A new leader: the follower's tail starts there.
                 new_leader = cluster.wait_for_leader(exclude=[leader])
-                again = next(follower_log.Tail(start, timeout=30))
-                assert last_position(again) == last_position(first)
+                restarted = follower_log.Tail(start, timeout=30)
+                assert last_position(next(restarted)) == last_position(first)
+                restarted.cancel()
             finally:
                 cluster.resume(leader)
             # The old leader answers again: once it follows the new one, a tail through it
