@@ -236,3 +236,56 @@ async def test_a_refusal_with_no_other_leader_heard_is_passed_on_at_the_append_t
     assert error.value.reason == Reason.NOT_LEADER  # it did nothing: the client may retry
     assert new.appends == 0
     assert forward.not_leader_redirects == 0
+
+
+class _SlowLeader(pbg.LogServicer):
+    """A real gRPC Log service standing for a leader that is slow to read: `silent` never
+    answers a Read (as a stopped leader, its connection open); else it answers at once, then
+    pauses `idle` seconds before its second and last response."""
+
+    def __init__(self, silent: bool, idle: float = 0.0) -> None:
+        self.silent = silent
+        self.idle = idle
+
+    async def Read(self, request, context):
+        if self.silent:
+            await asyncio.Event().wait()
+        yield pb.ReadResponse(entries=[pb.Entry(position=1)])
+        await asyncio.sleep(self.idle)
+        yield pb.ReadResponse(entries=[pb.Entry(position=2)])
+
+
+async def test_only_the_start_of_a_forwarded_read_is_bounded():
+    """A leader that never starts a forwarded read fails it LEADER_UNAVAILABLE (retryable)
+    by `read_start_limit`; one that started may then be idle longer than that."""
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""), election_timeout=0.01, append_timeout=0.01)
+    limit = forward.read_start_limit
+    servers, peers = [], {}
+    for peer_id, service in ((1, _SlowLeader(silent=True)), (2, _SlowLeader(False, limit + 1))):
+        server = grpc.aio.server()
+        pbg.add_LogServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        peers[peer_id] = Peer(peer_id, f"127.0.0.1:{port}", None, pbg.LogStub(channel), channel)  # type: ignore[arg-type]
+        servers.append(server)
+    forward.peers = peers
+
+    async def silent() -> RpcError:
+        with pytest.raises(RpcError) as error:
+            async for _ in forward.read(peers[1], pb.ReadRequest()):
+                pass
+        return error.value
+
+    async def idle() -> list[int]:
+        return [r.entries[0].position async for r in forward.read(peers[2], pb.ReadRequest())]
+
+    try:
+        refused, answered = await asyncio.wait_for(asyncio.gather(silent(), idle()), limit + 10)
+    finally:
+        for server in servers:
+            await server.stop(None)
+    assert refused.reason == Reason.LEADER_UNAVAILABLE
+    assert refused.code == grpc.StatusCode.UNAVAILABLE
+    assert f"did not start the forwarded read within {limit:g} s" in refused.message
+    assert answered == [1, 2]

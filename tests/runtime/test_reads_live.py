@@ -1,12 +1,14 @@
 """Reads against a real 3-replica log (`DevCluster`, real processes, SIGSTOP as the fault):
-read-your-writes on stale reads (`min_position`), where a non-stale `Tail` starts, and what
-`Status` says of a leader that cannot confirm its leadership."""
+read-your-writes on stale reads (`min_position`), where a non-stale `Tail` starts, how long
+its start waits for a leader that stopped answering, and what `Status` says of a leader
+that cannot confirm its leadership."""
 
 from __future__ import annotations
 
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -15,7 +17,11 @@ from live import append_acked, wait_until
 
 from rlog.client import Client
 from rlog.client.errors import RlogError, Unavailable
+from rlog.client.packing import last_position
+from rlog.proto import rlog_pb2 as pb
+from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.tools.dev import DevCluster
+from rlog.wire import ErrorDetails, Reason
 
 pytestmark = pytest.mark.slow
 
@@ -166,8 +172,8 @@ def test_non_stale_tail_needs_a_confirmed_leader_and_stale_tail_does_not(cluster
         # Wait until the follower has stood for election (a candidate promises itself first
         # and forgets the leader): it now knows it has no leader, and a non-stale tail fails
         # within its wait for one (3 election timeouts + 1 s). Asked before, it forwards the
-        # tail's start to the paused leader, a call that only the connection's keepalive
-        # ends (about a minute).
+        # tail's start to the paused leader, a call that ends only at the read's start limit
+        # (Forwarding.read_start_limit: 16 s here).
         wait_until(
             lambda: cluster.status(follower, timeout=2).promised > promised,
             30,
@@ -182,6 +188,80 @@ def test_non_stale_tail_needs_a_confirmed_leader_and_stale_tail_does_not(cluster
     finally:
         cluster.resume(leader)
         cluster.resume(other)
+
+
+def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_client_moves_on(
+    tmp_path,
+):
+    """A follower forwards a non-stale tail's start to the leader; a leader that stopped
+    answering (SIGSTOP: its connections stay open) fails it with LEADER_UNAVAILABLE by the
+    read's start limit, not when gRPC's keepalive gives up (about a minute), so a client
+    with more endpoints moves on to one that follows the new leader."""
+    election_timeout, append_timeout = 1.0, 2.0
+    # Forwarding.read_start_limit: the leader's own limits to start a read, and 5 s.
+    start_limit = 2 * election_timeout + append_timeout + 5
+    within = start_limit + 10  # the call's own deadline, well below a keepalive's minute
+    with DevCluster(
+        3,
+        tmp_path,
+        election_timeout=election_timeout,
+        replica_args=["--append-timeout", str(append_timeout)],
+    ) as cluster:
+        leader = cluster.wait_for_leader()
+        follower, other = others(cluster, leader)
+        with Client(cluster.endpoints) as writer:
+            positions = append_acked(writer, [b"f1", b"f2"])
+        start = pb.TailRequest(**{"from": positions[0]})
+        # The old leader last: a client's own call to a stopped replica is not the point.
+        order = [cluster.endpoints[i] for i in (follower, other, leader)]
+        with (
+            grpc.insecure_channel(cluster.endpoints[follower]) as channel,
+            Client(order) as client,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            follower_log = pbg.LogStub(channel)
+            # Healthy: both tails start through the follower (whose channel to the leader
+            # is then connected, as a busy replica's is).
+            healthy = follower_log.Tail(start, timeout=30)
+            first = next(healthy)
+            healthy.cancel()
+            assert last_position(first) is not None
+            warm = client.tail(positions[0])
+            assert next(warm).value == b"f1"
+            warm.close()
+            cluster.pause(leader)
+            try:
+                # Asked at once, while the follower still hears the leader (2 election
+                # timeouts): it forwards both starts to the stopped leader.
+                moved_on = pool.submit(lambda: next(client.tail(positions[0])).value)
+                with pytest.raises(grpc.RpcError) as refused:
+                    next(follower_log.Tail(start, timeout=within))
+                code, details = refused.value.code(), refused.value.details()
+                assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+                why = ErrorDetails.from_metadata(refused.value.trailing_metadata())
+                assert why is not None and why.reason == Reason.LEADER_UNAVAILABLE, details
+                assert f"did not start the forwarded read within {start_limit:g} s" in details
+                # The client took the same refusal as "try another replica": the next one
+                # follows the leader elected meanwhile.
+                assert moved_on.result(timeout=within) == b"f1"
+                # A new leader: the follower's tail starts there.
+                new_leader = cluster.wait_for_leader(exclude=[leader])
+                restarted = follower_log.Tail(start, timeout=30)
+                assert last_position(next(restarted)) == last_position(first)
+                restarted.cancel()
+            finally:
+                cluster.resume(leader)
+            # The old leader answers again: once it follows the new one, a tail through it
+            # works too (until then it refuses it as not the leader, which is retryable).
+            wait_until(
+                lambda: cluster.status(leader, timeout=2).leader == cluster.endpoints[new_leader],
+                30,
+                "the old leader to follow the new one",
+            )
+            with Client(cluster.endpoints[leader]) as resumed:
+                tail = resumed.tail(positions[0])
+                assert [next(tail).value, next(tail).value] == [b"f1", b"f2"]
+                tail.close()
 
 
 def test_an_isolated_leader_never_reports_a_confirmed_leadership(tmp_path):

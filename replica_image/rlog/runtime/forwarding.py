@@ -58,6 +58,22 @@ class Forwarding:
         # Forwarded calls sent on to a new leader after the old one answered NOT_LEADER.
         self.not_leader_redirects = 0
 
+    @property
+    def answer_limit(self) -> float:
+        """Seconds a forwarded call waits for the leader's answer: the leader's own limit
+        (the append timeout: it answers TIMEOUT by then) and 5 s for that answer to come
+        back. The deadline of a forwarded unary call, and of a forwarded read's start."""
+        return self.config.append_timeout + 5
+
+    @property
+    def read_start_limit(self) -> float:
+        """Seconds a forwarded read waits for the leader's first answer: the leader's own
+        limits to start a read, past which it fails it with a clear error (2 election
+        timeouts to confirm its leadership, the append timeout to learn what it had
+        acknowledged: runtime/read_index.py), and the 5 s of `answer_limit` for that
+        answer to come back."""
+        return 2 * self.config.election_timeout + self.answer_limit
+
     async def await_leader(self, forwarded: bool) -> Peer | None:
         """None if this replica leads; else the leader's peer. Waits for an election."""
         deadline = time.monotonic() + 3 * self.config.election_timeout + 1
@@ -112,7 +128,7 @@ class Forwarding:
             lambda peer: peer.log.Append(
                 request,
                 metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
+                timeout=self.answer_limit,
             ),
         )
         return list(answered_positions(result))
@@ -124,7 +140,7 @@ class Forwarding:
             lambda peer: peer.log.Truncate(
                 pb.TruncateRequest(to=to),
                 metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
+                timeout=self.answer_limit,
             ),
         )
         return int(response.position)
@@ -135,7 +151,7 @@ class Forwarding:
             lambda peer: peer.log.TakeEpoch(
                 pb.TakeEpochRequest(),
                 metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
+                timeout=self.answer_limit,
             ),
         )
         return response
@@ -146,7 +162,7 @@ class Forwarding:
             lambda peer: peer.log.OpenSession(
                 pb.OpenSessionRequest(),
                 metadata=((FORWARDED, "1"),),
-                timeout=self.config.append_timeout + 5,
+                timeout=self.answer_limit,
             ),
         )
         return response
@@ -230,7 +246,8 @@ class Forwarding:
         """Stream a consistent read from the leader, within `time_limit` seconds if given (a
         read changes nothing: any error is passed on as it is; one that could not connect is
         tried again, and one refused as not the leader goes to the new leader, as
-        `_forwarded_call` does, before anything was passed on)."""
+        `_forwarded_call` does, before anything was passed on). The leader must start
+        answering within `read_start_limit` (`_first_answer`)."""
         start = time.monotonic()
         give_up_at = start + self.config.append_timeout
         if time_limit is not None:
@@ -239,11 +256,13 @@ class Forwarding:
         while True:
             peer = self.peers[leader.id]
             left = None if time_limit is None else max(give_up_at - time.monotonic(), 0.001)
+            call = peer.log.Read(request, metadata=((FORWARDED, "1"),), timeout=left)
             try:
-                call = peer.log.Read(request, metadata=((FORWARDED, "1"),), timeout=left)
-                async for response in call:
+                response = await self._first_answer(peer, call)
+                while isinstance(response, pb.ReadResponse):  # else EOF: the read is complete
                     answered = True
                     yield response
+                    response = await call.read()
                 return
             except grpc.aio.AioRpcError as exc:
                 if answered:
@@ -254,3 +273,28 @@ class Forwarding:
                 if following is None:
                     raise RpcError.from_leader(exc, mutating=False) from None
                 leader = following
+            finally:
+                call.cancel()  # a no-op once the call ended; else the leader stops sending
+
+    async def _first_answer(
+        self, peer: Peer, call: grpc.aio.UnaryStreamCall[pb.ReadRequest, pb.ReadResponse]
+    ) -> object:
+        """The leader's first answer to a forwarded read (a response, or grpc.aio.EOF if the
+        read is empty), or LEADER_UNAVAILABLE (a read changed nothing: the client may try
+        another replica) if none came within `read_start_limit`.
+
+        Why a bound: a leader that stopped answering (SIGSTOP, a partition) keeps its
+        connection open, and the read waited until gRPC's keepalive gave up (about a
+        minute), and with it the client of a non-stale Tail, whose start is such a read.
+        Why only the start: once the leader answers, it is there; the rest of the stream
+        may rightly take long (a large read sent at the pace its reader takes it), and a
+        caller's own `time_limit` still bounds the whole call."""
+        limit = self.read_start_limit
+        try:
+            return await asyncio.wait_for(call.read(), limit)  # a timeout cancels the call
+        except TimeoutError:
+            raise RpcError(
+                Reason.LEADER_UNAVAILABLE,
+                f"the leader (replica {peer.id}, {peer.address}) did not start the forwarded "
+                f"read within {limit:g} s (2 election timeouts + append timeout + 5 s)",
+            ) from None
