@@ -197,7 +197,9 @@ def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_c
     answering (SIGSTOP: its connections stay open) fails it with LEADER_UNAVAILABLE by the
     read's start limit, not when gRPC's keepalive gives up (about a minute), so a client
     with more endpoints moves on to one that follows the new leader."""
-    election_timeout, append_timeout = 1.0, 2.0
+    # 3 s: the tail must reach the follower while it still hears the stopped leader (up to 2
+    # election timeouts); 1 s left a loaded host too little room
+    election_timeout, append_timeout = 3.0, 2.0
     # Forwarding.read_start_limit: the leader's own limits to start a read, and 5 s.
     start_limit = 2 * election_timeout + append_timeout + 5
     within = start_limit + 10  # the call's own deadline, well below a keepalive's minute
