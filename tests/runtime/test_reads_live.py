@@ -214,7 +214,8 @@ def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_c
         with Client(cluster.endpoints) as writer:
             positions = append_acked(writer, [b"f1", b"f2"])
         start = pb.TailRequest(**{"from": positions[0]})
-        # The old leader last: a client's own call to a stopped replica is not the point.
+        # The old leader last, though the client would move on from it too (its
+        # `start_timeout`: the next test): here the point is the follower's refusal.
         order = [cluster.endpoints[i] for i in (follower, other, leader)]
         with (
             grpc.insecure_channel(cluster.endpoints[follower]) as channel,
@@ -264,6 +265,41 @@ def test_a_tail_forwarded_to_a_stopped_leader_fails_by_the_start_limit_and_the_c
                 tail = resumed.tail(positions[0])
                 assert [next(tail).value, next(tail).value] == [b"f1", b"f2"]
                 tail.close()
+
+
+def test_a_tail_whose_first_endpoint_stopped_starts_from_the_next_within_its_start_timeout(
+    tmp_path,
+):
+    """A client's tail whose first endpoint stopped answering on an open connection
+    (SIGSTOP: the connection stays, nothing comes back) gets no first answer and no answer
+    to the status probe within `start_timeout` each, and starts from the next endpoint,
+    not when gRPC's keepalive gives up (tens of seconds)."""
+    start_timeout = 1.0
+    within = 2 * start_timeout + 8  # the first answer, the probe, and room for a loaded host
+    with DevCluster(3, tmp_path) as cluster:
+        leader = cluster.wait_for_leader()
+        order = [cluster.endpoints[i] for i in (leader, *others(cluster, leader))]
+        with (
+            Client(order, start_timeout=start_timeout) as client,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            positions = append_acked(client, [b"s1", b"s2"])
+            # The client's connection to the leader is open (and was used just now).
+            warm = client.tail(positions[0])
+            assert next(warm).value == b"s1"
+            warm.close()
+            assert client.current_endpoint == cluster.endpoints[leader]
+            cluster.pause(leader)
+            try:
+                cluster.wait_for_leader(exclude=[leader])
+                tail = client.tail(positions[0])
+                started = pool.submit(lambda: next(tail).value)
+                assert started.result(timeout=within) == b"s1"
+                assert client.current_endpoint != cluster.endpoints[leader]
+                assert next(tail).value == b"s2"
+                tail.close()
+            finally:
+                cluster.resume(leader)
 
 
 def test_an_isolated_leader_never_reports_a_confirmed_leadership(tmp_path):

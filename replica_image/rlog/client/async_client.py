@@ -50,6 +50,10 @@ DEFAULT_APPEND_TIMEOUT = 60.0
 # How long a call waits for some endpoint to accept a connection when none could be
 # connected to: twice gRPC's longest reconnect back-off here (rlog.wire).
 DEFAULT_CONNECT_WAIT = 2.0
+# How long a read or tail waits for an endpoint's first answer, and then for its answer to
+# a status probe, before moving on (`Endpoints.first_answer`): a live replica answers a
+# local status at once; one that stopped answers nothing, and gRPC would wait ~20 s to 1 min.
+DEFAULT_START_TIMEOUT = 5.0
 # The largest answer an append lane takes (an answer is a few dozen bytes; one listing
 # positions one by one, from a server that predates ranges, can be larger).
 LANE_MAX_ANSWER = 64 * 1024 * 1024
@@ -60,13 +64,19 @@ class AsyncClient:
 
     `endpoints`: "H:P", "H:P,H:P,..." or a list of those. `timeout` bounds unary calls
     (status, admin), `append_timeout` appends and truncations, `read_timeout` a whole read
-    (None: no deadline). Tails have no deadline. `stream=True` sends appends multiplexed on
-    one `AppendStream` call per endpoint (cheaper per append for many concurrent writers);
-    every append still gets its own result, and the same errors. `last_appended` is the
+    (None: no deadline). Tails have no deadline (their start has: `start_timeout`).
+    `stream=True` sends appends multiplexed on one `AppendStream` call per endpoint
+    (cheaper per append for many concurrent writers); every append still gets its own
+    result, and the same errors. `last_appended` is the
     highest position this client's appends were given (0: none yet): a stale read with
     `min_position=last_appended` sees them (read-your-writes). `connect_wait`: when no
     endpoint can be connected to, how long a call waits for one to accept a connection
     before it fails `Unavailable` (0: at once; a probe of one replica's state wants that).
+    `start_timeout`: a read or tail whose endpoint sends no first answer within it, and then
+    answers no status probe within it either, moves on to the next endpoint as from an
+    UNAVAILABLE one (a replica that stopped, or a partition, keeps its connection open);
+    only the start is bounded, a tail may then be idle for as long as the log is (None: no
+    bound).
     `lane=True`: appends that would be unary calls travel on the replica's append lane once
     it is open (docs/data-path.md, "The client's append lane": the same requests, answers,
     sessions and errors without gRPC's cost per call; on gRPC until then, and whenever the
@@ -86,6 +96,7 @@ class AsyncClient:
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
         lane: bool = False,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         addresses = parse_endpoints(endpoints)
         self.credentials = credentials
@@ -112,7 +123,7 @@ class AsyncClient:
         extra = list(channel_options)
         keys = {key for key, _ in extra}
         options = [opt for opt in CLIENT_CHANNEL_OPTIONS if opt[0] not in keys] + extra
-        self._endpoints = Endpoints(addresses, options, credentials, connect_wait)
+        self._endpoints = Endpoints(addresses, options, credentials, connect_wait, start_timeout)
         self._streams = AppendStreams(self._endpoints, self._count_request)
         self.last_appended = 0
 
@@ -485,4 +496,10 @@ class AsyncClient:
         await self.close()
 
 
-__all__ = ["DEFAULT_APPEND_TIMEOUT", "DEFAULT_CONNECT_WAIT", "DEFAULT_TIMEOUT", "AsyncClient"]
+__all__ = [
+    "DEFAULT_APPEND_TIMEOUT",
+    "DEFAULT_CONNECT_WAIT",
+    "DEFAULT_START_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "AsyncClient",
+]

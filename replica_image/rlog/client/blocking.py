@@ -20,6 +20,7 @@ from rlog import event_loop
 from rlog.client.async_client import (
     DEFAULT_APPEND_TIMEOUT,
     DEFAULT_CONNECT_WAIT,
+    DEFAULT_START_TIMEOUT,
     DEFAULT_TIMEOUT,
     AsyncClient,
 )
@@ -53,6 +54,7 @@ class Client:
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
         lane: bool = False,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         self._async = AsyncClient(
             endpoints,
@@ -65,6 +67,7 @@ class Client:
             credentials=credentials,
             connect_wait=connect_wait,
             lane=lane,
+            start_timeout=start_timeout,
         )
         self._loop = event_loop.new_event_loop()  # uvloop if installed (rlog.event_loop)
         self._thread = threading.Thread(

@@ -9,7 +9,11 @@ endpoint that last answered and moves to the next one when
   call, including appends;
 - the server answered UNAVAILABLE or the call timed out, for calls that change nothing
   (status, read, tail, permits): those are safe to repeat. A read or tail broken mid-stream
-  resumes after the last entry it yielded (`Endpoints.resumable`).
+  resumes after the last entry it yielded (`Endpoints.resumable`);
+- a read or tail got no first answer within `start_timeout` and the endpoint then did not
+  answer a status probe within `start_timeout` either: a replica that stopped (SIGSTOP, a
+  partition) keeps its connection open, and the call waited for gRPC's connect timeout
+  (about 20 s) or keepalive (about a minute) (`Endpoints.first_answer`).
 """
 
 from __future__ import annotations
@@ -76,10 +80,19 @@ def all_failed(errors: list[RlogError]) -> RlogError:
     return Unavailable("no endpoint could serve the request: " + "; ".join(str(e) for e in errors))
 
 
+class StartExpired(Exception):
+    """A read or tail got no first answer and its endpoint answered no probe (`error`)."""
+
+    def __init__(self, error: RlogError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Endpoints:
     """The endpoints of one client, in order; `current` indexes the one the next request
     goes to first. `connect_wait`: when no endpoint can be connected to, how long a call
-    waits for one to accept a connection before it fails `Unavailable`."""
+    waits for one to accept a connection before it fails `Unavailable`. `start_timeout`:
+    see `first_answer` (None: no bound)."""
 
     def __init__(
         self,
@@ -87,11 +100,13 @@ class Endpoints:
         options: list[tuple[str, Any]],
         credentials: Credentials | None,
         connect_wait: float,
+        start_timeout: float | None = None,
     ) -> None:
         self._addresses = addresses
         self._options = options
         self._credentials = credentials
         self.connect_wait = connect_wait
+        self.start_timeout = start_timeout
         self._endpoints: list[Endpoint | None] = [None] * len(addresses)
         self.current = 0
         self.closed = False  # every later request fails "the client is closed"
@@ -211,20 +226,26 @@ class Endpoints:
             target = self.endpoint(index)
             call = open_call(target, next_from)
             try:
-                async for response in call:
+                response = await self.first_answer(target, call)
+                while isinstance(response, pb.ReadResponse):  # else EOF: the stream ended
                     last = last_position(response)
-                    if last is None:
-                        continue
-                    self.current = index
-                    errors.clear()
-                    unreached, give_up_at = True, None
-                    next_from = last + 1
-                    yield response
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc, target.address)
+                    if last is not None:
+                        self.current = index
+                        errors.clear()
+                        unreached, give_up_at = True, None
+                        next_from = last + 1
+                        yield response
+                    response = await call.read()
+            except (grpc.aio.AioRpcError, StartExpired) as exc:
+                if isinstance(exc, StartExpired):
+                    # As an UNAVAILABLE: the call changed nothing, and a connection was made
+                    # (or is being made), so no waiting for one.
+                    error, safe, unreached = exc.error, True, False
+                else:
+                    error = from_rpc_error(exc, target.address)
+                    safe = safe_to_move_on(exc, mutating=False)
+                    unreached = unreached and never_connected(exc)
                 attempt += 1
-                safe = safe_to_move_on(exc, mutating=False)
-                unreached = unreached and never_connected(exc)
                 if safe and len(errors) + 1 < len(order):
                     errors.append(error)
                     continue
@@ -246,6 +267,47 @@ class Endpoints:
                 raise end_error
             return
 
+    async def first_answer(self, target: Endpoint, call: Any) -> object:
+        """The first answer of a read or tail `call` to `target` (a response, or
+        grpc.aio.EOF), or `StartExpired` if none came within `start_timeout` and `target`
+        then answered no status probe within `start_timeout` either (so at most twice
+        `start_timeout`); the caller cancels the call and moves on.
+
+        Why the probe: a tail from the end of the log rightly answers nothing until an
+        entry is appended, and a read that waits for `min_position`, or a follower's
+        forwarded start of a read (itself bounded by the replica: LEADER_UNAVAILABLE), may
+        take longer; a replica that answers a probe is there, and its call is left to run.
+        Only the start is bounded: once a stream answered, it may be idle for as long as
+        the log is (a read's own deadline, `read_timeout`, still bounds the whole read)."""
+        limit = self.start_timeout
+        if limit is None:
+            return await call.read()
+        read = asyncio.ensure_future(call.read())
+        try:
+            done, _ = await asyncio.wait([read], timeout=limit)
+            if done:
+                return read.result()
+            try:
+                await target.log.Status(pb.StatusRequest(local=True), timeout=limit)
+            except grpc.aio.AioRpcError as exc:
+                silent = exc.code() in (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.UNAVAILABLE,
+                )
+                if silent and not read.done():
+                    raise StartExpired(
+                        Unavailable(
+                            f"{target.address} did not start the stream within {limit:g} s "
+                            f"nor answer a status probe within {limit:g} s "
+                            f"({exc.code().name})",
+                            code=grpc.StatusCode.UNAVAILABLE,
+                            endpoint=target.address,
+                        )
+                    ) from None
+            return await read  # the replica answered: it is there
+        finally:
+            read.cancel()  # a no-op once done
+
     async def close(self) -> None:
         """Close every channel (`closed` is set first, by the client, as it begins closing)."""
         self.closed = True
@@ -255,4 +317,11 @@ class Endpoints:
                 await endpoint.channel.close(grace=None)
 
 
-__all__ = ["Endpoint", "Endpoints", "all_failed", "never_connected", "safe_to_move_on"]
+__all__ = [
+    "Endpoint",
+    "Endpoints",
+    "StartExpired",
+    "all_failed",
+    "never_connected",
+    "safe_to_move_on",
+]
