@@ -302,6 +302,29 @@ def test_a_tail_whose_first_endpoint_stopped_starts_from_the_next_within_its_sta
                 cluster.resume(leader)
 
 
+def test_an_idle_tail_outlives_its_start_timeout(tmp_path):
+    """A tail from the end of the log answers nothing until an entry is appended; its replica
+    answers the status probe, so the client leaves the tail running however long it stays
+    idle past `start_timeout` (only the start of a stopped endpoint's stream is cut)."""
+    start_timeout = 0.2
+    with DevCluster(1, tmp_path) as cluster:
+        cluster.wait_for_leader()
+        with (
+            Client(cluster.endpoints, start_timeout=start_timeout) as client,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            [last] = append_acked(client, [b"before"])
+            tail = client.tail(last + 1)
+            first = pool.submit(lambda: next(tail).value)
+            # Idle: the time is the point here (the first answer's bound and the probe's,
+            # several times over), there is no condition to wait for.
+            time.sleep(10 * start_timeout)
+            assert not first.done(), first.exception()
+            append_acked(client, [b"after"])
+            assert first.result(timeout=30) == b"after"
+            tail.close()
+
+
 def test_an_isolated_leader_never_reports_a_confirmed_leadership(tmp_path):
     # A longer election timeout: the leader stays leader (unconfirmed) while it is asked.
     with DevCluster(3, tmp_path, election_timeout=2.0) as cluster:
