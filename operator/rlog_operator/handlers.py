@@ -351,19 +351,20 @@ def _observe(
     node is Ready marked) and its StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
-    nodes = {
-        p["node"]: info for p in pods if p.get("node") for info in nodes_index.get(p["node"], [])
-    }
     # An empty node index means "not known" (no permission, not listed yet): a cluster
     # running pods has nodes, so never conclude from it that every node is gone.
-    pods = node_loss.mark(pods, nodes if len(nodes_index) else None)
+    nodes = (
+        {name: info for name, infos in nodes_index.items() for info in infos}
+        if len(nodes_index)
+        else None
+    )
+    pods = node_loss.mark(pods, nodes)
     # An empty volume index means "not known" (a cluster with Bound claims has volumes):
     # never conclude that every volume is gone from an index that saw none.
     claims = observed.claims_by_name(
         claims_index.get(key, []), volumes_index if len(volumes_index) else None
     )
-    all_nodes = {name: info for name, infos in nodes_index.items() for info in infos}
-    claims = node_loss.mark_volume_nodes(claims, all_nodes if len(nodes_index) else None)
+    claims = node_loss.mark_volume_nodes(claims, nodes)
     sts = next(iter(statefulsets_index.get(key, [])), None)
     return pods, claims, sts
 
