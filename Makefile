@@ -74,11 +74,15 @@ UNIT_WORKERS ?= 4
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q --durations=15 -n $(UNIT_WORKERS) --dist loadfile tests
 
-# Everything: static checks, unit/live/Spark tests, then a real local Kubernetes (built and
-# cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
+# Everything: static checks, then unit/live/Spark tests beside a real local Kubernetes (built
+# and cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
 # whole e2e suite (helm install, ReplicatedLogs created, broken and checked; the day-two
-# tests and the upgrade from the previous release included) on it.
-test: prometheus-background lint typecheck unit e2e-local e2e-operator
+# tests and the upgrade from the previous release included) on it. tests/run_all.sh runs the
+# unit suite at a low CPU priority in the time the cluster leaves (it says why) and prints
+# its output when it ends; `make unit e2e-local e2e-operator` runs them one after the other.
+test: prometheus-background lint typecheck
+	bash tests/run_all.sh $(MAKE) --no-print-directory unit -- \
+	  "$(MAKE) --no-print-directory e2e-local" "$(MAKE) --no-print-directory e2e-operator"
 
 # The operator's e2e suite, day-two tests included (one session: the chart is installed once).
 # The previous release's images (for test_upgrade_release.py) are built from its git tag or

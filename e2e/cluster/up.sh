@@ -225,6 +225,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 maxPods: 110
+# a Secret or ConfigMap volume is refreshed on the pod's periodic sync: every 10 s here
+# instead of the default minute, so a renewed certificate or a new roles file reaches the
+# replicas in seconds (the e2e tests wait for both; the product does not rely on either)
+syncFrequency: 10s
 YAML
 start kubelet "$K8S_BIN/kubelet" --config="$STATE/kubelet.yaml" \
   --kubeconfig="$KCFG/kubelet.kubeconfig" --root-dir="$KUBELET_ROOT" \

@@ -57,7 +57,7 @@ def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
     kept = issued(log, namespace, "kept", str(tmp_path))
     revoked = issued(log, namespace, "revoked", str(tmp_path))
     # usable once the replicas have the new roles file: the kubelet refreshes a Secret
-    # volume within its sync period (about a minute)
+    # volume on its periodic pod sync (a minute by default, 10 s on the local cluster)
     wait_until(
         "every replica's roles file with both identities",
         lambda: all(names == ["kept", "revoked"] for names in listed(log)),

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `make test` after the static checks: the unit suite beside the local cluster and its e2e
+# suites, the unit suite at a low CPU priority.
+#
+# Why beside: the e2e suites wait on Kubernetes most of the time (60 % of 2 cores idle while
+# they run alone), the unit suite keeps both cores busy for 8 minutes; one after the other
+# they took 8 + 25 minutes warm, beside each other the e2e suites' idle time runs the unit
+# suite. Why low priority: at equal priority the unit suite took the cores from the cluster and
+# stretched the e2e suites by more than it saved (measured in docs/testing.md); at nice 10 it
+# runs in what the cluster and its build leave. Rejected: the unit suite first and the cluster
+# build beside it (both are CPU-bound on 2 cores: nothing to win).
+#
+# Usage: tests/run_all.sh UNIT_CMD -- E2E_CMD...   (each E2E_CMD one word, run in order)
+# Exit status: 0 when every command passed; else 1, after every command has run (a unit
+# failure does not stop the e2e suites, so one run reports both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 2; }
+
+unit_cmd=()
+while [[ $# -gt 0 && $1 != -- ]]; do unit_cmd+=("$1"); shift; done
+[[ ${#unit_cmd[@]} -gt 0 && ${1:-} == -- ]] || die "usage: $0 UNIT_CMD... -- E2E_CMD..."
+shift
+[[ $# -gt 0 ]] || die "no e2e command after --"
+
+unit_log=$(mktemp -t rlog-unit.XXXXXX)
+unit_pid=
+start=$(date +%s)
+minutes() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
+
+show_unit_log() { # once: the unit suite's output, which ran to a file
+  [[ -s $unit_log ]] || return 0
+  echo "================ unit suite output (ran beside the e2e suites) ================"
+  cat "$unit_log"
+  : > "$unit_log"
+}
+cleanup() {
+  # CI's time limit or a ^C: the unit suite (its own process group) goes too, and what it
+  # printed so far is shown
+  if [[ -n $unit_pid ]] && kill -0 "$unit_pid" 2>/dev/null; then
+    kill -- "-$unit_pid" 2>/dev/null || true
+  fi
+  show_unit_log
+  rm -f "$unit_log"
+}
+trap cleanup EXIT
+
+# A new session: the kernel schedules each session as one group when autogroups are on
+# (sched(7)), and a process's nice value then counts only inside its group, so the group's
+# own nice value is set too; where autogroups are off, `nice` alone does it.
+log "== unit suite started beside the e2e suites at nice 10: ${unit_cmd[*]}"
+setsid bash -c 'echo 10 > /proc/self/autogroup 2>/dev/null || true; exec nice -n 10 "$@"' \
+  unit "${unit_cmd[@]}" > "$unit_log" 2>&1 < /dev/null &
+unit_pid=$!
+
+e2e_rc=0
+for cmd in "$@"; do
+  log "== $cmd"
+  if ! bash -c "$cmd"; then
+    e2e_rc=1
+    log "FAILED: $cmd (the rest of the e2e commands are skipped: they need it)"
+    break
+  fi
+done
+e2e_done=$(($(date +%s) - start))
+
+unit_rc=0
+if kill -0 "$unit_pid" 2>/dev/null; then log "== waiting for the unit suite"; fi
+wait "$unit_pid" || unit_rc=$?
+unit_pid=
+unit_done=$(($(date +%s) - start))
+show_unit_log
+
+log "unit suite: $([[ $unit_rc -eq 0 ]] && echo passed || echo "FAILED (rc $unit_rc)"), done after $(minutes "$unit_done")"
+log "e2e suites: $([[ $e2e_rc -eq 0 ]] && echo passed || echo FAILED), done after $(minutes "$e2e_done")"
+[[ $unit_rc -eq 0 && $e2e_rc -eq 0 ]] || exit 1
