@@ -5,10 +5,11 @@
 # Why beside: the e2e suites wait on Kubernetes most of the time (60 % of 2 cores idle while
 # they run alone), the unit suite keeps both cores busy for 8 minutes; one after the other
 # they took 8 + 25 minutes warm, beside each other the e2e suites' idle time runs the unit
-# suite. Why low priority: at equal priority the unit suite took the cores from the cluster and
-# stretched the e2e suites by more than it saved (measured in docs/testing.md); at nice 10 it
-# runs in what the cluster and its build leave. Rejected: the unit suite first and the cluster
-# build beside it (both are CPU-bound on 2 cores: nothing to win).
+# suite. Why low priority: at equal priority (tried: both done in 27 min instead of 32) the
+# unit suite's 4 workers took the cores from the cluster and the e2e suites took 26 min 45 s
+# instead of 24 min 10 s; they are the longer path, so at nice 10 the unit suite runs in what
+# the cluster and its build leave. Rejected: the unit suite first with the cluster build
+# beside it (both are CPU-bound on 2 cores: little to win, and nothing warm).
 #
 # Usage: tests/run_all.sh UNIT_CMD -- E2E_CMD...   (each E2E_CMD one word, run in order)
 # Exit status: 0 when every command passed; else 1, after every command has run (a unit
