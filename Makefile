@@ -78,8 +78,8 @@ unit: $(STAMP)
 # and cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
 # whole e2e suite (helm install, ReplicatedLogs created, broken and checked; the day-two
 # tests and the upgrade from the previous release included) on it. tests/run_all.sh runs the
-# unit suite at a low CPU priority in the time the cluster leaves (it says why) and prints
-# its output when it ends; `make unit e2e-local e2e-operator` runs them one after the other.
+# unit suite in the time the cluster leaves (it says why) and prints its output when it ends;
+# `make unit e2e-local e2e-operator` runs them one after the other.
 test: prometheus-background lint typecheck
 	bash tests/run_all.sh $(MAKE) --no-print-directory unit -- \
 	  "$(MAKE) --no-print-directory e2e-local" "$(MAKE) --no-print-directory e2e-operator"
