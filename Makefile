@@ -77,12 +77,13 @@ unit: $(STAMP)
 # Everything: static checks, then unit/live/Spark tests beside a real local Kubernetes (built
 # and cached under ~/.cache/rlog-cluster on first use), the e2e smoke suite and the operator's
 # whole e2e suite (helm install, ReplicatedLogs created, broken and checked; the day-two
-# tests and the upgrade from the previous release included) on it. tests/run_all.sh runs the
-# unit suite in the time the cluster leaves (it says why) and prints its output when it ends;
-# `make unit e2e-local e2e-operator` runs them one after the other.
-test: prometheus-background lint typecheck
+# tests and the upgrade from the previous release included) on it. Once the cluster is up,
+# tests/run_all.sh runs the unit suite in the time the e2e suites leave (it says why) and
+# prints its output when it ends; `make unit e2e-local e2e-operator` runs them one after the
+# other.
+test: prometheus-background lint typecheck cluster-up
 	bash tests/run_all.sh $(MAKE) --no-print-directory unit -- \
-	  "$(MAKE) --no-print-directory e2e-local" "$(MAKE) --no-print-directory e2e-operator"
+	  "$(MAKE) --no-print-directory e2e-smoke" "$(MAKE) --no-print-directory e2e-operator"
 
 # The operator's e2e suite, day-two tests included (one session: the chart is installed once).
 # The previous release's images (for test_upgrade_release.py) are built from its git tag or

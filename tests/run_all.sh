@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# `make test` after the static checks: the unit suite beside the local cluster and its e2e
-# suites.
+# `make test` once the local cluster is up: the unit suite beside the e2e suites.
 #
 # Why beside: the e2e suites wait on Kubernetes most of the time (60 % of 2 cores idle while
 # they run alone), the unit suite keeps both cores busy; measured warm on 2 cores, one after
@@ -10,7 +9,8 @@
 # suites' session, both were done in 27 min, the e2e suites starved to 26 min 45 s; beside at
 # nice 10, the e2e suites took 23 min but the unit suite starved so that the
 # Spark example hit its 5-minute timeout and a 0.2 s probe went unanswered. Rejected: the
-# unit suite first with the cluster build beside it (both CPU-bound: nothing warm to win).
+# unit suite beside the cluster's first build too (both CPU-bound: on a cold machine
+# kube-apiserver's build took over 9 minutes instead of 3, and warm there is nothing to build).
 #
 # Usage: tests/run_all.sh UNIT_CMD -- E2E_CMD...   (each E2E_CMD one word, run in order)
 # Exit status: 0 when every command passed; else 1, after every command has run (a unit
