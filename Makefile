@@ -46,8 +46,9 @@ typecheck: $(STAMP)
 prometheus:
 	e2e/monitoring/prometheus.sh
 
-# `make test` starts that build at once, in the background, so a cold machine compiles it
-# while pip installs and the linters run; tests/monitoring waits on the script's lock.
+# `make test` starts that build in the background with the unit suite, once the cluster is up
+# (beside the cluster's own cold build it slowed that by minutes, and the cluster is on the
+# longer path); tests/monitoring waits on the script's lock.
 prometheus-background:
 	@mkdir -p $(HOME)/.cache/rlog-prometheus
 	@nohup e2e/monitoring/prometheus.sh > $(HOME)/.cache/rlog-prometheus/build.log 2>&1 &
@@ -81,8 +82,8 @@ unit: $(STAMP)
 # tests/run_all.sh runs the unit suite in the time the e2e suites leave (it says why) and
 # prints its output when it ends; `make unit e2e-local e2e-operator` runs them one after the
 # other.
-test: prometheus-background lint typecheck cluster-up
-	bash tests/run_all.sh $(MAKE) --no-print-directory unit -- \
+test: lint typecheck cluster-up
+	bash tests/run_all.sh $(MAKE) --no-print-directory prometheus-background unit -- \
 	  "$(MAKE) --no-print-directory e2e-smoke" "$(MAKE) --no-print-directory e2e-operator"
 
 # The operator's e2e suite, day-two tests included (one session: the chart is installed once).
