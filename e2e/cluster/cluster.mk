@@ -24,7 +24,7 @@ images:            ## build the project's images (Dockerfiles) and load them int
 e2e-smoke:         ## smoke suite against the current kubeconfig context
 	$(E2E_PYTEST) e2e/smoke -v
 
-e2e-local:         ## the local cluster up (warm: ~1-2 min), then the smoke suite on it
+e2e-local:         ## CI: the local cluster up (warm: ~1-2 min), then the smoke suite on it
 	$(MAKE) cluster-up
 	$(MAKE) e2e-smoke
 

@@ -216,15 +216,17 @@ def test_a_follower_without_write_stream_gets_unary_writes(tmp_path):
             for k in range(100):
                 (position,) = append_acked(client, [f"b{k}".encode()])
                 acknowledged[position] = f"b{k}".encode()
-            # A quorum (the leader and the other follower) may answer before it does.
+            # A quorum (the leader and the other follower) may answer before it does. Not one
+            # request per append: a follower that lags (a loaded host) gets several entries in
+            # one write, so the counts only say which path each follower's writes took.
             wait_until(
-                lambda: write_requests(cluster, old, "unary") - unary_before >= 100,
+                lambda: write_requests(cluster, old, "unary") > unary_before,
                 30,
                 "unary writes to the follower without WriteStream",
             )
         assert cluster.leader() == leader
         assert write_requests(cluster, old, "stream") == 0
         # The other follower still gets its writes on the stream.
-        assert write_requests(cluster, new, "stream") - stream_before >= 100
+        assert write_requests(cluster, new, "stream") > stream_before
         assert write_requests(cluster, new, "unary") == 0
         check(cluster, acknowledged)
