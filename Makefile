@@ -19,7 +19,7 @@ include e2e/cluster/cluster.mk
 .PHONY: help venv proto design-map lint typecheck unit test test-beside demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
-	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
+	@echo "make demo | demo-local | test | test-beside | lint | typecheck | unit | proto | bench | clean | dashboard-png"
 	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind | e2e-kind-nodes"
