@@ -351,13 +351,7 @@ def _observe(
     node is Ready marked) and its StatefulSet (None before it exists)."""
     key = (specs.namespace_of(body), specs.name_of(body))
     pods = list(pods_index.get(key, []))
-    # An empty node index means "not known" (no permission, not listed yet): a cluster
-    # running pods has nodes, so never conclude from it that every node is gone.
-    nodes = (
-        {name: info for name, infos in nodes_index.items() for info in infos}
-        if len(nodes_index)
-        else None
-    )
+    nodes = node_loss.known_nodes(nodes_index)
     pods = node_loss.mark(pods, nodes)
     # An empty volume index means "not known" (a cluster with Bound claims has volumes):
     # never conclude that every volume is gone from an index that saw none.

@@ -37,6 +37,15 @@ CONFIRMED_OUT_OF_SERVICE = "out-of-service"  # tainted node.kubernetes.io/out-of
 OUT_OF_SERVICE_TAINT = f"{TAINT_OUT_OF_SERVICE}=nodeshutdown:NoExecute"  # what the admin sets
 
 
+def known_nodes(index: Mapping[str, Iterable[NodeInfo]]) -> dict[str, NodeInfo] | None:
+    """Every node by name from the operator's node index; None when the index is empty,
+    which means "not known" (no permission, not listed yet): a cluster running pods has
+    nodes, so never conclude from it that every node is gone."""
+    if not len(index):
+        return None
+    return {name: info for name, infos in index.items() for info in infos}
+
+
 def loss_of(node_name: str, node: NodeInfo | None) -> NodeLoss | None:
     """Why node `node_name` counts as lost (`node` its record, None when the Node object
     does not exist), or None while it is Ready (or the pod is not bound to a node)."""

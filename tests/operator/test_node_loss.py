@@ -188,6 +188,9 @@ def test_unknown_nodes_mark_nothing() -> None:
     """No node view (no permission, not listed yet): never read as every node gone."""
     pods = node_loss.mark([observed.pod_info(k8s_pod(0, on="w1"))], None)
     assert "nodeLost" not in pods[0]
+    assert node_loss.known_nodes({}) is None  # an empty index is no view, not "no nodes"
+    w1 = observed.node_info(node("w1"))
+    assert node_loss.known_nodes({"w1": [w1]}) == {"w1": w1}
 
 
 # ---- never worse: nothing on an unconfirmed lost node is deleted -----------------------------
