@@ -12,9 +12,10 @@
 # unit suite beside the cluster's first build too (both CPU-bound: on a cold machine
 # kube-apiserver's build took over 9 minutes instead of 3, and warm there is nothing to build).
 #
-# Usage: tests/run_all.sh UNIT_CMD -- E2E_CMD...   (each E2E_CMD one word, run in order)
-# Exit status: 0 when every command passed; else 1, after every command has run (a unit
-# failure does not stop the e2e suites, so one run reports both).
+# Usage: tests/run_all.sh UNIT_CMD... -- E2E_CMD...   (each E2E_CMD one argument, a shell
+# command; run in order, stopping at the first that fails: the next ones need it)
+# Exit status: 0 when every command passed; else 1, once the unit suite has ended too (a
+# unit failure does not stop the e2e suites, so one run reports both); 2 for bad usage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ shift
 [[ $# -gt 0 ]] || die "no e2e command after --"
 
 unit_log=$(mktemp -t rlog-unit.XXXXXX)
+unit_end=$unit_log.end # the time the unit suite ended, written by its session
 unit_pid=
 start=$(date +%s)
 minutes() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
@@ -49,7 +51,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-unit_end=$unit_log.end
 log "== unit suite started beside the e2e suites, in a session of its own: ${unit_cmd[*]}"
 UNIT_END=$unit_end setsid bash -c '"$@"; rc=$?; date +%s > "$UNIT_END"; exit $rc' \
   unit "${unit_cmd[@]}" > "$unit_log" 2>&1 < /dev/null &
