@@ -34,6 +34,7 @@ import asyncio
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -207,18 +208,33 @@ def test_a_rolling_replacement_between_the_release_and_the_head_keeps_every_entr
             f"replica {i} ({build}) VOTING with position {target}",
         )
 
+    async def lead_with(build: str) -> None:
+        """Step leaders of the other build down until a replica of `build` leads. A step-down
+        gives the others a chance (the leader waits 2T before it stands again); it is no
+        hand-over, and the same replica may win the next election (a loaded host delays the
+        others' candidacies), so one step-down and a wait for another leader is not enough."""
+        deadline = time.monotonic() + PHASE_TIMEOUT
+        step_downs = 0
+        while True:
+            leader = await asyncio.to_thread(cluster.wait_for_leader, PHASE_TIMEOUT)
+            if builds[leader] == build:
+                return
+            assert time.monotonic() < deadline, (
+                f"no replica of the {build} led within {PHASE_TIMEOUT:g} s: "
+                f"{step_downs} step-downs of {builds}"
+            )
+            async with AsyncClient([cluster.endpoints[leader]]) as client:
+                await client.step_down(cluster.endpoints[leader])
+            step_downs += 1
+
     async def scenario() -> None:
         tasks = [asyncio.create_task(writers.run()), asyncio.create_task(reader.run())]
         try:
             await progress()
             for i, build in REPLACEMENTS:
                 await replace(i, build)
-                if builds.count(RELEASE) == 2:  # a replica of the release leads
-                    leader = await asyncio.to_thread(cluster.wait_for_leader, PHASE_TIMEOUT)
-                    if builds[leader] == HEAD:
-                        async with AsyncClient([cluster.endpoints[leader]]) as client:
-                            await client.step_down(cluster.endpoints[leader])
-                        await asyncio.to_thread(cluster.wait_for_leader, PHASE_TIMEOUT, [leader])
+                if builds.count(RELEASE) == 2:
+                    await lead_with(RELEASE)
                 await progress()
         finally:
             writers.stop()

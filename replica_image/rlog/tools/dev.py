@@ -41,6 +41,14 @@ from rlog.proto import rlog_pb2 as pb
 from rlog.storage import AUTO
 
 STOP_GRACE = 5.0
+# The status polls' channels reconnect every 100 ms: a poll is how a test sees a replica it
+# just started, and the clients' back-off (growing to 1 s) saw it up to 0.9 s after it
+# listened, past the second a capped catch-up stays under half done (a test waiting to kill
+# it mid-copy then timed out). A poll costs a loopback connection attempt, nothing more.
+POLLING_BACKOFF = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 100),
+]
 
 
 # Ports below the kernel's ephemeral range are never handed out as the source port of an
@@ -173,6 +181,23 @@ def die_with_parent_if_asked() -> None:
         return
     if os.getppid() != int(parent):
         os._exit(1)  # the parent died before the signal was armed
+
+
+def _the_leader(found: Sequence[pb.StatusResponse | None]) -> int | None:
+    """The one replica that says it leads (None if none does, or several do)."""
+    leaders = [
+        i
+        for i, st in enumerate(found)
+        if st is not None and st.role == "leader" and st.status == pb.VOTING
+    ]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _describe(found: Sequence[pb.StatusResponse | None]) -> str:
+    return ", ".join(
+        "down" if st is None else f"{pb.Status.Name(st.status)}/{st.role}/learned={st.learned}"
+        for st in found
+    )
 
 
 class DevCluster:
@@ -565,7 +590,13 @@ class DevCluster:
         client = self._clients.get(i)
         if client is None:
             credentials = self.credentials() if self.tls else None
-            client = Client(self.addresses[i], timeout=1.0, credentials=credentials, connect_wait=0)
+            client = Client(
+                self.addresses[i],
+                timeout=1.0,
+                credentials=credentials,
+                connect_wait=0,
+                channel_options=POLLING_BACKOFF,
+            )
             self._clients[i] = client
         return client
 
@@ -598,12 +629,7 @@ class DevCluster:
 
     def leader(self, timeout: float = 1.0) -> int | None:
         """The id of the replica that says it leads (None if none does, or several do)."""
-        leaders = [
-            i
-            for i, s in enumerate(self.statuses(timeout))
-            if s is not None and s.role == "leader" and s.status == pb.VOTING
-        ]
-        return leaders[0] if len(leaders) == 1 else None
+        return _the_leader(self.statuses(timeout))
 
     def wait_for_leader(self, timeout: float = 30.0, exclude: Sequence[int] = ()) -> int:
         """Wait until exactly one replica leads (optionally not one of `exclude`); returns its
@@ -611,14 +637,17 @@ class DevCluster:
         replica process has exited."""
         deadline = time.monotonic() + timeout
         while True:
-            leader = self.leader()
+            found = self.statuses()
+            leader = _the_leader(found)
             if leader is not None and leader not in exclude:
                 return leader
             if not any(self.running(i) for i in range(self.replicas)):
                 raise RlogError(f"every replica exited; see {self.dir}/replica-*/replica.log")
             if time.monotonic() > deadline:
+                besides = f" besides {list(exclude)}" if exclude else ""
                 raise RlogError(
-                    f"no leader elected within {timeout:g} s; see {self.dir}/replica-*/replica.log"
+                    f"no leader{besides} elected within {timeout:g} s "
+                    f"({_describe(found)})\n{self._tails()}"
                 )
             time.sleep(0.05)
 
@@ -627,20 +656,16 @@ class DevCluster:
         deadline = time.monotonic() + timeout
         while not predicate(found := self.statuses()):
             if time.monotonic() > deadline:
-                states = ", ".join(
-                    "down"
-                    if st is None
-                    else f"{pb.Status.Name(st.status)}/{st.role}/learned={st.learned}"
-                    for st in found
-                )
-                tails = "\n".join(
-                    f"--- replica {i} log tail:\n{self.log_tail(i, 15)}"
-                    for i in range(self.replicas)
-                )
                 raise RlogError(
-                    f"timed out after {timeout:g} s waiting for {what} ({states})\n{tails}"
+                    f"timed out after {timeout:g} s waiting for {what} "
+                    f"({_describe(found)})\n{self._tails()}"
                 )
             time.sleep(0.05)
+
+    def _tails(self) -> str:
+        return "\n".join(
+            f"--- replica {i} log tail:\n{self.log_tail(i, 15)}" for i in range(self.replicas)
+        )
 
     def log_tail(self, i: int, lines: int = 20) -> str:
         try:
