@@ -89,6 +89,8 @@ class FaultProxy:
         self._hold = seconds
 
     def stop(self) -> None:
+        if self._loop.is_closed():
+            return
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -102,6 +104,13 @@ class FaultProxy:
             self._loop.run_forever()
         finally:
             server.close()
+            # The connections' tasks end here, cancelled, rather than be destroyed pending
+            # with the loop ("Task was destroyed but it is pending!" in every run's output).
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._refusing or time.monotonic() < self._refuse_until:
