@@ -39,10 +39,10 @@ def _glibc() -> bool:
 glibc_only = pytest.mark.skipif(not _glibc(), reason="the thresholds are glibc's")
 
 
-def run_child(mode: str, **env: str) -> list[str]:
+def run_child(mode: str, child: str = CHILD, **env: str) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, mode],
+        [sys.executable, "-c", child, mode],
         capture_output=True,
         text=True,
         check=True,
@@ -89,16 +89,8 @@ print(held.in_use - before.in_use, after.free - before.free)
 @glibc_only
 def test_the_heap_says_what_is_in_use_and_what_is_kept_free() -> None:
     def run(mode: str) -> tuple[int, int]:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-        out = subprocess.run(
-            [sys.executable, "-c", HEAP_CHILD, mode],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**clean, "PYTHONPATH": str(REPLICA_IMAGE)},
-            timeout=60,
-        )
-        in_use, kept = out.stdout.split()
+        (line,) = run_child(mode, HEAP_CHILD)
+        in_use, kept = line.split()
         return int(in_use), int(kept)
 
     in_use, kept = run("keep")
