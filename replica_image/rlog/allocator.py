@@ -17,6 +17,11 @@ heap before glibc gives it back. A replica's RSS stays bounded (bench/soak.py re
 Set either `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_` in the environment to keep
 glibc's own settings (or choose others): the replica then leaves the allocator alone.
 Other C libraries (musl, macOS) are left alone too.
+
+`heap()` says how much of the C heap is in use and how much is free but kept: after a burst,
+a replica's RSS is mostly the latter (a flood of 4 MiB appends left 85-254 MiB free in the
+heap at the peak; docs/testing.md), which is not a leak, and the metric
+`rlog_heap_bytes{state}` tells the two apart.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -61,3 +68,50 @@ def keep_large_buffers() -> str:
         f"allocator: glibc {version}, buffers up to {MMAP_THRESHOLD >> 20} MiB from the heap, "
         f"trimmed above {TRIM_THRESHOLD >> 20} MiB free"
     )
+
+
+@dataclass(frozen=True)
+class Heap:
+    """The C allocator's totals over all its arenas, in bytes."""
+
+    in_use: int  # handed out by malloc, mapped buffers included
+    free: int  # free in the heap, kept for the next allocations (not given back)
+
+
+class _MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2 (malloc.h, glibc 2.33+)
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",  # bytes the heap has from the kernel (sbrk and arenas)
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",  # bytes in mapped buffers
+            "usmblks",
+            "fsmblks",
+            "uordblks",  # bytes in use in the heap
+            "fordblks",  # bytes free in the heap
+            "keepcost",
+        )
+    ]
+
+
+@functools.cache
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):  # not glibc, or glibc before 2.33
+        return None
+    function.restype = _MallInfo2
+    function.argtypes = []
+    return function
+
+
+def heap() -> Heap | None:
+    """What the C heap holds now (None where the C library cannot say: not glibc 2.33+).
+    It walks the allocator's free lists under its locks: for a scrape, not for every call."""
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
+        return None
+    info = mallinfo2()
+    return Heap(in_use=info.uordblks + info.hblkhd, free=info.fordblks)

@@ -70,6 +70,19 @@ def test_a_large_frame_is_read_into_place_and_handed_out_there():
     assert got.obj is view.obj and got == data
 
 
+def test_a_large_frame_drained_lets_its_buffer_go_before_the_next_read():
+    # A connection held back after its frame (its append waits for the budget) is not read
+    # again for a while: the buffer grown for that frame must not wait for the next read.
+    data = os.urandom(FrameBuffer.KEEP + 1)
+    frames = FrameBuffer(len(data))
+    assert receive(frames, frame(data), [len(data) + 4]) == [data]
+    assert frames.held == FrameBuffer.ROOM
+    # a frame within KEEP keeps its buffer for the next ones
+    small = os.urandom(FrameBuffer.KEEP // 2)
+    assert receive(frames, frame(small), [len(small) + 4]) == [small]
+    assert FrameBuffer.KEEP // 2 < frames.held <= FrameBuffer.KEEP
+
+
 def test_a_frame_that_begins_late_in_the_buffer_is_moved_once():
     first, second = os.urandom(40_000), os.urandom(200_000)
     stream = frame(first) + frame(second)

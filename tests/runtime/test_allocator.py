@@ -39,10 +39,10 @@ def _glibc() -> bool:
 glibc_only = pytest.mark.skipif(not _glibc(), reason="the thresholds are glibc's")
 
 
-def run_child(mode: str, **env: str) -> list[str]:
+def run_child(mode: str, child: str = CHILD, **env: str) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, mode],
+        [sys.executable, "-c", child, mode],
         capture_output=True,
         text=True,
         check=True,
@@ -67,3 +67,33 @@ def test_the_environment_settings_win() -> None:
     said, faults = run_child("keep", MALLOC_MMAP_THRESHOLD_="131072")
     assert said == "allocator: left to the environment's MALLOC_* settings"
     assert int(faults) > 0
+
+
+# A 20 MiB buffer (under the kept-buffer threshold of 32 MiB) made and freed: `heap()` sees
+# it in use, then free but kept in the heap (tuned) or given back at once (glibc's own
+# settings map a buffer that large and unmap it on free).
+HEAP_CHILD = """
+import sys
+from rlog import allocator
+if sys.argv[1] == "keep":
+    allocator.keep_large_buffers()
+before = allocator.heap()
+buffer = bytearray(20 << 20)
+held = allocator.heap()
+del buffer
+after = allocator.heap()
+print(held.in_use - before.in_use, after.free - before.free)
+"""
+
+
+@glibc_only
+def test_the_heap_says_what_is_in_use_and_what_is_kept_free() -> None:
+    def run(mode: str) -> tuple[int, int]:
+        (line,) = run_child(mode, HEAP_CHILD)
+        in_use, kept = line.split()
+        return int(in_use), int(kept)
+
+    in_use, kept = run("keep")
+    assert in_use >= 20 << 20 and kept >= 20 << 20, (in_use, kept)
+    in_use, kept = run("plain")
+    assert in_use >= 20 << 20 and kept < 1 << 20, (in_use, kept)

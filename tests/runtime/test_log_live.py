@@ -11,6 +11,7 @@ import time
 import pytest
 from live import Writers, append_acked, check
 
+from rlog import allocator
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import RlogError
 from rlog.tools.dev import DevCluster
@@ -174,6 +175,17 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         if line.startswith("rlog_appends_total ")
     )
     assert appended >= 10  # a retried unknown outcome may have appended twice
+    if (
+        allocator.heap() is not None
+    ):  # the C heap: a replica holds megabytes of it in use (modules, buffers)
+        for text in scraped.values():
+            heap = {
+                line.split('"')[1]: float(line.split()[1])
+                for line in text.splitlines()
+                if line.startswith("rlog_heap_bytes{")
+            }
+            assert heap.keys() == {"in_use", "free"}, heap
+            assert heap["in_use"] > 1 << 20 and heap["free"] >= 0, heap
 
 
 def test_the_storage_condition_metric_says_disk_full_under_min_free_bytes(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from rlog.allocator import Heap
 from rlog.proto import rlog_pb2 as pb
 
 _LATENCY_BUCKETS = (
@@ -255,6 +256,21 @@ class ReplicaMetrics:
         self.disk_used.set_function(lambda: float(_dir_bytes(path)))
         self.disk_available.set_function(lambda: float(_statvfs(path)[0]))
         self.disk_capacity.set_function(lambda: float(_statvfs(path)[1]))
+
+    def watch_heap(self, heap: Callable[[], Heap | None]) -> None:
+        """Read the C heap's bytes in use and free-but-kept at each scrape (not exported
+        where the C library cannot say: `heap()` is None)."""
+        if heap() is None:
+            return
+        gauge = Gauge(
+            "rlog_heap_bytes",
+            "The C heap: bytes in use (handed out, mapped buffers included) and free but kept "
+            "by the allocator for the next allocations (not given back to the kernel)",
+            ["state"],
+            registry=self.registry,
+        )
+        gauge.labels("in_use").set_function(lambda: float(getattr(heap(), "in_use", 0)))
+        gauge.labels("free").set_function(lambda: float(getattr(heap(), "free", 0)))
 
     def observe_flush(self, seconds: float, actions: int) -> None:
         self.fsync_latency.observe(seconds)

@@ -633,6 +633,7 @@ async def start_server(
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
     server, node, lane = await start_server(config)
+    node.metrics.watch_heap(allocator.heap)
     log.info(
         "replica %d of %d listening on %s (data dir %s, status %s; rlog %s, peer protocol %d)",
         config.id,
