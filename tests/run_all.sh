@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-beside` once the local cluster is up: the unit suite beside the e2e suites.
+# `make test` once the local cluster is up: the unit suite beside the e2e suites.
 #
 # Why beside: the e2e suites wait on Kubernetes most of the time (60 % of 2 cores idle while
 # they run alone), the unit suite keeps both cores busy; measured warm on 2 cores, one after
