@@ -17,6 +17,8 @@ import pytest
 from e2elib import wait_until
 from oplib import Log, client_files, created_log, exists, plugin, port_forward
 
+from rlog_operator import kubectl_rlog
+
 pytestmark = pytest.mark.extended
 
 NAME = "identity-log"
@@ -85,3 +87,28 @@ def test_issue_read_and_revoke(log: Log, namespace: str, tmp_path) -> None:
             refused = status(forward.endpoint, revoked)
             assert refused.returncode != 0 and "permission denied" in refused.stderr, pod
             assert status(forward.endpoint, kept).returncode == 0, pod
+
+
+def test_a_request_built_from_a_stale_read_is_built_again(log: Log, namespace: str) -> None:
+    """`certificate` replaces spec.auth.clients whole with the resourceVersion it read, so a
+    write in between (the operator's own, several a second while a log settles: a CI run
+    failed on it) is a Conflict; the plugin then reads the log and builds its request
+    again, and adds to what the other writer left."""
+    cluster = kubectl_rlog.Cluster(None, None)
+    stale = cluster.log(namespace, NAME)
+    log.k("annotate", "replicatedlog", NAME, "e2e.rlog.io/touched=1", "--overwrite")
+
+    def add(current):
+        return kubectl_rlog.certificate_request(current, "stale", "read")
+
+    with pytest.raises(kubectl_rlog.ConflictError):
+        cluster.apply(namespace, add(stale))
+    _, attempts = kubectl_rlog.apply_fresh(cluster, namespace, NAME, add, stale)
+    assert attempts >= 2
+    body = log.body()
+    assert body["metadata"]["annotations"]["e2e.rlog.io/touched"] == "1"
+    names = [e["name"] for e in body["spec"]["auth"]["clients"]]
+    assert "stale" in names and "kept" in names, names
+    plugin(namespace, "certificate", NAME, "--revoke", "stale")
+    names = [e["name"] for e in log.body()["spec"]["auth"]["clients"]]
+    assert "stale" not in names and "kept" in names, names

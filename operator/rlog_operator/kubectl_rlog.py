@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,20 @@ CLIENT_ROLES = frozenset({"read", "append", "owner"})
 
 class PluginError(Exception):
     """A one-line error for the user."""
+
+
+class ConflictError(PluginError):
+    """The object changed between the plugin's read and its write (HTTP 409, reason
+    Conflict: the write carried the resourceVersion read)."""
+
+
+# A request built from what was read (a list replaced whole) carries the resourceVersion
+# read, and any write in between fails it: the operator writes a log's status and
+# annotations several times a second while it settles. As client-go's RetryOnConflict does:
+# read again, build again, write again, with a growing jittered pause, for this long.
+# Rejected: a merge patch without the precondition (it would drop an entry another writer
+# added to the list in between).
+CONFLICT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -253,7 +267,8 @@ def certificate_request(
 ) -> Request:
     """Add (or change) `client` in spec.auth.clients, or remove it (`revoke`): the operator
     issues the certificate into its Secret, or revokes it. The list is replaced whole, so the
-    patch carries the resourceVersion read: a concurrent change fails it (try again)."""
+    patch carries the resourceVersion read: a concurrent change fails it, and the plugin
+    reads and builds again (`apply_fresh`)."""
     name = str(log["metadata"]["name"])
     auth = (log.get("spec") or {}).get("auth") or {}
     clients = [dict(e) for e in auth.get("clients") or []]
@@ -437,6 +452,8 @@ class Cluster:
         except ApiException as e:
             if e.status == 404:
                 raise PluginError(f"{what}: not found") from None
+            if e.status == 409 and _status_reason(e) == "Conflict":
+                raise ConflictError(f"{what}: changed since it was read") from None
             if e.status == 409:
                 raise PluginError(f"{what}: already exists") from None
             if e.status == 403:
@@ -501,6 +518,51 @@ class Cluster:
             )
 
 
+def _status_reason(e: Any) -> str:
+    """The reason of a Kubernetes Status body ("Conflict", "AlreadyExists", ...); both are
+    HTTP 409."""
+    import json
+
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("reason") or "") if isinstance(body, dict) else ""
+
+
+def apply_fresh(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    build: Callable[[Mapping[str, Any]], Request],
+    log: Mapping[str, Any] | None = None,
+) -> tuple[Request, int]:
+    """`build` a request from the log (`log` as read already, else read now) and apply it;
+    on a conflict read the log again and build again (`CONFLICT_SECONDS`). Returns the
+    request applied and the number of attempts it took."""
+    import random
+    import time
+
+    deadline = time.monotonic() + CONFLICT_SECONDS
+    attempts, pause = 0, 0.05
+    while True:
+        current = log if log is not None else cluster.log(namespace, name)
+        request = build(current)
+        attempts += 1
+        try:
+            cluster.apply(namespace, request)
+            return request, attempts
+        except ConflictError as e:
+            if time.monotonic() + pause > deadline:
+                raise PluginError(
+                    f"{e}, {attempts} times in {CONFLICT_SECONDS:g}s: another writer keeps "
+                    "changing it; try again"
+                ) from None
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 1.0)
+        log = None
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -546,8 +608,9 @@ def run(args: argparse.Namespace) -> str:
         if args.command != "backup"
         else dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
     )
-    request = request_for(args, log, now)
-    cluster.apply(namespace, request)
+    request, _ = apply_fresh(
+        cluster, namespace, args.name, lambda current: request_for(args, current, now), log
+    )
     if args.command == "backup" and args.wait:
         return _wait_for_backup(cluster, namespace, args.name, now, args.timeout)
     if args.command == "certificate" and args.wait and args.client:

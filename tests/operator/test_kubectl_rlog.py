@@ -353,3 +353,23 @@ def test_certificate_never_for_a_peer_or_admin(argv, capsys):
     with pytest.raises(SystemExit) as exit:
         kr.parse_args(argv)
     assert exit.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ('{"kind": "Status", "reason": "Conflict", "code": 409}', "Conflict"),
+        ('{"kind": "Status", "reason": "AlreadyExists", "code": 409}', "AlreadyExists"),
+        ("not json", ""),
+        ("[]", ""),
+        (None, ""),
+    ],
+)
+def test_a_conflict_is_told_from_an_existing_name(body, reason):
+    """Both are HTTP 409: only a Conflict (a write since the read) is read and built again
+    (`apply_fresh`); AlreadyExists stays an error."""
+    from kubernetes.client.exceptions import ApiException
+
+    error = ApiException(status=409, reason="Conflict")
+    error.body = body
+    assert kr._status_reason(error) == reason
