@@ -175,9 +175,8 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         if line.startswith("rlog_appends_total ")
     )
     assert appended >= 10  # a retried unknown outcome may have appended twice
-    if (
-        allocator.heap() is not None
-    ):  # the C heap: a replica holds megabytes of it in use (modules, buffers)
+    # the C heap: a replica holds megabytes of it in use (modules, buffers)
+    if allocator.heap() is not None:
         for text in scraped.values():
             heap = {
                 line.split('"')[1]: float(line.split()[1])

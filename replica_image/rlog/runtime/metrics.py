@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 from rlog.allocator import Heap
 from rlog.proto import rlog_pb2 as pb
@@ -260,17 +261,8 @@ class ReplicaMetrics:
     def watch_heap(self, heap: Callable[[], Heap | None]) -> None:
         """Read the C heap's bytes in use and free-but-kept at each scrape (not exported
         where the C library cannot say: `heap()` is None)."""
-        if heap() is None:
-            return
-        gauge = Gauge(
-            "rlog_heap_bytes",
-            "The C heap: bytes in use (handed out, mapped buffers included) and free but kept "
-            "by the allocator for the next allocations (not given back to the kernel)",
-            ["state"],
-            registry=self.registry,
-        )
-        gauge.labels("in_use").set_function(lambda: float(getattr(heap(), "in_use", 0)))
-        gauge.labels("free").set_function(lambda: float(getattr(heap(), "free", 0)))
+        if heap() is not None:
+            self.registry.register(_HeapCollector(heap))
 
     def observe_flush(self, seconds: float, actions: int) -> None:
         self.fsync_latency.observe(seconds)
@@ -307,6 +299,32 @@ class ReplicaMetrics:
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class _HeapCollector:
+    """rlog_heap_bytes{state}: one reading of the heap per scrape serves both states (a
+    reading walks the allocator's free lists under its locks)."""
+
+    def __init__(self, heap: Callable[[], Heap | None]) -> None:
+        self._heap = heap
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "rlog_heap_bytes",
+            "The C heap: bytes in use (handed out, mapped buffers included) and free but kept "
+            "by the allocator for the next allocations (not given back to the kernel)",
+            labels=["state"],
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()  # the name, without reading the heap at registration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family, now = self._family(), self._heap()
+        if now is not None:
+            family.add_metric(["in_use"], float(now.in_use))
+            family.add_metric(["free"], float(now.free))
+        yield family
 
 
 def _statvfs(path: Path) -> tuple[int, int]:
