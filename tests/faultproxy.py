@@ -41,6 +41,7 @@ class FaultProxy:
         self._hold = 0.0  # seconds each new connection waits before it is forwarded
         self.held = 0  # connections that waited so
         self._open: set[asyncio.StreamWriter] = set()
+        self._cut_alls = 0  # `cut_all` calls so far: a connection being made meanwhile is cut too
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -60,6 +61,7 @@ class FaultProxy:
 
         def close_all() -> int:
             writers, self._open = self._open, set()
+            self._cut_alls += 1
             for w in writers:
                 w.close()
             self.cuts += 1
@@ -117,12 +119,19 @@ class FaultProxy:
             self.refused += 1
             writer.close()
             return
+        cut_alls = self._cut_alls
         if self._hold > 0:
             self.held += 1
             await asyncio.sleep(self._hold)
         try:
             up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
+            writer.close()
+            return
+        if self._cut_alls != cut_alls:
+            # accepted before a `cut_all` but not yet open when it ran: it was open "now" too
+            # (a client's reconnect slipped through a test's cut and refusal this way)
+            up_writer.close()
             writer.close()
             return
         self._open.update((writer, up_writer))
