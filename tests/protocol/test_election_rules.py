@@ -150,7 +150,7 @@ def test_a_demotion_backs_off_before_standing_again():
     assert timed_out(e, 5 * T) == 5 * T
 
 
-def test_a_step_down_waits_two_election_timeouts():
+def test_a_step_down_waits_three_election_timeouts():
     local = Local(phase=Phase.LEADING)
     e = election(local)
     e.tick(0.0)
@@ -158,8 +158,25 @@ def test_a_step_down_waits_two_election_timeouts():
     local.phase = Phase.IDLE
     assert e.on_demoted(0.0, retry_after=0.1) is True  # was leading
     e.stepped_down(0.0)  # the timer alone would fire in [T, 2T)
-    assert ticks(e, 0.0, 2 * T) is None
-    assert e.tick(2 * T) == StartPreVote()
+    assert ticks(e, 0.0, 3 * T) is None
+    assert e.tick(3 * T) == StartPreVote()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_after_a_step_down_a_follower_stands_a_full_timeout_before_the_old_leader(seed):
+    """The followers' timers count from the last heartbeat, which came before the step-down;
+    the old leader's wait leaves each of them at least T for its pre-vote and election."""
+    follower = election(Local(), replica_id=1, seed=seed)
+    last_heartbeat = 5 * T
+    follower.on_heartbeat(last_heartbeat, 0, "r0", 1)
+    fired = timed_out(follower, last_heartbeat)
+    local = Local(phase=Phase.LEADING)
+    old = election(local, seed=seed)
+    old.on_leading(0.0)
+    local.phase = Phase.IDLE
+    old.on_demoted(last_heartbeat, retry_after=0.1)
+    old.stepped_down(last_heartbeat)  # asked at once after its last heartbeat
+    assert ticks(old, last_heartbeat, fired + T) is None
 
 
 # ---- the pre-vote ----------------------------------------------------------------------
@@ -209,6 +226,36 @@ def test_standing_down_after_the_pre_vote_restarts_the_timer():
     fired = timed_out(e)
     assert isinstance(e.on_pre_vote(fired, [status(1, role="leader"), None]), StandDown)
     assert ticks(e, fired, fired + T) is None
+
+
+def test_standing_down_does_not_make_the_leader_our_peers_named_live():
+    """A peer's word that it follows r2 is no heartbeat of r2: if it counted as one, this
+    replica would name r2 live to the next peer's pre-vote for another T, and two followers
+    of a leader that stepped down (or died) could keep each other standing down, leaving
+    the old leader, whose followers do not count against it, the only one able to win."""
+    e = election(Local())
+    e.on_heartbeat(0.0, 2, "r2", 1)  # r2's last heartbeat
+    fired = timed_out(e)
+    assert fired >= T  # r2 is no longer live here
+    outcome = e.on_pre_vote(fired, [status(1, leader="r2"), status(2)])
+    assert isinstance(outcome, StandDown)  # r1 (its clock behind ours) still follows r2
+    assert e.live_leader(fired) == ""
+    assert not e.refuses(1, fired)
+    # so r1's own pre-vote, a moment later, hears that nobody follows r2 here
+    r1 = election(Local(), replica_id=1)
+    r1.on_heartbeat(0.0, 2, "r2", 1)
+    r1_fired = timed_out(r1, 0.0)
+    tally = [
+        pb.StatusResponse(
+            id=0,
+            status=pb.VOTING,
+            role="follower",
+            leader=e.live_leader(fired + 0.01),
+            address="r0",
+        ),
+        status(2),
+    ]
+    assert isinstance(r1.on_pre_vote(max(r1_fired, fired + 0.01), tally), Stand)
 
 
 def test_standing_clears_the_leader_and_waits_a_fresh_timeout_before_the_next_attempt():

@@ -25,13 +25,18 @@ The rules, in the order they are checked:
   coordinator at work: turning VOTING (a new voter first listens a full, fresh timeout, so
   replicas that turned VOTING together do not all stand at once), a leader's heartbeat, or a
   promise this replica accepted from another candidate (electing or filling, it heartbeats
-  only once it leads). The timer only runs while the replica is VOTING and its coordinator
-  is idle, and not before the back-off after a demotion or a step-down has passed;
+  only once it leads), or its own last pre-vote. The timer only runs while the replica is
+  VOTING and its coordinator is idle, and not before the back-off after a demotion or a
+  step-down has passed;
 - the pre-vote: before raising its promise, a candidate asks its peers whom they follow. It
   stands down if a VOTING peer leads (alive and reachable: its heartbeats will reach us too)
   or if a leader is followed by quorum - 1 VOTING peers (it commits without us). A replica
   that merely cannot hear the leader (restarted, reconnecting, partitioned) must not raise
-  its promise and then reject the healthy leader's writes;
+  its promise and then reject the healthy leader's writes. Standing down restarts the timer
+  but is no heartbeat: the leader a peer named is not heard by that (counted as heard, this
+  replica would name it live to the next pre-vote for another T, so two followers of a
+  leader that stepped down or died could keep each other standing down, and only the old
+  leader, whom their answers do not count against, could win);
 - after the pre-vote: a heartbeat or an accepted promise that arrived meanwhile, or the
   replica no longer VOTING or its coordinator no longer idle, cancels the candidacy;
 - a VOTING replica that heard a live leader within T refuses other candidates' implicit
@@ -39,11 +44,13 @@ The rules, in the order they are checked:
 - a heartbeat with a higher proposal than our coordinator's steps it down if it is
   electing, filling or leading: someone was elected above it, its next write would be
   rejected anyway;
-- asked to step down, a leader waits 2T before it may stand again, so another replica gets
-  the chance;
+- asked to step down, a leader waits 3T before it may stand again, so another replica gets
+  the chance: the others' timers fire within 2T of the last heartbeat, which came before the
+  step-down, and a T more leaves time for their pre-vote and election (with 2T, a loaded
+  host's slower turns let the old leader stand beside them and win again);
 - check-quorum (as etcd raft's CheckQuorum): a leader records when each peer last answered
   it (any Write or heartbeat reply); a leader that has not heard from a quorum, counting
-  itself, within 2T steps down, and waits 2T before standing again like any step-down. A
+  itself, within 2T steps down, and waits 3T before standing again like any step-down. A
   leader cut off from the majority thus stops calling itself leader by itself, about when
   the majority (whose timers fire T to 2T after the last heartbeat) has elected another,
   instead of leading for ever. The window is 2T, not T, like etcd's (which checks once per
@@ -55,7 +62,7 @@ The rules, in the order they are checked:
 
 Time is an injected clock: every call takes `now` in seconds (a monotonic clock in the node, a
 simulated one in tests), not logical ticks. The timeout T, the coordinator's back-off
-(`Demoted.retry_after`) and the 2T wait after a step-down are all in seconds, and the node
+(`Demoted.retry_after`) and the 3T wait after a step-down are all in seconds, and the node
 polls every 20 ms; with ticks every constant would be rounded to a tick count and the rules
 would no longer be the same arithmetic. Randomness comes from an injected `random.Random`.
 """
@@ -74,6 +81,7 @@ from rlog.protocol.coordinator import Phase
 
 NEVER = -math.inf
 CHECK_QUORUM_TIMEOUTS = 2  # a leader steps down after this many T without a quorum's answers
+STEPPED_DOWN_TIMEOUTS = 3  # a leader that stepped down stands again after this many T
 
 
 class LocalReplica(Protocol):
@@ -211,6 +219,7 @@ class Election:
         self.leader_address = ""
         self.last_heard = now  # the leader's last heartbeat (or the timer's last reset)
         self.candidate_heard = NEVER  # the last promise we accepted from another candidate
+        self.pre_voted = NEVER  # our last pre-vote: the timer counts afresh from it
         self.retry_at = NEVER  # no candidacy before (back-off after a demotion, step-down)
         self.timeout = self._fresh_timeout()
         self.voting_since: float | None = None  # None: not VOTING at the last tick
@@ -254,7 +263,7 @@ class Election:
             return None
         if now < self.retry_at:
             return None
-        quiet_since = max(self.quiet_since(), self.voting_since)
+        quiet_since = max(self.quiet_since(), self.voting_since, self.pre_voted)
         if now - quiet_since < self.timeout:
             return None
         self._pre_vote = (now, quiet_since)
@@ -273,8 +282,9 @@ class Election:
         for status in statuses:
             tally.add(status)
         if not tally.stand():
-            # Peers follow a live leader: listen for it a fresh timeout.
-            self.last_heard = now
+            # Peers follow a live leader: listen for it a fresh timeout (its heartbeats, not
+            # their word, make it live here: `last_heard` stays)
+            self.pre_voted = now
             self.timeout = self._fresh_timeout()
             return StandDown(tally.reason())
         cancelled = self._cancelled(quiet_since)
@@ -284,7 +294,7 @@ class Election:
         self.leader_id = None
         self.leader_address = ""
         self.timeout = self._fresh_timeout()
-        self.last_heard = started  # the next attempt waits a fresh timeout
+        self.pre_voted = started  # the next attempt waits a fresh timeout
         return Stand(tally.reason())
 
     def _cancelled(self, quiet_since: float) -> str:
@@ -398,6 +408,6 @@ class Election:
         return was_leading
 
     def stepped_down(self, now: float) -> None:
-        """Our leader stepped down on request: give another replica the chance, wait out a
-        full election timeout (2T) before standing again."""
-        self.retry_at = now + 2 * self.election_timeout
+        """Our leader stepped down (on request, or check-quorum): give another replica the
+        chance, stand again no sooner than 3T (module docstring)."""
+        self.retry_at = now + STEPPED_DOWN_TIMEOUTS * self.election_timeout

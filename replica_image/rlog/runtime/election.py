@@ -187,7 +187,7 @@ class ElectionDriver:
         if self.coordinator.leading:
             self.coordinator.step_down("asked to step down")
             self.dispatch()
-            # Give another replica the chance: wait out a full election timeout first.
+            # Give another replica the chance: it stands again only after 3T.
             self.election.stepped_down(self.clock.now())
 
     def listen(self) -> None:
