@@ -87,16 +87,21 @@ test: lint typecheck cluster-up
 	bash tests/run_all.sh $(MAKE) --no-print-directory prometheus-background unit -- \
 	  "$(MAKE) --no-print-directory e2e-smoke" "$(MAKE) --no-print-directory e2e-operator"
 
-# The operator's e2e suite, day-two tests included (one session: the chart is installed once).
+# The operator's e2e suite, day-two tests included (the chart installed once per worker).
 # The previous release's images (for test_upgrade_release.py) are built from its git tag or
 # commit (e2e/cluster/release_source.sh), cached by the commit, and imported first. The
 # NetworkPolicy denials run too (kube-router is part of the local cluster by default). Left
 # out: cert-manager and Spark on Kubernetes, whose first builds (7 and 4 minutes) do not fit
 # CI, and the multi-node tests, which need kind (make e2e-kind-nodes).
 E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s and not nodes
+# Two workers, a test file at a time, each with its own namespace and operator; the tests that
+# change the CRD take turns (e2e/operator/conftest.py). The suite mostly waits on Kubernetes:
+# one worker left most of 2 cores idle.
+E2E_OPERATOR_WORKERS ?= 2
 e2e-operator: $(STAMP)
 	bash $(E2E_CLUSTER)/images.sh release
-	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "$(E2E_OPERATOR_MARKS)"
+	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "$(E2E_OPERATOR_MARKS)" \
+	  -n $(E2E_OPERATOR_WORKERS) --dist loadfile
 
 # Only the day-two e2e tests (storage migration, chart upgrade, HA hand-over, drain, kubectl
 # rlog, the upgrade from the previous release): about 10 minutes on the local cluster.

@@ -8,11 +8,14 @@ Environment:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 from e2elib import Kubectl, wait_until
@@ -68,28 +71,65 @@ def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
         cluster.run("delete", "namespace", ns, "--wait=false", check=False, namespaced=False)
 
 
+# `make e2e-operator` runs two workers, a test file at a time (--dist loadfile: a module's
+# fixtures, a log that takes half a minute to settle, are built once). Each worker has its
+# own session namespace and operator (session fixtures are per worker); the chart names its
+# cluster-wide objects after the operator's namespace, so the installs do not meet. What
+# the workers share is the cluster's one ReplicatedLog CRD: `crd_held`. (Not --dist
+# loadgroup: with pytest 9.2, xdist 3.8's groups are silently ignored, it renames nodes
+# through an attribute pytest no longer reads.)
+CRD_LOCK = os.path.join(tempfile.gettempdir(), "rlog-e2e-crd.lock")
+
+
+@pytest.fixture
+def crd_held() -> Iterator[None]:
+    """The cluster's ReplicatedLog CRD, held for the test against the suite's other worker
+    (and any other run of the suite on this machine): a test that replaces it with a copy
+    without its rules, or applies the repository's again, must not meet another doing so."""
+    with open(CRD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# What each disruption cost the continuous writer, as the reports bring it to the process
+# that prints the summary (under xdist the writers ran in the workers)
+_DISRUPTIONS: list[dict] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":  # its properties hold everything the test recorded
+        _DISRUPTIONS.extend(v for k, v in report.user_properties if k == "disruption")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """What each disruption cost the continuous writer (the failed-call count per
     disruption), from every Writer of the run."""
-    from oplib import DISRUPTIONS
-
-    if not DISRUPTIONS:
+    if not _DISRUPTIONS:
         return
     terminalreporter.section("continuous writer per disruption")
     terminalreporter.write_line(
         f"{'test':<62} {'disruption':<40} {'acked':>6} {'failed':>6} {'s':>6}"
     )
-    for d in DISRUPTIONS:
+    for d in _DISRUPTIONS:
         terminalreporter.write_line(
-            f"{d.test[:62]:<62} {d.what[:40]:<40} {d.acknowledged:>6} {d.failed_calls:>6} "
-            f"{d.seconds:>6.0f}"
+            f"{d['test'][:62]:<62} {d['what'][:40]:<40} {d['acknowledged']:>6} "
+            f"{d['failed_calls']:>6} {d['seconds']:>6.0f}"
         )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     """A failed test prints the cluster's state as it was at the failure (before the
-    fixtures' teardown deletes it): the pods, logs and events that say why a wait ran out."""
+    fixtures' teardown deletes it): the pods, logs and events that say why a wait ran out.
+    After the teardown, the writers' disruptions of the test go into its report."""
+    if call.when == "teardown":
+        from oplib import DISRUPTIONS
+
+        item.user_properties.extend(("disruption", asdict(d)) for d in DISRUPTIONS)
+        DISRUPTIONS.clear()
     outcome = yield
     report = outcome.get_result()
     if report.when not in ("setup", "call") or not report.failed:

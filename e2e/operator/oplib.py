@@ -504,7 +504,8 @@ class Disruption:
     seconds: float
 
 
-# Every writer's outcome in this run, in order; conftest.py prints them as a table.
+# Every writer's outcome in this process, in order, until conftest.py moves them into the
+# report of the test that ran them (the run prints them as a table)
 DISRUPTIONS: list[Disruption] = []
 
 

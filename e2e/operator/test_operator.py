@@ -226,7 +226,9 @@ def _without_immutability_rule(crd: dict) -> dict:
     return crd
 
 
-def test_a_replicas_change_past_the_crd_is_refused_by_the_operator(k: Kubectl) -> None:
+def test_a_replicas_change_past_the_crd_is_refused_by_the_operator(
+    k: Kubectl, crd_held: None
+) -> None:
     """If a replicas change gets past the CRD (an API server without CEL), the operator
     refuses it: phase Failed with the reason, an Event, the StatefulSet untouched and the
     log still served; setting it back restores Ready."""
@@ -294,7 +296,9 @@ def _to_plaintext(k: Kubectl, *dry_run: str) -> str:
     return "" if p.returncode == 0 else p.stderr
 
 
-def test_a_tls_mode_change_past_the_crd_is_refused_by_the_operator(k: Kubectl) -> None:
+def test_a_tls_mode_change_past_the_crd_is_refused_by_the_operator(
+    k: Kubectl, crd_held: None
+) -> None:
     """`spec.tls.mode: disabled` patched into the running default log: the repository's CRD
     refuses it (e2e/operator/test_immutable.py tests its rules in full); on a CRD without the
     rule (an API server without CEL) the operator refuses it: phase Failed, a TLSModeChanged

@@ -40,7 +40,9 @@ def _operator_uids(op: Kubectl) -> set[str]:
     return {p["metadata"]["uid"] for p in pods["items"]}
 
 
-def test_chart_upgrade_restarts_no_replica(log: Log, operator: str, cluster: Kubectl) -> None:
+def test_chart_upgrade_restarts_no_replica(
+    log: Log, operator: str, cluster: Kubectl, crd_held: None
+) -> None:
     op = Kubectl(operator)
     replica_uids = log.pod_uids()
     sts = log.k.json("get", "statefulset", NAME)

@@ -177,7 +177,7 @@ def _versions(log: Log) -> dict[str, str]:
 
 
 def test_an_upgrade_from_the_previous_release_keeps_every_entry(
-    log: Log, operator: str, cluster: Kubectl
+    log: Log, operator: str, cluster: Kubectl, crd_held: None
 ) -> None:
     op = Kubectl(operator)
     release_replica = f"docker.io/rlog/rlog-replica:{RELEASE_TAG}"
