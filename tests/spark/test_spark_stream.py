@@ -75,6 +75,9 @@ def test_stream_available_now_with_restart(spark, cluster, tmp_path):
     assert parquet_positions(spark, out) == first + second
 
 
+# The job's JVM reached its second commit in seconds alone, not within 150 s in `make test`
+# (the e2e suites on the same 2 cores): slow is not wrong here, the bounds are for a hang.
+@pytest.mark.timeout(900)
 def test_stream_sigkill_mid_batch_then_restart_is_exactly_once(spark, cluster, tmp_path):
     start = observe(cluster.endpoints).learned + 1
     positions = append(cluster.endpoint, [b"k%d" % i for i in range(5000)])
@@ -96,7 +99,7 @@ def test_stream_sigkill_mid_batch_then_restart_is_exactly_once(spark, cluster, t
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     killed_in = None
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline and job.poll() is None:
             offsets = {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")}
