@@ -50,15 +50,17 @@ def _replay(endpoint: str, out: str, *extra: str, env: dict[str, str] | None = N
             [sys.executable, EXAMPLE, "--endpoints", endpoint, "--out", out, *extra],
             capture_output=True,
             text=True,
-            # Inside the test's own 300 s, so that a replay that hangs shows what it said (a
+            # Inside the test's own 1,200 s, so that a replay that hangs shows what it said (a
             # kind run's second stream replay hung past 300 s once; nothing was left to read).
-            timeout=180,
+            # 360 s: in a cold `make test` (two e2e workers, the unit suite's JVMs beside, the
+            # replicas' probes timing out) the first replay was still starting at 180 s.
+            timeout=360,
             env={**os.environ, **(env or {})},  # the log's TLS credentials (RLOG_*), if any
         )
     except subprocess.TimeoutExpired as exc:
         said = [_text(exc.stdout)[-2000:], _text(exc.stderr)[-6000:]]
         forwards = [f"port-forward pid {f.pid} exit code {f.poll()}" for f in _PORT_FORWARDS]
-        message = f"the replay did not end in 180 s ({forwards}):\n" + "\n".join(said)
+        message = f"the replay did not end in 360 s ({forwards}):\n" + "\n".join(said)
         raise AssertionError(message) from None
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return p.stdout
@@ -76,6 +78,7 @@ def _parquet(path: str) -> list[tuple[int, str]]:
     return sorted((int(p), bytes(v).decode()) for p, v in rows)
 
 
+@pytest.mark.timeout(1200)
 def test_replay_batch_and_stream_through_a_port_forward(log: Log, forwarded: str, tmp_path) -> None:
     first = [f"spark-{i}" for i in range(3000)]
     log.append(first)
