@@ -217,7 +217,7 @@ class Election:
         self.rng = rng or random.Random()
         self.leader_id: int | None = None  # this replica while it leads
         self.leader_address = ""
-        self.last_heard = now  # the leader's last heartbeat (or the timer's last reset)
+        self.last_heard = now  # the leader's last heartbeat (or when we began to listen for it)
         self.candidate_heard = NEVER  # the last promise we accepted from another candidate
         self.pre_voted = NEVER  # our last pre-vote: the timer counts afresh from it
         self.retry_at = NEVER  # no candidacy before (back-off after a demotion, step-down)
