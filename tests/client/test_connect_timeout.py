@@ -33,6 +33,7 @@ class Relay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.held: list[socket.socket] = []
+        self.accepted: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -42,6 +43,7 @@ class Relay:
             except OSError:
                 return
             self.held.append(conn)
+            self.accepted.append(conn)
             if self.delay is not None:
                 threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
 
@@ -81,16 +83,21 @@ def replica(tmp_path_factory) -> Iterator[DevCluster]:
 
 def test_a_replica_slow_to_answer_a_new_connection_is_still_reached(replica):
     late = CONNECT_TIMEOUT_MS / 1000 / 4  # far beyond the old 100 ms, well inside the limit
-    relay = Relay(replica.endpoint, delay=late)
-    try:
-        for _ in range(3):  # a fresh channel, so a fresh connection, each time
+    for _ in range(3):
+        # A fresh relay (a new address) each time: gRPC's process-wide subchannel pool can
+        # hand a new channel to the same address the previous client's still-open
+        # connection, which then never meets the relay's hold.
+        relay = Relay(replica.endpoint, delay=late)
+        try:
+            t0 = time.monotonic()
             with Client(relay.address, timeout=5.0) as client:
-                t0 = time.monotonic()
                 status = client.status()
-                assert status.learned >= 0
-                assert time.monotonic() - t0 >= late  # the relay did hold the connection
-    finally:
-        relay.close()
+            took = time.monotonic() - t0
+            assert status.learned >= 0
+            assert len(relay.accepted) == 1  # one connection, and it went through the hold
+            assert took >= late, took  # so no answer could come before the hold ended
+        finally:
+            relay.close()
 
 
 def test_an_address_that_swallows_packets_fails_over_before_the_call_times_out(replica):
