@@ -59,15 +59,21 @@ from rlog.tools.dev import DevCluster  # noqa: E402
 
 
 def mode_args(mode: str, count: int, seconds: float) -> list[str]:
+    """rlog bench's arguments for `mode`: one gRPC call per append (`--no-lane`, the lane
+    being every client's default) unless the mode says `_lane` or `stream`."""
+    if mode.endswith("_lane"):
+        return [*_mode_args(mode.removesuffix("_lane"), count, seconds), "--lane"]
+    if "stream" in mode:
+        return _mode_args(mode, count, seconds)
+    return [*_mode_args(mode, count, seconds), "--no-lane"]
+
+
+def _mode_args(mode: str, count: int, seconds: float) -> list[str]:
     serial = ["--mode", "serial", "--count", str(count), "--warmup", "20", "--size", "1024"]
     if mode == "serial":
         return serial
     if mode == "serial_stream":
         return [*serial, "--stream"]
-    if mode == "serial_lane":  # the client's append lane (a side with --x-lane N)
-        return [*serial, "--lane"]
-    if mode in ("unary64_lane", "batched_lane"):
-        return [*mode_args(mode.removesuffix("_lane"), count, seconds), "--lane"]
     concurrent = ["--mode", "concurrent", "--size", "1024", "--duration", str(seconds)]
     concurrent += ["--warmup", "20"]
     if mode == "unary64":
@@ -111,8 +117,8 @@ def run_side(
         for mode in modes:
             command = [sys.executable, "-m", "rlog.tools.cli", "bench", "-e", endpoint, "--json"]
             command += mode_args(mode, args.count, args.seconds)
-            if client_lane and "--lane" not in command:
-                command.append("--lane")
+            if client_lane and "--no-lane" in command:
+                command[command.index("--no-lane")] = "--lane"
             if args.tls:
                 pki = cluster.tls_dir
                 command += ["--ca", str(pki / "ca.pem"), "--cert", str(pki / "admin.pem")]

@@ -52,7 +52,8 @@ def main() -> int:
             before = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
             client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started_load = load()
-            result = run_batched(cluster.endpoints[leader], args, ["--lane"] if args.lane else [])
+            lane = ["--lane"] if args.lane else ["--no-lane"]
+            result = run_batched(cluster.endpoints[leader], args, lane)
             client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             after = {i: cpu_split(pid) for i, pid in pids.items() if pid is not None}
     finally:

@@ -62,7 +62,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     modes = args.modes.split(",")
-    client_lane = ["--lane"] if args.lane else []  # rlog bench's, beside each mode's arguments
+    # rlog bench's, beside each mode's arguments (the lane is every client's default)
+    client_lane = ["--lane"] if args.lane else ["--no-lane"]
     for mode in modes:
         if mode not in MODES:
             raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
@@ -84,7 +85,8 @@ def main() -> int:
             print(f"== {mode} (load {load:.1f})", file=sys.stderr, flush=True)
             bench = [sys.executable, "-m", "rlog.tools.cli", "bench", "--json", "--size", "1024"]
             bench += ["--endpoint", cluster.endpoints[leader], *MODES[mode], "--warmup", "20"]
-            bench += ["--duration", str(args.seconds + 2), *client_lane]
+            bench += ["--duration", str(args.seconds + 2)]
+            bench += [] if "--stream" in MODES[mode] else client_lane
             running = subprocess.Popen(bench, stdout=subprocess.PIPE, text=True)
             time.sleep(1)  # past the warm-up, into the steady state
             spies = []

@@ -1,6 +1,6 @@
 """How the client sends an append (`rlog.client.carrier`), on hand-built facts: its route
 (in a group, alone in a session sequence, or once without a session) and each try's carrier
-(the stream, the lane, or a unary call)."""
+(the stream, the lane, or a unary call); and whether a client appends on lanes at all."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rlog.client.carrier import (
     Route,
     choose_carrier,
     choose_route,
+    lane_wanted,
 )
 
 
@@ -86,3 +87,29 @@ def test_a_client_with_neither_sends_unary_calls():
     choice = choose_carrier(CarrierFacts(stream=False, lane=False, lane_open=False))
     assert choice.carrier is Carrier.UNARY
     assert "neither" in choice.why
+    assert "lane=False" in choice.why
+
+
+# ---- whether a client appends on lanes, once per client --------------------------------------
+
+
+def test_the_lane_is_on_by_default():
+    assert lane_wanted(None, stream=False, token=False)
+
+
+def test_by_default_a_stream_or_a_token_keeps_to_grpc():
+    assert not lane_wanted(None, stream=True, token=False)
+    assert not lane_wanted(None, stream=False, token=True)
+
+
+def test_lane_false_turns_it_off():
+    assert not lane_wanted(False, stream=False, token=False)
+    assert not lane_wanted(False, stream=True, token=True)
+
+
+def test_asking_for_the_lane_beside_a_stream_or_a_token_is_an_error():
+    with pytest.raises(ValueError, match="lane or stream"):
+        lane_wanted(True, stream=True, token=False)
+    with pytest.raises(ValueError, match="authenticates by client certificate"):
+        lane_wanted(True, stream=False, token=True)
+    assert lane_wanted(True, stream=False, token=False)

@@ -1,5 +1,5 @@
 """The client's append lane with real replica processes (docs/data-path.md, "The client's
-append lane"): a client with `lane=True` appends on the replica's lane once it is open
+append lane"): a client made with the defaults appends on the replica's lane once it is open
 (the replica's own counters say so) with the answers, conditions and errors of a gRPC
 `Append`; a follower takes lane appends and forwards them; a replica without a lane keeps
 the client on gRPC; a leader killed under lane writers loses and duplicates nothing
@@ -43,7 +43,7 @@ def append_requests(cluster: DevCluster, i: int, rpc: str) -> float:
 
 
 def lane_client(cluster: DevCluster, i: int | None = None) -> Client:
-    return cluster.client(i, lane=True)
+    return cluster.client(i)  # the lane is the default
 
 
 def wait_for_lane(client: Client) -> None:
@@ -95,9 +95,23 @@ def test_appends_travel_on_the_lane_with_their_answers(cluster):
     check(cluster, acknowledged)
 
 
+def test_a_client_made_with_lane_false_appends_on_grpc_only(cluster):
+    leader = cluster.wait_for_leader()
+    with cluster.client(leader, lane=False) as client:
+        lane_before = append_requests(cluster, leader, "lane")
+        unary_before = append_requests(cluster, leader, "unary")
+        for k in range(30):
+            client.append([f"grpc-only{k}".encode()])
+            time.sleep(0.01)  # time a lane would have had to open
+        assert client._async._lanes == {}
+    assert cluster.leader() == leader, "the leader changed: the counts below mean nothing"
+    assert append_requests(cluster, leader, "lane") == lane_before
+    assert append_requests(cluster, leader, "unary") - unary_before >= 30
+
+
 def test_conditions_and_errors_on_the_lane_are_those_of_grpc(cluster):
     leader = cluster.wait_for_leader()
-    with lane_client(cluster, leader) as lane, cluster.client(leader) as plain:
+    with lane_client(cluster, leader) as lane, cluster.client(leader, lane=False) as plain:
         wait_for_lane(lane)
         lane_before = append_requests(cluster, leader, "lane")
         (at,) = lane.append([b"conditional"])

@@ -102,6 +102,9 @@ def test_bad_numbers():
     )
     assert_one_line_error(rlog("truncate", "-e", "127.0.0.1:1"), 2, "--to")
     assert_one_line_error(rlog("bench", "-e", "127.0.0.1:1", "--size", "0"), 2, "--size")
+    assert_one_line_error(
+        rlog("bench", "-e", "127.0.0.1:1", "--stream", "--lane"), 2, "exclude each other"
+    )
     replica = ("replica", "--id", "0", "--peers", "127.0.0.1:1", "--data-dir", "/nonexistent")
     assert_one_line_error(rlog(*replica, "--catchup-rate", "-1"), 2, "--catchup-rate")
 
@@ -113,8 +116,11 @@ def test_append_needs_values():
     )
 
 
-def test_dev_even_replicas(tmp_path):
+def test_dev_refuses_even_replicas_and_lanes_on_replica_ports(tmp_path):
     assert_one_line_error(rlog("dev", "--replicas", "2", "--dir", str(tmp_path)), 2, "not 2")
+    assert_one_line_error(
+        rlog("dev", "--write-lane-offset", "2", "--dir", str(tmp_path)), 2, "replica 2's port"
+    )
 
 
 def test_help_is_fine():

@@ -248,6 +248,11 @@ def test_bench_json(cluster):
     out = ok(rlog("bench", "-e", cluster.endpoint, "--count", "20", "--json"))
     result = json.loads(out)
     assert result["mode"] == "serial" and result["entries"] == 20
+    assert result["lane"] is True  # the default client's
+    result = json.loads(
+        ok(rlog("bench", "-e", cluster.endpoint, "--count", "5", "--json", "--no-lane"))
+    )
+    assert result["entries"] == 5 and result["lane"] is False
     for key in ("appends_per_s", "entries_per_s", "mb_per_s", "latency_ms"):
         assert key in result
     out = ok(
@@ -291,6 +296,8 @@ def test_rlog_dev_stops_its_replicas(tmp_path):
         assert any(line.startswith("leader: replica") for line in lines), lines
         addresses = json.loads((tmp_path / "cluster.json").read_text())["addresses"]
         ok(rlog("append", "-e", addresses[0], "hi"))
+        with Client(addresses[0]) as client:  # lanes by default, clear of the replicas' ports
+            assert client.status().lane_offset == 100
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         # No replica is left: every address refuses connections.
@@ -364,4 +371,4 @@ def test_bench_stream(cluster):
         )
     )
     result = json.loads(out)
-    assert result["entries"] == 40 and result["stream"] is True
+    assert result["entries"] == 40 and result["stream"] is True and result["lane"] is False

@@ -25,6 +25,7 @@ from rlog.client.carrier import (
     Route,
     choose_carrier,
     choose_route,
+    lane_wanted,
 )
 from rlog.client.endpoints import Endpoints
 from rlog.client.errors import (
@@ -77,10 +78,12 @@ class AsyncClient:
     UNAVAILABLE one (a replica that stopped, or a partition, keeps its connection open);
     only the start is bounded, a tail may then be idle for as long as the log is (None: no
     bound).
-    `lane=True`: appends that would be unary calls travel on the replica's append lane once
-    it is open (docs/data-path.md, "The client's append lane": the same requests, answers,
+    `lane`: appends that would be unary calls travel on the replica's append lane once it
+    is open (docs/data-path.md, "The client's append lane": the same requests, answers,
     sessions and errors without gRPC's cost per call; on gRPC until then, and whenever the
-    replica serves no lane).
+    replica serves no lane). None (the default): on wherever it can be, that is, unless the
+    client appends on a stream or authenticates by bearer token; True: the same, and a
+    stream or a token is an error; False: every append is a gRPC call.
     """
 
     def __init__(
@@ -95,20 +98,15 @@ class AsyncClient:
         exactly_once: bool = True,
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
-        lane: bool = False,
+        lane: bool | None = None,
         start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         addresses = parse_endpoints(endpoints)
         self.credentials = credentials
         self.stream = stream
-        if lane and stream:
-            raise ValueError("an append lane replaces the unary calls: give lane or stream")
-        if lane and credentials is not None and credentials.token is not None:
-            raise ValueError(
-                "the append lane authenticates by client certificate: a client with a "
-                "bearer token appends on gRPC (lane=False)"
-            )
-        self.lane = lane
+        self.lane = lane_wanted(
+            lane, stream, credentials is not None and credentials.token is not None
+        )
         self._lanes: dict[int, AppendLane] = {}
         self.exactly_once = exactly_once
         # Appends re-sent because their outcome was unknown (exactly-once mode).

@@ -53,7 +53,7 @@ class Client:
         exactly_once: bool = True,
         credentials: Credentials | None = None,
         connect_wait: float = DEFAULT_CONNECT_WAIT,
-        lane: bool = False,
+        lane: bool | None = None,
         start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         self._async = AsyncClient(

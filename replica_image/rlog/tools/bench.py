@@ -62,8 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lane",
-        action="store_true",
-        help="append on the leader's append lane once it is open (instead of a gRPC call each)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append on the leader's append lane once it is open, as every client does by "
+        "default (--no-lane: a gRPC call each); the summary's `lane` says which it was",
     )
     parser.add_argument(
         "--no-exactly-once",
@@ -145,7 +147,7 @@ async def _serial(
         elapsed = time.perf_counter() - started
     finally:
         bar.close()
-    return summarize("serial", latencies, len(latencies), args.size, elapsed, _extra(args))
+    return summarize("serial", latencies, len(latencies), args.size, elapsed, _extra(args, client))
 
 
 async def _concurrent(
@@ -201,7 +203,7 @@ async def _concurrent(
             "concurrency": args.concurrency,
             "batch": args.batch,
             "stream": args.stream,
-            **_extra(args),
+            **_extra(args, client),
         },
     )
 
@@ -222,8 +224,8 @@ async def _operation(
     return read
 
 
-def _extra(args: argparse.Namespace) -> dict[str, Any]:
-    extra: dict[str, Any] = {"lane": True} if args.lane else {}
+def _extra(args: argparse.Namespace, client: AsyncClient) -> dict[str, Any]:
+    extra: dict[str, Any] = {"lane": client.lane}
     return {**extra, "read": args.read, "stale": args.stale} if args.read else extra
 
 
@@ -274,6 +276,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--read must be at least 1")
     if args.stale and not args.read:
         raise ConfigError("--stale needs --read N")
+    if args.stream and args.lane:
+        raise ConfigError(
+            "--lane and --stream exclude each other: the stream already "
+            "multiplexes the appends on one call"
+        )
     if args.trace:
         with open(args.trace, "w") as trace:
             result = event_loop.run(_run(args, trace))

@@ -16,6 +16,10 @@ from rlog.client.errors import RlogError
 from rlog.config import ConfigError
 from rlog.tools.dev import DevCluster
 
+# Lanes by default (the operator gives every replica one): the clients' appends skip gRPC's
+# cost per call. 100 keeps a lane clear of the replicas' own ports P+i on one host.
+DEV_LANE_OFFSET = 100
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=3, help="1, 3, 5 or 7 (default 3)")
@@ -51,16 +55,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--write-lane-offset",
         type=int,
-        default=0,
+        default=DEV_LANE_OFFSET,
         metavar="N",
-        help="give every replica a write lane at its port + N (rlog replica "
-        "--write-lane-offset; default 0: off)",
+        help="give every replica a lane at its port + N for the leader's writes and the "
+        f"clients' appends (rlog replica --write-lane-offset; default {DEV_LANE_OFFSET}, "
+        "clear of the replicas' own ports P+i; 0: off)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.base_port is not None and not 0 < args.base_port < 65536 - args.replicas:
         raise ConfigError(f"--base-port {args.base_port} is out of range")
+    if args.write_lane_offset < 0:
+        raise ConfigError(f"--write-lane-offset {args.write_lane_offset} is negative")
+    if 0 < args.write_lane_offset < args.replicas and not args.distinct_hosts:
+        raise ConfigError(
+            f"--write-lane-offset {args.write_lane_offset} puts replica 0's lane on replica "
+            f"{args.write_lane_offset}'s port: give 0, at least {args.replicas}, or "
+            "--distinct-hosts"
+        )
     cluster = DevCluster(
         args.replicas,
         args.dir,
