@@ -16,11 +16,11 @@ unexport PYTHONDONTWRITEBYTECODE
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto design-map lint typecheck unit test demo demo-local bench bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
+.PHONY: help venv proto design-map lint typecheck unit test demo demo-local bench bench-slow-disk bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | bench | clean | dashboard-png"
-	@echo "make bench [BENCH_QUICK=1 ...] | bench-profile | bench-soak [SOAK_MINUTES=10]"
+	@echo "make bench [BENCH_QUICK=1 ...] | bench-slow-disk [SLOW_DISK_LATENCY=2ms] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind | e2e-kind-nodes"
 
@@ -143,6 +143,11 @@ demo-local: $(STAMP)
 # summary next to it, and the plots redrawn into bench/plots/.
 bench: $(STAMP)
 	BENCH_PYTHON=$(PY) bench/run.sh
+
+# The same kit with the data of etcd and rlog on a volume whose syncs are slowed
+# (bench/slowfs, SLOW_DISK_LATENCY=2ms by default): the ratios on a slow disk.
+bench-slow-disk: $(STAMP)
+	BENCH_PYTHON=$(PY) bench/slow_disk.sh
 
 # py-spy flame graphs (SVG) of the leader and a follower during the serial, concurrent, stream
 # and batched modes, and their top functions as text -> bench/results/profile-<date>/.

@@ -18,6 +18,7 @@
 #   BENCH_PLOTS=0          do not redraw bench/plots/
 #   BENCH_DIR              work dirs (default ~/.cache/rlog-bench; never tmpfs: fsync is free)
 #   BENCH_PYTHON           the interpreter (`make bench` passes the venv's)
+#   BENCH_VOLUME           what BENCH_DIR is on, for the summary (bench/slow_disk.sh sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,7 @@ args=(--out "$out" --work "$work/kit" --python "$py")
 [ "${BENCH_SPARK:-}" = 0 ] && args+=(--no-spark)
 [ -n "${BENCH_SPARK_ROWS:-}" ] && args+=(--spark-rows "$BENCH_SPARK_ROWS")
 [ -n "${BENCH_SPARK_SINK_ROWS:-}" ] && args+=(--spark-sink-rows "$BENCH_SPARK_SINK_ROWS")
+[ -n "${BENCH_VOLUME:-}" ] && args+=(--volume "$BENCH_VOLUME")
 
 "$py" bench/kit.py "${args[@]}"
 if [ "${BENCH_STORAGE:-0}" = 1 ]; then
