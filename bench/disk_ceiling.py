@@ -1,8 +1,9 @@
 """What the disk alone allows the batched benchmarks: `--writers` processes (one per replica)
 each append `--size`-byte writes to a file of its own, each write followed by fdatasync
-(a group commit of one batch), for `--seconds`; prints every writer's MB/s and syncs/s and
-their sum. No rlog code runs: the sum is the ceiling for what 3 replicas on one disk can
-make durable together, i.e. 3 x the acknowledged MB/s of a 3-replica log on this machine.
+(a group commit of one batch), for `--seconds`; prints every writer's MB/s, syncs/s and
+fdatasync latency quantiles, and their sum. No rlog code runs: the sum is the ceiling for
+what 3 replicas on one disk can make durable together, i.e. 3 x the acknowledged MB/s of a
+3-replica log on this machine.
 
     .venv/bin/python bench/disk_ceiling.py [--writers 3] [--size 262144] [--seconds 10]
                                            [--piece BYTES] [--rewrite BYTES] [--dir DIR]
@@ -68,13 +69,16 @@ def _writer(
             wrap = max(rewrite, 2 * size)
         ready.wait()
         offset, syncs, written, dropped = 0, 0, 0, 0
+        sync_s: list[float] = []
         began = time.monotonic()
         system_before = os.times().system
         view = memoryview(block)
         while time.monotonic() - began < seconds:
             for start in range(0, size, piece):
                 os.pwrite(fd, view[start : start + piece], offset + start)
+            synced_at = time.monotonic()
             os.fdatasync(fd)
+            sync_s.append(time.monotonic() - synced_at)
             if drop_behind and offset + size - drop_behind - dropped >= DROP_STEP:
                 # as the segment engine does (rlog/storage/page_cache.py)
                 os.posix_fadvise(fd, dropped, offset + size - drop_behind - dropped, DONTNEED)
@@ -89,10 +93,17 @@ def _writer(
                 "syncs_per_s": syncs / elapsed,
                 "mb_per_s": written / elapsed / 1e6,
                 "system_ms_per_mb": (os.times().system - system_before) * 1e3 / (written / 1e6),
+                "sync_ms": {q: round(quantile(sync_s, q) * 1e3, 3) for q in ("p50", "p90", "p99")},
             }
         )
     finally:
         os.close(fd)
+
+
+def quantile(values: list[float], q: str) -> float:
+    """The nearest-rank quantile "p50", "p90", "p99" of `values`."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(float(q[1:]) / 100 * len(ordered)))]
 
 
 def main() -> None:
@@ -170,6 +181,7 @@ def main() -> None:
         "each_mb_per_s": [round(r["mb_per_s"], 1) for r in results],
         "each_syncs_per_s": [round(r["syncs_per_s"], 1) for r in results],
         "each_system_ms_per_mb": [round(r["system_ms_per_mb"], 2) for r in results],
+        "each_sync_ms": [r["sync_ms"] for r in results],
         "total_mb_per_s": round(total, 1),
         "per_writer_share_mb_per_s": round(total / args.writers, 1),
         "load_before": load_before,

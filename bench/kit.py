@@ -202,9 +202,19 @@ def rlog_cluster(args: argparse.Namespace, replicas: int, lane: int = LANE) -> I
     shutil.rmtree(root, ignore_errors=True)
 
 
+def disk_ceiling(args: argparse.Namespace, *options: str | int) -> dict[str, Any]:
+    """One bench/disk_ceiling.py run of 2 s on the kit's volume: its JSON summary."""
+    command = [args.python, str(BENCH / "disk_ceiling.py"), "--seconds", "2", "--dir", args.work]
+    command += [str(option) for option in options]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def host_probe(run: Run, args: argparse.Namespace) -> None:
-    """Step 0: the "machine" record (about 10 s)."""
-    note("the host: page faults, synced writes on new and rewritten file space")
+    """Step 0: the "machine" record, with the ceilings the figures are stated against (about
+    20 s): what one sync takes, what one and three writers make durable, how many group
+    commits a bare file takes."""
+    note("the host: page faults, synced writes on new and rewritten file space, ceilings")
     record: dict[str, Any] = {"kind": "machine", "page_fault_us": round(page_fault_us(), 2)}
     # "new_pieces": the same 2 MiB writes issued as 1 MiB calls, as the segment engine does
     # (a single large call is several times slower on this VM's kernel).
@@ -213,15 +223,24 @@ def host_probe(run: Run, args: argparse.Namespace) -> None:
         ("new_pieces", 0, 1 << 20),
         ("rewritten", 256 << 20, 0),
     ):
-        command = [args.python, str(BENCH / "disk_ceiling.py"), "--writers", "3"]
-        command += ["--size", str(2 << 20), "--seconds", "2", "--rewrite", str(rewrite)]
-        command += ["--piece", str(piece)]
-        command += ["--dir", args.work]
-        out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300)
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = disk_ceiling(
+            args, "--writers", 3, "--size", 2 << 20, "--rewrite", rewrite, "--piece", piece
+        )
         record[f"synced_mb_per_s_{name}"] = result["per_writer_share_mb_per_s"]
+    # The least a durable append can take: one 4 KiB append to a growing file and its
+    # fdatasync, one at a time.
+    sync = disk_ceiling(args, "--writers", 1, "--size", 4096)["each_sync_ms"][0]
+    record |= {f"sync_ms_{q}": sync[q] for q in ("p50", "p90", "p99")}
+    # What one writer makes durable (a catch-up's copy writes alone).
+    one = disk_ceiling(args, "--writers", 1, "--size", 2 << 20, "--piece", 1 << 20)
+    record["synced_mb_per_s_one"] = one["per_writer_share_mb_per_s"]
+    # Three replicas' group commits of 64 x 1 KiB on one disk, as many as the disk takes.
+    groups = disk_ceiling(args, "--writers", 3, "--size", 64 << 10)["each_syncs_per_s"]
+    record["group_commits_per_s"] = round(sum(groups) / len(groups), 1)
     record["command"] = (
-        "python bench/disk_ceiling.py --writers 3 --size 2097152 [--piece 1048576] [--rewrite N]"
+        "python bench/disk_ceiling.py --writers 3 --size 2097152 [--piece 1048576] [--rewrite N];"
+        " --writers 1 --size 4096; --writers 1 --size 2097152 --piece 1048576;"
+        " --writers 3 --size 65536"
     )
     run.add(record)
 
@@ -279,8 +298,9 @@ def batched_on_fresh_logs(run: Run, args: argparse.Namespace) -> None:
             rlog_bench(run, args, endpoint, replicas, series, 8, 64, size)
 
 
-# The series whose appends go on the client's append lane, as a client that wants the
-# figure would send them; "*_unary" and "*_grpc" keep one gRPC call each beside them.
+# The series whose appends go on the client's append lane, every client's default; the
+# others ("*_unary", "*_grpc", the writer sweeps' unary writers) keep one gRPC call each
+# beside them (`rlog bench --no-lane`), and the stream's clients are on their stream.
 CLIENT_LANE_SERIES = frozenset({"serial", "batched", "batched_fresh"})
 
 
@@ -303,8 +323,8 @@ def rlog_bench(
         bench += ["--duration", str(args.seconds), "--warmup", "20"]
         if series.startswith("stream"):
             bench.append("--stream")
-    if series in CLIENT_LANE_SERIES:
-        bench.append("--lane")  # the client's append lane (docs/data-path.md)
+    if series not in CLIENT_LANE_SERIES and not series.startswith("stream"):
+        bench.append("--no-lane")  # the lane is the default (docs/data-path.md)
     where = f"a {replicas}-replica rlog dev --write-lane-offset {LANE} log"
     if series.startswith("batched_fresh"):
         where = f"a fresh {replicas}-replica rlog dev --write-lane-offset {LANE} log"
@@ -315,6 +335,8 @@ def rlog_bench(
     cmd = [args.python, "-m", "rlog.tools.cli", *bench, "--trace", str(trace)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
+    if r["lane"] != (series in CLIENT_LANE_SERIES):
+        raise RuntimeError(f"rlog bench {series}: lane {r['lane']}, not as the series says")
     point = run.add(
         {
             "kind": "point",
@@ -411,6 +433,30 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     def command(p: dict[str, Any] | None) -> str | None:
         return None if p is None else p["command"]
 
+    # The host's ceilings (step 0), in the figures' units, and what each is.
+    machine = next((r for r in run.records if r["kind"] == "machine"), {})
+    ceilings: dict[str, tuple[float, str]] = {}
+    if "sync_ms_p50" in machine:
+        sync = (
+            machine["sync_ms_p50"],
+            "one 4 KiB append's fdatasync p50 on the same volume (the least a durable append "
+            "can take)",
+        )
+        three = machine["synced_mb_per_s_new_pieces"]
+        per_three = "each of three writers' synced 2 MiB writes in 1 MiB calls to new file space"
+        ceilings |= {
+            "serial_p50": sync,
+            "serial_p50_unary": sync,
+            "serial_p50_grpc": sync,
+            "batched_1k": (
+                three * 1e6 / 1024,
+                f"{per_three} ({three:,.0f} MB/s), in 1 KiB entries",
+            ),
+            "batched_4k_mb": (three, per_three),
+            "catchup_mb": (machine["synced_mb_per_s_one"], "one writer's synced 2 MiB writes"),
+            "catchup_copy_mb": (machine["synced_mb_per_s_one"], "one writer's synced 2 MiB writes"),
+        }
+
     def add(name: str, what: str, unit: str, ours: Any, theirs: Any, key: str, **kw: Any) -> None:
         base_name = kw.pop("baseline_name", "etcd 3.4" if theirs is not None else None)
         run.add(
@@ -425,6 +471,7 @@ def figures(run: Run, args: argparse.Namespace) -> None:
                 command(ours),
                 command(theirs),
                 targets,
+                *ceilings.get(name, (None, None)),
             )
         )
 
@@ -563,6 +610,8 @@ def figures(run: Run, args: argparse.Namespace) -> None:
                 "higher",
                 catchup["command"],
                 targets=targets,
+                ceiling=ceilings.get("catchup_mb", (None,))[0],
+                ceiling_name=ceilings.get("catchup_mb", (None, None))[1],
             )
         )
         if catchup.get("copy_mb_per_s"):
@@ -579,6 +628,8 @@ def figures(run: Run, args: argparse.Namespace) -> None:
                     "higher",
                     catchup["command"],
                     targets=targets,
+                    ceiling=ceilings.get("catchup_copy_mb", (None,))[0],
+                    ceiling_name=ceilings.get("catchup_copy_mb", (None, None))[1],
                 )
             )
     rejoin = next((r for r in run.records if r["kind"] == "rejoin"), None)
@@ -662,6 +713,11 @@ def main() -> int:
     parser.add_argument("--out", help="results file (default bench/results/bench-<date>.jsonl)")
     parser.add_argument("--work", default=str(Path.home() / ".cache/rlog-bench/kit"))
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument(
+        "--volume",
+        default="the host's disk",
+        help="what --work is on, for the summary (bench/slow_disk.sh: a slowed volume)",
+    )
     args = parser.parse_args()
     args.seconds = args.seconds or (3.0 if args.quick else 8.0)
     args.serial = args.serial or (300 if args.quick else 1000)
@@ -698,6 +754,7 @@ def main() -> int:
         "sizes": args.sizes,
         "catchup_mb": args.catchup_mb,
         "spark": with_spark,
+        "volume": args.volume,
         "command": shlex.join(["python", "bench/kit.py", *sys.argv[1:]]),
     }
     run.add(meta)

@@ -6,8 +6,9 @@ A results file is JSON lines, one record each, told apart by "kind":
 - "point": one measurement (system, series, replicas, writers, batch, size, rates, latency);
 - "cdf": latency quantiles of one measurement, for the CDF plots;
 - "figure": one figure of the kit (docs/performance.md): rlog's value, the baseline's (etcd, or
-  Spark's JVM path, or rlog with 3 replicas) where one exists, ratio = rlog / baseline, target,
-  and the exact commands that produced both.
+  Spark's JVM path, or rlog with 3 replicas) where one exists, ratio = rlog / baseline, the
+  host's ceiling for it where the disk sets one (the same run's "machine" record) and rlog's
+  share of it, target, and the exact commands that produced both.
 """
 
 from __future__ import annotations
@@ -69,16 +70,34 @@ def ratio(value: float | None, baseline: float | None) -> float | None:
     return value / baseline
 
 
-_TARGET_KEYS = ("ratio_at_least", "ratio_at_most", "value_at_least", "value_at_most")
+_TARGET_KEYS = (
+    "ratio_at_least",
+    "ratio_at_most",
+    "value_at_least",
+    "value_at_most",
+    "share_at_least",
+)
+
+
+def share(value: float | None, ceiling: float | None, better: str) -> float | None:
+    """How much of the host's ceiling a figure reaches, 1.0 being all of it: value / ceiling
+    for a rate, ceiling / value for a latency (a ceiling there is the least time possible)."""
+    if value is None or ceiling is None or value == 0 or ceiling == 0:
+        return None
+    return value / ceiling if better == "higher" else ceiling / value
 
 
 def target_met(
-    target: dict[str, Any] | None, figure_ratio: float | None, value: float | None = None
+    target: dict[str, Any] | None,
+    figure_ratio: float | None,
+    value: float | None = None,
+    ceiling_share: float | None = None,
 ) -> bool | None:
     """Whether a figure meets its target: every bound it names must hold, on the ratio
-    (`ratio_at_least`, `ratio_at_most`) and on rlog's own value (`value_at_least`,
-    `value_at_most`, in the figure's unit). None when there is no target, or when a bound's
-    number was not measured."""
+    (`ratio_at_least`, `ratio_at_most`), on rlog's own value (`value_at_least`,
+    `value_at_most`, in the figure's unit) and on its share of the host's ceiling
+    (`share_at_least`). None when there is no target, or when a bound's number was not
+    measured."""
     if not target:
         return None
     unknown = [k for k in target if k not in _TARGET_KEYS]
@@ -89,6 +108,7 @@ def target_met(
         "ratio_at_most": (figure_ratio, lambda x, t: x <= t),
         "value_at_least": (value, lambda x, t: x >= t),
         "value_at_most": (value, lambda x, t: x <= t),
+        "share_at_least": (ceiling_share, lambda x, t: x >= t),
     }
     met = True
     for key, bound in target.items():
@@ -107,6 +127,7 @@ def describe_target(target: dict[str, Any] | None) -> str:
         "ratio_at_most": "ratio <= {}",
         "value_at_least": ">= {}",
         "value_at_most": "<= {}",
+        "share_at_least": "share >= {}",
     }
     parts = []
     for key, bound in target.items():
@@ -127,13 +148,17 @@ def figure(
     command: str | None,
     baseline_command: str | None = None,
     targets: dict[str, Any] | None = None,
+    ceiling: float | None = None,
+    ceiling_name: str | None = None,
 ) -> dict[str, Any]:
-    """One figure record; its ratio is rlog / baseline (for latencies lower is better)."""
+    """One figure record; its ratio is rlog / baseline (for latencies lower is better), its
+    share what it reaches of `ceiling` (the host's limit for it, in the figure's unit)."""
     if name not in FIGURE_NAMES:
         raise ValueError(f"unknown figure {name!r}: add it to FIGURE_NAMES and targets.json")
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be higher or lower, not {better!r}")
     figure_ratio = ratio(rlog, baseline)
+    figure_share = share(rlog, ceiling, better)
     target = (targets or {}).get(name)
     return {
         "kind": "figure",
@@ -145,8 +170,11 @@ def figure(
         "baseline_name": baseline_name,
         "ratio": None if figure_ratio is None else round(figure_ratio, 3),
         "better": better,
+        "ceiling": ceiling,
+        "ceiling_name": ceiling_name,
+        "share": None if figure_share is None else round(figure_share, 3),
         "target": target,
-        "met": target_met(target, figure_ratio, rlog),
+        "met": target_met(target, figure_ratio, rlog, figure_share),
         "command": command,
         "baseline_command": baseline_command,
     }
@@ -202,6 +230,9 @@ def summary_markdown(records: Sequence[dict[str, Any]]) -> str:
             + (f"; wall time {meta['wall_seconds']:.0f} s" if "wall_seconds" in meta else "")
         )
         lines.append("")
+        if "volume" in meta:
+            lines.append(f"data of both systems on: {meta['volume']}")
+            lines.append("")
     machine = next((r for r in records if r["kind"] == "machine"), None)
     if machine:
         lines.append(
@@ -215,19 +246,40 @@ def summary_markdown(records: Sequence[dict[str, Any]]) -> str:
             )
             + f", {machine['synced_mb_per_s_rewritten']:,.0f} on rewritten"
         )
+        if "sync_ms_p50" in machine:
+            lines.append("")
+            lines.append(
+                f"host ceilings: a 4 KiB append's fdatasync p50 {machine['sync_ms_p50']:.2f} ms "
+                f"(p90 {machine['sync_ms_p90']:.2f}, p99 {machine['sync_ms_p99']:.2f}); one "
+                f"writer's synced 2 MiB writes {machine['synced_mb_per_s_one']:,.0f} MB/s; three "
+                f"writers' synced 64 KiB group commits {machine['group_commits_per_s']:,.0f}/s each"
+            )
         lines.append("")
-    lines.append("| figure | unit | rlog | baseline | value | ratio | target | met |")
-    lines.append("| --- | --- | ---: | --- | ---: | ---: | --- | --- |")
+    lines.append(
+        "| figure | unit | rlog | baseline | value | ratio | host ceiling | share | target | met |"
+    )
+    lines.append("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |")
     for f in figures:
         met = {True: "yes", False: "no", None: "-"}[f["met"]]
         ratio_text = "-" if f["ratio"] is None else f"{f['ratio']:.2f}"
+        share_text = "-" if f.get("share") is None else f"{f['share']:.0%}"
         lines.append(
             f"| {f['what']} | {f['unit']} | {_number(f['rlog'], f['unit'])} | "
             f"{f['baseline_name'] or '-'} | {_number(f['baseline'], f['unit'])} | {ratio_text} | "
+            f"{_number(f.get('ceiling'), f['unit'])} | {share_text} | "
             f"{describe_target(f['target'])} | {met} |"
         )
     lines.append("")
-    lines.append("Ratio = rlog / baseline (lower is better for latencies). Commands:")
+    lines.append(
+        "Ratio = rlog / baseline (lower is better for latencies). Share = rlog's value over the "
+        "host ceiling for it (a rate), or the ceiling over rlog's value (a latency). Ceilings:"
+    )
+    lines.append("")
+    for f in figures:
+        if f.get("ceiling_name"):
+            lines.append(f"- {f['what']}: {f['ceiling_name']}")
+    lines.append("")
+    lines.append("Commands:")
     lines.append("")
     for f in figures:
         lines.append(f"- {f['what']}: `{f['command']}`")

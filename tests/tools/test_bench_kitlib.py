@@ -115,8 +115,14 @@ def test_summary_has_ratio_and_target_columns() -> None:
          "p99_ms": 90.0, "load1": 1.5},
     ]  # fmt: skip
     text = kitlib.summary_markdown(records)
-    assert "| figure | unit | rlog | baseline | value | ratio | target | met |" in text
-    assert "| 64 writers | entries/s | 900 | etcd 3.4 | 3,600 | 0.25 | ratio >= 1 | no |" in text
+    header = (
+        "| figure | unit | rlog | baseline | value | ratio | host ceiling | share | target | met |"
+    )
+    assert header in text
+    assert (
+        "| 64 writers | entries/s | 900 | etcd 3.4 | 3,600 | 0.25 | - | - | ratio >= 1 | no |"
+        in text
+    )
     assert "`rlog x`" in text and "`etcd y`" in text
     assert "load average at the start 1.0/2.0/3.0, at the end 4.0/5.0/6.0" in text
     assert "| rlog | unary | 3 | 64 | 1 | 1024 | 900 | 0.90 | 60.00 | 90.00 | 1.5 |" in text
@@ -152,3 +158,41 @@ def test_self_time_from_py_spy_raw_stacks() -> None:
 def test_recursive_frames_count_once_inclusive() -> None:
     own, inclusive, total = kitlib.self_time(["f (a.py:1);f (a.py:1);g (a.py:2) 4"])
     assert inclusive["f (a.py:1)"] == 4 and own == {"g (a.py:2)": 4} and total == 4
+
+
+def test_a_share_of_the_ceiling_reads_the_same_way_for_rates_and_latencies() -> None:
+    assert kitlib.share(70.0, 100.0, "higher") == 0.7  # 70 of 100 MB/s
+    assert kitlib.share(2.0, 0.5, "lower") == 0.25  # 2 ms where one sync takes 0.5
+    assert kitlib.share(None, 1.0, "higher") is None
+    assert kitlib.share(1.0, None, "lower") is None
+    targets = {"batched_4k_mb": {"share_at_least": 0.8}}
+    under = kitlib.figure(
+        "batched_4k_mb", "w", "MB/s", 70, 20, "etcd", "higher", "a", "b", targets, 100, "disk"
+    )
+    assert under["share"] == 0.7 and under["met"] is False and under["ceiling_name"] == "disk"
+    over = kitlib.figure(
+        "batched_4k_mb", "w", "MB/s", 85, 20, "etcd", "higher", "a", "b", targets, 100, "disk"
+    )
+    assert over["met"] is True
+    unmeasured = kitlib.figure(
+        "batched_4k_mb", "w", "MB/s", 85, 20, "etcd", "higher", "a", "b", targets
+    )
+    assert unmeasured["share"] is None and unmeasured["met"] is None
+    assert kitlib.describe_target(targets["batched_4k_mb"]) == "share >= 0.8"
+
+
+def test_summary_states_the_ceiling_and_the_share() -> None:
+    records = [
+        {"kind": "meta", "run": "r", "host": "h", "cpus": 2, "commit": "c", "mode": "quick",
+         "load_start": [1.0, 2.0, 3.0], "volume": "slowfs: every file sync +2ms"},
+        {"kind": "machine", "page_fault_us": 2.0, "synced_mb_per_s_new": 200.0,
+         "synced_mb_per_s_rewritten": 900.0, "sync_ms_p50": 0.5, "sync_ms_p90": 0.7,
+         "sync_ms_p99": 3.0, "synced_mb_per_s_one": 400.0, "group_commits_per_s": 1500.0},
+        kitlib.figure("serial_p50", "serial p50", "ms", 2.0, 1.0, "etcd 3.4", "lower", "x", "y",
+                      {}, 0.5, "one sync"),
+    ]  # fmt: skip
+    text = kitlib.summary_markdown(records)
+    assert "| serial p50 | ms | 2.00 | etcd 3.4 | 1.00 | 2.00 | 0.50 | 25% | - | - |" in text
+    assert "- serial p50: one sync" in text
+    assert "data of both systems on: slowfs: every file sync +2ms" in text
+    assert "fdatasync p50 0.50 ms (p90 0.70, p99 3.00)" in text
