@@ -145,7 +145,7 @@ bench: $(STAMP)
 	BENCH_PYTHON=$(PY) bench/run.sh
 
 # The same kit with the data of etcd and rlog on a volume whose syncs are slowed
-# (bench/slowfs, SLOW_DISK_LATENCY=2ms by default): the ratios on a slow disk.
+# (bench/slowfs: SLOW_DISK_LATENCY=2ms, SLOW_DISK_QUEUE=1 by default): the ratios on a slow disk.
 bench-slow-disk: $(STAMP)
 	BENCH_PYTHON=$(PY) bench/slow_disk.sh
 

@@ -4,11 +4,12 @@
 // learn their ratios on a slow disk as well as on whatever disk the host has
 // (docs/performance.md, "A slow disk on purpose").
 //
-//	slowfs [-sync-latency 2ms] BACKING MOUNTPOINT
+//	slowfs [-sync-latency 2ms] [-queue 1] BACKING MOUNTPOINT
 //
-// The model is one device with one queue: an fsync or fdatasync of a file holds the device
-// for -sync-latency and then syncs the backing file; syncs from several processes wait
-// their turn, as on a disk that flushes one request at a time. Reads and writes are not
+// The model is one device that flushes -queue requests at a time (0: any number): an
+// fsync or fdatasync of a file takes a slot, holds it for -sync-latency and then syncs the
+// backing file; syncs beyond -queue wait for a slot, as on a disk that flushes one request
+// at a time (-queue 1, the default) or a network block device that takes several at once. Reads and writes are not
 // slowed: on a kernel with FUSE passthrough (6.9+) they go straight to the backing file
 // without reaching this process, which is also why slowfs cannot model a write rate (it
 // never sees the bytes). Syncs of directories pass through undelayed.
@@ -24,7 +25,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -35,14 +35,17 @@ import (
 
 // device is the slow disk every file of the mount shares.
 type device struct {
-	mu      sync.Mutex // one sync at a time
+	slots   chan struct{} // one per sync the device takes at once; nil: no limit
 	latency time.Duration
 }
 
-// sync holds the device for -sync-latency, then for `real` (the backing file's own sync).
+// sync holds a slot of the device for -sync-latency, then for `real` (the backing file's
+// own sync).
 func (d *device) sync(real func() syscall.Errno) syscall.Errno {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	if d.slots != nil {
+		d.slots <- struct{}{}
+		defer func() { <-d.slots }()
+	}
 	time.Sleep(d.latency)
 	return real()
 }
@@ -72,12 +75,13 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 
 func main() {
 	latency := flag.Duration("sync-latency", 2*time.Millisecond, "what every file sync takes on top")
+	queue := flag.Int("queue", 1, "syncs the device takes at once (0: any number)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: slowfs [-sync-latency D] BACKING MOUNTPOINT\n")
+		fmt.Fprintf(os.Stderr, "usage: slowfs [-sync-latency D] [-queue N] BACKING MOUNTPOINT\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 2 || *latency < 0 {
+	if flag.NArg() != 2 || *latency < 0 || *queue < 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -90,6 +94,9 @@ func main() {
 	root := &node{
 		LoopbackNode: &fs.LoopbackNode{RootData: &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}},
 		disk:         &device{latency: *latency},
+	}
+	if *queue > 0 {
+		root.disk.slots = make(chan struct{}, *queue)
 	}
 	root.RootData.RootNode = root
 	second := time.Second
@@ -107,7 +114,8 @@ func main() {
 	if err != nil {
 		log.Fatalf("slowfs: mount %s: %v", mountpoint, err)
 	}
-	log.Printf("slowfs: %s mounted over %s (syncs +%v)", mountpoint, backing, *latency)
+	log.Printf("slowfs: %s mounted over %s (syncs +%v, %d at a time)", mountpoint, backing,
+		*latency, *queue)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
