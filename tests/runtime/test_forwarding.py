@@ -15,6 +15,7 @@ from rlog.config import ReplicaConfig
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.protocol.replica import ReplicaCore
+from rlog.runtime import forwarding as forwarding_module
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.peers import Peer
@@ -141,16 +142,60 @@ async def test_a_leader_still_heard_is_waited_for_until_the_append_timeout():
     assert forward.leader_connect_waits >= 2
 
 
-async def test_a_leader_no_longer_heard_is_not_waited_for():
+async def test_a_leader_no_longer_heard_is_not_waited_on_and_no_other_leader_means_no_answer():
     channel, peers = unreachable_leader(2)
-    forward = forwarding(KnownLeader(False, 2, 1e9, ""), peers=peers, append_timeout=30)
+    forward = forwarding(KnownLeader(False, 2, 1e9, ""), peers=peers, append_timeout=0.5)
     try:
         with pytest.raises(RpcError) as error:
             await forward.append(peers[2], b"x", b"")
     finally:
         await channel.close()
-    assert error.value.reason == Reason.LEADER_UNAVAILABLE
+    assert error.value.reason == Reason.LEADER_UNAVAILABLE  # nothing was sent: retryable
     assert forward.leader_connect_waits == 0
+
+
+class Elected:
+    """What the election knows: replica 2, heard `heard_ago` seconds ago, until `elected`;
+    then replica 1, just heard."""
+
+    def __init__(self, heard_ago: float) -> None:
+        self.heard_ago = heard_ago
+        self.elected = False
+
+    def __call__(self) -> KnownLeader:
+        return (
+            KnownLeader(False, 1, 0.0, "")
+            if self.elected
+            else KnownLeader(False, 2, self.heard_ago, "")
+        )
+
+
+@pytest.mark.parametrize("heard_ago", [1e9, 0.0], ids=["silent", "still heard"])
+async def test_a_call_to_a_killed_leader_goes_to_the_next_one_once_it_is_elected(
+    heard_ago, monkeypatch
+):
+    """The leader was SIGKILLed: its port refuses. Whether the election already counts it
+    silent or not, the forwarded call goes to the next leader as soon as it is heard, not
+    after waiting on the dead one's channel (30 s a wait here, so a wait would show)."""
+    monkeypatch.setattr(forwarding_module, "LEADER_CONNECT_WAIT", 30.0)
+    servers, (new, _), live = await two_leaders()
+    channel, dead = unreachable_leader(2)
+    peers = {1: live[1], 2: dead[2]}
+    known = Elected(heard_ago)
+    forward = forwarding(KnownLeader(False, 2, 0.0, ""), peers=peers, append_timeout=60)
+    forward.known_leader = known
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, setattr, known, "elected", True)
+    started = loop.time()
+    try:
+        positions = await forward.append(peers[2], b"x", b"")
+    finally:
+        await channel.close()
+        for server in servers:
+            await server.stop(None)
+    assert positions == [41] and new.appends == 1
+    assert forward.not_leader_redirects == 1
+    assert loop.time() - started < 20  # not one of the 30 s waits on the dead channel
 
 
 class _Leader(pbg.LogServicer):

@@ -10,7 +10,6 @@ duplicate append.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,10 @@ from rlog.runtime.peers import Peer
 from rlog.wire import FORWARDED, ErrorDetails, Reason
 
 T = TypeVar("T")
+
+# Seconds a forwarded call waits at a time for the channel of a leader still heard from to
+# connect (`Forwarding._after_connect_failure`).
+LEADER_CONNECT_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -169,16 +172,18 @@ class Forwarding:
 
     async def _forwarded_call(self, leader: Peer, call: Callable[[Peer], Awaitable[T]]) -> T:
         """Make `call` on the leader; a call that could not even connect sent nothing, so it
-        is made again once the leader's channel connects (`_wait_for_leader`), and one the
-        replica refused as not the leader did nothing, so it goes to the leader heard from
-        since (`_next_leader`)."""
+        is made again on the leader's channel once it connects, or on the next leader's
+        (`_after_connect_failure`), and one the replica refused as not the leader did
+        nothing, so it goes to the leader heard from since (`_next_leader`)."""
         give_up_at = time.monotonic() + self.config.append_timeout
         while True:
             peer = self.peers[leader.id]  # a certificate rotation replaces the channels
             try:
                 return await call(peer)
             except grpc.aio.AioRpcError as exc:
-                if await self._wait_for_leader(peer, exc, give_up_at):
+                again = await self._after_connect_failure(peer, exc, give_up_at)
+                if again is not None:
+                    leader = again
                     continue
                 following = await self._next_leader(peer, exc, give_up_at)
                 if following is None:
@@ -213,32 +218,67 @@ class Forwarding:
             await asyncio.sleep(0.02)
         return None
 
-    async def _wait_for_leader(
+    async def _after_connect_failure(
         self, peer: Peer, exc: grpc.aio.AioRpcError, give_up_at: float
-    ) -> bool:
-        """After a forwarded call failed without connecting: wait (up to a second) for the
-        leader's channel to connect, if the leader is still heard from and there is time
-        left; True if the call should be made again.
+    ) -> Peer | None:
+        """After a forwarded call to `peer` failed without connecting (it sent nothing):
+        where to make it again, as soon as that is known (None: pass the failure on, as
+        for any other):
 
-        Why: a leader whose pod was recreated has a new address, and until cluster DNS
-        answers with it (CoreDNS caches answers up to 30 s on kubeadm clusters) this
-        replica's channel dials the old one. The leader is alive meanwhile (its heartbeats
-        arrive), so failing the client's request at once would refuse a healthy log."""
+        - a leader heard from since, other than `peer`: there (the election moved on);
+        - `peer` while it is still heard from (within an election timeout): it again once
+          its channel connects, waiting up to LEADER_CONNECT_WAIT at a time. Why: a leader whose pod
+          was recreated has a new address, and until cluster DNS answers with it (CoreDNS
+          caches answers up to 30 s on kubeadm clusters) this replica's channel dials the
+          old one; the leader is alive meanwhile (its heartbeats arrive), so failing the
+          client's request at once would refuse a healthy log;
+        - a `peer` not heard from for a whole election timeout is gone (a killed process):
+          wait for the election to name the next leader, for as long as a follower waits for
+          one (`await_leader`), and go there;
+        - this replica leads now, or there is no time left: None.
+
+        Rejected: waiting on the dead leader's channel until it had been silent for two
+        election timeouts (until December 2026), which held a client's append for 2 s after
+        the leader was killed although the next leader was elected in about 1.3 s."""
         if exc.code() != grpc.StatusCode.UNAVAILABLE or not is_connect_failure(exc.details() or ""):
-            return False
-        known = self.known_leader()
-        left = give_up_at - time.monotonic()
-        if (
-            left <= 0
-            or peer.channel is None
-            or known.leader_id != peer.id
-            or known.heard_ago >= 2 * self.config.election_timeout
-        ):
-            return False
-        self.leader_connect_waits += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(peer.channel.channel_ready(), min(left, 1.0))
-        return True
+            return None
+        silent_until = time.monotonic() + 3 * self.config.election_timeout + 1
+        while (now := time.monotonic()) < give_up_at:
+            known = self.known_leader()
+            if known.leading:
+                return None  # the client's next try finds the leader here
+            if (
+                known.leader_id is not None
+                and known.leader_id != peer.id
+                and known.heard_ago < 2 * self.config.election_timeout
+            ):
+                self.not_leader_redirects += 1
+                return self.peers[known.leader_id]
+            if known.leader_id == peer.id and known.heard_ago < self.config.election_timeout:
+                if peer.channel is None:
+                    return None
+                self.leader_connect_waits += 1
+                await self._channel_ready_or_moved(peer, min(give_up_at - now, LEADER_CONNECT_WAIT))
+                return peer
+            if now >= silent_until:
+                return None
+            await asyncio.sleep(0.02)  # the leader is gone: an election is under way
+        return None
+
+    async def _channel_ready_or_moved(self, peer: Peer, limit: float) -> None:
+        """Wait up to `limit` seconds for `peer`'s channel to connect, or until the leader
+        heard from is no longer `peer` or has been silent for an election timeout."""
+        assert peer.channel is not None
+        ready = asyncio.ensure_future(peer.channel.channel_ready())
+        give_up_at = time.monotonic() + limit
+        try:
+            while not ready.done() and time.monotonic() < give_up_at:
+                known = self.known_leader()
+                if known.leader_id != peer.id or known.heard_ago >= self.config.election_timeout:
+                    return
+                await asyncio.wait([ready], timeout=min(0.05, give_up_at - time.monotonic()))
+        finally:
+            ready.cancel()
 
     async def read(
         self, leader: Peer, request: pb.ReadRequest, time_limit: float | None = None
@@ -267,7 +307,9 @@ class Forwarding:
             except grpc.aio.AioRpcError as exc:
                 if answered:
                     raise RpcError.from_leader(exc, mutating=False) from None
-                if await self._wait_for_leader(peer, exc, give_up_at):
+                again = await self._after_connect_failure(peer, exc, give_up_at)
+                if again is not None:
+                    leader = again
                     continue
                 following = await self._next_leader(peer, exc, give_up_at)
                 if following is None:
