@@ -25,8 +25,9 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
    `rlog bench` to the leader) both up; each etcd measurement is followed at once by its rlog
    counterparts so that both see the same load: serial puts, then serial appends (on the
    client's append lane, then one gRPC call each: series "serial_unary"); at each
-   writer count 1 KiB puts, then single-entry appends with one unary call each and on the
-   stream client (one AppendStream); at each value size puts (largest writer count), then
+   writer count 1 KiB puts, then single-entry appends from the default client (one append
+   each, on the append lane: series "unary") and on the stream client (one AppendStream); at
+   each value size puts (largest writer count), then
    batched appends (8 writers x 64 entries per call, on the client's append lane);
 3b. without the write lane: batched 1 KiB, serial and the stream client at the largest
    writer count on a fresh 3-replica log whose leader writes to its followers on the gRPC
@@ -35,7 +36,8 @@ Steps (each measurement is a "point" record, see bench/kitlib.py):
 4. rlog, 5 replicas: serial, the stream client at the largest writer count;
 5. catch-up of a wiped (EMPTY) follower of a log of --catchup-mb of 4 KiB entries
    (bench/catchup.py), then the same size missed by a follower that kept its data and pulls
-   it (`bench/catchup.py --rejoin`);
+   it (`bench/catchup.py --rejoin`); then the leader SIGKILLed under a serial writer, 20 times
+   (quick: 5), each time from the kill to the first acknowledged append (bench/failover.py);
 6. Spark (when pyspark is installed, not in --quick): the batch source into noop next to
    Spark's JVM-only baseline, and the sink (bench/spark_source.py).
 Then the figures (ratio = rlog / baseline, targets from bench/targets.json) and a markdown
@@ -298,10 +300,11 @@ def batched_on_fresh_logs(run: Run, args: argparse.Namespace) -> None:
             rlog_bench(run, args, endpoint, replicas, series, 8, 64, size)
 
 
-# The series whose appends go on the client's append lane, every client's default; the
-# others ("*_unary", "*_grpc", the writer sweeps' unary writers) keep one gRPC call each
-# beside them (`rlog bench --no-lane`), and the stream's clients are on their stream.
-CLIENT_LANE_SERIES = frozenset({"serial", "batched", "batched_fresh"})
+# The series whose appends go on the client's append lane, every client's default ("unary":
+# the writer sweeps' single-entry writers, one append each, since December 2026 on the
+# lane); the others ("*_unary", "*_grpc") keep one gRPC call each beside them (`rlog bench
+# --no-lane`), and the stream's clients are on their stream.
+CLIENT_LANE_SERIES = frozenset({"serial", "unary", "batched", "batched_fresh"})
 
 
 def rlog_bench(
@@ -383,6 +386,18 @@ def catchup_step(run: Run, args: argparse.Namespace) -> None:
             ["python", "bench/catchup.py", *flags, "--megabytes", str(args.catchup_mb)]
         )
         run.add({"kind": kind, **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
+
+
+def failover_step(run: Run, args: argparse.Namespace) -> None:
+    """The leader SIGKILLed under a serial writer, `kills` times (bench/failover.py): from
+    the kill to the acknowledgement of the first append sent after it."""
+    kills = 5 if args.quick else 20
+    note(f"failover: the leader killed {kills} times under a serial writer")
+    cmd = [args.python, str(BENCH / "failover.py"), "--kills", str(kills), "--dir", args.work]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
+    r = json.loads(out.splitlines()[-1])
+    shown = shlex.join(["python", "bench/failover.py", "--kills", str(kills)])
+    run.add({"kind": "failover", **r, "command": shown, "load1": round(os.getloadavg()[0], 2)})
 
 
 SPARK_LINE = re.compile(r"^(?P<what>.+?)\s+(?P<rows>\d+) rows\s+(?P<s>[\d.]+) s\s+(?P<rate>[\d,]+)")
@@ -478,7 +493,7 @@ def figures(run: Run, args: argparse.Namespace) -> None:
     etcd_big = etcd(series="put", writers=big, size=1024)
     add(
         "unary_writers",
-        f"{big} single-entry writers, one unary call each",
+        f"{big} single-entry writers, the default client (one append each, on the lane)",
         "entries/s",
         rlog(series="unary", writers=big, size=1024, replicas=3),
         etcd_big,
@@ -632,6 +647,22 @@ def figures(run: Run, args: argparse.Namespace) -> None:
                     ceiling_name=ceilings.get("catchup_copy_mb", (None, None))[1],
                 )
             )
+    failover = next((r for r in run.records if r["kind"] == "failover"), None)
+    if failover is not None:
+        run.add(
+            figure(
+                "failover_p99",
+                f"the leader SIGKILLed under a serial writer, {failover['kills']} times: kill to "
+                "the first acknowledged append sent after it, p99",
+                "s",
+                failover["p99_s"],
+                None,
+                None,
+                "lower",
+                failover["command"],
+                targets=targets,
+            )
+        )
     rejoin = next((r for r in run.records if r["kind"] == "rejoin"), None)
     if rejoin is not None:
         run.add(
@@ -766,6 +797,7 @@ def main() -> int:
     if not args.no_five:
         five_replicas(run, args)
     catchup_step(run, args)
+    failover_step(run, args)
     if with_spark:
         spark_step(run, args)
     figures(run, args)

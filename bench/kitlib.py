@@ -39,6 +39,7 @@ FIGURE_NAMES: tuple[str, ...] = (
     "catchup_mb",
     "catchup_copy_mb",
     "rejoin_mb",
+    "failover_p99",
     "spark_source_noop",
     "spark_source_noop_warm",
     "spark_sink",
@@ -202,7 +203,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 def _number(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    if unit == "ms":
+    if unit in ("ms", "s"):
         return f"{value:.2f}"
     if abs(value) >= 100:
         return f"{value:,.0f}"

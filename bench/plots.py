@@ -1,7 +1,7 @@
 """Plots of a benchmark kit results file (bench/kit.py) as PNGs, default into bench/plots/:
 
 - throughput_vs_concurrency.png: acknowledged 1 KiB entries/s against writers, etcd puts and
-  rlog (one unary call per append, stream client), 3 replicas;
+  rlog (the default client, one append each on the append lane; the stream client), 3 replicas;
 - latency_cdf.png: CDFs of the serial latency and of the largest writer count, both systems;
 - mb_per_s_vs_value_size.png: acknowledged MB/s against value size, rlog batched (8 writers x
   64 entries per call) and etcd single puts (largest writer count);
@@ -47,7 +47,10 @@ def throughput(points: list[dict[str, Any]], meta: dict[str, Any], out: Path) ->
     fig, ax = plt.subplots(figsize=(7, 4.5))
     lines = (
         ("etcd 3.4, puts", {"system": "etcd", "series": "put"}),
-        ("rlog, one unary call per append", {"system": "rlog", "series": "unary", "replicas": 3}),
+        (
+            "rlog, default client (append lane)",
+            {"system": "rlog", "series": "unary", "replicas": 3},
+        ),
         ("rlog, stream client", {"system": "rlog", "series": "stream", "replicas": 3}),
     )
     for label, match in lines:
