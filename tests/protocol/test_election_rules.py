@@ -482,3 +482,76 @@ def test_leading_again_forgets_old_answers():
     e.on_leading(10 * T)
     assert e.check_quorum(11.5 * T) is None  # a fresh window from leading again
     assert isinstance(e.check_quorum(12 * T), StepDown)
+
+
+# ---- a leader gone: its write connections closed -------------------------------------------
+
+
+def following(seed: int = 0, heard: float = 5.0) -> Election:
+    """Replica 0, VOTING since 0 and a follower of replica 1, whose heartbeats came every
+    T/5 until `heard` (ticked until then)."""
+    e = election(Local(), seed=seed)
+    now = 0.0
+    while now < heard:
+        e.on_heartbeat(now, 1, "r1", 1)
+        assert ticks(e, now, round(now + T / 5, 6)) is None
+        now = round(now + T / 5, 6)
+    e.on_heartbeat(heard, 1, "r1", 1)
+    return e
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_leader_gone_fires_the_timer_within_a_quarter_to_half_a_timeout(seed):
+    e = following(seed)
+    e.leader_gone(5.1, leader=1)
+    fired = timed_out(e, 5.1)
+    assert 5.1 + T / 4 <= fired < 5.1 + T / 2 + STEP  # not T to 2T after the heartbeat
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_heartbeat_after_the_connections_closed_voids_the_sign(seed):
+    e = following(seed)
+    e.leader_gone(5.1, leader=1)
+    e.on_heartbeat(5.2, 1, "r1", 1)  # the leader is alive: it reconnected, or will
+    assert ticks(e, 5.2, 5.2 + T) is None
+    assert e.live_leader(5.3) == "r1"
+
+
+def test_a_gone_leader_is_not_named_live_and_rivals_are_not_refused_for_it():
+    e = following()
+    assert e.live_leader(5.1) == "r1" and e.refuses(2, 5.1)
+    e.leader_gone(5.1, leader=1)
+    assert e.live_leader(5.11) == ""
+    assert not e.refuses(2, 5.11)
+
+
+def test_a_sign_about_another_replica_or_while_leading_changes_nothing():
+    e = following(seed=1)
+    reference = timed_out(following(seed=1), 5.0)
+    e.leader_gone(5.1, leader=2)  # not the leader we follow
+    assert timed_out(e, 5.0) == reference
+    leader = election(Local(phase=Phase.LEADING), seed=1)
+    leader.on_leading(0.0)
+    leader.leader_gone(0.1, leader=0)
+    assert leader.live_leader(0.2) == "r0"
+
+
+def test_after_a_stand_down_the_next_attempt_waits_a_full_fresh_timeout():
+    """The other follower still heard the leader: the sign was this replica's alone, so it
+    does not keep asking every quarter timeout."""
+    e = following(seed=2)
+    e.leader_gone(5.1, leader=1)
+    fired = timed_out(e, 5.1)
+    outcome = e.on_pre_vote(fired, [status(1, role="leader")])
+    assert isinstance(outcome, StandDown)
+    assert ticks(e, fired, fired + T) is None
+
+
+def test_a_new_voter_still_listens_a_full_timeout_first():
+    local = Local(status=pb.RECOVERING)
+    e = election(local)
+    e.on_heartbeat(0.1, 1, "r1", 1)
+    local.status = pb.VOTING
+    assert e.tick(0.2) is None  # turned VOTING at 0.2
+    e.leader_gone(0.3, leader=1)
+    assert timed_out(e, 0.3) >= 0.2 + T

@@ -36,7 +36,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from rlog.lane.append import APPEND_METHOD, AppendLaneHandler
 from rlog.lane.framed import (
@@ -63,14 +63,25 @@ log = logging.getLogger("rlog.lane")
 FETCH_UNSENT = 48 * 1024 * 1024  # a fetch lane's answers waiting unsent, at most (about)
 
 
+class LeaderLinks(Protocol):
+    """Told of each leader's write lane: when its first write arrives, and when it closes
+    (runtime/leader_links.py)."""
+
+    def opened(self, leader: int) -> None: ...
+
+    def closed(self, leader: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class LaneReplica:
     """What the lane needs of the replica: its write handler and its learned records (Fetch)
-    (runtime/replica.py), and its appends (`Appender`)."""
+    (runtime/replica.py), its appends (`Appender`), and whom to tell of leaders' write
+    lanes opening and closing (None: nobody)."""
 
     start_write: Callable[[pb.WriteRequest], tuple[pb.WriteResponse, asyncio.Future[None] | None]]
     lane_fetch: Callable[[pb.FetchRequest], list[bytes]]
     appender: Appender
+    links: LeaderLinks | None = None
 
 
 # Why a welcomed caller is refused, given its connection and the RPC the lane stands in
@@ -155,6 +166,7 @@ class LaneServer(asyncio.BufferedProtocol):
         self._welcomed = False
         self._appends: AppendLaneHandler | None = None  # a client's connection
         self._fetches = False  # a replica's fetch lane (catch-up)
+        self._leader: int | None = None  # a leader's write lane: whose (from its first write)
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -186,6 +198,9 @@ class LaneServer(asyncio.BufferedProtocol):
             self._hello_timer.cancel()
         if self._appends is not None:
             self._appends.lost()
+        if self._leader is not None and self._replica.links is not None:
+            self._replica.links.closed(self._leader)
+        self._leader = None
 
     def _close(self, why: str) -> None:
         if self._transport is not None:
@@ -340,6 +355,9 @@ class LaneServer(asyncio.BufferedProtocol):
             self._close(f"refused (PROTOCOL_TOO_OLD): {why}")
             return
         self._on_write()
+        if self._leader is None and self._replica.links is not None:
+            self._leader = request.leader
+            self._replica.links.opened(request.leader)
         try:
             decided, durable = self._replica.start_write(request)
         except CorruptRecord as exc:  # start_write has reported it (repair follows)

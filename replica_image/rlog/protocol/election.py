@@ -13,7 +13,7 @@ simulation in tests/paxos_sim.py) feeds it events and does what the return value
 - `check_quorum(now)` every tick while leading: `StepDown(reason)` when a quorum has not
   answered within two election timeouts (call `Coordinator.step_down`);
 - `on_peer_answered`, `on_promise_accepted`, `on_leading`, `on_demoted`, `stepped_down`,
-  `listen` record events;
+  `listen`, `leader_gone` record events;
 - `refuses(candidate, now)` and `live_leader(now)` answer questions.
 
 Each event asks for at most one thing, to be done at once (the pre-vote is a request and
@@ -37,6 +37,16 @@ The rules, in the order they are checked:
   replica would name it live to the next pre-vote for another T, so two followers of a
   leader that stepped down or died could keep each other standing down, and only the old
   leader, whom their answers do not count against, could win);
+- a leader gone: when every write connection the leader had opened to this replica has
+  closed (its process died: the kernel closes its sockets) and no heartbeat came since, the
+  timer fires after a random wait in [T/4, T/2) from then instead of [T, 2T) from the last
+  heartbeat, and this replica no longer names that leader live to a pre-vote nor refuses
+  other candidates for it. The wait is longer than the heartbeat interval (T/5), so a live
+  leader whose connections merely closed (reconnecting, a rotated certificate) voids the
+  sign with its next heartbeat; and a pre-vote still needs the other followers to have seen
+  the leader go too (each has its own connections from it), so one replica's view cannot
+  depose a leader the others hear. Liveness only: a candidate still needs a quorum's
+  promises. Without it a killed leader cost T to 2T of silence before anyone stood;
 - after the pre-vote: a heartbeat or an accepted promise that arrived meanwhile, or the
   replica no longer VOTING or its coordinator no longer idle, cancels the candidacy;
 - a VOTING replica that heard a live leader within T refuses other candidates' implicit
@@ -227,9 +237,21 @@ class Election:
         self._pre_vote: tuple[float, float] | None = None  # (started, quiet since then)
         self.peer_answered: dict[int, float] = {}  # while leading: each peer's last answer
         self.leading_since = NEVER  # when `on_leading` was last called
+        self.gone_at = NEVER  # when the leader's write connections all closed
+        self.gone_wait = 0.0  # the wait after `gone_at` before the timer fires
 
     def _fresh_timeout(self) -> float:
         return self.rng.uniform(self.election_timeout, 2 * self.election_timeout)
+
+    def gone(self) -> bool:
+        """The leader followed closed every write connection to us and sent no heartbeat
+        since (`leader_gone`)."""
+        return (
+            self.gone_at != NEVER
+            and self.gone_at >= self.last_heard
+            and self.leader_id is not None
+            and self.leader_id != self.id
+        )
 
     def quiet_since(self) -> float:
         """The last sign of another coordinator at work: a leader's heartbeat, or a
@@ -264,7 +286,12 @@ class Election:
         if now < self.retry_at:
             return None
         quiet_since = max(self.quiet_since(), self.voting_since, self.pre_voted)
-        if now - quiet_since < self.timeout:
+        due = quiet_since + self.timeout
+        if self.gone() and self.pre_voted < self.gone_at:
+            # the first attempt after the leader went (a new voter still listens a full
+            # timeout first)
+            due = min(due, max(self.gone_at + self.gone_wait, self.voting_since + self.timeout))
+        if now < due:
             return None
         self._pre_vote = (now, quiet_since)
         return StartPreVote()
@@ -341,6 +368,8 @@ class Election:
             return False
         if self.leader_id == self.id:
             return self.coordinator.leading
+        if self.gone():
+            return False
         return now - self.last_heard < self.election_timeout
 
     def live_leader(self, now: float) -> str:
@@ -348,11 +377,19 @@ class Election:
         otherwise (a stale leader must not look alive to a pre-vote)."""
         if self.coordinator.leading:
             return self.address
-        if self.leader_id is None:
+        if self.leader_id is None or self.gone():
             return ""
         if now - self.last_heard >= self.election_timeout:
             return ""
         return self.leader_address
+
+    def leader_gone(self, now: float, leader: int) -> None:
+        """Every write connection `leader` had opened to this replica closed (the driver
+        counts them). Heard of a leader we do not follow, or while we lead: nothing."""
+        if leader != self.leader_id or leader == self.id or self.gone():
+            return
+        self.gone_at = now
+        self.gone_wait = self.rng.uniform(self.election_timeout / 4, self.election_timeout / 2)
 
     def listen(self, now: float) -> None:
         """Count the leader last heard as heard now (a replica that just turned VOTING

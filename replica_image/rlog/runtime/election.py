@@ -190,6 +190,13 @@ class ElectionDriver:
             # Give another replica the chance: it stands again only after 3T.
             self.election.stepped_down(self.clock.now())
 
+    def leader_gone(self, leader: int) -> None:
+        """Every write connection `leader` had open to this replica closed
+        (runtime/leader_links.py)."""
+        self.election.leader_gone(self.clock.now(), leader)
+        if self.election.gone():
+            log.info("replica %d's write connections all closed: it may be gone", leader)
+
     def listen(self) -> None:
         # A replica that just turned VOTING first listens for the leader.
         self.election.listen(self.clock.now())

@@ -41,6 +41,7 @@ from rlog.config import (
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
+from rlog.lane.server import LaneReplica
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import (
     Coordinator,
@@ -56,6 +57,7 @@ from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
 from rlog.runtime.journal import Journal
+from rlog.runtime.leader_links import LeaderLinks
 from rlog.runtime.learned_watch import LearnedWatch
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.peers import (
@@ -210,6 +212,9 @@ class Node:
             self.spawn,
             check_quorum=not unsafe_no_read_index,
         )
+        # The leaders' write connections to this replica: the last one closing is a sign
+        # for the election that the leader is gone.
+        self.leader_links = LeaderLinks(self.election.leader_gone)
         # Linearizable reads wait for a heartbeat round answered by a quorum (read_index.py).
         self.read_index = ReadIndexDriver(
             config,
@@ -264,6 +269,13 @@ class Node:
         )
 
     # ---- lifecycle ---------------------------------------------------------------------
+
+    def lane_replica(self) -> LaneReplica:
+        """What the lane port serves of this replica (rlog/lane/server.py)."""
+        replica = self.replica
+        return LaneReplica(
+            replica.start_write, replica.lane_fetch, self.appender, self.leader_links
+        )
 
     def start(self) -> None:
         self.peers.connect()

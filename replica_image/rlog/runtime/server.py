@@ -15,7 +15,7 @@ import grpc
 from rlog import __version__, allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
-from rlog.lane.server import LaneLimits, LaneReplica, serve_lane
+from rlog.lane.server import LaneLimits, serve_lane
 from rlog.lane.tls import LaneTls
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
@@ -108,9 +108,12 @@ class ReplicaService(pbg.ReplicaServicer):
                 error = future.exception()
                 responses.put_nowait(response if error is None else error)
 
+        link = self.node.leader_links.link()  # whose stream this is: its first write says
+
         async def read_all() -> None:
             async for request in requests:
                 self._stream_writes.inc()
+                link.saw(request.leader)
                 # Decided here and now, in arrival order, its batch queued for the journal:
                 # no task per write (a loop turn each on a serial append's path).
                 try:
@@ -138,6 +141,7 @@ class ReplicaService(pbg.ReplicaServicer):
                 yield response
         finally:
             reader.cancel()
+            link.close()
 
     async def Learned(
         self, request: pb.LearnedRequest, context: grpc.aio.ServicerContext
@@ -593,19 +597,18 @@ async def start_server(
     lane = None
     if config.write_lane_offset:
         host, port = lane_address(config.listen, config.write_lane_offset)
-        lane_writes = node.metrics.write_requests.labels("lane")
         lane_tls = LaneTls(certificates) if certificates is not None else None
         if lane_tls is not None:
             node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
-                LaneReplica(node.replica.start_write, node.replica.lane_fetch, node.appender),
+                node.lane_replica(),
                 host,
                 port,
                 config.log_id,
                 config.id,
                 config.max_message_size,
-                lane_writes.inc,
+                node.metrics.write_requests.labels("lane").inc,
                 node.metrics.append_requests.labels("lane").inc,
                 LaneLimits(
                     config.max_lane_connections,
