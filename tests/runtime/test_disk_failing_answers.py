@@ -21,6 +21,7 @@ from rlog.packed import pack
 from rlog.proto import rlog_pb2 as pb
 from rlog.proto import rlog_pb2_grpc as pbg
 from rlog.runtime import appends
+from rlog.runtime.leader_links import LeaderLinks
 from rlog.runtime.metrics import ReplicaMetrics
 from rlog.runtime.server import ReplicaService
 from rlog.storage.base import CorruptRecord, StorageError
@@ -46,6 +47,7 @@ class FailingReplica:
         self.metrics = ReplicaMetrics(0)
         self.repair = self
         self.faults_seen: list[CorruptRecord] = []
+        self.leader_links = LeaderLinks(lambda leader: None)  # the service counts streams
 
     def start_write(
         self, request: pb.WriteRequest
