@@ -349,6 +349,11 @@ class Sim:
             for token in [t for t in self.pending if t[0] == replica]:
                 del self.pending[token]
         self.elections[replica] = self._new_election(replica)
+        # Its connections closed with it: the others hear that the leader they followed, if
+        # it was this one, is gone (runtime/leader_links.py).
+        for other, election in enumerate(self.elections):
+            if other != replica:
+                election.leader_gone(self.now, replica)
         self.check()
 
     def wipe_and_recover(self, replica: int) -> None:
