@@ -375,6 +375,13 @@ def test_auto_initialize_false_waits_for_the_annotation(k: Kubectl) -> None:
         reps = st().get("replicas") or []
         return len(reps) == REPLICAS and all(r.get("status") == "EMPTY" for r in reps)
 
+    def none_initialized(s: dict) -> bool:
+        """No replica holds an initialized log: each is EMPTY, or not known at this moment
+        (STARTING after a container restart, Unknown when its status call timed out: both
+        seen on a saturated CI host, 7 Dec, which the invariant allows)."""
+        reps = s.get("replicas") or []
+        return all(r.get("status") in ("EMPTY", "STARTING", "Unknown") for r in reps)
+
     wait_until("every replica of the manual log EMPTY", all_empty, 300, 2)
     # it stays so: no initialization without the annotation
     deadline = time.monotonic() + 20
@@ -382,7 +389,7 @@ def test_auto_initialize_false_waits_for_the_annotation(k: Kubectl) -> None:
         s = st()
         assert s.get("phase") != "Ready", s
         assert not s.get("initialized"), s
-        assert all_empty(), s
+        assert none_initialized(s), s
         time.sleep(2)
     for pod in manual_pods:
         out = replica(k, pod, "status", "--endpoint", f"127.0.0.1:{PORT}", "--json")

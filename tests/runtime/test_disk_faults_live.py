@@ -370,7 +370,10 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-SLOW_SELF = 1.0  # seconds: the leader's messages to itself, late (RLOG_TEST_SLOW_SELF)
+# seconds: the leader's messages to itself, late (RLOG_TEST_SLOW_SELF). Both appends must be
+# chosen by the followers within it: 1 s was too short on a saturated CI host (7 Dec: the
+# second append came after the leader's own first write, so the interleaving did not happen).
+SLOW_SELF = 3.0
 
 
 @pytest.mark.parametrize("engine", ["lmdb", "segment"])
@@ -380,7 +383,7 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
     """A batch chosen by the followers while the leader could not store it: the leader
     learns it anyway once space returns, by pulling it from the followers.
 
-    The leader's messages to itself come 1 s late (RLOG_TEST_SLOW_SELF, a slow own
+    The leader's messages to itself come SLOW_SELF late (RLOG_TEST_SLOW_SELF, a slow own
     disk), which makes the interleaving reproducible: two appends are admitted and chosen by
     the followers; then the leader's own write of the first fails on its full disk, and its
     own write of the second is refused outright (its disk is known full by then), so its
