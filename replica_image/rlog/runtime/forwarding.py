@@ -208,15 +208,22 @@ class Forwarding:
             known = self.known_leader()
             if known.leading:
                 return None
-            if (
-                known.leader_id is not None
-                and known.leader_id != peer.id
-                and known.heard_ago < 2 * self.config.election_timeout
-            ):
-                self.not_leader_redirects += 1
-                return self.peers[known.leader_id]
+            if (other := self._other_leader(known, peer)) is not None:
+                return other
             await asyncio.sleep(0.02)
         return None
+
+    def _other_leader(self, known: KnownLeader, peer: Peer) -> Peer | None:
+        """The leader heard within two election timeouts, if it is not `peer` (counted as a
+        redirect)."""
+        if (
+            known.leader_id is None
+            or known.leader_id == peer.id
+            or known.heard_ago >= 2 * self.config.election_timeout
+        ):
+            return None
+        self.not_leader_redirects += 1
+        return self.peers[known.leader_id]
 
     async def _after_connect_failure(
         self, peer: Peer, exc: grpc.aio.AioRpcError, give_up_at: float
@@ -247,13 +254,8 @@ class Forwarding:
             known = self.known_leader()
             if known.leading:
                 return None  # the client's next try finds the leader here
-            if (
-                known.leader_id is not None
-                and known.leader_id != peer.id
-                and known.heard_ago < 2 * self.config.election_timeout
-            ):
-                self.not_leader_redirects += 1
-                return self.peers[known.leader_id]
+            if (other := self._other_leader(known, peer)) is not None:
+                return other
             if known.leader_id == peer.id and known.heard_ago < self.config.election_timeout:
                 if peer.channel is None:
                     return None
