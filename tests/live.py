@@ -201,6 +201,15 @@ def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no
         time.sleep(0.1)
 
 
+def logged(cluster: DevCluster, replica: int, *lines: str, timeout: float = 30) -> str:
+    """The replica's log once it holds every one of `lines`. A replica persists a change
+    (which its status then reports) before it logs it, so a check that saw the status can
+    read the log a moment too early."""
+    path = cluster.log_file(replica)
+    wait_until(lambda: all(line in path.read_text() for line in lines), timeout, f"{lines} logged")
+    return path.read_text()
+
+
 def kill_and_restart_mid_load(cluster: DevCluster, follower: int, rpc: str) -> Writers:
     """SIGKILL `follower` under 4 writers (through the other replicas), start it again,
     and wait until it has served 50 writes on `rpc` (its counters start at 0: they came on

@@ -13,7 +13,17 @@ import signal
 import time
 
 import pytest
-from live import CAPPED, Writers, append_acked, check, copying, names, scrape, wait_all_voting
+from live import (
+    CAPPED,
+    Writers,
+    append_acked,
+    check,
+    copying,
+    logged,
+    names,
+    scrape,
+    wait_all_voting,
+)
 
 from rlog.client import Client
 from rlog.tools.dev import DevCluster
@@ -79,8 +89,7 @@ def test_an_empty_replica_copies_many_spans_while_appends_go_on(tmp_path):
 
         asyncio.run(scenario())
         assert answered["voting"] > answered["copying"], f"appends during the copy: {answered}"
-        log = cluster.log_file(victim).read_text()
-        assert "catching up" in log and "RECOVERING -> VOTING" in log
+        logged(cluster, victim, "catching up", "RECOVERING -> VOTING")
         assert fetches(cluster, victim, "lane") > 0, "spans on the peers' fetch lanes"
         report = check(cluster, {**acknowledged, **writers.acknowledged})
         entries = [view.entries for view in report.replicas]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live import Writers, check
+from live import Writers, check, logged
 from tmpfs import remount, tiny_tmpfs
 
 from rlog.client import AsyncClient
@@ -149,8 +149,7 @@ def test_bytes_flipped_under_a_running_follower_are_never_served_and_repaired(
 
         asyncio.run(scenario())
         assert int(outcome["flips"]) >= 3  # type: ignore[call-overload]
-        log = cluster.log_file(victim).read_text()
-        assert "is corrupt" in log and "RECOVERING -> VOTING" in log
+        logged(cluster, victim, "is corrupt", "RECOVERING -> VOTING")
         check(cluster, writers.acknowledged)
 
 

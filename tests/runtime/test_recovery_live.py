@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from live import CAPPED, Writers, append_acked, check, copying, names, wait_all_voting
+from live import CAPPED, Writers, append_acked, check, copying, logged, names, wait_all_voting
 
 from rlog.client import Client
 from rlog.client.errors import LogIdMismatch, RlogError, Unavailable
@@ -107,8 +107,7 @@ def test_wiped_replica_under_write_load_recovers_identical(tmp_path):
             await task
 
         asyncio.run(scenario())
-        log = cluster.log_file(victim).read_text()
-        assert "catching up" in log and "RECOVERING -> VOTING" in log
+        logged(cluster, victim, "catching up", "RECOVERING -> VOTING")
         report = check(cluster, writers.acknowledged)
         entries = [view.entries for view in report.replicas]
         assert entries[victim] == entries[leader]
@@ -166,7 +165,7 @@ def test_sigkill_during_catch_up_then_it_resumes(tmp_path):
         assert log.count("catching up") == 1 and "RECOVERING -> VOTING" not in log, log
         cluster.start_replica(victim)
         wait_all_voting(cluster, timeout=120)
-        log = cluster.log_file(victim).read_text()
+        log = logged(cluster, victim, "RECOVERING -> VOTING")
         assert log.count("catching up") == 2, log  # it resumed: a second catch-up
         assert log.index("catching up [") < log.rindex("RECOVERING -> VOTING")
         check(cluster, acknowledged)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from live import Writers, check
+from live import Writers, check, logged
 
 from rlog.config import SEGMENT_BYTES_ENV
 from rlog.proto import rlog_pb2 as pb
@@ -168,10 +168,9 @@ def run_damaged_follower(
         what = asyncio.run(scenario())
         status = cluster.status(victim)
         assert status.storage_condition == condition, (what, status)
-        log = cluster.log_file(victim).read_text()
         if condition == STORAGE_LOST:
             assert "storage lost" in status.storage_fault and what in status.storage_fault
-            assert "storage lost" in log and "RECOVERING -> VOTING" in log
+            logged(cluster, victim, "storage lost", "RECOVERING -> VOTING")
             (aside,) = cluster.data_dir(victim).glob(f"{DAMAGED_PREFIX}*")
             kept = {p.name for p in (aside / sub).iterdir()}
             assert what in kept or (what.endswith(".seg") and len(kept) > 3), kept
