@@ -4,7 +4,7 @@ A real 3-replica log (`rlog dev` processes); one writer appends one small value 
 through every endpoint (the blocking client, exactly-once sessions, as an application does)
 and counts the appends that failed. Mid-run the leader gets SIGTERM, as the kubelet sends it
 on a drain or an eviction: with `--drain-timeout` it steps down first and serves until
-another replica leads (rlog.runtime.server.drain); with 0 it stops at once. The writer goes
+another replica leads (rlog.runtime.process.drain); with 0 it stops at once. The writer goes
 on until another replica has led for a while; then every acknowledged append is read back.
 
     python bench/drain.py [--rounds 3] [--drain-timeout 10]

@@ -12,7 +12,7 @@ import pytest
 from rlog.archive.format import ArchiveError, Manifest, SegmentInfo
 from rlog.initialize import initialize, is_fresh
 from rlog.proto import rlog_pb2 as pb
-from rlog.runtime.server import open_when_free
+from rlog.runtime.process import open_when_free
 from rlog.storage import DataDirLocked, WriteBatch, open_storage
 from rlog.storage.restoring import (
     RESTORING_NAME,

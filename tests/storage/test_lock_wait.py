@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from engines import OPEN_SCRIPT
 
-from rlog.runtime.server import open_when_free
+from rlog.runtime.process import open_when_free
 from rlog.storage import DataDirLocked
 
 

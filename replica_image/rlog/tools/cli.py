@@ -159,7 +159,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
     )
     _check_listen(config.listen)
     try:
-        from rlog.runtime.server import serve
+        from rlog.runtime.process import serve
     except ImportError as exc:
         raise RlogError(f"the replica server is not available: {exc}") from None
     try:
