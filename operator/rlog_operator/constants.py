@@ -62,6 +62,10 @@ GRPC_PORT: Final = 7000
 # gRPC port + this (`rlog replica --write-lane-offset`): 7001 by default.
 WRITE_LANE_OFFSET: Final = 1
 METRICS_PORT: Final = 9100
+# grpc.health.v1 in plaintext for the kubelet's grpc probes (`rlog replica --health-port`).
+HEALTH_PORT: Final = 7002
+# The health service a replica reports SERVING only while VOTING (rlog/runtime/health.py).
+READY_SERVICE: Final = "rlog.v1.Log"
 REPLICA_UID: Final = 10001  # the replica image's user (replica_image/Dockerfile)
 
 DEFAULT_REPLICAS: Final = 3

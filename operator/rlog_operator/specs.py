@@ -62,6 +62,7 @@ class OperatorConfig:
     image_pull_policy: str = "IfNotPresent"
     grpc_port: int = c.GRPC_PORT
     metrics_port: int = c.METRICS_PORT
+    health_port: int = c.HEALTH_PORT
     # "" -> peers are `<pod>.<svc>.<ns>.svc` (resolved through the pod's search path);
     # e.g. "cluster.local" -> fully qualified names.
     cluster_domain: str = ""
@@ -77,21 +78,28 @@ class OperatorConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
         """Read RLOG_REPLICA_IMAGE, RLOG_IMAGE_PULL_POLICY, RLOG_GRPC_PORT, RLOG_METRICS_PORT,
-        RLOG_CLUSTER_DOMAIN from a mapping (pass os.environ)."""
+        RLOG_HEALTH_PORT, RLOG_CLUSTER_DOMAIN from a mapping (pass os.environ)."""
         d = cls()
         config = cls(
             replica_image=env.get("RLOG_REPLICA_IMAGE", d.replica_image),
             image_pull_policy=env.get("RLOG_IMAGE_PULL_POLICY", d.image_pull_policy),
             grpc_port=int(env.get("RLOG_GRPC_PORT", d.grpc_port)),
             metrics_port=int(env.get("RLOG_METRICS_PORT", d.metrics_port)),
+            health_port=int(env.get("RLOG_HEALTH_PORT", d.health_port)),
             cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
             operator_namespace=env.get("RLOG_OPERATOR_NAMESPACE", d.operator_namespace),
         )
-        if config.metrics_port in (config.grpc_port, lane_port(config)):
-            raise ValueError(
-                f"RLOG_METRICS_PORT {config.metrics_port} collides with the replicas' gRPC "
-                f"port {config.grpc_port} or their write lane port {lane_port(config)}"
-            )
+        ports = {
+            "RLOG_GRPC_PORT": config.grpc_port,
+            "the write lane's port (RLOG_GRPC_PORT + 1)": lane_port(config),
+            "RLOG_METRICS_PORT": config.metrics_port,
+            "RLOG_HEALTH_PORT": config.health_port,
+        }
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise ValueError(f"{name} {port} collides with {seen[port]}: each needs its own")
+            seen[port] = name
         return config
 
 
@@ -361,6 +369,8 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         f"{config.listen_host}:{config.grpc_port}",
         "--metrics-port",
         str(config.metrics_port),
+        "--health-port",
+        str(config.health_port),
         "--log-id",
         uid_of(body),
         "--drain-timeout",
@@ -381,23 +391,11 @@ def catchup_args(body: Body) -> list[str]:
     return ["--catchup-rate", str(math.ceil(value))]
 
 
-def readiness_command(config: OperatorConfig) -> list[str]:
-    """Ready iff the local replica answers Status within 4 s and reports VOTING."""
-    return [
-        "sh",
-        "-c",
-        f"rlog status --endpoint 127.0.0.1:{config.grpc_port} --timeout 4 --json"
-        ' | grep -Eq \'"status": *"VOTING"\'',
-    ]
-
-
-def liveness_command(config: OperatorConfig) -> list[str]:
-    """Alive iff the local replica answers Status at all (EMPTY/RECOVERING included)."""
-    return ["rlog", "status", "--endpoint", f"127.0.0.1:{config.grpc_port}", "--timeout", "8"]
-
-
 def probes(config: OperatorConfig) -> dict[str, Manifest]:
-    alive = {"exec": {"command": liveness_command(config)}}
+    """The kubelet's own gRPC probes of the replica's health port (rlog/runtime/health.py):
+    alive while the replica serves, whatever its status; ready only while VOTING. An `exec`
+    of `rlog status` would start Python and a gRPC client in the pod at every probe."""
+    alive = {"grpc": {"port": config.health_port}}
     return {
         "startupProbe": {
             **alive,
@@ -412,9 +410,9 @@ def probes(config: OperatorConfig) -> dict[str, Manifest]:
             "failureThreshold": 6,  # 3 minutes of not answering at all
         },
         "readinessProbe": {
-            "exec": {"command": readiness_command(config)},
+            "grpc": {"port": config.health_port, "service": c.READY_SERVICE},
             "periodSeconds": 10,
-            "timeoutSeconds": 6,
+            "timeoutSeconds": 5,
             "failureThreshold": 2,
             "successThreshold": 1,
         },
@@ -468,6 +466,7 @@ def replica_container(body: Body, config: OperatorConfig) -> Manifest:
             {"name": "grpc", "containerPort": config.grpc_port, "protocol": "TCP"},
             {"name": "lane", "containerPort": lane_port(config), "protocol": "TCP"},
             {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"},
+            {"name": "health", "containerPort": config.health_port, "protocol": "TCP"},
         ],
         **probes(config),
         "resources": copy.deepcopy(spec.get("resources") or {}),

@@ -182,6 +182,8 @@ class ReplicaConfig:
     listen: str = ""  # defaults to peers[id]
     auto_initialize: bool = False
     metrics_port: int | None = None
+    # grpc.health.v1 in plaintext for the kubelet's probes (runtime/health.py); None: off
+    health_port: int | None = None
     log_id: str = ""
     # Peer requests stating a lower protocol version are refused (protocol/peer_version.py).
     min_peer_protocol: int = 0

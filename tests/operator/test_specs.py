@@ -123,7 +123,12 @@ def test_replica_command_line():
     for var in re.findall(r"\$\((\w+)\)", " ".join(ctr["args"])):
         assert var in env
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    assert ports == {"grpc": c.GRPC_PORT, "lane": c.GRPC_PORT + 1, "metrics": c.METRICS_PORT}
+    assert ports == {
+        "grpc": c.GRPC_PORT,
+        "lane": c.GRPC_PORT + 1,
+        "metrics": c.METRICS_PORT,
+        "health": c.HEALTH_PORT,
+    }
     # the leader's writes on the write lane, at the gRPC port + 1
     assert arg(ctr, "--write-lane-offset") == "1"
 
@@ -148,27 +153,39 @@ def test_image_override_and_default():
     assert container(sts)["image"] == "reg/rlog:2"
 
 
-def test_probes():
-    ctr = container(specs.statefulset(body(), CONFIG))
-    ready = ctr["readinessProbe"]["exec"]["command"]
-    assert ready[:2] == ["sh", "-c"]
-    assert f"rlog status --endpoint 127.0.0.1:{c.GRPC_PORT}" in ready[2]
-    assert "--json" in ready[2] and "VOTING" in ready[2]
-    # the pattern matches what `rlog status --json` prints (json.dumps)
-    import json
+def test_probes_are_the_kubelets_grpc_probes_of_the_health_port():
+    from rlog.runtime.health import READY_SERVICE
 
-    pattern = re.search(r"grep -Eq '(.*)'", ready[2]).group(1)
-    assert re.search(pattern, json.dumps({"id": 0, "status": "VOTING", "role": "leader"}))
-    assert not re.search(pattern, json.dumps({"id": 0, "status": "RECOVERING"}))
-    # liveness and startup only need an answer: a catching-up replica is alive
-    live = ctr["livenessProbe"]
-    assert "VOTING" not in " ".join(live["exec"]["command"])
-    assert live["exec"]["command"][:2] == ["rlog", "status"]
+    ctr = container(specs.statefulset(body(), CONFIG))
+    assert arg(ctr, "--health-port") == str(c.HEALTH_PORT)
+    assert {"name": "health", "containerPort": c.HEALTH_PORT, "protocol": "TCP"} in ctr["ports"]
+    # ready: the service the replica reports SERVING only while VOTING
+    assert c.READY_SERVICE == READY_SERVICE
+    ready = ctr["readinessProbe"]
+    assert ready["grpc"] == {"port": c.HEALTH_PORT, "service": READY_SERVICE}
+    # liveness and startup only need the server: a catching-up replica is alive
+    live, start = ctr["livenessProbe"], ctr["startupProbe"]
+    assert live["grpc"] == start["grpc"] == {"port": c.HEALTH_PORT}
+    assert not any("exec" in probe for probe in (ready, live, start))  # no Python per probe
     assert live["periodSeconds"] * live["failureThreshold"] >= 120
-    start = ctr["startupProbe"]
     assert start["periodSeconds"] * start["failureThreshold"] >= 300
-    # a probe's own deadline is shorter than the kubelet's timeout
-    assert "--timeout 4" in ready[2] and ctr["readinessProbe"]["timeoutSeconds"] > 4
+
+
+@pytest.mark.parametrize(
+    "env, clash",
+    [
+        ({"RLOG_HEALTH_PORT": "7000"}, "RLOG_GRPC_PORT"),
+        ({"RLOG_HEALTH_PORT": "7001"}, "write lane"),
+        ({"RLOG_METRICS_PORT": "7002"}, "RLOG_HEALTH_PORT"),
+        ({"RLOG_GRPC_PORT": "9099"}, "write lane"),  # its lane on the metrics port
+        ({"RLOG_METRICS_PORT": "7001"}, "write lane"),
+        ({"RLOG_GRPC_PORT": "9100"}, "RLOG_METRICS_PORT 9100 collides with RLOG_GRPC_PORT"),
+    ],
+)
+def test_colliding_ports_are_refused_naming_both(env, clash):
+    with pytest.raises(ValueError, match="collides") as refused:
+        specs.OperatorConfig.from_env(env)
+    assert clash in str(refused.value)
 
 
 def test_security_context_is_restricted():
@@ -302,17 +319,14 @@ def test_defaults_when_spec_fields_missing():
 
 def test_config_from_env():
     config = OperatorConfig.from_env(
-        {"RLOG_REPLICA_IMAGE": "r/i:1", "RLOG_GRPC_PORT": "7001", "RLOG_CLUSTER_DOMAIN": "c.l."}
+        {"RLOG_REPLICA_IMAGE": "r/i:1", "RLOG_GRPC_PORT": "7010", "RLOG_CLUSTER_DOMAIN": "c.l."}
     )
     assert config.replica_image == "r/i:1"
-    assert config.grpc_port == 7001
+    assert config.grpc_port == 7010
     assert config.cluster_domain == "c.l"
     assert OperatorConfig.from_env({}) == OperatorConfig()
 
 
-def test_a_metrics_port_on_the_grpc_or_lane_port_is_refused():
-    with pytest.raises(ValueError, match="write lane port 7001"):
-        specs.OperatorConfig.from_env({"RLOG_METRICS_PORT": "7001"})
-    with pytest.raises(ValueError, match="gRPC port 9100"):
-        specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "9100"})
-    assert specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "8000"}).grpc_port == 8000
+def test_ports_apart_are_taken():
+    config = specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "8000", "RLOG_HEALTH_PORT": "8002"})
+    assert (config.grpc_port, config.health_port) == (8000, 8002)

@@ -56,6 +56,7 @@ from rlog.runtime.coordinator import CoordinatorDriver
 from rlog.runtime.election import ElectionClock, ElectionDriver
 from rlog.runtime.errors import RpcError
 from rlog.runtime.forwarding import Forwarding, KnownLeader
+from rlog.runtime.health import Health
 from rlog.runtime.journal import Journal
 from rlog.runtime.leader_links import LeaderLinks
 from rlog.runtime.learned_watch import LearnedWatch
@@ -96,6 +97,7 @@ class Node:
         self.config = config
         self.storage = storage
         self.metrics = ReplicaMetrics(config.id)
+        self.health = Health()  # what the probes see (runtime/health.py)
         if config.storage_engine != "memory":
             self.metrics.watch_disk(config.data_dir)
         self._tasks: list[asyncio.Task[None]] = []
@@ -546,6 +548,7 @@ class Node:
         m.promised.set(self.core.promised)
         m.proposal.set(self.coordinator.proposal)
         m.permit.set(1 if self.permit else 0)
+        self.health.update(self.core.status)
 
 
 def _warn_test_only(unsafe_no_read_index: bool) -> None:

@@ -9,6 +9,7 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 
@@ -22,6 +23,7 @@ from rlog.protocol.peer_version import PROTOCOL
 from rlog.runtime.access import lane_admission, log_security, peer_check_of
 from rlog.runtime.authz import AuthorizationInterceptor, PolicyFile
 from rlog.runtime.foreign import ForeignMessages
+from rlog.runtime.health import serve_health
 from rlog.runtime.node import Node
 from rlog.runtime.plaintext import listen_addresses, listen_refusal
 from rlog.runtime.repair import (
@@ -105,11 +107,16 @@ async def open_on_a_working_disk(config: ReplicaConfig) -> tuple[Storage, str, S
             await asyncio.sleep(DISK_RETRY)
 
 
-async def start_server(
-    config: ReplicaConfig,
-) -> tuple[grpc.aio.Server, Node, asyncio.Server | None]:
-    """Open the storage, bind the port (and the write lane's) and start the node; errors
-    are one-line messages."""
+class Started(NamedTuple):
+    server: grpc.aio.Server  # the replica's gRPC services
+    node: Node
+    lane: asyncio.Server | None  # the write lane, if served
+    health: grpc.aio.Server | None  # the health port, if served
+
+
+async def start_server(config: ReplicaConfig) -> Started:
+    """Open the storage, bind the port (and the write lane's and health's) and start the
+    node; errors are one-line messages."""
     # Plaintext beyond loopback only with --insecure (runtime/plaintext.py), and
     # certificates and roles: a refusal or a bad file stops the start before the data is
     # opened.
@@ -185,18 +192,27 @@ async def start_server(
         except OSError as exc:
             storage.close()
             raise ConfigError(f"cannot listen for the write lane on {host}:{port}: {exc}") from None
+    health = None
+    if config.health_port:
+        host = config.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+        try:
+            health = await serve_health(node.health, host, config.health_port)
+        except OSError as exc:
+            storage.close()
+            raise ConfigError(f"cannot serve health: {exc}") from None
     await server.start()
     node.start()
+    await node.health.serving()
     if config.metrics_port:
         host = config.listen.rpartition(":")[0].strip("[]")
         node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
     # Said once nothing can fail any more: a start refused is one line on stderr.
     log.info("storage: %s", opened)
-    return server, node, lane
+    return Started(server, node, lane, health)
 
 
 async def _serve(config: ReplicaConfig, allocation: str) -> None:
-    server, node, lane = await start_server(config)
+    server, node, lane, health = await start_server(config)
     node.metrics.watch_heap(allocator.heap)
     log.info(
         "replica %d of %d listening on %s (data dir %s, status %s; rlog %s, peer protocol %d)",
@@ -212,6 +228,8 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
         host, port = lane_address(config.listen, config.write_lane_offset)
         how = "mutual TLS" if config.tls_cert is not None else "plaintext"
         log.info("lane: leaders' writes and clients' appends served on %s:%d (%s)", host, port, how)
+    if health is not None:
+        log.info("health: grpc.health.v1 served in plaintext on port %d", config.health_port)
     log.info("%s", allocation)
     log_security(config)
     stopping = asyncio.Event()
@@ -220,10 +238,13 @@ async def _serve(config: ReplicaConfig, allocation: str) -> None:
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
     log.info("stopping")
+    await node.health.stopping()  # not ready from now on: no new client is sent here
     await drain(node, config.drain_timeout)
     if lane is not None:
         lane.close()
     await server.stop(grace=1.0)
+    if health is not None:
+        await health.stop(grace=None)
     await node.stop()
 
 

@@ -123,6 +123,7 @@ def cmd_replica(args: argparse.Namespace) -> int:
         listen=args.listen or "",
         auto_initialize=args.auto_initialize,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
         log_id=args.log_id,
         min_peer_protocol=args.min_peer_protocol,
         max_entry_size=args.max_entry_size,

@@ -214,6 +214,8 @@ class DevCluster:
     - `storage_engine`: `rlog replica --storage-engine`, left out for the default `auto`
       (each data dir opened with the engine of the store it holds, a fresh one with the
       default engine); may be changed between a stop and a start.
+    - `metrics`, `health`: serve metrics / grpc.health.v1 on free ports, kept across
+      restarts (`metrics_ports`, `health_ports`).
     - `replica_args`: extra `rlog replica` arguments for every replica.
     - `write_lane_offset`: >0 gives every replica a write lane at its port + this offset
       (`rlog replica --write-lane-offset`; ports chosen so the lanes' are free too).
@@ -243,6 +245,7 @@ class DevCluster:
         election_timeout: float | None = None,
         max_entry_size: int | None = None,
         metrics: bool = False,
+        health: bool = False,
         replica_args: Sequence[str] = (),
         python: str = sys.executable,
         env: dict[str, str] | None = None,
@@ -269,6 +272,7 @@ class DevCluster:
         self.election_timeout = election_timeout
         self.max_entry_size = max_entry_size
         self.metrics = metrics
+        self.health = health
         self.replica_args = list(replica_args)
         self.python = python
         self.env = env
@@ -276,6 +280,7 @@ class DevCluster:
         self.die_with_parent = die_with_parent
         self.addresses: list[str] = []
         self.metrics_ports: list[int | None] = [None] * replicas
+        self.health_ports: list[int | None] = [None] * replicas
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * replicas
         self._clients: dict[int, Client] = {}
         self._lock = threading.Lock()
@@ -364,6 +369,11 @@ class DevCluster:
                 p if p is not None else free_port(self.host_of(i))
                 for i, p in enumerate(self.metrics_ports)
             ]
+        if self.health:
+            self.health_ports = [
+                p if p is not None else free_port(self.host_of(i))
+                for i, p in enumerate(self.health_ports)
+            ]
         saved.write_text(json.dumps({"addresses": self.addresses, "log_id": self.log_id}) + "\n")
 
     def _ports_free(self, host: str, port: int, taken: list[str]) -> bool:
@@ -441,6 +451,8 @@ class DevCluster:
         port = self.metrics_ports[i]
         if port is not None:
             cmd += ["--metrics-port", str(port)]
+        if (health := self.health_ports[i]) is not None:
+            cmd += ["--health-port", str(health)]
         if self.tls:
             from rlog.certs import DevPki
 

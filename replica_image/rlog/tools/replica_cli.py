@@ -44,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="hold the initialization permit from the start (local use)",
     )
     p.add_argument("--metrics-port", type=nonnegative, metavar="P")
+    p.add_argument(
+        "--health-port",
+        type=nonnegative,
+        metavar="P",
+        help="serve grpc.health.v1 alone, in plaintext, on this port (Kubernetes grpc "
+        "probes; service '' while serving, 'rlog.v1.Log' while VOTING)",
+    )
     p.add_argument("--log-id", default="", metavar="ID", help="identity of the log")
     p.add_argument(
         "--min-peer-protocol",
