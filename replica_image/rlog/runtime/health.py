@@ -30,7 +30,6 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 
 from rlog.proto import rlog_pb2 as pb
 
-
 SERVER = ""  # the whole server, as the health protocol names it
 READY_SERVICE = pb.DESCRIPTOR.services_by_name["Log"].full_name  # "rlog.v1.Log"
 
