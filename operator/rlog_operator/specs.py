@@ -40,7 +40,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from rlog import __version__
 from rlog.version import semver
@@ -391,11 +391,26 @@ def catchup_args(body: Body) -> list[str]:
     return ["--catchup-rate", str(math.ceil(value))]
 
 
+# A probe's handler types: one at most. The StatefulSet is updated by a strategic merge patch
+# (kube.apply_one), which keeps every key it is not told to delete: a template of release
+# 0.1.0 (`exec` probes) patched with `grpc` ones would hold both, which the API refuses
+# (found by e2e/operator/test_upgrade_release.py). The alternative rejected, server-side
+# apply, removes only fields an earlier *apply* of the same manager set, not fields the
+# operator created or patched before.
+PROBE_HANDLERS: Final = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
+def only_handler(handler: Manifest) -> Manifest:
+    """`handler` (one probe handler) with every other handler type null: deleted by a merge
+    patch, ignored on create."""
+    return {**dict.fromkeys(PROBE_HANDLERS), **handler}
+
+
 def probes(config: OperatorConfig) -> dict[str, Manifest]:
     """The kubelet's own gRPC probes of the replica's health port (rlog/runtime/health.py):
     alive while the replica serves, whatever its status; ready only while VOTING. An `exec`
     of `rlog status` would start Python and a gRPC client in the pod at every probe."""
-    alive = {"grpc": {"port": config.health_port}}
+    alive = only_handler({"grpc": {"port": config.health_port}})
     return {
         "startupProbe": {
             **alive,
@@ -410,7 +425,7 @@ def probes(config: OperatorConfig) -> dict[str, Manifest]:
             "failureThreshold": 6,  # 3 minutes of not answering at all
         },
         "readinessProbe": {
-            "grpc": {"port": config.health_port, "service": c.READY_SERVICE},
+            **only_handler({"grpc": {"port": config.health_port, "service": c.READY_SERVICE}}),
             "periodSeconds": 10,
             "timeoutSeconds": 5,
             "failureThreshold": 2,
