@@ -95,11 +95,12 @@ test: lint typecheck cluster-up
 # CI, and the multi-node tests, which need kind (make e2e-kind-nodes).
 E2E_OPERATOR_MARKS ?= not cert_manager and not spark_k8s and not nodes
 # Workers, a test file at a time, each with its own namespace and operator; the tests that
-# change the CRD take turns (e2e/operator/conftest.py). Two (12 min 38 s alone against
-# 20 min 38 s for one): with the replicas' former exec probes (a Python start each, 0.4 of the
-# 2 cores for 15 pods) two saturated the machine beside the unit suite and probes timed out;
-# the kubelet's gRPC probes cost next to nothing (docs/operator.md, "Probes").
-E2E_OPERATOR_WORKERS ?= 2
+# change the CRD take turns (e2e/operator/conftest.py). One by default: two (12 min 38 s alone
+# against 20 min 38 s) saturate the 2 cores beside the unit suite. With the replicas' exec
+# probes that timed probes out (two CI runs on 7 Dec); with the kubelet's gRPC probes (which
+# took 0.3 of a core off) it still did: the unit suite's live tests with T = 0.5 s lost their
+# leader for 30 s (docs/testing.md). E2E_OPERATOR_WORKERS=2 runs two.
+E2E_OPERATOR_WORKERS ?= 1
 e2e-operator: $(STAMP)
 	bash $(E2E_CLUSTER)/images.sh release
 	$(E2E_PYTEST) e2e/operator -v --durations=0 -m "$(E2E_OPERATOR_MARKS)" \
