@@ -17,13 +17,10 @@ Design choices (see also the module docs of status.py and rolling.py):
   before any of them is VOTING (auto-initialization needs every replica to answer). The
   replica binds `0.0.0.0:<port>` (`--listen`), so it starts before its DNS record exists and
   the probes reach it on 127.0.0.1.
-* Readiness = "this replica is VOTING": an exec probe running `rlog status --json` against
-  127.0.0.1 and matching `"status": "VOTING"`. A catching-up (RECOVERING/EMPTY) replica is
-  alive but not ready, so the client Service only routes to voting replicas and the
-  PodDisruptionBudget counts only voting replicas as healthy. Liveness only asks that the
-  replica *answer* Status (any status), with a long failure budget: a long catch-up never
-  gets the pod killed. The startup probe gives a slow start (a big store to open) 10 minutes.
-  The exec costs ~0.3 s of CPU; readiness runs every 10 s, liveness every 30 s.
+* Probes: the kubelet's own gRPC probes of the replica's health port (probes.py): alive
+  while the replica serves, ready only while it is VOTING, so the client Service only routes
+  to voting replicas and the PodDisruptionBudget counts only voting replicas as healthy. A
+  long catch-up never gets the pod killed; the startup probe gives a slow start 10 minutes.
 * Stopping: `rlog replica` is PID 1 and handles SIGTERM itself (no preStop hook: there is no
   shell in the way, and a hook would only duplicate it): a leader steps down first and keeps
   serving until another replica leads (`--drain-timeout`, OperatorConfig.drain_seconds),
@@ -40,12 +37,13 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from rlog import __version__
 from rlog.version import semver
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
+from rlog_operator.probes import probes
 from rlog_operator.quantities import quantity
 
 Manifest = dict[str, Any]
@@ -391,49 +389,6 @@ def catchup_args(body: Body) -> list[str]:
     return ["--catchup-rate", str(math.ceil(value))]
 
 
-# A probe's handler types: one at most. The StatefulSet is updated by a strategic merge patch
-# (kube.apply_one), which keeps every key it is not told to delete: a template of release
-# 0.1.0 (`exec` probes) patched with `grpc` ones would hold both, which the API refuses
-# (found by e2e/operator/test_upgrade_release.py). The alternative rejected, server-side
-# apply, removes only fields an earlier *apply* of the same manager set, not fields the
-# operator created or patched before.
-PROBE_HANDLERS: Final = ("exec", "httpGet", "tcpSocket", "grpc")
-
-
-def only_handler(handler: Manifest) -> Manifest:
-    """`handler` (one probe handler) with every other handler type null: deleted by a merge
-    patch, ignored on create."""
-    return {**dict.fromkeys(PROBE_HANDLERS), **handler}
-
-
-def probes(config: OperatorConfig) -> dict[str, Manifest]:
-    """The kubelet's own gRPC probes of the replica's health port (rlog/runtime/health.py):
-    alive while the replica serves, whatever its status; ready only while VOTING. An `exec`
-    of `rlog status` would start Python and a gRPC client in the pod at every probe."""
-    alive = only_handler({"grpc": {"port": config.health_port}})
-    return {
-        "startupProbe": {
-            **alive,
-            "periodSeconds": 5,
-            "timeoutSeconds": 10,
-            "failureThreshold": 120,  # 10 minutes to open the store and serve
-        },
-        "livenessProbe": {
-            **alive,
-            "periodSeconds": 30,
-            "timeoutSeconds": 10,
-            "failureThreshold": 6,  # 3 minutes of not answering at all
-        },
-        "readinessProbe": {
-            **only_handler({"grpc": {"port": config.health_port, "service": c.READY_SERVICE}}),
-            "periodSeconds": 10,
-            "timeoutSeconds": 5,
-            "failureThreshold": 2,
-            "successThreshold": 1,
-        },
-    }
-
-
 def container_security_context() -> Manifest:
     return {
         "runAsNonRoot": True,
@@ -483,7 +438,7 @@ def replica_container(body: Body, config: OperatorConfig) -> Manifest:
             {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"},
             {"name": "health", "containerPort": config.health_port, "protocol": "TCP"},
         ],
-        **probes(config),
+        **probes(config.health_port),
         "resources": copy.deepcopy(spec.get("resources") or {}),
         "securityContext": container_security_context(),
         "volumeMounts": [
