@@ -41,7 +41,6 @@ from rlog.config import (
     unsafe_no_dedupe,
     unsafe_split_fill,
 )
-from rlog.lane.server import LaneReplica
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.coordinator import (
     Coordinator,
@@ -271,13 +270,6 @@ class Node:
         )
 
     # ---- lifecycle ---------------------------------------------------------------------
-
-    def lane_replica(self) -> LaneReplica:
-        """What the lane port serves of this replica (rlog/lane/server.py)."""
-        replica = self.replica
-        return LaneReplica(
-            replica.start_write, replica.lane_fetch, self.appender, self.leader_links
-        )
 
     def start(self) -> None:
         self.peers.connect()

@@ -16,7 +16,7 @@ import grpc
 from rlog import __version__, allocator, event_loop
 from rlog.config import NO_WRITE_STREAM_ENV, ConfigError, ReplicaConfig, no_write_stream
 from rlog.lane.framed import lane_address
-from rlog.lane.server import LaneLimits, serve_lane
+from rlog.lane.server import LaneLimits, LaneReplica, serve_lane
 from rlog.lane.tls import LaneTls
 from rlog.proto import rlog_pb2 as pb
 from rlog.protocol.peer_version import PROTOCOL
@@ -44,6 +44,18 @@ log = logging.getLogger("rlog.server")
 
 LOCK_POLL = 0.5  # seconds between attempts to take a data dir another process holds
 LOCK_REPORT = 10.0  # seconds between the log lines saying the replica still waits
+
+
+def lane_replica(node: Node) -> LaneReplica:
+    """What the lane port serves of this replica (rlog/lane/server.py)."""
+    replica = node.replica
+    return LaneReplica(replica.start_write, replica.lane_fetch, node.appender, node.leader_links)
+
+
+def bind_host(config: ReplicaConfig) -> str:
+    """The host of --listen, where the metrics and health ports listen too (every address
+    when --listen names none)."""
+    return config.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
 
 
 async def open_when_free(data_dir: Path, engine: str, wait: float) -> tuple[Storage, str]:
@@ -170,7 +182,7 @@ async def start_server(config: ReplicaConfig) -> Started:
             node.peers.lane_tls = lane_tls.client
         try:
             lane = await serve_lane(
-                node.lane_replica(),
+                lane_replica(node),
                 host,
                 port,
                 config.log_id,
@@ -194,7 +206,7 @@ async def start_server(config: ReplicaConfig) -> Started:
             raise ConfigError(f"cannot listen for the write lane on {host}:{port}: {exc}") from None
     health = None
     if config.health_port:
-        host = config.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+        host = bind_host(config)
         try:
             health = await serve_health(node.health, host, config.health_port)
         except OSError as exc:
@@ -204,8 +216,7 @@ async def start_server(config: ReplicaConfig) -> Started:
     node.start()
     await node.health.serving()
     if config.metrics_port:
-        host = config.listen.rpartition(":")[0].strip("[]")
-        node.metrics.serve(config.metrics_port, host if host not in ("", "0.0.0.0") else "0.0.0.0")
+        node.metrics.serve(config.metrics_port, bind_host(config))
     # Said once nothing can fail any more: a start refused is one line on stderr.
     log.info("storage: %s", opened)
     return Started(server, node, lane, health)
