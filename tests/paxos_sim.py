@@ -15,7 +15,8 @@ reset followers' timers and step down coordinators below them; with `refuse_riva
 replica that hears a live leader refuses other candidates' implicit promises, as rlog does.
 Heartbeats are answered (a message back that may be lost like any other); a leader that has
 not had answers (to heartbeats or writes) from a quorum within 2T steps down at its next
-`advance` (check-quorum), as rlog does.
+`advance` (check-quorum), and one answered with a promise above its proposal is demoted at
+once (`Coordinator.on_peer_promise`), as rlog does.
 
 Requests may carry several entries (`propose_batch`, one `Append` call's values); the
 simulation checks at every step that a batch is never chosen in part nor scattered (every
@@ -270,9 +271,13 @@ class Sim:
         message = self.network[k] if duplicate else self.network.pop(k)
         if message.response is not None:
             self.elections[message.coordinator].on_peer_answered(self.now, message.replica)
-            if isinstance(message.response, pb.LearnedResponse):
-                return  # a heartbeat's answer: only the check-quorum counts it
             coord = self.coords[message.coordinator]
+            if isinstance(message.response, pb.LearnedResponse):
+                # A heartbeat's answer: the check-quorum counts it, and a promise above the
+                # leader's proposal demotes it (runtime/election.py does the same).
+                if coord.on_peer_promise(message.replica, message.response.promised):
+                    self._drain(message.coordinator)
+                return
             coord.on_reply(message.round, message.replica, message.response)
             self._drain(message.coordinator)
             return

@@ -147,6 +147,42 @@ def test_racing_elections_converge_to_one_leader():
     assert sum(c.leading for c in sim.coords) == 1
 
 
+def test_a_leader_whose_follower_promised_higher_is_demoted_by_the_heartbeat_answer():
+    """A rival's candidacy raised replica 1's promise above the leader's proposal and failed
+    (only its own acceptor promised). Replica 1 rejects the leader's writes from then on;
+    the leader learns it from the next heartbeat's answer, before any client append, and
+    the next election goes above that promise."""
+    sim = Sim(3, 2)
+    elected(sim, 0)
+    leader_proposal = sim.coords[0].proposal
+    sim.coords[1].elect()  # replica 1 stands; only its own replica hears it
+    sim._drain(1)
+    run(sim, keep=lambda m: m.replica == 1 and m.coordinator == 1)
+    while sim.timers:
+        sim.fire_timer(0)  # its election times out: demoted, promise left raised
+    assert sim.coords[1].phase == Phase.IDLE
+    raised = sim.cores[1].promised
+    assert raised > leader_proposal and sim.coords[0].leading
+    sim.advance(0.2)  # the leader heartbeats; replica 1 answers with its promise
+    run(sim)
+    assert sim.coords[0].phase == Phase.IDLE and not sim.failed  # no append paid for it
+    elected(sim, 0)
+    assert sim.coords[0].proposal > raised
+    sim.propose(0, 2)
+    run(sim)
+    assert len(sim.acknowledged) == 2
+    sim.check_acknowledged()
+
+
+def test_a_heartbeat_answer_at_or_below_the_leaders_proposal_changes_nothing():
+    sim = Sim(3, 1)
+    elected(sim, 0)
+    proposal = sim.coords[0].proposal
+    assert not sim.coords[0].on_peer_promise(1, proposal)
+    assert not sim.coords[0].on_peer_promise(2, 0)  # an older build's empty answer
+    assert sim.coords[0].leading
+
+
 def superseded_leader_at_position_one() -> Sim:
     """Coordinator 0 leads at proposal 1 (its election filled position 0), then coordinator
     1 is elected at proposal 2 without coordinator 0 hearing of it: both will write their

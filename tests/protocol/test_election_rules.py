@@ -517,6 +517,24 @@ def test_a_heartbeat_after_the_connections_closed_voids_the_sign(seed):
     assert e.live_leader(5.3) == "r1"
 
 
+@pytest.mark.parametrize("after", [True, False], ids=["promise after", "promise before"])
+def test_a_candidates_promise_since_the_last_heartbeat_voids_the_shortcut(after):
+    """Another follower saw the leader go first and stands: once this replica has accepted
+    its promise, it waits a full timeout from that promise (the candidate heartbeats once it
+    leads) rather than stand T/4 to T/2 after the sign, above the candidate's proposal,
+    whose writes it would then reject."""
+    e = following(seed=3)
+    if after:
+        e.leader_gone(5.1, leader=1)
+        e.on_promise_accepted(5.12, candidate=2)
+        promised = 5.12
+    else:
+        e.on_promise_accepted(5.1, candidate=2)
+        e.leader_gone(5.12, leader=1)
+        promised = 5.1
+    assert timed_out(e, 5.12) >= promised + T
+
+
 def test_a_gone_leader_is_not_named_live_and_rivals_are_not_refused_for_it():
     e = following()
     assert e.live_leader(5.1) == "r1" and e.refuses(2, 5.1)

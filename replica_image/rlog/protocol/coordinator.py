@@ -1,9 +1,9 @@
 """The coordinator: elect, fill, append and truncate, as a pure state machine.
 
 Events go in through methods (`elect`, `on_reply`, `on_failure`, `on_timeout`, `propose`,
-`pump`, `step_down`); what the coordinator wants done comes out in `take()` as outputs:
-messages to send, timers to set, results for the callers. No I/O, no clocks: the replica
-runtime (rlog.runtime) and the simulations in tests drive it.
+`pump`, `step_down`, `on_peer_promise`); what the coordinator wants done comes out in
+`take()` as outputs: messages to send, timers to set, results for the callers. No I/O, no
+clocks: the replica runtime (rlog.runtime) and the simulations in tests drive it.
 
 Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
 - elect: proposal = max(highest seen, local promise) + 1, implicit promise to every replica;
@@ -26,9 +26,10 @@ Rules (the Mesos log's coordinator, tightened as docs/protocol.md describes):
   then a learned message goes to every replica; each entry carries its origin (this
   proposal and leader id), so a replica counts a write to a learned position as accepted
   only if it is this very write, and a request is done only when its own entry was chosen;
-- any REJECT, or a round that can no longer reach a quorum (IGNORED, failures) or times out,
-  demotes: in-flight appends end with an unknown outcome, queued ones with "not attempted";
-  the next election waits a random back-off in [T, 2T) and goes above the highest number seen.
+- any REJECT, a heartbeat answered with a promise above our proposal (`on_peer_promise`),
+  or a round that can no longer reach a quorum (IGNORED, failures) or times out, demotes:
+  in-flight appends end with an unknown outcome, queued ones with "not attempted"; the next
+  election waits a random back-off in [T, 2T) and goes above the highest number seen.
 """
 
 from __future__ import annotations
@@ -630,6 +631,23 @@ class Coordinator:
             self._demote("fill timed out without a quorum")
         elif round_id in self._writes:
             self._demote("append timed out without a quorum", timed_out=True)
+
+    def on_peer_promise(self, replica: int, promised: int) -> bool:
+        """A peer's answer to this leader's heartbeat carried its promise. Above our
+        proposal, the peer rejects our writes from now on (a rival candidate raised it and was
+        refused, and the peer follows us anyway): demote now, as its rejected write would, so
+        the next election goes above it. Leading on, this leader could neither confirm a read
+        nor commit without that peer, and the first append would learn it by failing (Raft
+        lets a higher term in any answer depose a leader for the same reason). Returns
+        whether it demoted."""
+        if self.phase == Phase.IDLE or promised <= self.proposal:
+            return False
+        self.highest_seen = max(self.highest_seen, promised)
+        self._demote(
+            f"replica {replica} promised proposal {promised}, above this leader's "
+            f"{self.proposal}: electing above it"
+        )
+        return True
 
     def step_down(self, reason: str = "asked to step down") -> None:
         if self.phase != Phase.IDLE:

@@ -40,13 +40,15 @@ The rules, in the order they are checked:
 - a leader gone: when every write connection the leader had opened to this replica has
   closed (its process died: the kernel closes its sockets) and no heartbeat came since, the
   timer fires after a random wait in [T/4, T/2) from then instead of [T, 2T) from the last
-  heartbeat, and this replica no longer names that leader live to a pre-vote nor refuses
-  other candidates for it. The wait is longer than the heartbeat interval (T/5), so a live
-  leader whose connections merely closed (reconnecting, a rotated certificate) voids the
-  sign with its next heartbeat; and a pre-vote still needs the other followers to have seen
-  the leader go too (each has its own connections from it), so one replica's view cannot
-  depose a leader the others hear. Liveness only: a candidate still needs a quorum's
-  promises. Without it a killed leader cost T to 2T of silence before anyone stood;
+  heartbeat (unless this replica accepted another candidate's promise since that heartbeat:
+  the candidate is at work), and this replica no longer names that leader live to a
+  pre-vote nor refuses other candidates for it. The wait is longer than the heartbeat
+  interval (T/5), so a live leader whose connections merely closed (reconnecting, a rotated
+  certificate) voids the sign with its next heartbeat; and a pre-vote still needs the other
+  followers to have seen the leader go too (each has its own connections from it), so one
+  replica's view cannot depose a leader the others hear. Liveness only: a candidate still
+  needs a quorum's promises. Without it a killed leader cost T to 2T of silence before
+  anyone stood;
 - after the pre-vote: a heartbeat or an accepted promise that arrived meanwhile, or the
   replica no longer VOTING or its coordinator no longer idle, cancels the candidacy;
 - a VOTING replica that heard a live leader within T refuses other candidates' implicit
@@ -287,9 +289,13 @@ class Election:
             return None
         quiet_since = max(self.quiet_since(), self.voting_since, self.pre_voted)
         due = quiet_since + self.timeout
-        if self.gone() and self.pre_voted < self.gone_at:
+        rival_at_work = self.candidate_heard > self.last_heard
+        if self.gone() and self.pre_voted < self.gone_at and not rival_at_work:
             # the first attempt after the leader went (a new voter still listens a full
-            # timeout first)
+            # timeout first), unless a candidate's promise was accepted since the leader's
+            # last heartbeat: that candidate is electing or filling and heartbeats once it
+            # leads. Standing now would raise this replica's promise above its proposal,
+            # and its writes here would fail (`Coordinator.on_peer_promise`).
             due = min(due, max(self.gone_at + self.gone_wait, self.voting_since + self.timeout))
         if now < due:
             return None

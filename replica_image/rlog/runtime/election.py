@@ -152,6 +152,10 @@ class ElectionDriver:
         if answer is None or self.stopped:
             return None
         self.on_peer_answered(peer.id)
+        if answer.promised > self.coordinator.proposal and self.coordinator.on_peer_promise(
+            peer.id, answer.promised
+        ):
+            self.dispatch()
         return answer
 
     def on_heartbeat(self, request: pb.LearnedRequest) -> None:
