@@ -484,7 +484,7 @@ class AsyncClient:
         await self._streams.close()
         lanes, self._lanes = self._lanes, {}
         for lane in lanes.values():
-            lane.close()
+            await lane.aclose()
         await self._endpoints.close()
 
     async def __aenter__(self) -> AsyncClient:

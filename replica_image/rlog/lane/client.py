@@ -153,5 +153,9 @@ class AppendLane:
     def close(self) -> None:
         self._caller.close()
 
+    async def aclose(self) -> None:
+        """Close it and wait for an opening under way to end."""
+        await self._caller.aclose()
+
 
 __all__ = ["AppendLane", "ConnectionBroken", "TlsCredentials", "tls_context"]

@@ -19,6 +19,7 @@ request's id, so many requests are in flight at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import ssl
@@ -395,13 +396,25 @@ class FramedCaller(Generic[R]):
             if not future.done():
                 future.set_exception(error)
 
-    def close(self) -> None:
+    def close(self) -> asyncio.Task[None] | None:
+        """Close it; returns the opening it cancelled, if one was under way (`aclose` waits
+        for it)."""
         self._closed = True
-        if self._opening is not None:
-            self._opening.cancel()
-            self._opening = None
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.cancel()
         if self._protocol is not None:
             self._broken(self._protocol, self.broken("the lane was closed"))
+        return opening
+
+    async def aclose(self) -> None:
+        """Close it and wait until an opening under way has ended: a loop closed right
+        after must not be left with a pending task ("Task was destroyed but it is
+        pending!" on a CLI's stderr)."""
+        opening = self.close()
+        if opening is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await opening
 
 
 class CallingLane(Generic[R]):
@@ -421,3 +434,7 @@ class CallingLane(Generic[R]):
 
     def close(self) -> None:
         self._caller.close()
+
+    async def aclose(self) -> None:
+        """Close it and wait for an opening under way to end."""
+        await self._caller.aclose()
