@@ -195,7 +195,11 @@ def _the_leader(found: Sequence[pb.StatusResponse | None]) -> int | None:
 
 def _describe(found: Sequence[pb.StatusResponse | None]) -> str:
     return ", ".join(
-        "down" if st is None else f"{pb.Status.Name(st.status)}/{st.role}/learned={st.learned}"
+        "down"
+        if st is None
+        else f"{pb.Status.Name(st.status)}/{st.role}/learned={st.learned}/promised={st.promised}"
+        + (f"/leader={st.leader}" if st.leader else "")
+        + (f" [{st.reason}]" if st.reason else "")
         for st in found
     )
 
