@@ -45,7 +45,15 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         "process",
         "what every process shares: its configuration, event loop, allocator, certificates",
-        ("rlog.config", "rlog.event_loop", "rlog.allocator", "rlog.certs", "rlog.durable"),
+        (
+            "rlog.config",
+            "rlog.event_loop",
+            "rlog.allocator",
+            "rlog.certs",
+            "rlog.durable",
+            "rlog.log_format",
+            "rlog.build_info",
+        ),
     ),
     Layer(
         "storage",

@@ -7,7 +7,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, start_http_server
 
+from rlog.build_info import register_build_info
+from rlog.protocol.peer_version import PROTOCOL
 from rlog_operator import constants as c
+
+BUILD = register_build_info("operator", PROTOCOL)
 
 RECONCILES = Counter(
     "rlog_operator_reconciles_total", "Handler runs of the rlog operator", ["handler"]

@@ -69,3 +69,31 @@ def test_lease_and_liveness_arguments() -> None:
     args = main.parse_args(["--lease", "rlog-op", "--liveness", "http://0.0.0.0:8181/healthz"])
     assert args.lease == "rlog-op"
     assert main.liveness_port(args.liveness) == 8181
+
+
+def test_the_operator_says_its_build_in_a_metric() -> None:
+    import platform
+
+    from rlog import __version__
+    from rlog_operator import metrics
+
+    assert metrics.BUILD is not None
+    labels = {
+        "component": "operator",
+        "version": __version__,
+        "peer_protocol": "1",
+        "python": platform.python_version(),
+    }
+    assert REGISTRY.get_sample_value("rlog_build_info", labels) == 1.0
+    assert REGISTRY.get_sample_value("process_cpu_seconds_total") is not None
+
+
+def test_a_log_format_the_operator_does_not_know_is_refused_by_name() -> None:
+    code = "from rlog_operator.main import main; main([])"
+    env = {"RLOG_LOG_FORMAT": "xml", "PATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert out.returncode == 1
+    assert "log format 'xml' is not one of text, json" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -5,15 +5,18 @@ the consistency checker."""
 from __future__ import annotations
 
 import asyncio
+import platform
 import signal
 import time
 
 import pytest
 from live import Writers, append_acked, check
 
+import rlog
 from rlog import allocator
 from rlog.client import AsyncClient, Client
 from rlog.client.errors import RlogError
+from rlog.protocol.peer_version import PROTOCOL as PEER_PROTOCOL
 from rlog.tools.dev import DevCluster
 
 pytestmark = pytest.mark.slow
@@ -161,10 +164,20 @@ def test_replicas_expose_prometheus_metrics(tmp_path):
         "rlog_rejects_total",
         "rlog_catchup_remaining_positions",
         "rlog_initialization_permit",
+        # the process, as the default registry would have it (the replica's is its own)
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "python_info",
+    )
+    build = (
+        f'rlog_build_info{{component="replica",peer_protocol="{PEER_PROTOCOL}",'
+        f'python="{platform.python_version()}",version="{rlog.__version__}"}} 1.0'
     )
     for text in scraped.values():
         missing = [name for name in names if name not in text]
         assert not missing, missing
+        assert build in text
         assert 'rlog_replica_status{status="VOTING"} 1.0' in text
         assert 'rlog_storage_condition{condition="healthy"} 1.0' in text
         assert 'rlog_storage_condition{condition="disk-full"} 0.0' in text

@@ -6,11 +6,21 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from rlog.allocator import Heap
+from rlog.build_info import register_build_info
 from rlog.proto import rlog_pb2 as pb
+from rlog.protocol.peer_version import PROTOCOL
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -44,6 +54,11 @@ class ReplicaMetrics:
     def __init__(self, replica_id: int) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # A registry of its own (a test process runs several replicas), so the default
+        # registry's process_* and python_info collectors are added here by hand.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        register_build_info("replica", PROTOCOL, r)
         self.status = Gauge(
             "rlog_replica_status", "1 for the replica's current status", ["status"], registry=r
         )

@@ -321,6 +321,10 @@ async def _archive(args: argparse.Namespace, endpoint: str | None, usage: Any) -
             from rlog.archive import endpoint as http_endpoint
 
             if args.metrics_port is not None:
+                from rlog.build_info import register_build_info
+                from rlog.protocol.peer_version import PROTOCOL
+
+                register_build_info("archiver", PROTOCOL)
                 http_endpoint.serve_metrics(args.metrics_port)
             if args.control_port is not None:  # "archive now" (POST /flush)
                 http_endpoint.serve_control(
