@@ -10,6 +10,8 @@ import sys
 from typing import Any, cast
 
 from rlog import __version__
+from rlog.log_format import LOG_FORMATS, default_format
+from rlog.log_format import configure as configure_logs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,6 +38,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(RLOG_OPERATOR_NAMESPACE); default: act at once (a single operator)",
     )
     p.add_argument("--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default_format(),
+        help="text lines, or one JSON object per line; the replicas it runs log the same "
+        "way (default: RLOG_LOG_FORMAT, else text)",
+    )
     p.add_argument("--version", action="version", version=f"rlog-operator {__version__}")
     return p.parse_args(argv)
 
@@ -93,14 +102,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import logging
 
+    try:
+        configure_logs(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
+    except ValueError as exc:  # RLOG_LOG_FORMAT, the default argparse does not check
+        sys.exit(f"rlog-operator: error: {exc} (--log-format or RLOG_LOG_FORMAT)")
     import kopf
 
-    from rlog_operator import handlers  # noqa: F401  (registers the handlers)
-
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        from rlog_operator import handlers  # noqa: F401  (registers the handlers)
+    except ValueError as exc:  # the deployment's settings (OperatorConfig.from_env)
+        sys.exit(f"rlog-operator: error: {exc}")
     # Which build runs: the first line of every operator log (docs/upgrades.md, "Versions").
     logging.getLogger("rlog_operator").info("rlog-operator %s starting", __version__)
     import socket

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlog import __version__
+from rlog.log_format import ENV as LOG_FORMAT_ENV
+from rlog.log_format import TEXT, check_format
 from rlog.version import semver
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
@@ -72,11 +74,15 @@ class OperatorConfig:
     termination_grace_seconds: int = 30
     # where the operator runs (its pods are let in by a log's NetworkPolicy)
     operator_namespace: str = "rlog-system"
+    # the operator's own log format, which its replicas use too (`--log-format`): text
+    # leaves the replicas' arguments as they were, so no rolling restart follows an upgrade
+    log_format: str = TEXT
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
         """Read RLOG_REPLICA_IMAGE, RLOG_IMAGE_PULL_POLICY, RLOG_GRPC_PORT, RLOG_METRICS_PORT,
-        RLOG_HEALTH_PORT, RLOG_CLUSTER_DOMAIN from a mapping (pass os.environ)."""
+        RLOG_HEALTH_PORT, RLOG_CLUSTER_DOMAIN, RLOG_LOG_FORMAT from a mapping (pass
+        os.environ)."""
         d = cls()
         config = cls(
             replica_image=env.get("RLOG_REPLICA_IMAGE", d.replica_image),
@@ -86,6 +92,7 @@ class OperatorConfig:
             health_port=int(env.get("RLOG_HEALTH_PORT", d.health_port)),
             cluster_domain=env.get("RLOG_CLUSTER_DOMAIN", d.cluster_domain).strip("."),
             operator_namespace=env.get("RLOG_OPERATOR_NAMESPACE", d.operator_namespace),
+            log_format=check_format(env.get(LOG_FORMAT_ENV) or d.log_format),
         )
         ports = {
             "RLOG_GRPC_PORT": config.grpc_port,
@@ -377,6 +384,7 @@ def replica_args(body: Body, config: OperatorConfig) -> list[str]:
         str(c.WRITE_LANE_OFFSET),
         *catchup_args(body),
         *security_args(body),
+        *(["--log-format", config.log_format] if config.log_format != TEXT else []),
     ]
 
 

@@ -332,3 +332,20 @@ def test_monitoring_objects_take_extra_labels(helm: str) -> None:
         doc = next(d for d in docs if d["kind"] == kind)
         assert doc["metadata"]["labels"]["release"] == "kps", doc["metadata"]
         assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "rlog-operator"
+
+
+def test_log_format_reaches_the_operator_and_only_text_or_json_is_taken(helm: str) -> None:
+    def env_of(*args: str) -> dict[str, str]:
+        dep = next(d for d in _render(helm, *args) if d["kind"] == "Deployment")
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert env_of()["RLOG_LOG_FORMAT"] == "text"
+    assert env_of("--set", "logFormat=json")["RLOG_LOG_FORMAT"] == "json"
+    refused = subprocess.run(
+        [helm, "template", "t", str(CHART), "--set", "logFormat=xml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "logFormat" in refused.stderr

@@ -332,6 +332,19 @@ def test_config_from_env():
     assert OperatorConfig.from_env({}) == OperatorConfig()
 
 
+def test_the_operators_json_log_format_reaches_the_replicas_and_text_changes_nothing():
+    """Text is the default: the replicas' arguments stay as before it existed, so upgrading
+    the operator restarts no replica for it."""
+    text = specs.replica_args(body(), OperatorConfig.from_env({"RLOG_LOG_FORMAT": "text"}))
+    assert text == specs.replica_args(body(), OperatorConfig())
+    assert "--log-format" not in text
+    json_args = specs.replica_args(body(), OperatorConfig.from_env({"RLOG_LOG_FORMAT": "json"}))
+    at = json_args.index("--log-format")
+    assert json_args[at + 1] == "json"
+    with pytest.raises(ValueError, match="log format 'yaml' is not one of text, json"):
+        OperatorConfig.from_env({"RLOG_LOG_FORMAT": "yaml"})
+
+
 def test_ports_apart_are_taken():
     config = specs.OperatorConfig.from_env({"RLOG_GRPC_PORT": "8000", "RLOG_HEALTH_PORT": "8002"})
     assert (config.grpc_port, config.health_port) == (8000, 8002)

@@ -10,6 +10,7 @@ import argparse
 import base64
 import faulthandler
 import json
+import logging
 import os
 import socket
 import sys
@@ -25,7 +26,7 @@ if "replica" not in sys.argv[1:2] and "GRPC_VERBOSITY" not in os.environ:
     os.environ["GRPC_VERBOSITY"] = "NONE"
     os.environ["RLOG_QUIETED_GRPC"] = "1"
 
-from rlog import __version__
+from rlog import __version__, log_format
 from rlog.arg_types import (
     add_storage_engine_argument,
     nonnegative,
@@ -159,6 +160,10 @@ def cmd_replica(args: argparse.Namespace) -> int:
         },
     )
     _check_listen(config.listen)
+    try:
+        log_format.configure(logging.INFO, args.log_format)
+    except ValueError as exc:  # RLOG_LOG_FORMAT, the default argparse does not check
+        raise RlogError(f"{exc} (--log-format or {log_format.ENV})") from None
     try:
         from rlog.runtime.process import serve
     except ImportError as exc:

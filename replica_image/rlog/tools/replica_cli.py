@@ -26,6 +26,7 @@ from rlog.config import (
     DEFAULT_STREAM_WINDOW,
     DEFAULT_TAIL_RESPONSE_BYTES,
 )
+from rlog.log_format import LOG_FORMATS, default_format
 from rlog.protocol.peer_version import MINIMUM as MINIMUM_PEER_PROTOCOL
 from rlog.protocol.peer_version import PROTOCOL as PEER_PROTOCOL
 
@@ -52,6 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "probes; service '' while serving, 'rlog.v1.Log' while VOTING)",
     )
     p.add_argument("--log-id", default="", metavar="ID", help="identity of the log")
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default_format(),
+        help="text lines, or one JSON object per line (default: RLOG_LOG_FORMAT, else text)",
+    )
     p.add_argument(
         "--min-peer-protocol",
         type=nonnegative,
