@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlog import __version__
 from rlog.arg_types import nonnegative, positive_float
 from rlog_operator import archive_specs
 from rlog_operator import constants as c
@@ -74,6 +75,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="kubectl rlog", description="Operate ReplicatedLogs (rlog.io) from kubectl."
     )
+    p.add_argument("--version", action="version", version=f"kubectl-rlog {__version__}")
     _add_cluster_options(p)
     # kubectl passes the flags where the user wrote them: after the command too
     common = argparse.ArgumentParser(add_help=False)
