@@ -4,6 +4,9 @@ is on the PATH, else the same module with this Python). For the lead to run."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -84,3 +87,19 @@ def test_errors_are_one_line(log: Log, namespace: str) -> None:
     assert out.returncode == 1 and "out of range" in out.stderr, out.stderr
     out = plugin(namespace, "reinitialize", NAME, check=False)
     assert out.returncode == 1 and "not DataLoss" in out.stderr, out.stderr
+
+
+def test_shell_completion_offers_the_logs_of_the_namespace(log: Log, namespace: str) -> None:
+    """kubectl's own completion (`kubectl __complete`, what a shell's TAB runs) finds
+    `kubectl_complete-rlog` on the PATH and offers this namespace's logs; the same module
+    with this Python where the plugin is not installed."""
+    if shutil.which("kubectl-rlog") and shutil.which("kubectl_complete-rlog"):
+        cmd = ["kubectl", "__complete", "rlog", "status", "-n", namespace, "plug"]
+    else:
+        cmd = [sys.executable, "-m", "rlog_operator.kubectl_completion"]
+        cmd += ["status", "-n", namespace, "plug"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert NAME in lines, out.stdout
+    assert lines[-1] == ":4", out.stdout  # no file names

@@ -72,6 +72,11 @@ class Request:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The plugin's arguments (also what `kubectl_complete-rlog` completes)."""
     p = argparse.ArgumentParser(
         prog="kubectl rlog", description="Operate ReplicatedLogs (rlog.io) from kubectl."
     )
@@ -141,7 +146,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     sp.add_argument("--secret", metavar="SECRET", help="default <log>-client-<CLIENT>")
     sp.add_argument("--wait", action="store_true", help="wait until the Secret is written")
     sp.add_argument("--timeout", type=positive_float, default=120.0, metavar="SECONDS")
-    return p.parse_args(list(argv))
+    return p
 
 
 def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
@@ -463,6 +468,16 @@ class Cluster:
             raise PluginError(f"{what}: HTTP {e.status} {e.reason}") from None
         except Exception as e:  # connection refused, DNS, TLS: the cluster is not there
             raise PluginError(f"no cluster: {what}: {type(e).__name__}: {e}") from None
+
+    def log_names(self, namespace: str, timeout: float) -> list[str]:
+        """The ReplicatedLogs of `namespace`, by name (for shell completion)."""
+        found = self._call(
+            f"ReplicatedLogs in {namespace}",
+            lambda: self.custom.list_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=timeout
+            ),
+        )
+        return sorted(str(item["metadata"]["name"]) for item in found.get("items", []))
 
     def log(self, namespace: str, name: str) -> dict[str, Any]:
         try:
