@@ -352,6 +352,15 @@ def cmd_initialize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the shell's completion script, generated from this parser by shtab (a new
+    command or flag completes without a script to keep by hand)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from rlog.tools import dev_cli
 
@@ -406,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replica", help="run a replica")
     replica_cli.add_arguments(p)
     p.set_defaults(func=cmd_replica)
+
+    p = sub.add_parser(
+        "completion",
+        help='print a shell completion script: eval "$(rlog completion bash)"',
+    )
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("dev", help="run a local N-replica log as processes")
     dev_cli.add_arguments(p)
