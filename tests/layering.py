@@ -98,6 +98,11 @@ LAYERS: tuple[Layer, ...] = (
         "the kopf operator: facts, pure decisions, small I/O modules, thin registrations",
         ("rlog_operator",),
     ),
+    Layer(
+        "plugin",
+        "`kubectl rlog`, for people: commands, patches, views and completion",
+        ("rlog_operator.plugin",),
+    ),
 )
 
 

@@ -32,7 +32,7 @@ def plugin(namespace: str, *args: str, check: bool = True) -> subprocess.Complet
     if shutil.which("kubectl-rlog"):
         cmd = ["kubectl", "rlog", "-n", namespace, *args]
     else:
-        cmd = [sys.executable, "-m", "rlog_operator.kubectl_rlog", "-n", namespace, *args]
+        cmd = [sys.executable, "-m", "rlog_operator.plugin", "-n", namespace, *args]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if check:
         assert out.returncode == 0, out.stderr

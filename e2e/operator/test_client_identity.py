@@ -17,7 +17,8 @@ import pytest
 from e2elib import wait_until
 from oplib import Log, client_files, created_log, exists, plugin, port_forward
 
-from rlog_operator import kubectl_rlog
+from rlog_operator.plugin import cluster as plugin_cluster
+from rlog_operator.plugin import patches
 
 pytestmark = pytest.mark.extended
 
@@ -94,16 +95,16 @@ def test_a_request_built_from_a_stale_read_is_built_again(log: Log, namespace: s
     write in between (the operator's own, several a second while a log settles: a CI run
     failed on it) is a Conflict; the plugin then reads the log and builds its request
     again, and adds to what the other writer left."""
-    cluster = kubectl_rlog.Cluster(None, None)
+    cluster = plugin_cluster.Cluster(None, None)
     stale = cluster.log(namespace, NAME)
     log.k("annotate", "replicatedlog", NAME, "e2e.rlog.io/touched=1", "--overwrite")
 
     def add(current):
-        return kubectl_rlog.certificate_request(current, "stale", "read")
+        return patches.certificate_request(current, "stale", "read")
 
-    with pytest.raises(kubectl_rlog.ConflictError):
+    with pytest.raises(patches.ConflictError):
         cluster.apply(namespace, add(stale))
-    _, attempts = kubectl_rlog.apply_fresh(cluster, namespace, NAME, add, stale)
+    _, attempts = plugin_cluster.apply_fresh(cluster, namespace, NAME, add, stale)
     assert attempts >= 2
     body = log.body()
     assert body["metadata"]["annotations"]["e2e.rlog.io/touched"] == "1"

@@ -96,7 +96,7 @@ def test_shell_completion_offers_the_logs_of_the_namespace(log: Log, namespace: 
     if shutil.which("kubectl-rlog") and shutil.which("kubectl_complete-rlog"):
         cmd = ["kubectl", "__complete", "rlog", "status", "-n", namespace, "plug"]
     else:
-        cmd = [sys.executable, "-m", "rlog_operator.kubectl_completion"]
+        cmd = [sys.executable, "-m", "rlog_operator.plugin.completion"]
         cmd += ["status", "-n", namespace, "plug"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

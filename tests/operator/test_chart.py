@@ -18,12 +18,8 @@ from rlog_operator.specs import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # the operator's modules, whose kubernetes-client calls the chart must grant (not the CLI
-# plugin, kubectl_rlog, which runs with the user's own credentials)
-CALLERS = [
-    path
-    for path in sorted((ROOT / "operator" / "rlog_operator").glob("*.py"))
-    if path.name != "kubectl_rlog.py"
-]
+# plugin, rlog_operator.plugin, which runs with the user's own credentials)
+CALLERS = sorted((ROOT / "operator" / "rlog_operator").glob("*.py"))  # not plugin/
 
 
 @pytest.fixture(scope="module")

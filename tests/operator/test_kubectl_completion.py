@@ -1,4 +1,4 @@
-"""`kubectl_complete-rlog` (rlog_operator/kubectl_completion.py): what a TAB offers after
+"""`kubectl_complete-rlog` (rlog_operator/plugin/completion.py): what a TAB offers after
 `kubectl rlog`, from the plugin's own parser; the log names come from the function given
 (the API in use: e2e/operator/test_kubectl_rlog.py completes against a real cluster)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from rlog_operator.kubectl_completion import choices
+from rlog_operator.plugin.completion import choices
 
 LOGS = {"team-a": ["orders", "payments"], "default": ["events"]}
 
@@ -51,7 +51,7 @@ def test_the_executable_ends_with_the_no_files_directive_and_never_fails():
     nothing but the choices reaches the terminal."""
     out = subprocess.run(
         [
-            *(sys.executable, "-m", "rlog_operator.kubectl_completion"),
+            *(sys.executable, "-m", "rlog_operator.plugin.completion"),
             *("status", "--kubeconfig", "/nonexistent/kubeconfig", ""),
         ],
         capture_output=True,

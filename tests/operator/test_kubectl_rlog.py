@@ -1,4 +1,4 @@
-"""`kubectl rlog` (rlog_operator.kubectl_rlog): arguments, request builders, the status
+"""`kubectl rlog` (rlog_operator.plugin): arguments, request builders, the status
 table, and the errors of a real run without a cluster."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlog_operator import constants as c
-from rlog_operator import kubectl_rlog as kr
+from rlog_operator.plugin import cli, cluster, patches, views
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -34,7 +34,7 @@ def log(phase="Ready", leader="orders-1", replicas=3, items=(), **status):
 
 
 def test_arguments_of_every_command():
-    args = kr.parse_args(["-n", "shop", "replace-volume", "orders", "2"])
+    args = cli.parse_args(["-n", "shop", "replace-volume", "orders", "2"])
     assert (args.namespace, args.command, args.name, args.ordinal) == (
         "shop",
         "replace-volume",
@@ -42,11 +42,11 @@ def test_arguments_of_every_command():
         2,
     )
     for command in ("status", "reinitialize", "step-down", "pause", "resume"):
-        args = kr.parse_args([command, "orders", "--context", "kind"])
+        args = cli.parse_args([command, "orders", "--context", "kind"])
         assert (args.command, args.name, args.context) == (command, "orders", "kind")
     # kubectl passes flags where the user put them: before or after the command
-    before = kr.parse_args(["-n", "shop", "--kubeconfig", "k", "status", "orders"])
-    after = kr.parse_args(["status", "orders", "-n", "shop", "--kubeconfig", "k"])
+    before = cli.parse_args(["-n", "shop", "--kubeconfig", "k", "status", "orders"])
+    after = cli.parse_args(["status", "orders", "-n", "shop", "--kubeconfig", "k"])
     assert (before.namespace, before.kubeconfig) == (after.namespace, after.kubeconfig)
     assert (after.namespace, after.kubeconfig, after.context) == ("shop", "k", None)
 
@@ -58,7 +58,7 @@ def test_arguments_of_every_command():
 )  # fmt: skip
 def test_bad_arguments_exit_with_usage(argv, capsys):
     with pytest.raises(SystemExit) as exit:
-        kr.parse_args(argv)
+        cli.parse_args(argv)
     assert exit.value.code == 2
     assert "usage: kubectl rlog" in capsys.readouterr().err
 
@@ -67,40 +67,41 @@ def test_bad_arguments_exit_with_usage(argv, capsys):
 
 
 def test_replace_volume_annotates_the_replicas_pod():
-    request = kr.replace_volume_request(log(), 2, NOW)
+    request = patches.replace_volume_request(log(), 2, NOW)
     assert (request.kind, request.name) == ("Pod", "orders-2")
     assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_REPLACE_VOLUME: NOW}}}
 
 
 def test_replace_volume_refuses_an_ordinal_out_of_range():
     with pytest.raises(
-        kr.PluginError, match=r"ordinal 3 is out of range: orders has 3 replicas \(ordinals 0..2\)"
+        patches.PluginError,
+        match=r"ordinal 3 is out of range: orders has 3 replicas \(ordinals 0..2\)",
     ):
-        kr.replace_volume_request(log(), 3, NOW)
-    assert kr.replace_volume_request(log(replicas=5), 4, NOW).name == "orders-4"
+        patches.replace_volume_request(log(), 3, NOW)
+    assert patches.replace_volume_request(log(replicas=5), 4, NOW).name == "orders-4"
 
 
 def test_reinitialize_writes_the_uid_only_in_data_loss():
-    request = kr.reinitialize_request(log(phase="DataLoss"))
+    request = patches.reinitialize_request(log(phase="DataLoss"))
     assert (request.kind, request.name) == ("ReplicatedLog", "orders")
     assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_REINITIALIZE: "u-1"}}}
-    with pytest.raises(kr.PluginError, match="is Ready, not DataLoss"):
-        kr.reinitialize_request(log())
+    with pytest.raises(patches.PluginError, match="is Ready, not DataLoss"):
+        patches.reinitialize_request(log())
 
 
 def test_step_down_needs_a_leader():
-    request = kr.step_down_request(log(), NOW)
+    request = patches.step_down_request(log(), NOW)
     assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_STEP_DOWN: NOW}}}
     assert "orders-1" in request.done
-    with pytest.raises(kr.PluginError, match="no leader"):
-        kr.step_down_request(log(leader=""), NOW)
+    with pytest.raises(patches.PluginError, match="no leader"):
+        patches.step_down_request(log(leader=""), NOW)
 
 
 def test_pause_and_resume_set_and_remove_the_annotation():
-    assert kr.pause_request(log(), True).patch == {
+    assert patches.pause_request(log(), True).patch == {
         "metadata": {"annotations": {c.ANNOTATION_PAUSED: "true"}}
     }
-    assert kr.pause_request(log(), False).patch == {
+    assert patches.pause_request(log(), False).patch == {
         "metadata": {"annotations": {c.ANNOTATION_PAUSED: None}}  # merge patch: removed
     }
 
@@ -114,7 +115,7 @@ def test_the_operator_reads_the_same_annotations():
         "metadata": {**log()["metadata"], "annotations": {c.ANNOTATION_PAUSED: "true"}},
     }
     assert specs.paused(body)
-    asked = kr.step_down_request(log(), NOW).patch["metadata"]["annotations"]
+    asked = patches.step_down_request(log(), NOW).patch["metadata"]["annotations"]
     assert observed.step_down_requested(asked, "orders-1") == "orders-1"
     assert observed.step_down_requested(asked, "") == ""  # waits for a leader
     assert observed.step_down_requested({}, "orders-1") == ""
@@ -132,44 +133,44 @@ def test_status_table_lists_every_replica():
         {"name": "orders-2", "status": "RECOVERING", "role": "follower", "begin": 0, "end": 40,
          "learned": 40, "ready": False, "catchup": "40/90", "reason": "catching up"},
     ]  # fmt: skip
-    table = kr.status_table(log(phase="Recovering", replicas=3, paused=True, items=replicas))
+    table = views.status_table(log(phase="Recovering", replicas=3, paused=True, items=replicas))
     lines = table.splitlines()
     assert lines[0].startswith("orders: Recovering (leader orders-1")
     assert "PAUSED" in lines[0]
     header = next(line for line in lines if line.startswith("REPLICA"))
-    assert header.split() == list(kr.COLUMNS)
+    assert header.split() == list(views.COLUMNS)
     row = next(line for line in lines if line.startswith("orders-2"))
     assert row.split()[:8] == ["orders-2", "RECOVERING", "follower", "0", "40", "40", "40/90", "no"]
     assert row.endswith("catching up")
 
 
 def test_status_table_of_a_log_not_yet_observed():
-    table = kr.status_table({"metadata": {"name": "orders"}, "spec": {"replicas": 3}})
+    table = views.status_table({"metadata": {"name": "orders"}, "spec": {"replicas": 3}})
     assert table.splitlines()[0].startswith("orders: not observed yet")
 
 
 def test_status_table_shows_the_archive():
     archive = {"archivedPosition": 880, "lag": 20, "lastSegmentTime": NOW, "message": ""}
-    lines = kr.status_table(log(archive=archive)).splitlines()
+    lines = views.status_table(log(archive=archive)).splitlines()
     assert lines[1] == f"  archive: position 880, lag 20, last segment {NOW}"
 
 
 def test_status_table_shows_storage_trouble():
     degraded = {"type": "StorageDegraded", "status": "True", "reason": "StorageLost",
                 "message": "orders-2 found its storage lost"}  # fmt: skip
-    lines = kr.status_table(log(conditions=[degraded])).splitlines()
+    lines = views.status_table(log(conditions=[degraded])).splitlines()
     assert lines[1] == "  storage: StorageLost: orders-2 found its storage lost"
     healthy = {**degraded, "status": "False", "reason": "AllHealthy"}
-    assert "storage:" not in kr.status_table(log(conditions=[healthy]))
+    assert "storage:" not in views.status_table(log(conditions=[healthy]))
 
 
 def test_status_table_shows_a_lost_node():
     lost = {"type": "NodeLost", "status": "True", "reason": "NodeNotReady",
             "message": "orders-1 is on node w2, not Ready (Unknown) since T: ..."}  # fmt: skip
-    lines = kr.status_table(log(conditions=[lost])).splitlines()
+    lines = views.status_table(log(conditions=[lost])).splitlines()
     assert lines[1] == "  node lost: orders-1 is on node w2, not Ready (Unknown) since T: ..."
     ready = {**lost, "status": "False", "reason": "NodesReady"}
-    assert "node lost:" not in kr.status_table(log(conditions=[ready]))
+    assert "node lost:" not in views.status_table(log(conditions=[ready]))
 
 
 # ---- restore (pure) ---------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def source(**spec):
 
 
 def test_restore_writes_a_new_log_bootstrapped_from_the_archive():
-    manifest = kr.restore_manifest(
+    manifest = patches.restore_manifest(
         source(backup=BACKUP, tls={"mode": "disabled"}, catchUpRate="100Mi"), "orders2", 1234
     )
     assert manifest["metadata"] == {"name": "orders2", "namespace": "shop"}
@@ -206,23 +207,23 @@ def test_restore_writes_a_new_log_bootstrapped_from_the_archive():
     assert (spec["replicas"], spec["storage"], spec["autoInitialize"]) == (5, {"size": "2Gi"}, True)
     assert spec["catchUpRate"] == "100Mi"
     assert "backup" not in spec and "tls" not in spec
-    whole = kr.restore_manifest(source(backup={**BACKUP, "prefix": "p/x"}), "orders2", None)
+    whole = patches.restore_manifest(source(backup={**BACKUP, "prefix": "p/x"}), "orders2", None)
     assert whole["spec"]["bootstrap"]["fromArchive"]["prefix"] == "p/x"
     assert "toPosition" not in whole["spec"]["bootstrap"]["fromArchive"]
 
 
 def test_restore_refuses_a_log_without_archive_or_the_same_name():
-    with pytest.raises(kr.PluginError, match=r"no spec\.backup"):
-        kr.restore_manifest(source(), "orders2", None)
-    with pytest.raises(kr.PluginError, match="a name of its own"):
-        kr.restore_manifest(source(backup=BACKUP), "orders", None)
+    with pytest.raises(patches.PluginError, match=r"no spec\.backup"):
+        patches.restore_manifest(source(), "orders2", None)
+    with pytest.raises(patches.PluginError, match="a name of its own"):
+        patches.restore_manifest(source(backup=BACKUP), "orders", None)
 
 
 def test_restore_arguments():
-    args = kr.parse_args(["restore", "orders", "orders2", "--to-position", "7", "--dry-run"])
+    args = cli.parse_args(["restore", "orders", "orders2", "--to-position", "7", "--dry-run"])
     assert (args.name, args.new, args.to_position, args.dry_run) == ("orders", "orders2", 7, True)
     with pytest.raises(SystemExit):
-        kr.parse_args(["restore", "orders", "orders2", "--to-position", "-1"])
+        cli.parse_args(["restore", "orders", "orders2", "--to-position", "-1"])
 
 
 # ---- a real run: no cluster -------------------------------------------------------------------
@@ -232,10 +233,10 @@ def test_no_cluster_is_a_one_line_error(tmp_path: Path):
     env = dict(os.environ, KUBECONFIG=str(tmp_path / "missing"))
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     out = subprocess.run(
-        [sys.executable, "-m", "rlog_operator.kubectl_rlog", "status", "orders"],
+        [sys.executable, "-m", "rlog_operator.plugin", "status", "orders"],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
-    assert out.returncode == kr.EXIT_ERROR
+    assert out.returncode == cli.EXIT_ERROR
     assert out.stderr.startswith("kubectl rlog: no cluster:"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
@@ -253,10 +254,10 @@ current-context: x
     )
     env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run(
-        [sys.executable, "-m", "rlog_operator.kubectl_rlog", "pause", "orders"],
+        [sys.executable, "-m", "rlog_operator.plugin", "pause", "orders"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
-    assert out.returncode == kr.EXIT_ERROR
+    assert out.returncode == cli.EXIT_ERROR
     assert out.stderr.startswith("kubectl rlog: no cluster: ReplicatedLog shop/orders"), out.stderr
 
 
@@ -266,36 +267,38 @@ current-context: x
 def test_backup_annotates_the_log_and_the_operator_reads_it():
     from rlog_operator import backups
 
-    request = kr.backup_request(source(backup=BACKUP), NOW)
+    request = patches.backup_request(source(backup=BACKUP), NOW)
     assert (request.kind, request.name) == ("ReplicatedLog", "orders")
     assert request.patch == {"metadata": {"annotations": {c.ANNOTATION_BACKUP: NOW}}}
     body = {**source(backup=BACKUP), "metadata": {"name": "orders", **request.patch["metadata"]}}
     step = backups.backup_step(body, 90, 40, None, NOW)
     assert (step.kind, step.through) == ("flush", 90)
-    args = kr.parse_args(["backup", "orders", "--wait", "--timeout", "30"])
+    args = cli.parse_args(["backup", "orders", "--wait", "--timeout", "30"])
     assert (args.command, args.name, args.wait, args.timeout) == ("backup", "orders", True, 30.0)
 
 
 def test_backup_refuses_a_log_without_an_archive():
-    with pytest.raises(kr.PluginError, match=r"orders has no spec\.backup"):
-        kr.backup_request(source(), NOW)
+    with pytest.raises(patches.PluginError, match=r"orders has no spec\.backup"):
+        patches.backup_request(source(), NOW)
 
 
 def test_backup_outcome_waits_for_its_own_request():
     def with_backup(**backup):
         return log(archive={"archivedPosition": 95, "backup": backup})
 
-    assert kr.backup_outcome(log(), NOW) is None  # not observed yet
-    assert kr.backup_outcome(with_backup(request="older", state="Completed"), NOW) is None
-    assert kr.backup_outcome(with_backup(request=NOW, state="Running", through=90), NOW) is None
+    assert patches.backup_outcome(log(), NOW) is None  # not observed yet
+    assert patches.backup_outcome(with_backup(request="older", state="Completed"), NOW) is None
+    assert (
+        patches.backup_outcome(with_backup(request=NOW, state="Running", through=90), NOW) is None
+    )
     done = with_backup(request=NOW, state="Completed", through=90, archivedPosition=95)
-    assert kr.backup_outcome(done, NOW) == (
+    assert patches.backup_outcome(done, NOW) == (
         "orders: the archive covers the log through position 95 (asked: 90)"
     )
     refused = with_backup(request=NOW, state="Refused", message="the log has no spec.backup")
-    with pytest.raises(kr.PluginError, match=r"backup refused: the log has no spec\.backup"):
-        kr.backup_outcome(refused, NOW)
-    lines = kr.status_table(done).splitlines()
+    with pytest.raises(patches.PluginError, match=r"backup refused: the log has no spec\.backup"):
+        patches.backup_outcome(refused, NOW)
+    lines = views.status_table(done).splitlines()
     assert lines[2] == f"  last backup request {NOW}: Completed, through position 90"
 
 
@@ -303,7 +306,7 @@ def test_backup_outcome_waits_for_its_own_request():
                                   ["backup", "orders", "--timeout", "x"]])  # fmt: skip
 def test_backup_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as exit:
-        kr.parse_args(argv)
+        cli.parse_args(argv)
     assert exit.value.code == 2
 
 
@@ -319,8 +322,8 @@ def test_certificate_adds_changes_and_revokes_a_client_identity():
     body = log()
     body["metadata"]["resourceVersion"] = "7"
     body["spec"]["auth"] = {"clients": [{"name": "gc", "role": "owner"}]}
-    args = kr.parse_args(["certificate", "orders", "--name", "spark", "--role", "read"])
-    added = kr.request_for(args, body, NOW)
+    args = cli.parse_args(["certificate", "orders", "--name", "spark", "--role", "read"])
+    added = cli.request_for(args, body, NOW)
     assert added.patch["metadata"] == {"resourceVersion": "7"}
     assert "orders-client-spark" in added.done
     body["spec"]["auth"] = added.patch["spec"]["auth"]
@@ -329,17 +332,17 @@ def test_certificate_adds_changes_and_revokes_a_client_identity():
         ("gc", "owner", "orders-client-gc"),
         ("spark", "read", "orders-client-spark"),
     ] and not problems
-    changed = kr.certificate_request(body, "spark", "append", days=7, secret="mine")
+    changed = patches.certificate_request(body, "spark", "append", days=7, secret="mine")
     assert changed.patch["spec"]["auth"]["clients"][-1] == {
         "name": "spark", "role": "append", "days": 7, "secretName": "mine"
     }  # fmt: skip
-    args = kr.parse_args(["certificate", "orders", "--revoke", "spark"])
-    revoked = kr.request_for(args, body, NOW)
+    args = cli.parse_args(["certificate", "orders", "--revoke", "spark"])
+    revoked = cli.request_for(args, body, NOW)
     assert revoked.patch["spec"]["auth"]["clients"] == [{"name": "gc", "role": "owner"}]
-    with pytest.raises(kr.PluginError, match="no client identity"):
-        kr.certificate_request(body, "nobody", None, revoke=True)
-    with pytest.raises(kr.PluginError, match="--role"):
-        kr.certificate_request(body, "spark", None)
+    with pytest.raises(patches.PluginError, match="no client identity"):
+        patches.certificate_request(body, "nobody", None, revoke=True)
+    with pytest.raises(patches.PluginError, match="--role"):
+        patches.certificate_request(body, "spark", None)
 
 
 @pytest.mark.parametrize(
@@ -351,7 +354,7 @@ def test_certificate_adds_changes_and_revokes_a_client_identity():
 )  # fmt: skip
 def test_certificate_never_for_a_peer_or_admin(argv, capsys):
     with pytest.raises(SystemExit) as exit:
-        kr.parse_args(argv)
+        cli.parse_args(argv)
     assert exit.value.code == 2
 
 
@@ -372,4 +375,4 @@ def test_a_conflict_is_told_from_an_existing_name(body, reason):
 
     error = ApiException(status=409, reason="Conflict")
     error.body = body
-    assert kr._status_reason(error) == reason
+    assert cluster._status_reason(error) == reason

@@ -6,7 +6,7 @@ and reads a last line `:<n>` as cobra's directive (4: no file names).
 What completes: the commands, each command's flags, `--role`'s choices, and a log's name
 from the ReplicatedLogs of the namespace (`-n`, else the context's), asked of the API with a
 short timeout; no cluster, no names, never an error on the terminal. The choices come from
-the plugin's own parser (`kubectl_rlog.build_parser`), so a new command or flag completes
+the plugin's own parser (`cli.build_parser`), so a new command or flag completes
 without a second list to keep. Rejected: a bash script generated from the parser (kubectl
 calls this executable for every shell it completes for, bash, zsh, fish and PowerShell).
 """
@@ -17,7 +17,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from rlog_operator.kubectl_rlog import Cluster, PluginError, build_parser
+from rlog_operator.plugin.cli import build_parser
+from rlog_operator.plugin.cluster import Cluster
+from rlog_operator.plugin.patches import PluginError
 
 NO_FILE_COMPLETION = 4  # cobra.ShellCompDirectiveNoFileComp
 LIST_TIMEOUT = 2.0  # seconds for the API to list the logs, at most, while the user waits

@@ -1,0 +1,171 @@
+"""The few calls `kubectl rlog` makes, through the kubernetes client, and the retry of a
+write that lost a race (`apply_fresh`). Every failure becomes a one-line `PluginError`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rlog_operator import constants as c
+from rlog_operator.plugin.patches import ConflictError, PluginError, Request
+
+# A request built from what was read (a list replaced whole) carries the resourceVersion
+# read, and any write in between fails it: the operator writes a log's status and
+# annotations several times a second while it settles. As client-go's RetryOnConflict does:
+# read again, build again, write again, with a growing jittered pause, for this long.
+# Rejected: a merge patch without the precondition (it would drop an entry another writer
+# added to the list in between).
+CONFLICT_SECONDS = 30.0
+
+
+class Cluster:
+    """The few calls the plugin makes, through the kubernetes client."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        import logging
+
+        from kubernetes import client, config
+
+        # urllib3 would print its retries on stderr: the plugin says one line instead
+        logging.getLogger("urllib3").setLevel(logging.CRITICAL)
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context)
+            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        except Exception as e:  # no file, no such context, a broken kubeconfig
+            raise PluginError(f"no cluster: cannot load the kubeconfig: {e}") from None
+        chosen = context or (active or {}).get("name")
+        contexts = {ctx["name"]: ctx for ctx in config.list_kube_config_contexts(kubeconfig)[0]}
+        self.default_namespace = str(
+            ((contexts.get(chosen or "") or {}).get("context") or {}).get("namespace") or "default"
+        )
+        self.custom = client.CustomObjectsApi()
+        self.core = client.CoreV1Api()
+        self.api_client = client.ApiClient()
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(*args)
+        except ApiException as e:
+            if e.status == 404:
+                raise PluginError(f"{what}: not found") from None
+            if e.status == 409 and _status_reason(e) == "Conflict":
+                raise ConflictError(f"{what}: changed since it was read") from None
+            if e.status == 409:
+                raise PluginError(f"{what}: already exists") from None
+            if e.status == 403:
+                raise PluginError(f"{what}: forbidden ({e.reason})") from None
+            raise PluginError(f"{what}: HTTP {e.status} {e.reason}") from None
+        except Exception as e:  # connection refused, DNS, TLS: the cluster is not there
+            raise PluginError(f"no cluster: {what}: {type(e).__name__}: {e}") from None
+
+    def log_names(self, namespace: str, timeout: float) -> list[str]:
+        """The ReplicatedLogs of `namespace`, by name (for shell completion)."""
+        found = self._call(
+            f"ReplicatedLogs in {namespace}",
+            lambda: self.custom.list_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=timeout
+            ),
+        )
+        return sorted(str(item["metadata"]["name"]) for item in found.get("items", []))
+
+    def log(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = self._call(
+                f"ReplicatedLog {namespace}/{name}",
+                self.custom.get_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                name,
+            )
+        except PluginError as e:
+            if str(e).endswith("not found"):
+                raise PluginError(f"no ReplicatedLog {name!r} in namespace {namespace}") from None
+            raise
+        return found
+
+    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._call(
+            f"ReplicatedLog {namespace}/{body['metadata']['name']}",
+            self.custom.create_namespaced_custom_object,
+            c.GROUP,
+            c.VERSION,
+            namespace,
+            c.PLURAL,
+            dict(body),
+        )
+
+    def secret_written(self, namespace: str, name: str) -> bool:
+        try:
+            found = self._call(
+                f"Secret {namespace}/{name}", self.core.read_namespaced_secret, name, namespace
+            )
+        except PluginError as e:
+            if str(e).endswith("not found"):
+                return False
+            raise
+        return bool((found.data or {}).get("tls.crt"))
+
+    def apply(self, namespace: str, request: Request) -> None:
+        what = f"{request.kind} {namespace}/{request.name}"
+        if request.kind == "Pod":
+            self._call(what, self.core.patch_namespaced_pod, request.name, namespace, request.patch)
+        else:
+            self._call(
+                what,
+                self.custom.patch_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                request.name,
+                request.patch,
+            )
+
+
+def _status_reason(e: Any) -> str:
+    """The reason of a Kubernetes Status body ("Conflict", "AlreadyExists", ...); both are
+    HTTP 409."""
+    import json
+
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("reason") or "") if isinstance(body, dict) else ""
+
+
+def apply_fresh(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    build: Callable[[Mapping[str, Any]], Request],
+    log: Mapping[str, Any] | None = None,
+) -> tuple[Request, int]:
+    """`build` a request from the log (`log` as read already, else read now) and apply it;
+    on a conflict read the log again and build again (`CONFLICT_SECONDS`). Returns the
+    request applied and the number of attempts it took."""
+    import random
+    import time
+
+    deadline = time.monotonic() + CONFLICT_SECONDS
+    attempts, pause = 0, 0.05
+    while True:
+        current = log if log is not None else cluster.log(namespace, name)
+        request = build(current)
+        attempts += 1
+        try:
+            cluster.apply(namespace, request)
+            return request, attempts
+        except ConflictError as e:
+            if time.monotonic() + pause > deadline:
+                raise PluginError(
+                    f"{e}, {attempts} times in {CONFLICT_SECONDS:g}s: another writer keeps "
+                    "changing it; try again"
+                ) from None
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 1.0)
+        log = None
