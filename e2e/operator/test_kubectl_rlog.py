@@ -4,10 +4,13 @@ is on the PATH, else the same module with this Python). For the lead to run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from e2elib import wait_until
@@ -103,3 +106,68 @@ def test_shell_completion_offers_the_logs_of_the_namespace(log: Log, namespace: 
     lines = out.stdout.splitlines()
     assert NAME in lines, out.stdout
     assert lines[-1] == ":4", out.stdout  # no file names
+
+
+def test_the_list_json_and_all_namespaces(log: Log, namespace: str) -> None:
+    listed = plugin(namespace, "status").stdout.splitlines()
+    row = next(line.split() for line in listed if NAME in line.split())
+    assert row[:3] == [namespace, NAME, "Ready"], listed
+    everywhere = subprocess.run(
+        [sys.executable, "-m", "rlog_operator.plugin", "status", "-A"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert everywhere.returncode == 0, everywhere.stderr
+    assert any(line.split()[:2] == [namespace, NAME] for line in everywhere.stdout.splitlines())
+    document = json.loads(plugin(namespace, "status", NAME, "-o", "json").stdout)
+    assert document["name"] == NAME and document["namespace"] == namespace
+    assert document["status"]["phase"] == "Ready"
+    assert [r["name"] for r in document["status"]["replicas"]] == log.pods
+    listing = json.loads(plugin(namespace, "status", "-o", "json").stdout)
+    assert NAME in [item["name"] for item in listing["items"]]
+
+
+def test_version_names_the_replicas_build_and_the_operators(log: Log, namespace: str) -> None:
+    document = json.loads(plugin(namespace, "version", "-o", "json").stdout)
+    images = document["logs"][f"{namespace}/{NAME}"]
+    assert sum(images.values()) == len(log.pods), images
+    assert all("rlog-replica" in image for image in images), images
+    assert document["operator"], document  # the e2e suite's operator pods
+    assert all(
+        any("rlog-operator" in image for image in pod_images)
+        for pod_images in document["operator"].values()
+    ), document["operator"]
+    text = plugin(namespace, "version").stdout
+    assert text.startswith("kubectl-rlog ") and f"replicas of {namespace}/{NAME}:" in text
+
+
+def test_logs_prefix_each_replicas_lines(log: Log, namespace: str) -> None:
+    lines = plugin(namespace, "logs", NAME, "--tail", "50").stdout.splitlines()
+    for pod in log.pods:
+        mine = [line for line in lines if line.startswith(f"[{pod}] ")]
+        assert mine, f"no line of {pod}"
+        assert len(mine) <= 50
+    assert all(line.startswith("[") for line in lines)
+
+
+def test_report_bundles_what_support_asks_for(log: Log, namespace: str, tmp_path: Path) -> None:
+    path = tmp_path / "report.tar.gz"
+    said = plugin(namespace, "report", NAME, "-f", str(path)).stdout
+    assert said.startswith(f"{path}: ")
+    with tarfile.open(path) as bundle:
+        names = {member.name.split("/", 1)[1] for member in bundle.getmembers()}
+        status = json.loads(_member(bundle, f"{NAME}-report/status.json"))
+        objects = _member(bundle, f"{NAME}-report/objects.yaml")
+    assert {"README.txt", "log.yaml", "status.txt", "events.yaml", "version.txt"} <= names
+    assert {f"logs/{pod}.log" for pod in log.pods} <= names
+    assert any(name.startswith("operator/") for name in names), names
+    assert status["status"]["phase"] == "Ready"
+    assert objects.startswith("statefulsets:") and f"name: {NAME}" in objects
+    assert "managedFields" not in objects
+
+
+def _member(bundle: tarfile.TarFile, name: str) -> str:
+    found = bundle.extractfile(name)
+    assert found is not None, name
+    return found.read().decode()

@@ -23,7 +23,13 @@ def names(asked: list[str | None]):
 def test_commands_then_flags_then_log_names():
     asked: list[str | None] = []
     assert "status" in choices([""], names(asked))
-    assert choices(["re"], names(asked)) == ["reinitialize", "replace-volume", "restore", "resume"]
+    assert choices(["re"], names(asked)) == [
+        "reinitialize",
+        "replace-volume",
+        "report",
+        "restore",
+        "resume",
+    ]
     assert choices(["status", "--n"], names(asked)) == ["--namespace"]
     assert choices(["status", ""], names(asked)) == ["events"]
     assert choices(["-n", "team-a", "status", "p"], names(asked)) == ["payments"]

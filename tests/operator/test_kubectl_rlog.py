@@ -3,12 +3,14 @@ table, and the errors of a real run without a cluster."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlog_operator import constants as c
 from rlog_operator.plugin import cli, cluster, patches, views
@@ -53,7 +55,7 @@ def test_arguments_of_every_command():
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["status"], ["replace-volume", "orders"], ["replace-volume", "orders", "-1"],
+    [[], ["logs"], ["replace-volume", "orders"], ["replace-volume", "orders", "-1"],
      ["replace-volume", "orders", "x"], ["explode", "orders"]],
 )  # fmt: skip
 def test_bad_arguments_exit_with_usage(argv, capsys):
@@ -376,3 +378,107 @@ def test_a_conflict_is_told_from_an_existing_name(body, reason):
     error = ApiException(status=409, reason="Conflict")
     error.body = body
     assert cluster._status_reason(error) == reason
+
+
+# ---- the list, -o json|yaml, version (pure views; the calls: e2e/operator/test_kubectl_rlog.py)
+
+
+def test_status_as_json_and_yaml_carries_what_the_table_shows():
+    log = {
+        "metadata": {"name": "orders", "namespace": "team-a"},
+        "spec": {"replicas": 3},
+        "status": {"phase": "Ready", "leader": "orders-1", "votingReplicas": 3},
+    }
+    document = views.status_document(log)
+    assert document == {
+        "name": "orders",
+        "namespace": "team-a",
+        "replicas": 3,
+        "status": {"phase": "Ready", "leader": "orders-1", "votingReplicas": 3},
+    }
+    assert json.loads(views.rendered(document, "json")) == document
+    assert yaml.safe_load(views.rendered(document, "yaml")) == document
+
+
+def test_the_list_of_logs_has_a_row_each_and_says_when_there_is_none():
+    logs = [
+        {
+            "metadata": {"name": "orders", "namespace": "a"},
+            "spec": {"replicas": 3},
+            "status": {"phase": "Ready", "leader": "orders-0", "votingReplicas": 3},
+        },
+        {
+            "metadata": {"name": "events", "namespace": "b"},
+            "spec": {"replicas": 5},
+            "status": {"phase": "Degraded", "votingReplicas": 4, "paused": True,
+                       "archive": {"lag": 12}},
+        },
+    ]  # fmt: skip
+    table = views.logs_table(logs).splitlines()
+    assert table[0].split() == list(views.LIST_COLUMNS)
+    assert table[1].split() == ["a", "orders", "Ready", "orders-0", "3/3", "-", "no"]
+    assert table[2].split() == ["b", "events", "Degraded", "-", "4/5", "12", "yes"]
+    assert views.logs_table([]) == "no ReplicatedLogs found"
+
+
+def test_version_names_every_build_and_a_roll_in_progress():
+    document = views.version_document(
+        "0.2.0.dev0",
+        1,
+        {"rlog-system/rlog-operator-abc": ["docker.io/rlog/rlog-operator:0.2.0-dev.0"]},
+        {"a/orders": {"r:0.1.0": 1, "r:0.2.0-dev.0": 2}, "b/events": {}},
+    )
+    text = views.version_text(document).splitlines()
+    assert text[0] == "kubectl-rlog 0.2.0.dev0 (peer protocol 1)"
+    operator = "operator rlog-system/rlog-operator-abc: docker.io/rlog/rlog-operator:0.2.0-dev.0"
+    assert operator in text
+    assert "replicas of a/orders: r:0.1.0 x1, r:0.2.0-dev.0 x2" in text
+    assert "replicas of b/events: no pods" in text
+    hidden = views.version_document("0.2.0.dev0", 1, None, {})
+    assert "operator: not visible" in views.version_text(hidden)
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["status", "-A", "-n", "x"], "-A and -n exclude each other"),
+        (["version", "-A", "-n", "x"], "-A and -n exclude each other"),
+        (["status", "orders", "-A"], "-A lists every namespace's logs: it takes no NAME"),
+    ],
+)
+def test_contradictory_scopes_are_refused_before_any_call(argv, why):
+    with pytest.raises(patches.PluginError, match=why):
+        cli.run(cli.parse_args(argv))
+
+
+def test_bad_output_format_and_since_are_usage_errors():
+    for argv in (["status", "-o", "xml"], ["logs", "orders", "--since", "0"]):
+        with pytest.raises(SystemExit) as exit:
+            cli.parse_args(argv)
+        assert exit.value.code == 2
+
+
+def test_without_the_kubernetes_client_the_plugin_says_what_to_install():
+    code = (
+        "import sys; sys.modules['kubernetes'] = None; "
+        "from rlog_operator.plugin.cli import main; sys.exit(main(['status', 'orders']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == cli.EXIT_ERROR
+    assert out.stderr.strip() == (
+        "kubectl rlog: the kubernetes client is not installed: pip install 'rlog[kubectl]'"
+    )
+
+
+def test_the_plugin_runs_without_kopf():
+    """`pip install 'rlog[kubectl]'` brings the kubernetes client and PyYAML, not kopf: no
+    module of the plugin may need it."""
+    code = (
+        "import sys; sys.modules['kopf'] = None\n"
+        "import rlog_operator.plugin.cli, rlog_operator.plugin.completion\n"
+        "from rlog_operator.plugin.cli import main\n"
+        "sys.exit(main(['--version']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("kubectl-rlog ")

@@ -47,7 +47,14 @@ from rlog_operator.plugin.patches import (
     restore_manifest,
     step_down_request,
 )
-from rlog_operator.plugin.views import status_table
+from rlog_operator.plugin.report import replica_logs, version, write_report
+from rlog_operator.plugin.views import (
+    OUTPUTS,
+    logs_table,
+    rendered,
+    status_document,
+    status_table,
+)
 
 EXIT_ERROR = 1
 
@@ -67,8 +74,46 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _add_cluster_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sp = sub.add_parser(
+        "status",
+        help="the replicas' state, role, positions and catch-up progress; without NAME, "
+        "every log of the namespace (-A: of every namespace)",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="NAME", nargs="?", help="the ReplicatedLog")
+    sp.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace's logs (no NAME)"
+    )
+    _add_output(sp)
+    sp = sub.add_parser(
+        "version", help="this plugin's build, the operator's and each log's", parents=[common]
+    )
+    sp.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="the logs of every namespace"
+    )
+    _add_output(sp)
+    sp = sub.add_parser(
+        "logs",
+        help="every replica's log, each line prefixed with its pod (oldest pod first)",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    sp.add_argument("--since", type=_seconds, metavar="SECONDS", help="only this recent")
+    sp.add_argument("--tail", type=nonnegative, metavar="N", help="the last N lines of each")
+    sp.add_argument(
+        "-p", "--previous", action="store_true", help="the previous container's (after a crash)"
+    )
+    sp = sub.add_parser(
+        "report",
+        help="a support bundle (.tar.gz): the log, its objects, events, every replica's and "
+        "the operator's logs, versions",
+        parents=[common],
+    )
+    sp.add_argument("name", metavar="NAME", help="the ReplicatedLog")
+    sp.add_argument(
+        "-f", "--file", metavar="FILE", help="where to write it (default NAME-report-<time>.tar.gz)"
+    )
     for name, text in (
-        ("status", "the replicas' state, role, positions and catch-up progress"),
         ("reinitialize", "acknowledge a suspected total data loss: initialize the log again"),
         ("step-down", "ask the leader to step down (the operator does it)"),
         ("pause", "pause reconciliation (the status stays current)"),
@@ -140,6 +185,18 @@ def _add_cluster_options(p: argparse.ArgumentParser, suppress: bool = False) -> 
     p.add_argument("--kubeconfig", default=default, help="path to the kubeconfig file")
 
 
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o", "--output", choices=OUTPUTS, help="json or yaml instead of a table (for scripts)"
+    )
+
+
+def _seconds(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (1, 2, ...)")
+    return int(text)
+
+
 def _ordinal(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an ordinal (0, 1, 2, ...)")
@@ -170,11 +227,26 @@ def request_for(args: argparse.Namespace, log: Mapping[str, Any], now: str) -> R
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.command in ("status", "version") and args.all_namespaces and args.namespace:
+        raise PluginError("-A and -n exclude each other: every namespace, or this one")
+    if args.command == "status" and args.all_namespaces and args.name:
+        raise PluginError("-A lists every namespace's logs: it takes no NAME")
     cluster = Cluster(args.kubeconfig, args.context)
     namespace = args.namespace or cluster.default_namespace
+    if args.command == "version":
+        return version(cluster, None if args.all_namespaces else namespace, args.output)
+    if args.command == "status" and not args.name:
+        logs = cluster.logs(None if args.all_namespaces else namespace)
+        if args.output:
+            return rendered({"items": [status_document(log) for log in logs]}, args.output)
+        return logs_table(logs)
     log = cluster.log(namespace, args.name)
     if args.command == "status":
-        return status_table(log)
+        return rendered(status_document(log), args.output) if args.output else status_table(log)
+    if args.command == "logs":
+        return replica_logs(cluster, namespace, args.name, args.since, args.tail, args.previous)
+    if args.command == "report":
+        return write_report(cluster, namespace, log, args.file)
     if args.command == "restore":
         manifest = restore_manifest(log, args.new, args.to_position)
         manifest["metadata"]["namespace"] = namespace

@@ -9,6 +9,8 @@ from typing import Any
 from rlog_operator import constants as c
 from rlog_operator.plugin.patches import ConflictError, PluginError, Request
 
+OPERATOR_APP = "rlog-operator"  # the chart's app.kubernetes.io/name on the operator's pods
+
 # A request built from what was read (a list replaced whole) carries the resourceVersion
 # read, and any write in between fails it: the operator writes a log's status and
 # annotations several times a second while it settles. As client-go's RetryOnConflict does:
@@ -24,7 +26,12 @@ class Cluster:
     def __init__(self, kubeconfig: str | None, context: str | None) -> None:
         import logging
 
-        from kubernetes import client, config
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise PluginError(
+                "the kubernetes client is not installed: pip install 'rlog[kubectl]'"
+            ) from None
 
         # urllib3 would print its retries on stderr: the plugin says one line instead
         logging.getLogger("urllib3").setLevel(logging.CRITICAL)
@@ -42,11 +49,11 @@ class Cluster:
         self.core = client.CoreV1Api()
         self.api_client = client.ApiClient()
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except ApiException as e:
             if e.status == 404:
                 raise PluginError(f"{what}: not found") from None
@@ -69,6 +76,134 @@ class Cluster:
             ),
         )
         return sorted(str(item["metadata"]["name"]) for item in found.get("items", []))
+
+    def logs(self, namespace: str | None) -> list[dict[str, Any]]:
+        """The ReplicatedLogs of `namespace` (None: of every namespace), by namespace, name."""
+        if namespace is None:
+            found = self._call(
+                "ReplicatedLogs (all namespaces)",
+                self.custom.list_cluster_custom_object,
+                c.GROUP,
+                c.VERSION,
+                c.PLURAL,
+            )
+        else:
+            found = self._call(
+                f"ReplicatedLogs in {namespace}",
+                self.custom.list_namespaced_custom_object,
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+            )
+        items: list[dict[str, Any]] = list(found.get("items", []))
+        return sorted(
+            items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        )
+
+    def replica_pods(self, namespace: str, name: str) -> list[Any]:
+        """The log's replica pods (V1Pod), by name (the operator's selector labels)."""
+        selector = ",".join(
+            f"{k}={v}"
+            for k, v in {
+                c.LABEL_NAME: c.APP_NAME,
+                c.LABEL_INSTANCE: name,
+                c.LABEL_COMPONENT: c.COMPONENT_REPLICA,
+            }.items()
+        )
+        found = self._call(
+            f"pods of {namespace}/{name}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+        )
+        return sorted(found.items, key=lambda pod: pod.metadata.name)
+
+    def operator_pods(self) -> list[Any] | None:
+        """The operator's pods in any namespace (the chart's label); None if the user may
+        not list pods across namespaces."""
+        try:
+            found = self._call(
+                "operator pods",
+                self.core.list_pod_for_all_namespaces,
+                label_selector=f"{c.LABEL_NAME}={OPERATOR_APP}",
+            )
+        except PluginError as e:
+            if "forbidden" in str(e):
+                return None
+            raise
+        return sorted(found.items, key=lambda p: (p.metadata.namespace, p.metadata.name))
+
+    def pod_log(
+        self, namespace: str, pod: str, since: int | None, tail: int | None, previous: bool
+    ) -> str:
+        """A container's log ("" when there is none, e.g. no previous container)."""
+        kwargs: dict[str, Any] = {"timestamps": True, "previous": previous}
+        if since is not None:
+            kwargs["since_seconds"] = since
+        if tail is not None:
+            kwargs["tail_lines"] = tail
+        try:
+            return str(
+                self._call(
+                    f"log of {namespace}/{pod}",
+                    self.core.read_namespaced_pod_log,
+                    pod,
+                    namespace,
+                    **kwargs,
+                )
+            )
+        except PluginError as e:
+            if previous and "HTTP 400" in str(e):
+                return ""  # no previous container: nothing to say
+            raise
+
+    def events(self, namespace: str, names: set[str]) -> list[dict[str, Any]]:
+        """The namespace's events about the objects named `names` (the log, its pods and
+        claims), oldest first."""
+        found = self._call(f"events in {namespace}", self.core.list_namespaced_event, namespace)
+        serialized = [self.api_client.sanitize_for_serialization(e) for e in found.items]
+        about = [e for e in serialized if (e.get("involvedObject") or {}).get("name") in names]
+        return sorted(about, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def owned(self, namespace: str, name: str) -> dict[str, Any]:
+        """What the operator made for the log, as the API returns it: the StatefulSet, the
+        pods, the claims, the Services (for a support report)."""
+        selector = f"{c.LABEL_INSTANCE}={name}"
+        serialize = self.api_client.sanitize_for_serialization
+        apps = self._apps()
+        return {
+            "statefulsets": serialize(
+                self._call(
+                    f"StatefulSets of {namespace}/{name}",
+                    apps.list_namespaced_stateful_set,
+                    namespace,
+                    label_selector=selector,
+                ).items
+            ),
+            "pods": serialize(self.replica_pods(namespace, name)),
+            "persistentvolumeclaims": serialize(
+                self._call(
+                    f"claims of {namespace}/{name}",
+                    self.core.list_namespaced_persistent_volume_claim,
+                    namespace,
+                    label_selector=selector,
+                ).items
+            ),
+            "services": serialize(
+                self._call(
+                    f"Services of {namespace}/{name}",
+                    self.core.list_namespaced_service,
+                    namespace,
+                    label_selector=selector,
+                ).items
+            ),
+        }
+
+    def _apps(self) -> Any:
+        from kubernetes import client
+
+        return client.AppsV1Api(self.api_client)
 
     def log(self, namespace: str, name: str) -> dict[str, Any]:
         try:
@@ -124,6 +259,10 @@ class Cluster:
                 request.name,
                 request.patch,
             )
+
+
+def _by_place(item: Mapping[str, Any]) -> tuple[str, str]:
+    return str(item["metadata"].get("namespace", "")), str(item["metadata"]["name"])
 
 
 def _status_reason(e: Any) -> str:
