@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from monlib import HERE, Chart, Tools, write_rules
+from monlib import HERE, Chart, Tools, render, write_rules
 
 ALERTS = {
     "RlogNoQuorum",
@@ -26,6 +26,7 @@ ALERTS = {
     "RlogRestoreFailed",
     "RlogReplicaCrashLooping",
     "RlogReplicaNodeLost",
+    "RlogOperatorAbsent",
 }
 UNIT_TESTS = HERE / "alerts_test.yaml"
 
@@ -48,9 +49,33 @@ def test_the_rendered_rules_are_the_expected_alerts(chart: Chart) -> None:
     assert by_name["RlogReplicaCrashLooping"]["for"] == "5m"
     assert by_name["RlogReplicaNodeLost"]["for"] == "5m"
     assert by_name["RlogStorageRefused"]["for"] == by_name["RlogDiskFailing"]["for"] == "1m"
+    assert by_name["RlogOperatorAbsent"]["for"] == "10m"
     # Grafana/Helm templating was escaped: Prometheus sees its own {{ $labels.x }}
     for rule in rules:
-        assert "{{ $labels." in rule["annotations"]["summary"], rule["alert"]
+        if rule["alert"] != "RlogOperatorAbsent":  # of no log: no labels to name
+            assert "{{ $labels." in rule["annotations"]["summary"], rule["alert"]
+
+
+def test_every_alert_links_its_runbook_section(chart: Chart) -> None:
+    """runbook_url is the chart's base and the alert's section in docs/runbooks.md, and
+    that section exists (GitHub's anchor: the heading in lower case)."""
+    runbooks = (HERE.parents[1] / "docs" / "runbooks.md").read_text()
+    anchors = {line[3:].strip().lower() for line in runbooks.splitlines() if line.startswith("## ")}
+    for group in chart.rule["spec"]["groups"]:
+        for rule in group["rules"]:
+            url = rule["annotations"]["runbook_url"]
+            base, _, anchor = url.partition("#")
+            assert base == "docs/runbooks.md", url
+            assert anchor == rule["alert"].lower() and anchor in anchors, (url, sorted(anchors))
+
+
+def test_the_operator_absent_alert_needs_the_service_monitor(tools: Tools) -> None:
+    """Without the ServiceMonitor Prometheus never sees the operator: the alert is not
+    rendered (it would always fire)."""
+    rendered = render(tools.helm, "--set", "metrics.serviceMonitor.enabled=false")
+    rule = next(d for d in rendered if d["kind"] == "PrometheusRule")
+    names = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "RlogOperatorAbsent" not in names and "RlogNoQuorum" in names
 
 
 def test_promtool_check_rules(tools: Tools, chart: Chart, tmp_path: Path) -> None:
