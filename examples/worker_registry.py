@@ -8,9 +8,12 @@ append. At the end the registry must hold exactly the workers admitted and not r
 
     # a local log: `rlog dev --replicas 3` prints "replica i: H:P ..."
     python examples/worker_registry.py --endpoints 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
-    # a ReplicatedLog on Kubernetes, from a pod of the cluster (a log is mutual TLS by
-    # default: the client certificate from a Secret, see docs/security.md)
-    python examples/worker_registry.py --endpoints orders-0.orders:7000,orders-1.orders:7000 \
+    # a ReplicatedLog on Kubernetes, from a pod in the log's namespace (a log is mutual TLS
+    # by default: the client certificate from a Secret, see docs/security.md); the replicas
+    # by their pod names under the headless Service <log>-headless, which their certificates
+    # carry (the client Service `orders:7000` works too)
+    python examples/worker_registry.py --endpoints \
+        orders-0.orders-headless:7000,orders-1.orders-headless:7000,orders-2.orders-headless:7000 \
         --ca /tls/ca.crt --cert /tls/tls.crt --key /tls/tls.key
     # or through a port-forward of its client Service (the replicas' certificates name
     # 127.0.0.1 for this)
