@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from toolchain import ALL_ON, CHART, find_or_build_helm, helm_template
+from toolchain import ALL_ON, CHART, KUBE_VERSION, find_or_build_helm, helm_template
 
 from rlog import __version__
 from rlog.version import semver
@@ -65,7 +65,10 @@ def _render(helm: str, *args: str) -> list[dict[str, Any]]:
 def test_helm_lint_is_clean(helm: str) -> None:
     for extra in ([], ALL_ON):
         out = subprocess.run(
-            [helm, "lint", str(CHART), *extra], capture_output=True, text=True, timeout=60
+            [helm, "lint", "--strict", str(CHART), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout, out.stdout
@@ -308,7 +311,10 @@ def test_two_operator_pods_with_a_lease_by_default(helm: str) -> None:
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     assert not [d for d in single if d["kind"] == "Role"]
     out = subprocess.run(
-        [helm, "template", "t", str(CHART), "--set", "leaderElection.enabled=false"],
+        [
+            *(helm, "template", "t", str(CHART), "--kube-version", KUBE_VERSION),
+            *("--set", "leaderElection.enabled=false"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -339,9 +345,61 @@ def test_log_format_reaches_the_operator_and_only_text_or_json_is_taken(helm: st
     assert env_of()["RLOG_LOG_FORMAT"] == "text"
     assert env_of("--set", "logFormat=json")["RLOG_LOG_FORMAT"] == "json"
     refused = subprocess.run(
-        [helm, "template", "t", str(CHART), "--set", "logFormat=xml"],
+        [
+            helm,
+            "template",
+            "t",
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "logFormat=xml",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert refused.returncode != 0 and "logFormat" in refused.stderr
+
+
+def test_conventions_a_cluster_admin_expects(helm: str) -> None:
+    """Pull secrets for the operator's image, annotations on its ServiceAccount (workload
+    identity), the dashboard where Grafana's sidecar looks, a kubeVersion, and a values
+    schema that refuses a key it does not know (a typo is an error, not a silent default)."""
+    objects = _render(
+        helm,
+        "--set", "imagePullSecrets[0].name=regcred",
+        "--set", "serviceAccount.annotations.iam\\.example/role=operator",
+        "--set", "grafanaDashboard.namespace=monitoring",
+    )  # fmt: skip
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    account = next(o for o in objects if o["kind"] == "ServiceAccount")
+    assert account["metadata"]["annotations"] == {"iam.example/role": "operator"}
+    dashboard = next(
+        o for o in objects if o["kind"] == "ConfigMap" and "dashboard" in o["metadata"]["name"]
+    )
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    plain = _render(helm)
+    assert (
+        "imagePullSecrets"
+        not in next(o for o in plain if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    )
+    assert "annotations" not in next(o for o in plain if o["kind"] == "ServiceAccount")["metadata"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.28.0-0"
+    for bad in ("imagePullSecret[0].name=x", "grafanaDashbaord.enabled=false"):
+        out = subprocess.run(
+            [helm, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode != 0 and "additional properties" in out.stderr, (bad, out.stderr)
+    old = subprocess.run(
+        [helm, "template", "t", str(CHART), "--kube-version", "v1.27.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert old.returncode != 0 and "kubeVersion" in old.stderr
