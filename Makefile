@@ -27,6 +27,8 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# the distribution was called rlog before it was rlog-paxos: a venv of then has it
+	$(PY) -m pip uninstall -q -y rlog 2>/dev/null || true
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $(STAMP)
 

@@ -19,7 +19,7 @@
         local:///opt/rlog/examples/spark_replay.py --endpoints orders.default.svc:7000 \\
         --out /out/orders
 
-Needs `pip install 'rlog[spark]'` and Java 17. Batch mode writes the entries of [--from,
+Needs `pip install 'rlog-paxos[spark]'` and Java 17. Batch mode writes the entries of [--from,
 --to] (default: the whole log as learned when the job starts) to OUT, replacing it. Stream
 mode runs `readStream.format("rlog")` with `Trigger.AvailableNow` into OUT/data, then stops.
 

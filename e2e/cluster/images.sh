@@ -8,7 +8,7 @@
 #                       rootfs (Debian bookworm + python3) imported under that name
 #   images.sh import [NAME]  load every built archive (or only NN-NAME.tar) into the
 #                       cluster's containerd (k8s.io ns)
-#   images.sh spark     the Spark image (spark_image/Dockerfile: Java 17, PySpark, rlog[spark];
+#   images.sh spark     the Spark image (spark_image/Dockerfile: Java 17, PySpark, rlog-paxos[spark];
 #                       ~1 GB, so not part of `build`/`all`), imported when the cluster runs
 #   images.sh release [TAG]  a release's replica and operator images (default TAG: the
 #                       previous release, rlog.version.PREVIOUS_RELEASE, found by its tag or

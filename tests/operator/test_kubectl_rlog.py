@@ -466,12 +466,12 @@ def test_without_the_kubernetes_client_the_plugin_says_what_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == cli.EXIT_ERROR
     assert out.stderr.strip() == (
-        "kubectl rlog: the kubernetes client is not installed: pip install 'rlog[kubectl]'"
+        "kubectl rlog: the kubernetes client is not installed: pip install 'rlog-paxos[kubectl]'"
     )
 
 
 def test_the_plugin_runs_without_kopf():
-    """`pip install 'rlog[kubectl]'` brings the kubernetes client and PyYAML, not kopf: no
+    """`pip install 'rlog-paxos[kubectl]'` brings the kubernetes client and PyYAML, not kopf: no
     module of the plugin may need it."""
     code = (
         "import sys; sys.modules['kopf'] = None\n"

@@ -30,7 +30,7 @@ class Cluster:
             from kubernetes import client, config
         except ImportError:
             raise PluginError(
-                "the kubernetes client is not installed: pip install 'rlog[kubectl]'"
+                "the kubernetes client is not installed: pip install 'rlog-paxos[kubectl]'"
             ) from None
 
         # urllib3 would print its retries on stderr: the plugin says one line instead

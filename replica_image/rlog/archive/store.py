@@ -55,7 +55,7 @@ class ObjectStore:
             from minio import Minio
         except ImportError:
             raise ArchiveError(
-                "archiving needs the minio package: pip install 'rlog[archive]'"
+                "archiving needs the minio package: pip install 'rlog-paxos[archive]'"
             ) from None
         self.config = config
         self.prefix = _prefix(config.prefix)

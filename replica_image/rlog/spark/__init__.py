@@ -1,5 +1,5 @@
 """The replicated log as a Spark data source and sink (PySpark's Python Data Source API,
-extra `rlog[spark]`). The user manual is docs/spark.md.
+extra `rlog-paxos[spark]`). The user manual is docs/spark.md.
 
     from rlog.spark import register
     register(spark)                                   # format "rlog"

@@ -86,7 +86,7 @@ def open_storage(path: str | Path, engine: str = AUTO) -> Storage:
             from rlog.storage.leveldb_engine import LevelDbStorage
         except ImportError as exc:
             raise StorageError(
-                f"engine 'leveldb' needs plyvel (pip install rlog[dev]): {exc}"
+                f"engine 'leveldb' needs plyvel (pip install rlog-paxos[dev]): {exc}"
             ) from None
         return LevelDbStorage(Path(path))
     if engine == "rocksdb":
@@ -94,7 +94,7 @@ def open_storage(path: str | Path, engine: str = AUTO) -> Storage:
             from rlog.storage.rocksdb_engine import RocksDbStorage
         except ImportError as exc:
             raise StorageError(
-                f"engine 'rocksdb' needs rocksdict (pip install rlog[dev]): {exc}"
+                f"engine 'rocksdb' needs rocksdict (pip install rlog-paxos[dev]): {exc}"
             ) from None
         return RocksDbStorage(Path(path))
     if engine == "segment":
