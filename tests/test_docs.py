@@ -1,6 +1,7 @@
 """The project's docs hold together: every relative link in README.md and docs/*.md names a
 file that exists and, with a #fragment, a heading of that file (GitHub's anchors); the docs
-index (docs/README.md) lists every page of docs/."""
+index (docs/README.md) lists every page of docs/; every diagram is drawn from its current
+source and shown somewhere."""
 
 from __future__ import annotations
 
@@ -69,3 +70,20 @@ def test_the_docs_index_lists_every_page():
         if p.name != "README.md" and f"({p.name})" not in index
     ]
     assert missing == [], missing
+
+
+def test_every_diagram_is_drawn_from_its_current_source_and_shown():
+    """`make diagrams` stamps each SVG with its .dot's sha256: a source edited without
+    drawing it again fails here (no Graphviz needed to check)."""
+    import hashlib
+
+    sources = sorted((DOCS / "diagrams").glob("*.dot"))
+    assert sources
+    shown = "".join(page.read_text() for page in PAGES)
+    for source in sources:
+        drawing = source.with_suffix(".svg")
+        assert drawing.exists(), f"{drawing.name} missing: make diagrams"
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        stamp = f"<!-- source: {source.name} sha256 {digest} -->"
+        assert stamp in drawing.read_text(), f"{drawing.name} is stale: make diagrams"
+        assert f"diagrams/{drawing.name}" in shown, f"no page shows {drawing.name}"
