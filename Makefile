@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv proto design-map diagrams lint typecheck unit test demo demo-local bench bench-slow-disk bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
+.PHONY: help venv lock proto design-map diagrams lint typecheck unit test demo demo-local bench bench-slow-disk bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
 	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | diagrams | bench | clean | dashboard-png"
@@ -24,13 +24,22 @@ help:
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind | e2e-kind-nodes"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the distribution was called rlog before it was rlog-paxos: a venv of then has it
 	$(PY) -m pip uninstall -q -y rlog 2>/dev/null || true
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,spark,bench]'
 	touch $(STAMP)
+
+# constraints.txt anew: pyproject.toml's ranges resolved in a fresh venv and frozen (then
+# run `make test` on it before committing).
+lock:
+	rm -rf $(VENV).lock && $(PYTHON) -m venv $(VENV).lock
+	$(VENV).lock/bin/pip install -q --upgrade pip
+	$(VENV).lock/bin/pip install -q '.[dev,spark,bench]'
+	{ sed -n '1,4p' constraints.txt; $(VENV).lock/bin/pip freeze --exclude-editable | grep -v '^rlog-paxos'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(VENV).lock
 
 venv: $(STAMP)
 
