@@ -16,10 +16,10 @@ unexport PYTHONDONTWRITEBYTECODE
 
 include e2e/cluster/cluster.mk
 
-.PHONY: help venv lock proto design-map diagrams lint typecheck unit test demo demo-local bench bench-slow-disk bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
+.PHONY: help venv lock proto design-map diagrams lint typecheck unit test demo demo-local release bench bench-slow-disk bench-profile bench-soak clean e2e-operator e2e-extended e2e-cert-manager e2e-spark-k8s prometheus prometheus-background dashboard-png jepsen jepsen-checker
 
 help:
-	@echo "make demo | demo-local | test | lint | typecheck | unit | proto | diagrams | bench | clean | dashboard-png"
+	@echo "make demo | demo-local | test | release | lint | typecheck | unit | proto | diagrams | bench | clean | dashboard-png"
 	@echo "make bench [BENCH_QUICK=1 ...] | bench-slow-disk [SLOW_DISK_LATENCY=2ms] | bench-profile | bench-soak [SOAK_MINUTES=10]"
 	@echo "make jepsen [JEPSEN_RUNS=3 JEPSEN_SECONDS=20 JEPSEN_SEED=1 JEPSEN_NEMESIS=mix JEPSEN_HOLD=3:6 ...] | jepsen-checker"
 	@echo "make cluster-up | cluster-down | cluster-status | images | e2e-smoke | e2e-local | e2e-operator | e2e-extended | e2e-cert-manager | e2e-spark-k8s | e2e-kind | e2e-kind-nodes"
@@ -150,6 +150,12 @@ demo: $(STAMP) cluster-up
 # each stamped with its source's hash (tests/test_docs.py finds a drawing left stale).
 diagrams:
 	bash docs/diagrams/render.sh
+
+# What a user installs from, without this tree: the replica and operator images (archives
+# tagged with the version alone) and the packaged chart, in dist/ with SHA256SUMS
+# (README.md, "Install on your own cluster").
+release: $(STAMP)
+	bash $(E2E_CLUSTER)/release.sh
 
 # The same log without Kubernetes: three `rlog replica` processes on loopback (`rlog dev`).
 demo-local: $(STAMP)

@@ -1,5 +1,6 @@
-"""Fixtures of the operator e2e suite: the rlog-operator chart installed once per session
-into its own namespace with the locally built images (IfNotPresent), uninstalled afterwards.
+"""Fixtures of the operator e2e suite: the rlog-operator chart, packaged as `make release`
+ships it, installed once per session into its own namespace with the locally built images
+(IfNotPresent), uninstalled afterwards.
 
 Environment:
   E2E_OPERATOR_IMAGE   operator image repository:tag (default docker.io/rlog/rlog-operator:dev)
@@ -20,13 +21,31 @@ from dataclasses import asdict
 import pytest
 from e2elib import Kubectl, wait_until
 
-CHART = os.path.join(
+CHART_SOURCE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     "helm",
     "rlog-operator",
 )
 OPERATOR_IMAGE = os.environ.get("E2E_OPERATOR_IMAGE", "docker.io/rlog/rlog-operator:dev")
 REPLICA_IMAGE = os.environ.get("E2E_REPLICA_IMAGE", "docker.io/rlog/rlog-replica:dev")
+
+
+def packaged_chart(directory: str) -> str:
+    """The chart as a user gets it, `helm package`d into `directory` (what `make release`
+    ships): the suite installs that, not the source tree, so a file the package leaves out
+    (the CRD, the dashboard, a template) fails the suite. Returns the .tgz's path."""
+    out = _helm("package", CHART_SOURCE, "-d", directory).stdout
+    # "Successfully packaged chart and saved it to: <path>"
+    path = out.strip().rsplit(": ", 1)[-1]
+    if not path.endswith(".tgz") or not os.path.isfile(path):
+        raise AssertionError(f"helm package wrote no chart archive: {out!r}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chart(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The packaged chart (`packaged_chart`), once per session (per worker)."""
+    return packaged_chart(str(tmp_path_factory.mktemp("chart")))
 
 
 def _helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -37,10 +56,10 @@ def _helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
-    """Install the chart into a fresh namespace, serving only the test namespace (so another
-    operator on the cluster, e.g. `make demo`'s, never touches the tests' logs); yields the
-    operator's namespace."""
+def operator(cluster: Kubectl, namespace: str, chart: str) -> Iterator[str]:
+    """Install the packaged chart into a fresh namespace, serving only the test namespace
+    (so another operator on the cluster, e.g. `make demo`'s, never touches the tests' logs);
+    yields the operator's namespace."""
     if shutil.which("helm") is None:
         pytest.fail("helm is not on the PATH (make cluster-up puts it in /usr/local/bin)")
     ns = f"rlog-op-{uuid.uuid4().hex[:6]}"
@@ -48,7 +67,7 @@ def operator(cluster: Kubectl, namespace: str) -> Iterator[str]:
     op_repo, op_tag = OPERATOR_IMAGE.rsplit(":", 1)
     rep_repo, rep_tag = REPLICA_IMAGE.rsplit(":", 1)
     _helm(
-        "install", release, CHART, "-n", ns, "--create-namespace",
+        "install", release, chart, "-n", ns, "--create-namespace",
         "--set", f"image.repository={op_repo}", "--set", f"image.tag={op_tag}",
         "--set", "image.pullPolicy=IfNotPresent",
         "--set", f"replicaImage.repository={rep_repo}", "--set", f"replicaImage.tag={rep_tag}",

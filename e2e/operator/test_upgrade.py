@@ -24,7 +24,6 @@ pytestmark = pytest.mark.extended
 NAME = "upgrade-log"
 RELEASE = "rlog-operator"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CHART = os.path.join(ROOT, "helm", "rlog-operator")
 CRD = os.path.join(ROOT, "crds", "replicatedlog.yaml")
 QUORUM = 2
 
@@ -41,7 +40,7 @@ def _operator_uids(op: Kubectl) -> set[str]:
 
 
 def test_chart_upgrade_restarts_no_replica(
-    log: Log, operator: str, cluster: Kubectl, crd_held: None
+    log: Log, operator: str, cluster: Kubectl, crd_held: None, chart: str
 ) -> None:
     op = Kubectl(operator)
     replica_uids = log.pod_uids()
@@ -52,7 +51,7 @@ def test_chart_upgrade_restarts_no_replica(
     t0 = time.monotonic()
     cluster("apply", "--server-side", "--force-conflicts", "-f", CRD, namespaced=False)
     out = subprocess.run(
-        ["helm", "upgrade", RELEASE, CHART, "-n", operator, "--reuse-values",
+        ["helm", "upgrade", RELEASE, chart, "-n", operator, "--reuse-values",
          "--set", "resources.requests.cpu=60m", "--wait", "--timeout", "300s"],
         capture_output=True, text=True, timeout=360,
     )  # fmt: skip

@@ -12,8 +12,8 @@ imports them (`make e2e-operator` and `make e2e-extended` run it first).
    namespace of its own; a ReplicatedLog created there, every replica running the release
    (its image, and `rlog --version` naming the release's version).
 2. Under a continuous writer: this tree's CRD applied server-side and the release upgraded
-   with `helm upgrade` to this tree's chart and images (`dev`, as the other suites). The
-   operator pods are replaced by this tree's; the new operator finds the replica image
+   with `helm upgrade` to this tree's packaged chart and images (`dev`, as the other
+   suites). The operator pods are replaced by this tree's; the new operator finds the replica image
    changed and rolls the replicas to it: each pod replaced once, never fewer than a quorum
    VOTING in a sample of the writer.
 3. Every replica and operator pod runs this tree, and every acknowledged append is at its
@@ -60,7 +60,6 @@ from rlog.version import PREVIOUS_RELEASE, semver
 pytestmark = pytest.mark.extended
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "rlog-operator"
 CRD = ROOT / "crds" / "replicatedlog.yaml"
 OPERATOR_IMAGE = os.environ.get("E2E_OPERATOR_IMAGE", "docker.io/rlog/rlog-operator:dev")
 RELEASE_VERSION = PREVIOUS_RELEASE.removeprefix("v")  # its PEP 440 version
@@ -177,7 +176,7 @@ def _versions(log: Log) -> dict[str, str]:
 
 
 def test_an_upgrade_from_the_previous_release_keeps_every_entry(
-    log: Log, operator: str, cluster: Kubectl, crd_held: None
+    log: Log, operator: str, cluster: Kubectl, crd_held: None, chart: str
 ) -> None:
     op = Kubectl(operator)
     release_replica = f"docker.io/rlog/rlog-replica:{RELEASE_TAG}"
@@ -197,7 +196,7 @@ def test_an_upgrade_from_the_previous_release_keeps_every_entry(
     # the upgrade runs while the replica pods are watched: the new operator may start the
     # rolling replacement before `helm upgrade --wait` returns
     upgrade = subprocess.Popen(
-        ["helm", "upgrade", HELM_RELEASE, str(CHART), "-n", operator,
+        ["helm", "upgrade", HELM_RELEASE, chart, "-n", operator,
          *_image_values(OPERATOR_IMAGE, REPLICA_IMAGE),
          "--set", f"watchNamespaces={{{log.k.namespace}}}", "--wait", "--timeout", "300s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
