@@ -5,4 +5,5 @@ import sys
 
 from rlog_operator.plugin.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported alone (tests/test_imports.py), it runs nothing
+    sys.exit(main())
