@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2elib import Kubectl
+from e2elib import Kubectl, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CRD_FILE = os.path.join(ROOT, "crds", "replicatedlog.yaml")
@@ -70,6 +70,15 @@ class Logs:
         return self.k.json("get", self.resource, name)["spec"]
 
 
+def _established(cluster: Kubectl, name: str) -> bool:
+    got = cluster.run(
+        "get", "crd", name, "-o",
+        "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+        check=False, namespaced=False,
+    )  # fmt: skip
+    return got.returncode == 0 and got.stdout.strip() == "True"
+
+
 @pytest.fixture(scope="module")
 def logs(cluster: Kubectl) -> Iterator[Logs]:
     """The repository's CRD under a private group and names, and a namespace for its
@@ -94,10 +103,14 @@ def logs(cluster: Kubectl) -> Iterator[Logs]:
     cluster.run("create", "-f", "-", input=json.dumps(crd), namespaced=False)
     try:
         cluster.run("create", "namespace", namespace, namespaced=False)
-        cluster.run(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}",
-            "--timeout=60s", namespaced=False,
-        )  # fmt: skip
+        # Polled, not `kubectl wait --for=condition=Established`: on a CRD the API server
+        # has not given conditions yet, kubectl wait fails at once (".status.conditions
+        # accessor error: <nil> is of the type <nil>"), as CI saw on 8cbdf03.
+        wait_until(
+            "the CRD Established",
+            lambda: _established(cluster, crd["metadata"]["name"]),
+            60,
+        )
         yield Logs(
             Kubectl(namespace),
             f"{names['plural']}.{group}",
