@@ -69,16 +69,12 @@ class Cluster:
 
     def log_names(self, namespace: str, timeout: float) -> list[str]:
         """The ReplicatedLogs of `namespace`, by name (for shell completion)."""
-        found = self._call(
-            f"ReplicatedLogs in {namespace}",
-            lambda: self.custom.list_namespaced_custom_object(
-                c.GROUP, c.VERSION, namespace, c.PLURAL, _request_timeout=timeout
-            ),
-        )
-        return sorted(str(item["metadata"]["name"]) for item in found.get("items", []))
+        return [str(log["metadata"]["name"]) for log in self.logs(namespace, timeout)]
 
-    def logs(self, namespace: str | None) -> list[dict[str, Any]]:
-        """The ReplicatedLogs of `namespace` (None: of every namespace), by namespace, name."""
+    def logs(self, namespace: str | None, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The ReplicatedLogs of `namespace` (None: of every namespace), by namespace, name;
+        `timeout`: the request's, in seconds (None: the client's default)."""
+        limit = {} if timeout is None else {"_request_timeout": timeout}
         if namespace is None:
             found = self._call(
                 "ReplicatedLogs (all namespaces)",
@@ -86,6 +82,7 @@ class Cluster:
                 c.GROUP,
                 c.VERSION,
                 c.PLURAL,
+                **limit,
             )
         else:
             found = self._call(
@@ -95,6 +92,7 @@ class Cluster:
                 c.VERSION,
                 namespace,
                 c.PLURAL,
+                **limit,
             )
         items: list[dict[str, Any]] = list(found.get("items", []))
         return sorted(

@@ -38,24 +38,10 @@ def status_table(log: Mapping[str, Any]) -> str:
                 + (f", through position {backup['through']}" if "through" in backup else "")
                 + (f" ({backup['message']})" if backup.get("message") else "")
             )
-    storage = next(
-        (
-            c
-            for c in status.get("conditions") or []
-            if c.get("type") == "StorageDegraded" and c.get("status") == "True"
-        ),
-        None,
-    )
+    storage = _true_condition(status, "StorageDegraded")
     if storage is not None:
         header += f"\n  storage: {storage.get('reason')}: {storage.get('message')}"
-    node_lost = next(
-        (
-            c
-            for c in status.get("conditions") or []
-            if c.get("type") == "NodeLost" and c.get("status") == "True"
-        ),
-        None,
-    )
+    node_lost = _true_condition(status, "NodeLost")
     if node_lost is not None:
         header += f"\n  node lost: {node_lost.get('message')}"
     rows = [COLUMNS]
@@ -73,13 +59,29 @@ def status_table(log: Mapping[str, Any]) -> str:
                 str(item.get("reason") or ""),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = [
+    message = status.get("message")
+    return "\n".join([header, *([f"  {message}"] if message else []), "", _aligned(rows)])
+
+
+def _true_condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The status condition of type `kind` while it is True, else None."""
+    return next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == kind and c.get("status") == "True"
+        ),
+        None,
+    )
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells in columns two spaces apart, as kubectl prints its tables."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
-    ]
-    message = status.get("message")
-    return "\n".join([header, *([f"  {message}"] if message else []), "", *lines])
+    )
 
 
 # ---- machine-readable output (-o json|yaml) and the list of logs -----------------------------
@@ -132,11 +134,7 @@ def logs_table(logs: Sequence[Mapping[str, Any]]) -> str:
         )
     if len(rows) == 1:
         return "no ReplicatedLogs found"
-    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return _aligned(rows)
 
 
 # ---- version ------------------------------------------------------------------------------------
