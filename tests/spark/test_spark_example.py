@@ -93,8 +93,8 @@ def parquet_rows(path: Path) -> list[tuple[int, bytes]]:
     return sorted(zip(positions, values, strict=True))
 
 
-# Four JVM starts and runs: 57 s alone, 205 s and then over 300 s in `make test`, where the
-# e2e suites share the 2 cores. Slow is not wrong here; the bounds are for a hang.
+# Two JVM starts and runs (465 s for three in `make test` on 7 Dec, beside two e2e workers;
+# 57 s alone for four). Slow is not wrong here; the bounds are for a hang.
 @pytest.mark.timeout(900)
 def test_example_replays_batch_and_stream_through_one_follower(log: DevCluster, tmp_path: Path):
     values = [f"entry-{i:05d}-".encode() + os.urandom(40) for i in range(6000)]
@@ -127,16 +127,10 @@ def test_example_replays_batch_and_stream_through_one_follower(log: DevCluster, 
     commits = sorted(int(p.name) for p in (stream_out / "_checkpoint" / "commits").glob("[0-9]*"))
     assert commits == list(range(3))  # 6002 positions (+ the log's own) in 3 triggers
 
-    # More entries, then the same command again: it continues where it left off.
-    more = append(log, [b"more-%d" % i for i in range(1500)])
-    expected_after = [(p, v) for p, v in rlog_read(follower) if not is_marker(v)]
-    assert [p for p, _ in expected_after[len(expected) :]] == more
-    out = run_example(*args)
-    assert f"added 1500 entries; {stream_out / 'data'} holds {len(expected_after)} entries" in out
-    rows = parquet_rows(stream_out / "data")
-    assert rows == expected_after  # every position exactly once
-    assert len({p for p, _ in rows}) == len(rows)
-    # (A run with nothing new adds nothing: test_spark_stream, in process.)
+    # The same command again after more entries continues where it left off: not run here
+    # (a third JVM, 150 s of this test beside the e2e suites), but by the e2e suite's
+    # test_spark_replay.py with this same example through a port-forward, and in process
+    # by test_spark_stream.py's test_stream_available_now_with_restart.
 
 
 def test_single_endpoint_contacts_only_that_address(log: DevCluster):
