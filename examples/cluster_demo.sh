@@ -20,14 +20,14 @@ run() { say "$*"; "$@"; }
 run helm upgrade --install rlog-operator helm/rlog-operator --namespace "$NS" --create-namespace \
   --set image.pullPolicy=IfNotPresent --set replicaImage.pullPolicy=IfNotPresent \
   --set "watchNamespaces={$NS}" --wait --timeout 180s
-run kubectl -n "$NS" rollout status deployment/rlog-operator-rlog-operator --timeout=180s
+run kubectl -n "$NS" rollout status deployment/rlog-operator --timeout=180s
 run kubectl -n "$NS" apply -f examples/replicatedlog.yaml
 
 say "kubectl -n $NS wait rlog/$LOG --for=jsonpath='{.status.phase}'=Ready --timeout=300s"
 if ! kubectl -n "$NS" wait "rlog/$LOG" --for=jsonpath='{.status.phase}'=Ready --timeout=300s; then
   kubectl -n "$NS" get rlog,pods,pvc -o wide || true
   kubectl -n "$NS" describe rlog "$LOG" | tail -30 || true
-  kubectl -n "$NS" logs deployment/rlog-operator-rlog-operator --tail=40 || true
+  kubectl -n "$NS" logs deployment/rlog-operator --tail=40 || true
   echo "the ReplicatedLog did not become Ready in 300 s" >&2
   exit 1
 fi

@@ -64,7 +64,11 @@ CRD = ROOT / "crds" / "replicatedlog.yaml"
 OPERATOR_IMAGE = os.environ.get("E2E_OPERATOR_IMAGE", "docker.io/rlog/rlog-operator:dev")
 RELEASE_VERSION = PREVIOUS_RELEASE.removeprefix("v")  # its PEP 440 version
 RELEASE_TAG = semver(RELEASE_VERSION)  # its images' tag (images.sh release) and appVersion
-HELM_RELEASE = "rlog-previous"
+# a release whose name says rlog-operator: the previous release named its objects
+# rlog-operator-rlog-operator, this chart names a fresh install's rlog-operator and must keep
+# the old names on the upgrade (two Deployments would be two operators acting at once)
+HELM_RELEASE = "rlog-operator"
+LEGACY_NAME = f"{HELM_RELEASE}-rlog-operator"
 NAME = "release-log"
 QUORUM = 2
 
@@ -125,7 +129,7 @@ def namespace(cluster: Kubectl) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Kubectl, namespace: str, release_chart: Path) -> Iterator[str]:
-    """The previous release's chart and images as release `rlog-previous` in a namespace of
+    """The previous release's chart and images as release `rlog-operator` in a namespace of
     its own, serving only `namespace`; yields the operator's namespace, uninstalled after."""
     if shutil.which("helm") is None:
         pytest.fail("helm is not on the PATH (make cluster-up puts it in /usr/local/bin)")
@@ -179,6 +183,8 @@ def test_an_upgrade_from_the_previous_release_keeps_every_entry(
     log: Log, operator: str, cluster: Kubectl, crd_held: None, chart: str
 ) -> None:
     op = Kubectl(operator)
+    deployments = {d["metadata"]["name"] for d in op.json("get", "deployments")["items"]}
+    assert deployments == {LEGACY_NAME}, deployments
     release_replica = f"docker.io/rlog/rlog-replica:{RELEASE_TAG}"
     replicas = f"app.kubernetes.io/instance={NAME}"
     assert set(_images(log.k, replicas, "replica").values()) == {release_replica}
@@ -229,6 +235,9 @@ def test_an_upgrade_from_the_previous_release_keeps_every_entry(
     print(f"{PREVIOUS_RELEASE} -> this tree in {time.monotonic() - t0:.1f}s")
     report = writer.stop()
 
+    # the operator's objects kept their names: one Deployment, never two operators at once
+    deployments = {d["metadata"]["name"] for d in op.json("get", "deployments")["items"]}
+    assert deployments == {LEGACY_NAME}, deployments
     # every operator pod and replica on this tree, each replica pod replaced exactly once
     for pod in _images(op, OPERATOR_LABEL, "operator"):
         version = op("exec", pod, "-c", "operator", "--", "rlog-operator", "--version").strip()

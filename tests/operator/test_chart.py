@@ -403,3 +403,48 @@ def test_conventions_a_cluster_admin_expects(helm: str) -> None:
         timeout=60,
     )
     assert old.returncode != 0 and "kubeVersion" in old.stderr
+
+
+def test_objects_are_named_by_helms_convention_and_the_lease_after_the_release(
+    helm: str,
+) -> None:
+    """Release rlog-operator names its objects rlog-operator (not
+    rlog-operator-rlog-operator), release rlog names them rlog-rlog-operator, and
+    fullnameOverride replaces either; the Lease stays <release>-rlog-operator whatever the
+    objects are called (a rename on an upgrade must not give two pods two Leases). The
+    upgrade of a release named under the old rule keeps its names: e2e, test_upgrade_release."""
+
+    def names(release: str, *args: str) -> tuple[set[str], str]:
+        objects = helm_template(helm, release, "-n", "ops", *args)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        lease = next(e["value"] for e in container["env"] if e["name"] == "RLOG_OPERATOR_LEASE")
+        assert (
+            deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            == (deployment["metadata"]["name"])
+        )
+        kinds = ("Deployment", "ServiceAccount", "Service", "ClusterRole", "Role")
+        return {o["metadata"]["name"] for o in objects if o["kind"] in kinds}, lease
+
+    assert names("rlog-operator") == (
+        {"rlog-operator", "rlog-operator-metrics", "rlog-operator-lease", "ops-rlog-operator"},
+        "rlog-operator-rlog-operator",
+    )
+    assert names("rlog") == (
+        {"rlog-rlog-operator", "rlog-rlog-operator-metrics", "rlog-rlog-operator-lease",
+         "ops-rlog-rlog-operator"},
+        "rlog-rlog-operator",
+    )  # fmt: skip
+    assert names("rlog-operator", "--set", "fullnameOverride=ops") == (
+        {"ops", "ops-metrics", "ops-lease", "ops-ops"},
+        "rlog-operator-rlog-operator",
+    )
+    for bad in ("Ops", "-ops", "o" * 54):
+        out = subprocess.run(
+            [helm, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+             "--set", f"fullnameOverride={bad}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert out.returncode != 0 and "fullnameOverride" in out.stderr, (bad, out.stderr)
