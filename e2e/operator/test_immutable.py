@@ -177,3 +177,17 @@ def test_bootstrap_cannot_appear_change_or_go(logs: Logs) -> None:
     assert "spec.bootstrap is immutable" in refusal, refusal
     assert logs.spec("restored")["bootstrap"] == SOURCE
     assert logs.patch("restored", {"image": "docker.io/rlog/rlog-replica:other"}) == ""
+
+
+def test_a_backup_needs_keys_or_an_identity(logs: Logs) -> None:
+    """spec.backup with neither credentialsSecret nor serviceAccountName is refused (the
+    archiver would have no way to sign); either one, or both, is taken."""
+    bare = {"bucket": "archives"}
+    with pytest.raises(AssertionError, match=r"spec\.backup needs credentials"):
+        logs.create("no-keys", backup=bare)
+    logs.create("keys", backup={**bare, "credentialsSecret": "s3"})
+    logs.create("identity", backup={**bare, "serviceAccountName": "archiver-s3"})
+    logs.create("both", backup={**bare, "credentialsSecret": "s3", "serviceAccountName": "a"})
+    refusal = logs.patch("keys", {"backup": {"credentialsSecret": None}})
+    assert "spec.backup needs credentials" in refusal, refusal
+    assert logs.spec("keys")["backup"]["credentialsSecret"] == "s3"

@@ -82,6 +82,14 @@ def credentials_env(secret: str) -> list[Manifest]:
     ]
 
 
+def backup_credentials_env(backup: Mapping[str, Any]) -> list[Manifest]:
+    """The writing credentials' variables; none without credentialsSecret: the archiver then
+    takes its keys from the pod's workload identity (serviceAccountName), whose variables the
+    cloud's webhook sets (rlog.archive.credentials)."""
+    secret = backup.get("credentialsSecret")
+    return credentials_env(str(secret)) if secret else []
+
+
 def delete_credentials_env(backup: Mapping[str, Any]) -> list[Manifest]:
     """The delete credentials' variables (none without deleteCredentialsSecret: the
     archiver then deletes with its writing credentials)."""
@@ -146,7 +154,7 @@ def archiver_deployment(
         "command": ["rlog"],
         "args": archiver_args(body, client_endpoint),
         "env": [
-            *credentials_env(body["spec"]["backup"]["credentialsSecret"]),
+            *backup_credentials_env(body["spec"]["backup"]),
             *delete_credentials_env(body["spec"]["backup"]),
             *(_client_tls_env() if tls_secret else []),
         ],
@@ -169,6 +177,10 @@ def archiver_deployment(
     volumes: list[Manifest] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     if tls_secret:
         volumes.append({"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o440}})
+    account = body["spec"]["backup"].get("serviceAccountName")
+    # the identity's ServiceAccount; the API token stays unmounted (the archiver never calls
+    # the API; an identity webhook projects its own token)
+    identity: Manifest = {"serviceAccountName": str(account)} if account else {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -187,6 +199,7 @@ def archiver_deployment(
                 "spec": {
                     "containers": [container],
                     "securityContext": copy.deepcopy(pod_security_context),
+                    **identity,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     # flush what is pending on SIGTERM (one segment upload)

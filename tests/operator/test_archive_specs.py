@@ -118,6 +118,34 @@ def test_delete_credentials_come_from_their_own_secret():
     }
 
 
+def test_a_workload_identity_replaces_the_credentials_secret():
+    """spec.backup.serviceAccountName without credentialsSecret: the archiver runs as that
+    ServiceAccount with no key variables (it takes its keys from the identity the cloud's
+    webhook names in its environment) and still without the API token."""
+    identity = {k: v for k, v in BACKUP.items() if k != "credentialsSecret"}
+    identity["serviceAccountName"] = "orders-archiver-s3"
+    deployment = next(
+        o for o in specs.desired_objects(body(backup=identity), CONFIG) if o["kind"] == "Deployment"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert pod["serviceAccountName"] == "orders-archiver-s3"
+    assert pod["automountServiceAccountToken"] is False
+    assert not [e for e in ctr["env"] if e["name"].startswith("AWS_")]
+    # both: the keys are given and the pod runs as the account (the keys win, in the archiver)
+    both = next(
+        o for o in specs.desired_objects(body(backup={**BACKUP, **identity}), CONFIG)
+        if o["kind"] == "Deployment"
+    )  # fmt: skip
+    (ctr,) = both["spec"]["template"]["spec"]["containers"]
+    assert {e["name"] for e in ctr["env"]} >= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    # neither: the default ServiceAccount, as before
+    plain = next(
+        o for o in specs.desired_objects(body(backup=BACKUP), CONFIG) if o["kind"] == "Deployment"
+    )
+    assert "serviceAccountName" not in plain["spec"]["template"]["spec"]
+
+
 def test_bootstrap_adds_a_restore_init_container_that_defers_to_a_running_log():
     source = {
         "bucket": "logs",
@@ -237,7 +265,10 @@ def test_crd_schema_has_backup_bootstrap_and_archive_status():
         crd = yaml.safe_load(path.read_text())
         schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
         spec = schema["spec"]["properties"]
-        assert spec["backup"]["required"] == ["bucket", "credentialsSecret"]
+        assert spec["backup"]["required"] == ["bucket"]  # keys or an identity (CEL)
+        assert "serviceAccountName" in spec["backup"]["properties"]
+        (rule,) = spec["backup"]["x-kubernetes-validations"]
+        assert rule["rule"] == "has(self.credentialsSecret) || has(self.serviceAccountName)"
         assert set(spec["backup"]["properties"]["retention"]["properties"]) == {
             "maxAgeSeconds",
             "keepFromPosition",

@@ -16,10 +16,14 @@ import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+from rlog.archive.credentials import HOW_TO_GIVE, Credentials, choose, provider
 from rlog.archive.format import ArchiveError
+
+if TYPE_CHECKING:
+    from minio.credentials.providers import Provider
 
 T = TypeVar("T")
 
@@ -33,8 +37,10 @@ class StoreConfig:
     prefix: str = ""
     endpoint: str | None = None  # e.g. http://127.0.0.1:7070; None: AWS
     region: str = "us-east-1"
-    access_key: str | None = None  # None: $AWS_ACCESS_KEY_ID
-    secret_key: str | None = None  # None: $AWS_SECRET_ACCESS_KEY
+    # None: $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY, else the pod's workload identity
+    # (rlog.archive.credentials)
+    access_key: str | None = None
+    secret_key: str | None = None
 
 
 def _prefix(prefix: str) -> str:
@@ -63,20 +69,30 @@ class ObjectStore:
         url = urlsplit(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
         if url.scheme not in ("http", "https") or not url.netloc:
             raise ArchiveError(f"the S3 endpoint {self.endpoint!r} is not an http(s) URL")
-        access = config.access_key or os.environ.get("AWS_ACCESS_KEY_ID")
-        secret = config.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
-        self._credentials = bool(access and secret)
+        try:
+            self._credentials: Credentials | None = choose(
+                config.access_key, config.secret_key, os.environ
+            )
+            self._credential_error = ""
+        except ArchiveError as exc:  # raised at the first call, as for no credentials at all
+            self._credentials, self._credential_error = None, str(exc)
+        timeout = urllib3.Timeout(connect=5.0, read=60.0)
         self._http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=5.0, read=60.0),
+            timeout=timeout,
             retries=urllib3.Retry(
                 total=3, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]
             ),
             maxsize=8,
         )
+        keys = self._credentials if self._credentials else Credentials("none")
+        self._identity = provider(
+            keys, urllib3.PoolManager(timeout=timeout, retries=urllib3.Retry(total=2))
+        )
         self._client = Minio(
             url.netloc,
-            access_key=access,
-            secret_key=secret,
+            access_key=keys.access_key,
+            secret_key=keys.secret_key,
+            credentials=self._identity,
             secure=url.scheme == "https",
             region=config.region,
             http_client=self._http,
@@ -86,17 +102,30 @@ class ObjectStore:
         return f"s3://{self.config.bucket}/{self.prefix}{key}"
 
     async def _call(self, what: str, key: str, fn: Callable[[], T]) -> T:
-        if not self._credentials:
-            raise ArchiveError(
-                f"no S3 credentials to {what} {self.where(key)}: set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY (or --access-key-file/--secret-key-file)"
-            )
+        if self._credentials is None:
+            raise ArchiveError(f"cannot {what} {self.where(key)}: {self._credential_error}")
+        if self._credentials.source == "none":
+            raise ArchiveError(f"no S3 credentials to {what} {self.where(key)}: {HOW_TO_GIVE}")
+        if self._identity is not None:
+            await self._identity_keys(what, key, self._identity)
         try:
             return await asyncio.to_thread(fn)
         except _Missing:
             raise
         except Exception as exc:
             raise self._explain(exc, what, key) from None
+
+    async def _identity_keys(self, what: str, key: str, identity: Provider) -> None:
+        """The workload identity's keys (cached by the provider until they expire), fetched
+        first so that a failure names the identity, not the S3 endpoint."""
+        assert self._credentials is not None
+        try:
+            await asyncio.to_thread(identity.retrieve)
+        except Exception as exc:
+            raise ArchiveError(
+                f"cannot get S3 credentials from {self._credentials.describe()} to {what} "
+                f"{self.where(key)}: {type(exc).__name__}: {exc}"
+            ) from None
 
     def _explain(self, exc: Exception, what: str, key: str) -> Exception:
         from minio.error import S3Error

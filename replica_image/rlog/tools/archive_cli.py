@@ -9,7 +9,8 @@ the command line (docs/backup.md).
     rlog restore --bucket B --data-dir DIR [--data-dir DIR ...] [--to-position P]
 
 The S3 credentials are the usual $AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY, or files
-(--access-key-file, --secret-key-file: a Kubernetes Secret mounted as files). `archive run`
+(--access-key-file, --secret-key-file: a Kubernetes Secret mounted as files), else the pod's
+workload identity (rlog.archive.credentials). `archive run`
 may delete with other credentials ($RLOG_ARCHIVE_DELETE_ACCESS_KEY_ID /
 $RLOG_ARCHIVE_DELETE_SECRET_ACCESS_KEY, or --delete-access-key-file/--delete-secret-key-file),
 so that the writing ones need no right to delete; without them it deletes with the writing
