@@ -80,3 +80,33 @@ def helm_template(helm: str, release: str, *args: str) -> list[dict[str, Any]]:
         check=True,
     ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
+
+
+KREW_VERSION = "v0.4.3"  # sigs.k8s.io/krew, the kubectl plugin manager
+
+
+def find_or_build_krew() -> str:
+    """krew (tests/operator/test_plugin_bundle.py installs the plugin with it): from PATH,
+    else built once from the Go module proxy into the cluster scripts' cache."""
+    found = shutil.which("krew") or shutil.which("kubectl-krew")
+    if found:
+        return found
+    cache = Path(os.environ.get("RLOG_CLUSTER_CACHE", Path.home() / ".cache" / "rlog-cluster"))
+    bindir = cache / f"krew-{KREW_VERSION}" / "bin"
+    if (bindir / "krew").exists():
+        return str(bindir / "krew")
+    bindir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOBIN=str(bindir), CGO_ENABLED="0", GOTOOLCHAIN="local")
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    done = subprocess.run(
+        [_go(), "install", "-trimpath", "-ldflags", "-s -w",
+         f"sigs.k8s.io/krew/cmd/krew@{KREW_VERSION}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=INSTALL_TIMEOUT,
+        cwd=str(cache),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"building krew {KREW_VERSION} failed:\n{done.stderr[-3000:]}")
+    return str(bindir / "krew")

@@ -5,6 +5,8 @@
 #       docker.io/rlog/<name>:<version> only (docker-archive: `kind load image-archive`,
 #       `docker load`, or `ctr -n k8s.io images import`, then push to your registry)
 #   rlog-operator-<version>.tgz  the chart (`helm package`), whose defaults name those tags
+#   kubectl-rlog-<version>.tar.gz, rlog-krew-<version>.yaml  `kubectl rlog` as one file and
+#       its krew manifest (plugin_bundle.py; $RLOG_RELEASE_URL: where the archive is served)
 #   SHA256SUMS
 # <version> is the project version's SemVer spelling (rlog.version.semver). The images come
 # from e2e/cluster/images.sh build (the same Dockerfiles and cache as the local cluster's).
@@ -36,7 +38,14 @@ helm=$HELM_BIN/helm
 [[ -f $DIST/rlog-operator-$VERSION.tgz ]] \
   || die "helm package wrote no rlog-operator-$VERSION.tgz: Chart.yaml's version differs from $VERSION"
 
+step "kubectl rlog -> $DIST/kubectl-rlog-$VERSION.tar.gz, its krew manifest"
+python=$REPO/.venv/bin/python # its pip, under constraints.txt
+[[ -x $python ]] || python=python3
+rm -f "$DIST"/kubectl-rlog-*.tar.gz "$DIST"/rlog-krew-*.yaml
+"$python" "$HERE/plugin_bundle.py" "$VERSION" "$DIST" >/dev/null
+
 (cd "$DIST" && sha256sum rlog-replica-image-"$VERSION".tar rlog-operator-image-"$VERSION".tar \
-  rlog-operator-"$VERSION".tgz > SHA256SUMS)
+  rlog-operator-"$VERSION".tgz kubectl-rlog-"$VERSION".tar.gz rlog-krew-"$VERSION".yaml \
+  > SHA256SUMS)
 step "done: $DIST"
 ls -l "$DIST" >&2

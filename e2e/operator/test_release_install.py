@@ -5,12 +5,15 @@ The release is written by e2e/cluster/release.sh into a temporary dist/, its two
 archives are imported into the local cluster's containerd (as `kind load image-archive`
 would on kind), and the chart archive is installed with no image values at all: the pods
 must run the tags the chart names by default, the version's SemVer spelling. A log in a
-namespace of its own then turns Ready with every replica VOTING."""
+namespace of its own then turns Ready with every replica VOTING, and the release's one-file
+`kubectl rlog` (the krew archive) shows it, run by the system's python3 alone."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,7 +81,16 @@ def released_operator(dist: Path) -> Iterator[tuple[str, str]]:
                             namespaced=False)  # fmt: skip
 
 
-def test_the_release_alone_makes_a_working_log(released_operator: tuple[str, str]) -> None:
+def bundled_plugin(dist: Path) -> Path:
+    """`kubectl-rlog` out of the release's krew archive (e2e/cluster/plugin_bundle.py)."""
+    with tarfile.open(dist / f"kubectl-rlog-{VERSION}.tar.gz") as tar:
+        tar.extract("kubectl-rlog", dist, filter="data")
+    return dist / "kubectl-rlog"
+
+
+def test_the_release_alone_makes_a_working_log(
+    released_operator: tuple[str, str], dist: Path
+) -> None:
     operator_ns, log_ns = released_operator
     operator = Kubectl(operator_ns)
     pods = operator.json("get", "pods")["items"]
@@ -97,3 +109,17 @@ def test_the_release_alone_makes_a_working_log(released_operator: tuple[str, str
         }
         assert images == {f"docker.io/rlog/rlog-replica:{VERSION}"}, images
         wait_until("every replica VOTING", log.all_voting, 120, 2)
+        # the release's one-file plugin (krew's archive) on the system's bare python3
+        plugin = bundled_plugin(dist)
+        shown = subprocess.run(
+            ["/usr/bin/python3", "-I", str(plugin), "-n", log_ns, "status", "released",
+             "-o", "json"],
+            env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+                 **{k: v for k, v in os.environ.items() if k == "KUBECONFIG"}},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert (status["name"], status["namespace"]) == ("released", log_ns), status
+        replicas = status["status"]["replicas"]
+        assert [r["status"] for r in replicas] == ["VOTING"] * 3, replicas

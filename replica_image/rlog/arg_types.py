@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 
-from rlog.storage import AUTO, ENGINE_CHOICES
-
 
 def add_storage_engine_argument(parser: argparse.ArgumentParser, dirs: str) -> None:
     """`--storage-engine`, `auto` by default; `dirs` names what it opens ("the data dir")."""
+    # imported here: `kubectl rlog` takes the other types and must not load the storage
+    # engines (nor protobuf) to start
+    from rlog.storage import AUTO, ENGINE_CHOICES
+
     parser.add_argument(
         "--storage-engine",
         choices=ENGINE_CHOICES,
