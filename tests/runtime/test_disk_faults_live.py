@@ -375,6 +375,15 @@ def fill(disk: Path) -> Path:
 SLOW_SELF = 3.0
 
 
+# Attempts at the interleaving below: each checks every acknowledged value and the log's
+# consistency whatever happened; the interleaving itself must happen in one of them. On a
+# saturated CI host (7 Dec, two e2e workers beside the unit suite) the leader once held both
+# batches while it reported its disk full: its own first write failed at 3 s, and within
+# 0.1 s it had learned both batches (found some space: where from is not known yet), so the
+# pull this test is about was never needed. That run proved the values, not the pull.
+INTERLEAVING_ATTEMPTS = 3
+
+
 @pytest.mark.parametrize("engine", ["lmdb", "segment"])
 def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_followers(
     engine: str, tmp_path: Path
@@ -389,6 +398,18 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
     acceptor never holds that batch, and the learned message that follows carries no value
     it may store. Without the pull its learned mark stays below those positions for good
     and its consistent reads of them are refused."""
+    tries = []
+    for attempt in range(INTERLEAVING_ATTEMPTS):
+        happened, seen = _own_write_fails_under_chosen_batches(engine, tmp_path / f"try-{attempt}")
+        tries.append(seen)
+        if happened:
+            return
+    pytest.fail(f"the leader learned the second batch while full in every attempt: {tries}")
+
+
+def _own_write_fails_under_chosen_batches(engine: str, tmp_path: Path) -> tuple[bool, Any]:
+    """One attempt: asserts every acknowledged value and the log's consistency; returns
+    whether the interleaving happened, and what the leader had while full."""
     cluster = disk_cluster(tmp_path, engine, min_free_bytes=0, env={SLOW_SELF_ENV: str(SLOW_SELF)})
     try:
         with contextlib.ExitStack() as stack:
@@ -450,10 +471,10 @@ def test_a_leader_whose_own_write_failed_learns_the_chosen_batch_from_the_follow
 
                 acknowledged = asyncio.run(scenario())
                 assert seen["leader"] == leader, seen  # it kept leading throughout
-                # the interleaving did happen: the second batch was not learned on the leader
-                learned_while_full, _ = seen["leader learned, end while full"]
-                assert learned_while_full < seen["acknowledged end"], seen
                 report = consistency.check_sync(cluster.endpoints, acknowledged, 60)
                 assert report.ok, str(report)
+                # did the interleaving happen: the second batch not learned on the leader?
+                learned_while_full, _ = seen["leader learned, end while full"]
+                return learned_while_full < seen["acknowledged end"], seen
     finally:
         cluster.stop()
