@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spark_priority import favoured
 
 from rlog.tools.dev import DevCluster
 
@@ -34,18 +35,19 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from rlog.spark import register
 
     warehouse = tmp_path_factory.mktemp("warehouse")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rlog-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.streaming.stopTimeout", "10s")
-        .getOrCreate()
-    )
+    with favoured():  # the JVM and its Python workers (tests/spark/spark_priority.py)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("rlog-spark-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "1g")
+            .config("spark.sql.warehouse.dir", str(warehouse))
+            .config("spark.sql.python.filterPushdown.enabled", "true")
+            .config("spark.sql.streaming.stopTimeout", "10s")
+            .getOrCreate()
+        )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from spark_priority import favour
 
 from rlog.client import Client
 from rlog.spark import (
@@ -79,6 +80,7 @@ def run_example(*args: str) -> str:
     result = subprocess.run(
         [sys.executable, str(EXAMPLE), *args],
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        preexec_fn=favour,  # tests/spark/spark_priority.py
         capture_output=True,
         text=True,
         timeout=600,

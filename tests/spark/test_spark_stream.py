@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from spark_priority import favour
 
 from rlog.client import Client
 from rlog.spark import observe, wait_learned
@@ -83,21 +84,24 @@ def test_stream_sigkill_mid_batch_then_restart_is_exactly_once(spark, cluster, t
     positions = append(cluster.endpoint, [b"k%d" % i for i in range(5000)])
     wait_learned(cluster.endpoints, positions[-1])
     out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "stream_job.py"),
-            cluster.endpoint,
-            str(start),
-            "500",
-            str(out),
-            str(checkpoint),
-        ],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
+    job_log = tmp_path / "job.log"
+    with job_log.open("wb") as job_stderr:  # the child keeps its own descriptor
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "stream_job.py"),
+                cluster.endpoint,
+                str(start),
+                "500",
+                str(out),
+                str(checkpoint),
+            ],
+            start_new_session=True,
+            preexec_fn=favour,  # tests/spark/spark_priority.py
+            stdout=subprocess.DEVNULL,
+            stderr=job_stderr,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
     killed_in = None
     deadline = time.monotonic() + 600
     try:
@@ -114,7 +118,10 @@ def test_stream_sigkill_mid_batch_then_restart_is_exactly_once(spark, cluster, t
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
-    assert killed_in is not None, "the job was not caught mid-batch"
+    assert killed_in is not None, (
+        f"the job was not caught mid-batch: it exited {job.returncode}; "
+        f"its stderr ends: {job_log.read_text(errors='replace')[-3000:]}"
+    )
     # The pending batch is re-planned from the offset log (the same range); the rest of the
     # log in one larger batch.
     run_stream(spark, cluster.endpoint, start, out, checkpoint, 10_000)
