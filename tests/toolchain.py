@@ -34,6 +34,30 @@ def _go() -> str:
     return go
 
 
+def _cached_go_build(name: str, version: str, package: str, ldflags: str) -> str:
+    """`go install package@version` once into the cluster scripts' cache (the same dir
+    e2e/cluster/build-tools.sh uses), then the binary from there."""
+    cache = Path(os.environ.get("RLOG_CLUSTER_CACHE", Path.home() / ".cache" / "rlog-cluster"))
+    bindir = cache / f"{name}-{version}" / "bin"
+    binary = bindir / name
+    if binary.exists():
+        return str(binary)
+    bindir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOBIN=str(bindir), CGO_ENABLED="0", GOTOOLCHAIN="local")
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    done = subprocess.run(
+        [_go(), "install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=INSTALL_TIMEOUT,
+        cwd=str(cache),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"building {name} {version} failed:\n{done.stderr[-3000:]}")
+    return str(binary)
+
+
 def find_or_build_helm() -> str:
     """helm from PATH, else the cluster scripts' cached build, else build that same pinned
     version into the same cache dir (as e2e/cluster/build-tools.sh does)."""
@@ -44,25 +68,8 @@ def find_or_build_helm() -> str:
     if not match:
         raise RuntimeError(f"cannot find HELM_VERSION in {CLUSTER_LIB}")
     version = os.environ.get("HELM_VERSION", match.group(1))
-    cache = Path(os.environ.get("RLOG_CLUSTER_CACHE", Path.home() / ".cache" / "rlog-cluster"))
-    bindir = cache / f"helm-{version}" / "bin"
-    if (bindir / "helm").exists():
-        return str(bindir / "helm")
-    bindir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GOBIN=str(bindir), CGO_ENABLED="0", GOTOOLCHAIN="local")
-    env.setdefault("GOFLAGS", "-buildvcs=false")
     ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}"
-    done = subprocess.run(
-        [_go(), "install", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v3/cmd/helm@{version}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=INSTALL_TIMEOUT,
-        cwd=str(cache),
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"building helm {version} failed:\n{done.stderr[-3000:]}")
-    return str(bindir / "helm")
+    return _cached_go_build("helm", version, "helm.sh/helm/v3/cmd/helm", ldflags)
 
 
 # `helm template` renders for Kubernetes v1.20 unless told otherwise, which the chart's
@@ -91,22 +98,4 @@ def find_or_build_krew() -> str:
     found = shutil.which("krew") or shutil.which("kubectl-krew")
     if found:
         return found
-    cache = Path(os.environ.get("RLOG_CLUSTER_CACHE", Path.home() / ".cache" / "rlog-cluster"))
-    bindir = cache / f"krew-{KREW_VERSION}" / "bin"
-    if (bindir / "krew").exists():
-        return str(bindir / "krew")
-    bindir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GOBIN=str(bindir), CGO_ENABLED="0", GOTOOLCHAIN="local")
-    env.setdefault("GOFLAGS", "-buildvcs=false")
-    done = subprocess.run(
-        [_go(), "install", "-trimpath", "-ldflags", "-s -w",
-         f"sigs.k8s.io/krew/cmd/krew@{KREW_VERSION}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=INSTALL_TIMEOUT,
-        cwd=str(cache),
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"building krew {KREW_VERSION} failed:\n{done.stderr[-3000:]}")
-    return str(bindir / "krew")
+    return _cached_go_build("krew", KREW_VERSION, "sigs.k8s.io/krew/cmd/krew", "-s -w")
