@@ -102,7 +102,7 @@ def test_pickling_round_trips():
     for obj in (
         RlogReader(options),
         RlogPushdownReader(options),
-        RlogStreamReader({**options, "maxEntriesPerTrigger": "10"}),
+        RlogStreamReader({"endpoints": options["endpoints"], "maxEntriesPerTrigger": "10"}),
         RlogPartition(1, 10, ("a:1", "b:2"), ("a:1", "b:2", "c:3")),
         RlogDataSource(options),
     ):
@@ -165,6 +165,37 @@ def test_truncated_and_past_end_errors(spark, tmp_path):
         # The default range starts at the begin.
         rows = spark.read.format("rlog").option("endpoints", log.endpoint).load().collect()
         assert [bytes(r.value) for r in rows] == [b"x%d" % i for i in range(50, 100)] + [b"tail"]
+
+
+def test_an_unknown_option_fails_the_query_and_appends_nothing(spark, cluster, tmp_path):
+    """On real Spark, which hands the options over in lower case: a Kafka user's
+    `maxOffsetsPerTrigger` fails the stream at its start instead of leaving its batches
+    unbounded, and a misspelt sink option fails the write before anything is appended."""
+    before = observe(cluster.endpoints).learned
+    stream = (
+        spark.readStream.format("rlog")
+        .option("endpoints", cluster.endpoint)
+        .option("maxOffsetsPerTrigger", "100")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+    )
+    with pytest.raises(Exception, match="did you mean 'maxEntriesPerTrigger'") as caught:
+        stream.start().awaitTermination(120)
+    assert "unknown option 'maxoffsetspertrigger' for the rlog streaming source" in str(
+        caught.value
+    )
+    with pytest.raises(Exception, match="unknown option 'partition' for the rlog batch source"):
+        spark.read.format("rlog").option("endpoints", cluster.endpoint).option(
+            "partition", "2"
+        ).load().collect()
+    frame = spark.createDataFrame([(b"never",)], "value binary")
+    with pytest.raises(Exception, match="did you mean 'batchSize'"):
+        frame.write.format("rlog").option("endpoints", cluster.endpoint).option(
+            "batchsise", "10"
+        ).mode("append").save()
+    assert observe(cluster.endpoints).learned == before  # nothing was appended
 
 
 def test_replica_down_during_a_read(spark, fresh_cluster):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql.datasource import CaseInsensitiveDict
 
 from rlog.client.errors import InvalidArgument
 from rlog.spark.markers import (
@@ -86,6 +87,43 @@ def test_write_options():
     for key in ("batchSize", "appendsInFlight", "dedupeWindow"):
         with pytest.raises(InvalidArgument, match=f"option '{key}' must be at least 1"):
             WriteOptions.parse({**EP, key: "0"})
+
+
+def test_unknown_options_are_errors_naming_the_closest_known_one():
+    # Spark hands the options over in lower case (its CaseInsensitiveDict): both spellings.
+    for parse, key, hint in [
+        (StreamReadOptions.parse, "maxOffsetsPerTrigger", "maxEntriesPerTrigger"),  # Kafka's
+        (StreamReadOptions.parse, "maxoffsetspertrigger", "maxEntriesPerTrigger"),
+        (StreamReadOptions.parse, "startingOffsets", "startingPosition"),
+        (StreamReadOptions.parse, "maxEntriesPerTriger", "maxEntriesPerTrigger"),  # a typo
+        (ReadOptions.parse, "endingOffsets", "to"),
+        (ReadOptions.parse, "partition", "partitions"),
+        (ReadOptions.parse, "kafka.bootstrap.servers", "endpoints"),
+        (WriteOptions.parse, "batchsise", "batchSize"),
+        (WriteOptions.parse, "dedupWindow", "dedupeWindow"),
+    ]:
+        with pytest.raises(InvalidArgument) as caught:
+            parse({**EP, key: "1"})
+        message = str(caught.value)
+        assert f"unknown option {key!r}" in message
+        assert f"did you mean {hint!r}?" in message
+    # Far from every known name: no guess, but the list of what there is.
+    with pytest.raises(InvalidArgument) as caught:
+        WriteOptions.parse({**EP, "compression": "zstd"})
+    assert "did you mean" not in str(caught.value)
+    assert "unknown option 'compression' for the rlog sink" in str(caught.value)
+    assert "batchSize" in str(caught.value) and "sinkKey" in str(caught.value)
+    # Each record has its own: the stream's option is unknown to a batch read, and back.
+    with pytest.raises(InvalidArgument, match="for the rlog batch source"):
+        ReadOptions.parse({**EP, "maxEntriesPerTrigger": "5"})
+    with pytest.raises(InvalidArgument, match="for the rlog streaming source"):
+        StreamReadOptions.parse({**EP, "from": "5"})
+    # Spark's own keys pass, and known names in any case, as Spark's own map hands them over.
+    given = CaseInsensitiveDict({**EP, "path": "/x", "checkpointLocation": "/c", "BATCHSIZE": "7"})
+    assert list(given) == ["endpoints", "path", "checkpointlocation", "batchsize"]
+    assert WriteOptions.parse(given).batch_size == 7
+    read = ReadOptions.parse(CaseInsensitiveDict({**EP, "path": "/x", "SkipMarkers": "false"}))
+    assert read.skip_markers is False
 
 
 def test_filter_pushdown_option():

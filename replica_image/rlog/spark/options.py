@@ -7,7 +7,8 @@ writer parses them here into a small frozen record, so that a bad value fails at
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,6 +25,43 @@ DEFAULT_DEDUPE_WINDOW = 1_000_000
 DEFAULT_APPENDS_IN_FLIGHT = 2
 
 Options = Mapping[str, Any]
+
+# Every reader and writer takes these (endpoints and credentials).
+CONNECTION_KEYS = ("endpoints", "endpoint", "ca", "cert", "key", "token", "tokenFile", "serverName")
+# Keys Spark itself puts among a source's or sink's options: `load(path)`/`save(path)` and
+# a streaming query's `checkpointLocation` given as an option.
+SPARK_KEYS = frozenset({"path", "paths", "checkpointlocation"})
+# What users of Kafka's and Delta's sources write out of habit, and rlog's option for it.
+HABITS = {
+    "maxoffsetspertrigger": "maxEntriesPerTrigger",
+    "maxfilespertrigger": "maxEntriesPerTrigger",
+    "startingoffsets": "startingPosition",
+    "startingversion": "startingPosition",
+    "endingoffsets": "to",
+    "kafka.bootstrap.servers": "endpoints",
+}
+
+
+def check_known(options: Options, known: Iterable[str], what: str) -> None:
+    """An option nobody reads is an error, never ignored: `maxOffsetsPerTrigger` given out
+    of habit would otherwise leave micro-batches unbounded without a word. The error names
+    the closest known option. Spark matches option names case-insensitively and hands them
+    over in lower case, so they are compared in lower case. Rejected: a warning, which a
+    streaming job's log buries."""
+    by_lower = {name.lower(): name for name in (*CONNECTION_KEYS, *known)}
+    for key in options:
+        lower = str(key).lower()
+        if lower in by_lower or lower in SPARK_KEYS:
+            continue
+        hint = by_lower.get(HABITS.get(lower, "").lower())
+        if hint is None:
+            close = difflib.get_close_matches(lower, by_lower, n=1, cutoff=0.6)
+            hint = by_lower[close[0]] if close else None
+        suggestion = f"; did you mean {hint!r}?" if hint else ""
+        raise InvalidArgument(
+            f"unknown option {key!r} for the rlog {what}{suggestion} "
+            f"(its options: {', '.join(sorted(by_lower.values(), key=str.lower))})"
+        )
 
 
 def text(options: Options, key: str) -> str | None:
@@ -132,8 +170,11 @@ class ReadOptions:
     skip_markers: bool
     credentials: Credentials | None = None
 
+    KEYS = ("from", "to", "partitions", "skipMarkers", "filterPushdown")
+
     @classmethod
     def parse(cls, options: Options) -> ReadOptions:
+        check_known(options, cls.KEYS, "batch source")
         parsed = cls(
             credentials=credentials(options),
             endpoints=endpoints(options),
@@ -161,8 +202,11 @@ class StreamReadOptions:
     skip_markers: bool
     credentials: Credentials | None = None
 
+    KEYS = ("startingPosition", "maxEntriesPerTrigger", "partitions", "skipMarkers")
+
     @classmethod
     def parse(cls, options: Options) -> StreamReadOptions:
+        check_known(options, cls.KEYS, "streaming source")
         return cls(
             credentials=credentials(options),
             endpoints=endpoints(options),
@@ -202,8 +246,11 @@ class WriteOptions:
     credentials: Credentials | None = None
     sink_key: str | None = None  # `sinkKey`: a secret the markers are signed with
 
+    KEYS = ("batchSize", "appendsInFlight", "sinkId", "dedupeWindow", "sinkKey")
+
     @classmethod
     def parse(cls, options: Options) -> WriteOptions:
+        check_known(options, cls.KEYS, "sink")
         return cls(
             credentials=credentials(options),
             endpoints=endpoints(options),
