@@ -84,9 +84,18 @@ design-map: $(STAMP)
 # module on one worker (its module-scoped cluster starts once), and tests/conftest.py makes
 # tests/spark one unit (one SparkSession) and gives each worker its own slice of ports.
 # UNIT_WORKERS=0 runs serially.
+# tests/spark then runs alone, after the rest: beside three other workers and the e2e suites
+# the Spark JVMs ran ten times slower than alone, and a Python worker Spark started missed
+# its fixed 10 s to connect back (docs/testing.md); after them only the e2e suites run beside
+# it, and the unit branch still ends before the e2e branch. Exit 5 there: the `spark` extra
+# is not installed, so nothing was collected.
 UNIT_WORKERS ?= 4
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q --durations=15 -n $(UNIT_WORKERS) --dist loadfile tests
+	@rc=0; \
+	$(VENV)/bin/pytest -q --durations=15 -n $(UNIT_WORKERS) --dist loadfile tests \
+	  --ignore=tests/spark || rc=$$?; \
+	$(VENV)/bin/pytest -q --durations=5 tests/spark || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	exit $$rc
 
 # Everything: static checks, then a real local Kubernetes (built and cached under
 # ~/.cache/rlog-cluster on first use), and once it is up the unit suite (unit/live/Spark

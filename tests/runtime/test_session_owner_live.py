@@ -22,7 +22,7 @@ from live import raw_append
 from raw_sockets import recv_exactly
 
 from rlog.client import Client
-from rlog.client.errors import SessionNotYours, Unavailable
+from rlog.client.errors import OutcomeUnknown, SessionNotYours, Unavailable
 from rlog.client.sessions import SessionGrant
 from rlog.lane.framed import KINDS_VERSION, frame, lane_address
 from rlog.proto import rlog_pb2 as pb
@@ -52,12 +52,15 @@ def cluster(tmp_path_factory):
 
 def resent(endpoint: str, request: pb.AppendRequest) -> list[int]:
     """`raw_append`, sent again while the replica cannot take appends yet (after an election or
-    a restart it answers so before it has done anything: Unavailable, not attempted)."""
+    a restart it answers so before it has done anything: Unavailable, not attempted), and
+    after an outcome it could not know (leadership moved during the append, as after a
+    restart of every replica): the session's sequence makes the same request safe to send
+    again, which is what sessions are for, and the tests check the position it answers."""
     deadline = time.monotonic() + 30
     while True:
         try:
             return raw_append(endpoint, request)
-        except Unavailable:
+        except (Unavailable, OutcomeUnknown):
             assert time.monotonic() < deadline, "no leader took the append"
             time.sleep(0.05)
 

@@ -23,12 +23,13 @@ from rlog.spark.options import (
     DEFAULT_APPENDS_IN_FLIGHT,
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEDUPE_WINDOW,
+    DEFAULT_MAX_TRIGGER_DELAY,
     ReadOptions,
     StreamReadOptions,
     WriteOptions,
     filter_pushdown,
 )
-from rlog.spark.source import split_range
+from rlog.spark.source import split_range, trigger_end
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +90,49 @@ def test_write_options():
             WriteOptions.parse({**EP, key: "0"})
 
 
+def test_stream_bounds_and_minimum_options():
+    parsed = StreamReadOptions.parse(
+        {**EP, "endingPosition": "99", "minEntriesPerTrigger": "10", "maxTriggerDelay": "1.5s"}
+    )
+    assert (parsed.ending, parsed.min_entries, parsed.max_trigger_delay) == (99, 10, 1.5)
+    assert StreamReadOptions.parse(EP).max_trigger_delay == DEFAULT_MAX_TRIGGER_DELAY
+    for text, seconds in [("500ms", 0.5), ("30s", 30.0), ("15m", 900.0), (" 1H ", 3600.0)]:
+        given = {**EP, "minEntriesPerTrigger": "1", "maxTriggerDelay": text}
+        assert StreamReadOptions.parse(given).max_trigger_delay == seconds
+    for options, message in [
+        ({"maxTriggerDelay": "5", "minEntriesPerTrigger": "1"}, "with its unit .* not '5'"),
+        ({"maxTriggerDelay": "0s", "minEntriesPerTrigger": "1"}, "must be above zero"),
+        ({"maxTriggerDelay": "5s"}, "bounds the wait of 'minEntriesPerTrigger', which is not"),
+        ({"minEntriesPerTrigger": "0"}, "'minEntriesPerTrigger' must be at least 1"),
+        (
+            {"minEntriesPerTrigger": "11", "maxEntriesPerTrigger": "10"},
+            r"'minEntriesPerTrigger' \(11\) is above 'maxEntriesPerTrigger' \(10\)",
+        ),
+        ({"endingPosition": "-1"}, "'endingPosition' is a position, not -1"),
+        ({"endingPosition": "x"}, "'endingPosition' must be an integer"),
+        (
+            {"startingPosition": "50", "endingPosition": "49"},
+            r"'startingPosition' \(50\) is after 'endingPosition' \(49\)",
+        ),
+    ]:
+        with pytest.raises(InvalidArgument, match=message):
+            StreamReadOptions.parse({**EP, **options})
+
+
+def test_where_a_micro_batch_ends():
+    # begin, available, max, min, waited, max delay, availableNow
+    assert trigger_end(10, 110, None, None, 0.0, 60.0, False) == 110
+    assert trigger_end(10, 110, 25, None, 0.0, 60.0, False) == 35
+    assert trigger_end(10, 5, None, None, 0.0, 60.0, False) == 10  # nothing new
+    # Fewer than the minimum: no batch until the delay has passed, then what there is.
+    assert trigger_end(10, 15, None, 6, 59.9, 60.0, False) == 10
+    assert trigger_end(10, 15, None, 6, 60.0, 60.0, False) == 15
+    assert trigger_end(10, 16, None, 6, 0.0, 60.0, False) == 16  # the minimum is there
+    assert trigger_end(10, 100, 20, 6, 0.0, 60.0, False) == 30
+    # availableNow never waits for more: nothing more would come.
+    assert trigger_end(10, 15, None, 6, 0.0, 60.0, True) == 15
+
+
 def test_unknown_options_are_errors_naming_the_closest_known_one():
     # Spark hands the options over in lower case (its CaseInsensitiveDict): both spellings.
     for parse, key, hint in [
@@ -97,6 +141,9 @@ def test_unknown_options_are_errors_naming_the_closest_known_one():
         (StreamReadOptions.parse, "startingOffsets", "startingPosition"),
         (StreamReadOptions.parse, "maxEntriesPerTriger", "maxEntriesPerTrigger"),  # a typo
         (ReadOptions.parse, "endingOffsets", "to"),
+        (StreamReadOptions.parse, "endingOffsets", "endingPosition"),
+        (StreamReadOptions.parse, "minOffsetsPerTrigger", "minEntriesPerTrigger"),
+        (ReadOptions.parse, "startingOffsets", "from"),
         (ReadOptions.parse, "partition", "partitions"),
         (ReadOptions.parse, "kafka.bootstrap.servers", "endpoints"),
         (WriteOptions.parse, "batchsise", "batchSize"),

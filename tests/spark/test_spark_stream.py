@@ -176,3 +176,84 @@ def test_stream_sink_replay_is_exactly_once(spark, cluster, tmp_path):
     )
     got = sorted(bytes(r.value).decode() for r in rows if bytes(r.value).startswith(tag.encode()))
     assert got == sorted(values)  # every row exactly once, markers invisible
+
+
+def test_ending_position_bounds_the_stream(spark, cluster, tmp_path):
+    start = observe(cluster.endpoints).learned + 1
+    positions = append(cluster.endpoint, [b"e%d" % i for i in range(300)])
+    wait_learned(cluster.endpoints, positions[-1])
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("rlog")
+            .option("endpoints", cluster.endpoint)
+            .option("startingPosition", str(start))
+            .option("endingPosition", str(positions[199]))
+            .option("maxEntriesPerTrigger", "50")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    assert parquet_positions(spark, out) == positions[:200]
+    # More entries, a restart from the checkpoint: still nothing past the end.
+    wait_learned(cluster.endpoints, append(cluster.endpoint, [b"later"])[-1])
+    run()
+    assert parquet_positions(spark, out) == positions[:200]
+
+
+def test_min_entries_per_trigger_waits_for_them_or_for_the_delay(spark, cluster):
+    """No timing assertion but a lower bound: each step waits for Spark to have processed
+    everything the source offered (processAllAvailable)."""
+    start = observe(cluster.endpoints).learned + 1
+
+    def query(name: str, delay: str, begin: int):
+        return (
+            spark.readStream.format("rlog")
+            .option("endpoints", cluster.endpoint)
+            .option("startingPosition", str(begin))
+            .option("minEntriesPerTrigger", "100")
+            .option("maxTriggerDelay", delay)
+            .load()
+            .writeStream.format("memory")
+            .queryName(name)
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+
+    def rows(name: str) -> list[int]:
+        return sorted(r.position for r in spark.sql(f"SELECT position FROM {name}").collect())
+
+    first = append(cluster.endpoint, [b"m%d" % i for i in range(60)])
+    wait_learned(cluster.endpoints, first[-1])
+    held = query("held_by_minimum", "1h", start)
+    try:
+        held.processAllAvailable()
+        assert rows("held_by_minimum") == []  # 60 < 100, and the hour has not passed
+        second = append(cluster.endpoint, [b"n%d" % i for i in range(60)])
+        wait_learned(cluster.endpoints, second[-1])
+        held.processAllAvailable()
+        assert rows("held_by_minimum") == first + second
+    finally:
+        held.stop()
+    # With a short delay, fewer than the minimum come once it has passed.
+    few = append(cluster.endpoint, [b"f%d" % i for i in range(10)])
+    wait_learned(cluster.endpoints, few[-1])
+    started = time.monotonic()
+    delayed = query("after_the_delay", "1s", few[0])
+    try:
+        deadline = time.monotonic() + 120  # a hang's bound, not a pace
+        while not rows("after_the_delay") and time.monotonic() < deadline:
+            delayed.processAllAvailable()
+            time.sleep(0.2)
+        assert rows("after_the_delay") == few
+        assert time.monotonic() - started >= 1.0
+    finally:
+        delayed.stop()

@@ -8,6 +8,7 @@ writer parses them here into a small frozen record, so that a bad value fails at
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,8 @@ DEFAULT_DEDUPE_WINDOW = 1_000_000
 # call as one run, a call's time is mostly waiting (syncs, round trips), and 2 in flight per
 # task wrote 1.2-1.5x the rows/s of 1; 4 were no faster than 2.
 DEFAULT_APPENDS_IN_FLIGHT = 2
+# As Kafka's source: a stream with minEntriesPerTrigger runs a smaller batch after this long.
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 
 Options = Mapping[str, Any]
 
@@ -31,14 +34,16 @@ CONNECTION_KEYS = ("endpoints", "endpoint", "ca", "cert", "key", "token", "token
 # Keys Spark itself puts among a source's or sink's options: `load(path)`/`save(path)` and
 # a streaming query's `checkpointLocation` given as an option.
 SPARK_KEYS = frozenset({"path", "paths", "checkpointlocation"})
-# What users of Kafka's and Delta's sources write out of habit, and rlog's option for it.
+# What users of Kafka's and Delta's sources write out of habit, and rlog's options for it
+# (the first one the source or sink has).
 HABITS = {
-    "maxoffsetspertrigger": "maxEntriesPerTrigger",
-    "maxfilespertrigger": "maxEntriesPerTrigger",
-    "startingoffsets": "startingPosition",
-    "startingversion": "startingPosition",
-    "endingoffsets": "to",
-    "kafka.bootstrap.servers": "endpoints",
+    "maxoffsetspertrigger": ("maxEntriesPerTrigger",),
+    "minoffsetspertrigger": ("minEntriesPerTrigger",),
+    "maxfilespertrigger": ("maxEntriesPerTrigger",),
+    "startingoffsets": ("startingPosition", "from"),
+    "startingversion": ("startingPosition", "from"),
+    "endingoffsets": ("endingPosition", "to"),
+    "kafka.bootstrap.servers": ("endpoints",),
 }
 
 
@@ -53,7 +58,9 @@ def check_known(options: Options, known: Iterable[str], what: str) -> None:
         lower = str(key).lower()
         if lower in by_lower or lower in SPARK_KEYS:
             continue
-        hint = by_lower.get(HABITS.get(lower, "").lower())
+        hint = next(
+            (by_lower[h.lower()] for h in HABITS.get(lower, ()) if h.lower() in by_lower), None
+        )
         if hint is None:
             close = difflib.get_close_matches(lower, by_lower, n=1, cutoff=0.6)
             hint = by_lower[close[0]] if close else None
@@ -201,20 +208,75 @@ class StreamReadOptions:
     partitions: int | None
     skip_markers: bool
     credentials: Credentials | None = None
+    ending: int | None = None  # `endingPosition`: the last position read (inclusive)
+    min_entries: int | None = None  # `minEntriesPerTrigger`, counted in positions
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY  # `maxTriggerDelay`, in seconds
 
-    KEYS = ("startingPosition", "maxEntriesPerTrigger", "partitions", "skipMarkers")
+    KEYS = (
+        "startingPosition",
+        "endingPosition",
+        "maxEntriesPerTrigger",
+        "minEntriesPerTrigger",
+        "maxTriggerDelay",
+        "partitions",
+        "skipMarkers",
+    )
 
     @classmethod
     def parse(cls, options: Options) -> StreamReadOptions:
         check_known(options, cls.KEYS, "streaming source")
-        return cls(
+        delay = text(options, "maxTriggerDelay")
+        parsed = cls(
             credentials=credentials(options),
             endpoints=endpoints(options),
             starting=starting_position(text(options, "startingPosition")),
             max_entries=at_least_one(options, "maxEntriesPerTrigger"),
             partitions=at_least_one(options, "partitions"),
             skip_markers=boolean(options, "skipMarkers", True),
+            ending=integer(options, "endingPosition"),
+            min_entries=at_least_one(options, "minEntriesPerTrigger"),
+            max_trigger_delay=DEFAULT_MAX_TRIGGER_DELAY
+            if not delay or not delay.strip()
+            else duration("maxTriggerDelay", delay),
         )
+        if delay and delay.strip() and parsed.min_entries is None:
+            raise InvalidArgument(
+                "option 'maxTriggerDelay' bounds the wait of 'minEntriesPerTrigger', "
+                "which is not given"
+            )
+        if parsed.min_entries is not None and parsed.max_entries is not None:
+            if parsed.min_entries > parsed.max_entries:
+                raise InvalidArgument(
+                    f"option 'minEntriesPerTrigger' ({parsed.min_entries}) is above "
+                    f"'maxEntriesPerTrigger' ({parsed.max_entries})"
+                )
+        if parsed.ending is not None:
+            if parsed.ending < 0:
+                raise InvalidArgument(f"option 'endingPosition' is a position, not {parsed.ending}")
+            if isinstance(parsed.starting, int) and parsed.starting > parsed.ending:
+                raise InvalidArgument(
+                    f"option 'startingPosition' ({parsed.starting}) is after "
+                    f"'endingPosition' ({parsed.ending})"
+                )
+        return parsed
+
+
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(key: str, value: str) -> float:
+    """A duration option with its unit (500ms, 30s, 15m, 1h), in seconds. A bare number is
+    refused rather than guessed: Spark's own durations read it as milliseconds, most
+    people as seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*", value.lower())
+    if match is None:
+        raise InvalidArgument(
+            f"option {key!r} is a duration with its unit (500ms, 30s, 15m, 1h), not {value!r}"
+        )
+    seconds = float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise InvalidArgument(f"option {key!r} must be above zero, not {value!r}")
+    return seconds
 
 
 def starting_position(value: str | None) -> Starting:

@@ -397,6 +397,27 @@ class RlogPushdownReader(RlogReader):
 # ---- streaming source --------------------------------------------------------------------------
 
 
+def trigger_end(
+    begin: int,
+    available: int,
+    max_entries: int | None,
+    min_entries: int | None,
+    waited: float,
+    max_delay: float,
+    available_now: bool,
+) -> int:
+    """Where the next micro-batch [begin, end) ends: at most `max_entries` positions of what
+    is available; with `min_entries`, no batch (end = begin) while fewer are available and
+    the last batch was less than `max_delay` seconds ago, as Kafka's minOffsetsPerTrigger.
+    Under Trigger.AvailableNow the minimum is not waited for: nothing more would come."""
+    end = available if max_entries is None else min(available, begin + max_entries)
+    end = max(begin, end)
+    if min_entries is not None and not available_now and end - begin < min_entries:
+        if waited < max_delay:
+            return begin
+    return end
+
+
 class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of position ranges [start, end) with offsets {"position": N}."""
 
@@ -405,6 +426,7 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         use_credentials(self.options.credentials)
         self._initial: dict[str, int] | None = None
         self._target: int | None = None  # availableNow: the end fixed at query start
+        self._last_batch = time.monotonic()  # minEntriesPerTrigger waits from here
 
     def initialOffset(self) -> dict:
         # Resolved once and then fixed (Spark may call this more than once).
@@ -424,16 +446,32 @@ class RlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = observe(self.options.endpoints).learned + 1
+        self._target = self._available_end()
+
+    def _available_end(self) -> int:
+        """After the learned end, or after `endingPosition` if that comes first."""
+        end = observe(self.options.endpoints).learned + 1
+        if self.options.ending is not None:
+            end = min(end, self.options.ending + 1)
+        return end
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["position"])
-        end = self._target
-        if end is None:
-            end = observe(self.options.endpoints).learned + 1
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + int(limit.max_rows))
-        return {"position": max(begin, end)}
+        available_now = self._target is not None
+        available = self._target if self._target is not None else self._available_end()
+        now = time.monotonic()
+        end = trigger_end(
+            begin,
+            available,
+            int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None,
+            self.options.min_entries,
+            now - self._last_batch,
+            self.options.max_trigger_delay,
+            available_now,
+        )
+        if end > begin:
+            self._last_batch = now
+        return {"position": end}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, stop = int(start["position"]), int(end["position"])
