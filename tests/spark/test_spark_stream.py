@@ -30,12 +30,15 @@ def append(endpoint: str, values: list[bytes]) -> list[int]:
     return positions
 
 
-def run_stream(spark, endpoints: str, start: int, out: Path, checkpoint: Path, max_entries: int):
+def run_stream(
+    spark, endpoints: str, start: int, out: Path, checkpoint: Path, max_entries: int, **more: str
+):
     query = (
         spark.readStream.format("rlog")
         .option("endpoints", endpoints)
         .option("startingPosition", str(start))
         .option("maxEntriesPerTrigger", str(max_entries))
+        .options(**more)
         .load()
         .writeStream.format("parquet")
         .option("path", str(out))
@@ -185,21 +188,9 @@ def test_ending_position_bounds_the_stream(spark, cluster, tmp_path):
     out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
 
     def run() -> None:
-        query = (
-            spark.readStream.format("rlog")
-            .option("endpoints", cluster.endpoint)
-            .option("startingPosition", str(start))
-            .option("endingPosition", str(positions[199]))
-            .option("maxEntriesPerTrigger", "50")
-            .load()
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        run_stream(
+            spark, cluster.endpoint, start, out, checkpoint, 50, endingPosition=str(positions[199])
         )
-        query.awaitTermination(120)
-        assert query.exception() is None
 
     run()
     assert parquet_positions(spark, out) == positions[:200]

@@ -225,7 +225,7 @@ class StreamReadOptions:
     @classmethod
     def parse(cls, options: Options) -> StreamReadOptions:
         check_known(options, cls.KEYS, "streaming source")
-        delay = text(options, "maxTriggerDelay")
+        delay = (text(options, "maxTriggerDelay") or "").strip()
         parsed = cls(
             credentials=credentials(options),
             endpoints=endpoints(options),
@@ -235,11 +235,11 @@ class StreamReadOptions:
             skip_markers=boolean(options, "skipMarkers", True),
             ending=integer(options, "endingPosition"),
             min_entries=at_least_one(options, "minEntriesPerTrigger"),
-            max_trigger_delay=DEFAULT_MAX_TRIGGER_DELAY
-            if not delay or not delay.strip()
-            else duration("maxTriggerDelay", delay),
+            max_trigger_delay=duration("maxTriggerDelay", delay)
+            if delay
+            else DEFAULT_MAX_TRIGGER_DELAY,
         )
-        if delay and delay.strip() and parsed.min_entries is None:
+        if delay and parsed.min_entries is None:
             raise InvalidArgument(
                 "option 'maxTriggerDelay' bounds the wait of 'minEntriesPerTrigger', "
                 "which is not given"
